@@ -1,0 +1,71 @@
+//! What the router serves. Parsing and validation of the operator's file
+//! live in the binary; this is the validated form.
+
+use core::time::Duration;
+use serde::Serialize;
+use std::net::Ipv4Addr;
+
+/// One replicated service: a virtual IP and ports, served by every replica.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Service {
+    pub name: String,
+    pub vip: Ipv4Addr,
+    pub ports: Vec<u16>,
+    /// Real addresses of the replicas; each listens on the same ports.
+    pub replicas: Vec<Ipv4Addr>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Timeouts {
+    /// A live replica that makes no progress (acknowledges nothing new, sends
+    /// nothing new) while another replica of the same connection is ahead
+    /// of it is declared failed after this long (COSCANet-FT §III-D passive
+    /// failure detection).
+    pub failure_detection: Duration,
+    /// Client SYN retransmissions a replica may leave unanswered before it
+    /// is evicted (COSCANet-FT §III-E).
+    pub syn_retries: u32,
+    /// A connection with no packet in either direction for this long is
+    /// forgotten.
+    pub idle: Duration,
+    /// How long a half-open connection (SYN seen, handshake not complete)
+    /// may last.
+    pub handshake: Duration,
+    /// How long a closed connection is remembered to absorb retransmitted
+    /// FINs and ACKs.
+    pub time_wait: Duration,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Timeouts {
+            failure_detection: Duration::from_millis(100),
+            syn_retries: 1,
+            idle: Duration::from_secs(600),
+            handshake: Duration::from_secs(20),
+            time_wait: Duration::from_secs(2),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Limits {
+    /// Connections of all states together.
+    pub max_connections: usize,
+    /// Half-open connections; past this the oldest half-open one is
+    /// dropped to make room (SYN flood defence, see ARCHITECTURE.md).
+    pub max_half_open: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits { max_connections: 65536, max_half_open: 8192 }
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Config {
+    pub services: Vec<Service>,
+    pub timeouts: Timeouts,
+    pub limits: Limits,
+}

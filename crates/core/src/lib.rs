@@ -1,0 +1,18 @@
+//! The sans-IO core of the ftnet router (COSCANet-FT §III): connection
+//! table, per-connection replication state machine, failure detection.
+//!
+//! Architecture invariant: this crate performs no I/O and never reads the
+//! clock or a random source. Time comes in as [`Instant`] arguments,
+//! randomness as the secret given to [`Router::new`]; packets come in through
+//! [`Router::handle_packet`] and leave through [`Router::poll_transmit`].
+
+mod config;
+mod conn;
+mod metrics;
+mod router;
+mod time;
+
+pub use config::{Config, Limits, Service, Timeouts};
+pub use metrics::{Counters, DropReason};
+pub use router::{Event, EvictReason, Packet, ReplicaStatus, Router, ServiceStatus, Status};
+pub use time::Instant;

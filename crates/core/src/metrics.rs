@@ -1,0 +1,107 @@
+//! Counters: every packet the router drops has a named reason.
+
+use serde::Serialize;
+
+macro_rules! drop_reasons {
+    ($( $(#[doc = $doc:literal])* $name:ident => $s:literal, )*) => {
+        /// Why a packet was dropped. Each has a counter in [`Counters`].
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum DropReason { $( $(#[doc = $doc])* $name, )* }
+        impl DropReason {
+            pub const ALL: &'static [DropReason] = &[$(DropReason::$name),*];
+            pub fn name(self) -> &'static str { match self { $(DropReason::$name => $s,)* } }
+        }
+    };
+}
+
+drop_reasons! {
+    /// Shorter than its IPv4 or TCP header, or than its length fields say.
+    Truncated => "truncated",
+    /// A header field with an impossible value (lengths, options).
+    Malformed => "malformed",
+    /// Not IPv4.
+    NotIpv4 => "not_ipv4",
+    /// An IP fragment.
+    Fragment => "fragment",
+    /// A checksum the kernel did not validate and that does not verify.
+    BadChecksum => "bad_checksum",
+    /// Neither to a virtual IP nor from a replica of a configured port.
+    NotOurs => "not_ours",
+    /// To a virtual IP but a port no service declares.
+    UnknownPort => "unknown_port",
+    /// A non-SYN segment for which no connection exists.
+    UnknownConnection => "unknown_connection",
+    /// Sequence or acknowledgment number outside the window (RFC 9293
+    /// §3.10.7.4, RFC 5961).
+    OutOfWindow => "out_of_window",
+    /// The connection table is full.
+    TableFull => "table_full",
+    /// A SYN whose handshake state was dropped to make room for newer ones.
+    HalfOpenEvicted => "half_open_evicted",
+    /// A segment from a replica that is no longer part of the connection.
+    EvictedReplica => "evicted_replica",
+    /// A segment from a replica that repeats bytes the client already has.
+    DuplicateSuppressed => "duplicate_suppressed",
+    /// A pure ACK from a replica that changes nothing the client sees.
+    AckAbsorbed => "ack_absorbed",
+    /// A replica's SYN-ACK held until every live replica answered.
+    SynAckHeld => "synack_held",
+    /// A segment that is not valid in the connection's state.
+    BadState => "bad_state",
+    /// ICMP that names no connection of ours.
+    IcmpIgnored => "icmp_ignored",
+    /// No live replica to send to.
+    NoReplica => "no_replica",
+}
+
+/// Counters of the whole router. Monotonic since start.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Counters {
+    /// Packets handed to the router.
+    pub packets_in: u64,
+    /// Packets the router emitted.
+    pub packets_out: u64,
+    /// Payload bytes from clients, counted once (before fan-out).
+    pub client_bytes_in: u64,
+    /// Payload bytes forwarded to clients.
+    pub client_bytes_out: u64,
+    /// Payload bytes from replicas withheld because another replica's copy
+    /// went first.
+    pub suppressed_bytes: u64,
+    /// Connections opened (client SYN accepted into the table).
+    pub connections_opened: u64,
+    /// Replica evictions from a single connection.
+    pub evictions: u64,
+    /// Connections reset towards the client because no replica was left.
+    pub connections_lost: u64,
+    /// ACKs the router sent to a lagging replica on the client's behalf.
+    pub acks_on_behalf: u64,
+    /// Drops by reason, indexed like [`DropReason::ALL`].
+    #[serde(skip)]
+    pub drops: [u64; 18],
+}
+
+impl Counters {
+    pub fn drop(&mut self, r: DropReason) {
+        self.drops[r as usize] += 1;
+    }
+    pub fn dropped(&self, r: DropReason) -> u64 {
+        self.drops[r as usize]
+    }
+    /// (name, count) for every reason, in declaration order.
+    pub fn drop_table(&self) -> Vec<(&'static str, u64)> {
+        DropReason::ALL.iter().map(|r| (r.name(), self.dropped(*r))).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    #[test]
+    fn every_reason_has_a_slot() {
+        assert_eq!(DropReason::ALL.len(), Counters::default().drops.len());
+        for (i, r) in DropReason::ALL.iter().enumerate() {
+            assert_eq!(*r as usize, i);
+        }
+    }
+}

@@ -1,1 +1,945 @@
+//! One replicated connection: the per-connection state machine of
+//! COSCANet-FT §III-C (inbound multicast), §III-D (outbound aggregation,
+//! timestamps, windows, failure evidence) and §III-E (establishment).
+//!
+//! Sequence spaces. The client's stream has one sequence space, shared by
+//! the client and every replica (the client's SYN reaches every replica
+//! unchanged). The server's stream has one space per replica (each picks its
+//! own ISN) and a client-visible space that starts at the router's ISN; a
+//! leg's `off` maps replica space onto client space. Unless a name says
+//! otherwise, every `SeqNum` kept here is in client-visible space.
 
+use crate::config::Timeouts;
+use crate::metrics::{Counters, DropReason};
+use crate::router::{EvictReason, Event, Packet};
+use crate::time::Instant;
+use ftnet_wire::tcp::{self, flags, CsumMode, Repr};
+use ftnet_wire::vnet::VnetHdr;
+use ftnet_wire::{ipv4, SeqDelta, SeqNum};
+use std::collections::VecDeque;
+use std::net::Ipv4Addr;
+
+/// The four-tuple as the client sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ConnKey {
+    pub client: Ipv4Addr,
+    pub cport: u16,
+    pub vip: Ipv4Addr,
+    pub vport: u16,
+}
+
+impl std::fmt::Display for ConnKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}->{}:{}", self.client, self.cport, self.vip, self.vport)
+    }
+}
+
+/// What the router learnt of a TCP segment when it classified it. Only
+/// built from a packet that passed `new_checked` on both headers.
+#[derive(Debug, Clone, Copy)]
+pub struct Seg {
+    pub src: Ipv4Addr,
+    pub dst: Ipv4Addr,
+    pub sport: u16,
+    pub dport: u16,
+    pub seq: SeqNum,
+    pub ack: SeqNum,
+    pub flags: u8,
+    pub window: u16,
+    pub payload_len: u32,
+    pub mss: Option<u16>,
+    pub wscale: Option<u8>,
+    pub ts: Option<(u32, u32)>,
+    pub mode: CsumMode,
+}
+
+impl Seg {
+    pub fn has(&self, f: u8) -> bool {
+        self.flags & f != 0
+    }
+}
+
+/// Everything a connection may touch outside itself while it handles one
+/// input.
+pub struct Ctx<'a> {
+    pub now: Instant,
+    pub tx: &'a mut VecDeque<Packet>,
+    pub counters: &'a mut Counters,
+    pub events: &'a mut VecDeque<Event>,
+    pub timeouts: &'a Timeouts,
+    /// (service, replica) pairs that this input proved dead for the whole
+    /// service; the router marks them down after the call.
+    pub down: &'a mut Vec<(usize, usize, EvictReason)>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LegState {
+    /// The client's SYN went to the replica; no SYN-ACK yet.
+    SynSent,
+    /// The replica answered; its sequence space is known.
+    Open,
+    /// Out of the group for the rest of the connection.
+    Evicted,
+}
+
+/// One replica's side of a connection.
+#[derive(Debug, Clone)]
+pub struct Leg {
+    pub replica: usize,
+    pub addr: Ipv4Addr,
+    pub state: LegState,
+    /// Replica space + off = client space.
+    pub off: SeqDelta,
+    /// End of everything this replica has sent (data, and FIN as one).
+    pub hi: SeqNum,
+    /// Highest client-stream byte this replica acknowledged.
+    pub ack: SeqNum,
+    /// Right edge of the replica's receive window: ack + window.
+    pub edge: SeqNum,
+    pub wscale: u8,
+    /// Where this replica's FIN sits, if it sent one.
+    pub fin: Option<SeqNum>,
+    pub has_ts: bool,
+    pub has_ws: bool,
+    /// Router TSval minus this replica's TSval when last translated.
+    pub ts_off: u32,
+    /// Latest TSval from this replica.
+    pub ts_last: u32,
+    /// Last packet of any kind from this replica.
+    pub seen_at: Instant,
+    /// Last time `ack` or `hi` moved.
+    pub progress_at: Instant,
+    /// Client SYN copies sent without an answer.
+    pub syn_tries: u32,
+    pub mss: u16,
+    pub syn_window: u16,
+}
+
+impl Leg {
+    fn live(&self) -> bool {
+        self.state != LegState::Evicted
+    }
+    fn open(&self) -> bool {
+        self.state == LegState::Open
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// Waiting for every live replica's SYN-ACK.
+    Handshake,
+    /// The client got our SYN-ACK; waiting for its ACK.
+    SynAckSent,
+    Established,
+    /// Both directions closed and acknowledged; kept for `time_wait`.
+    Closed,
+    /// Gone: the router removes it after this input.
+    Dead,
+}
+
+/// A replicated connection.
+#[derive(Debug)]
+pub struct Conn {
+    pub key: ConnKey,
+    pub svc: usize,
+    pub phase: Phase,
+    pub created: Instant,
+    pub last_activity: Instant,
+    pub closed_at: Option<Instant>,
+    pub client_isn: SeqNum,
+    pub router_isn: SeqNum,
+    pub legs: Vec<Leg>,
+    /// Client stream: end of what the client sent (its FIN counted).
+    pub client_hi: SeqNum,
+    pub client_fin: Option<SeqNum>,
+    pub client_win: u16,
+    pub client_tsval: u32,
+    pub client_ts: bool,
+    pub client_ws: bool,
+    /// Server stream: end of what the client was sent.
+    pub sent_hi: SeqNum,
+    /// Server stream: highest ACK from the client.
+    pub client_ack: SeqNum,
+    pub fin_sent: bool,
+    /// What the client was last told.
+    pub adv_ack: SeqNum,
+    pub adv_edge: SeqNum,
+    /// Negotiated for the group.
+    pub ts_on: bool,
+    pub ws_out: u8,
+    pub ts_base: u32,
+    /// Earliest timer this connection has in the router's heap.
+    pub timer_at: Option<Instant>,
+    /// Counted in the router's half-open total.
+    pub counted_half_open: bool,
+}
+
+/// Largest distance two related sequence numbers may have; beyond it a
+/// segment is out of window (RFC 9293 windows are at most 2^30).
+const MAX_WIN: i32 = 1 << 30;
+
+impl Conn {
+    pub fn new(key: ConnKey, svc: usize, now: Instant, syn: &Seg, router_isn: SeqNum, ts_base: u32) -> Conn {
+        Conn {
+            key,
+            svc,
+            phase: Phase::Handshake,
+            created: now,
+            last_activity: now,
+            closed_at: None,
+            client_isn: syn.seq,
+            router_isn,
+            legs: Vec::new(),
+            client_hi: syn.seq.add(1),
+            client_fin: None,
+            client_win: syn.window,
+            client_tsval: syn.ts.map(|t| t.0).unwrap_or(0),
+            client_ts: syn.ts.is_some(),
+            client_ws: syn.wscale.is_some(),
+            sent_hi: router_isn,
+            client_ack: router_isn,
+            fin_sent: false,
+            adv_ack: router_isn,
+            adv_edge: router_isn,
+            ts_on: false,
+            ws_out: 0,
+            ts_base,
+            timer_at: None,
+            counted_half_open: true,
+        }
+    }
+
+    pub fn add_leg(&mut self, replica: usize, addr: Ipv4Addr, now: Instant) {
+        self.legs.push(Leg {
+            replica,
+            addr,
+            state: LegState::SynSent,
+            off: SeqDelta(0),
+            hi: self.router_isn,
+            ack: self.client_isn,
+            edge: self.client_isn,
+            wscale: 0,
+            fin: None,
+            has_ts: false,
+            has_ws: false,
+            ts_off: 0,
+            ts_last: 0,
+            seen_at: now,
+            progress_at: now,
+            syn_tries: 0,
+            mss: 0,
+            syn_window: 0,
+        });
+    }
+
+    pub fn live_legs(&self) -> usize {
+        self.legs.iter().filter(|l| l.live()).count()
+    }
+
+    pub fn half_open(&self) -> bool {
+        matches!(self.phase, Phase::Handshake | Phase::SynAckSent)
+    }
+
+    /// Router timestamp clock (RFC 7323 §5.4: 1 ms ticks), offset per
+    /// connection so that it reveals nothing about the router's uptime.
+    fn router_ts(&self, now: Instant) -> u32 {
+        self.ts_base.wrapping_add(now.as_millis() as u32)
+    }
+
+    /// Group ACK towards the client: the minimum over live replicas that
+    /// answered (COSCANet-FT §III-C: the client is acknowledged only for
+    /// what every replica acknowledged).
+    fn group_ack(&self) -> Option<SeqNum> {
+        self.legs.iter().filter(|l| l.open()).map(|l| l.ack).reduce(|a, b| a.min(b))
+    }
+
+    /// Group window right edge: the minimum (§III-D).
+    fn group_edge(&self) -> Option<SeqNum> {
+        self.legs.iter().filter(|l| l.open()).map(|l| l.edge).reduce(|a, b| a.min(b))
+    }
+
+    /// The window field for the client given the group edge and ack.
+    fn window_field(&self, ack: SeqNum, edge: SeqNum) -> u16 {
+        let bytes = edge.diff(ack).max(0) as u32;
+        (bytes >> self.ws_out).min(0xffff) as u16
+    }
+
+    // ------------------------------------------------------------------
+    // Client → replicas
+    // ------------------------------------------------------------------
+
+    /// A retransmitted client SYN (same ISN): count the try against every
+    /// replica that has not answered, evict those past `syn_retries`
+    /// (§III-E), and repeat the SYN to the rest.
+    pub fn client_syn_again(&mut self, ctx: &mut Ctx, pkt: &Packet, seg: &Seg) {
+        self.last_activity = ctx.now;
+        if self.phase == Phase::SynAckSent || self.phase == Phase::Established {
+            // Our SYN-ACK was lost: the client asks again.
+            self.emit_synack(ctx);
+            return;
+        }
+        for i in 0..self.legs.len() {
+            if self.legs[i].state != LegState::SynSent {
+                continue;
+            }
+            self.legs[i].syn_tries += 1;
+            if self.legs[i].syn_tries > ctx.timeouts.syn_retries {
+                self.evict(ctx, i, EvictReason::NoSynAck, true);
+            }
+        }
+        self.forward_syn(ctx, pkt, seg);
+        self.settle(ctx);
+    }
+
+    /// Copy the client's SYN to every replica that has not answered.
+    pub fn forward_syn(&mut self, ctx: &mut Ctx, pkt: &Packet, seg: &Seg) {
+        for l in self.legs.iter().filter(|l| l.state == LegState::SynSent) {
+            let mut p = pkt.clone();
+            rewrite(&mut p, seg.mode, |ip, t| {
+                ip.set_dst(l.addr);
+                t.update_pseudo_addr(seg.dst, l.addr, seg.mode);
+                // SACK is not offered to the group: a SACK block is only
+                // truthful per replica, and the client-side blocks would have
+                // to be the intersection over replicas. Without SACK TCP
+                // falls back to NewReno recovery (RFC 6582).
+                t.strip_sack_permitted(seg.mode);
+            });
+            ctx.tx.push_back(p);
+            ctx.counters.packets_out += 1;
+        }
+    }
+
+    /// A segment from the client on an existing connection.
+    pub fn client_segment(&mut self, ctx: &mut Ctx, pkt: Packet, seg: &Seg) {
+        if self.phase == Phase::Handshake {
+            // The client cannot have seen our SYN-ACK; only a RST makes sense.
+            if seg.has(flags::RST) {
+                self.abort_legs(ctx);
+                self.phase = Phase::Dead;
+            } else {
+                ctx.counters.drop(DropReason::BadState);
+            }
+            return;
+        }
+        // RFC 9293 §3.10.7.4 / RFC 5961: sequence and ACK plausibility.
+        let lo = self.legs.iter().filter(|l| l.open()).map(|l| l.ack).reduce(|a, b| a.min(b)).unwrap_or(self.client_hi);
+        if seg.seq.diff(lo) < -MAX_WIN || seg.seq.diff(self.client_hi) > MAX_WIN {
+            ctx.counters.drop(DropReason::OutOfWindow);
+            return;
+        }
+        if seg.has(flags::ACK) && (seg.ack.is_after(self.sent_hi) || seg.ack.diff(self.client_ack) < -MAX_WIN) {
+            ctx.counters.drop(DropReason::OutOfWindow);
+            return;
+        }
+        self.last_activity = ctx.now;
+        if seg.has(flags::RST) {
+            // A client abort reaches every replica (§III-C).
+            self.fan_out(ctx, pkt, seg);
+            self.phase = Phase::Dead;
+            return;
+        }
+        if seg.has(flags::ACK) {
+            self.client_ack = self.client_ack.max(seg.ack);
+            if self.phase == Phase::SynAckSent && !seg.ack.is_before(self.router_isn.add(1)) {
+                self.phase = Phase::Established;
+            }
+        }
+        if let Some((tsval, _)) = seg.ts {
+            if SeqNum(tsval).is_after(SeqNum(self.client_tsval)) || tsval == self.client_tsval {
+                self.client_tsval = tsval;
+            }
+        }
+        self.client_win = seg.window;
+        let end = seg.seq.add(seg.payload_len + seg.has(flags::FIN) as u32);
+        self.client_hi = self.client_hi.max(end);
+        if seg.has(flags::FIN) {
+            self.client_fin = Some(seg.seq.add(seg.payload_len));
+        }
+        ctx.counters.client_bytes_in += seg.payload_len as u64;
+        self.fan_out(ctx, pkt, seg);
+        self.check_closed(ctx);
+    }
+
+    /// Send one client segment to every open replica, translated for each.
+    fn fan_out(&mut self, ctx: &mut Ctx, pkt: Packet, seg: &Seg) {
+        let targets: Vec<usize> = (0..self.legs.len()).filter(|&i| self.legs[i].open()).collect();
+        let mut pkt = Some(pkt);
+        for (n, &i) in targets.iter().enumerate() {
+            let l = &self.legs[i];
+            // The last copy reuses the buffer: one fewer copy per fan-out.
+            let mut p = if n + 1 == targets.len() { pkt.take().unwrap_or_else(|| Packet::plain(Vec::new())) } else { pkt.as_ref().map(|p| p.clone()).unwrap_or_else(|| Packet::plain(Vec::new())) };
+            // §III-D: never acknowledge to a replica bytes it has not sent
+            // (Linux discards an ACK beyond its snd_nxt and stalls).
+            let ack = seg.ack.min(l.hi).unshift(l.off);
+            let tsecr = seg.ts.map(|(_, e)| translate_tsecr(e, l));
+            rewrite(&mut p, seg.mode, |ip, t| {
+                ip.set_dst(l.addr);
+                t.update_pseudo_addr(seg.dst, l.addr, seg.mode);
+                if seg.has(flags::ACK) {
+                    t.set_ack(ack, seg.mode);
+                }
+                if let (Some(e), Some((v, _))) = (tsecr, seg.ts) {
+                    t.set_timestamps(v, e, seg.mode);
+                }
+                // The group never agreed to SACK; drop any blocks.
+                t.strip_sack(seg.mode);
+            });
+            ctx.tx.push_back(p);
+            ctx.counters.packets_out += 1;
+        }
+    }
+
+    // ------------------------------------------------------------------
+    // Replica → client
+    // ------------------------------------------------------------------
+
+    /// A segment from replica leg `i`.
+    pub fn replica_segment(&mut self, ctx: &mut Ctx, i: usize, pkt: Packet, seg: &Seg) {
+        if !self.legs[i].live() {
+            ctx.counters.drop(DropReason::EvictedReplica);
+            return;
+        }
+        self.legs[i].seen_at = ctx.now;
+        self.last_activity = ctx.now;
+        if seg.has(flags::SYN) {
+            self.replica_synack(ctx, i, seg);
+            return;
+        }
+        if self.legs[i].state != LegState::Open {
+            ctx.counters.drop(DropReason::BadState);
+            return;
+        }
+        if seg.has(flags::RST) {
+            self.replica_rst(ctx, i, pkt, seg);
+            return;
+        }
+        let l = &self.legs[i];
+        let s = seg.seq.shift(l.off);
+        if s.diff(l.hi) > MAX_WIN || s.diff(l.hi) < -MAX_WIN {
+            ctx.counters.drop(DropReason::OutOfWindow);
+            return;
+        }
+        // The ACK field: what this replica has of the client's stream.
+        if seg.has(flags::ACK) {
+            let a = seg.ack.min(self.client_hi);
+            let l = &mut self.legs[i];
+            let edge = a.add((seg.window as u32) << l.wscale);
+            let dup = a == l.ack && seg.payload_len == 0 && !seg.has(flags::FIN) && edge == l.edge;
+            if a.is_after(l.ack) {
+                l.ack = a;
+                l.progress_at = ctx.now;
+            }
+            l.edge = edge;
+            if let Some((v, _)) = seg.ts {
+                l.ts_last = v;
+            }
+            if dup && seg.payload_len == 0 {
+                self.replica_pure_ack(ctx, i, pkt, seg, true);
+                return;
+            }
+        }
+        if seg.payload_len == 0 && !seg.has(flags::FIN) {
+            self.replica_pure_ack(ctx, i, pkt, seg, false);
+            return;
+        }
+        self.replica_data(ctx, i, pkt, seg, s);
+    }
+
+    fn replica_synack(&mut self, ctx: &mut Ctx, i: usize, seg: &Seg) {
+        if !seg.has(flags::ACK) || seg.ack != self.client_isn.add(1) {
+            ctx.counters.drop(DropReason::BadState);
+            return;
+        }
+        if self.legs[i].state == LegState::Open {
+            // A retransmitted SYN-ACK: the replica did not get the client's
+            // ACK yet. Once our own SYN-ACK is out, repeat it to the client
+            // so that a lost third ACK gets repaired.
+            if self.phase != Phase::Handshake {
+                self.emit_synack(ctx);
+            } else {
+                ctx.counters.drop(DropReason::SynAckHeld);
+            }
+            return;
+        }
+        if self.phase != Phase::Handshake {
+            // Too late: the group already answered the client without it.
+            ctx.counters.drop(DropReason::BadState);
+            return;
+        }
+        // The first replica to answer sets the group's option profile;
+        // one that differs cannot share the client's connection.
+        let reference = self.legs.iter().find(|l| l.open()).map(|l| (l.has_ts, l.has_ws));
+        let mine = (seg.ts.is_some(), seg.wscale.is_some());
+        if let Some(r) = reference {
+            if r != mine {
+                self.evict(ctx, i, EvictReason::OptionMismatch, false);
+                self.settle(ctx);
+                return;
+            }
+        }
+        let now = ctx.now;
+        let ts_now = self.router_ts(now);
+        let client_ws = self.client_ws;
+        let router_isn = self.router_isn;
+        let l = &mut self.legs[i];
+        l.state = LegState::Open;
+        l.off = SeqDelta::between(seg.seq, router_isn);
+        l.hi = router_isn.add(1);
+        l.ack = seg.ack;
+        l.has_ts = seg.ts.is_some();
+        l.has_ws = seg.wscale.is_some();
+        // RFC 7323 §2.2: the scale applies only if both sides sent it.
+        l.wscale = if client_ws { seg.wscale.unwrap_or(0).min(14) } else { 0 };
+        l.edge = seg.ack.add(seg.window as u32);
+        l.mss = seg.mss.unwrap_or(536);
+        l.syn_window = seg.window;
+        if let Some((v, _)) = seg.ts {
+            l.ts_last = v;
+            l.ts_off = ts_now.wrapping_sub(v);
+        }
+        l.progress_at = now;
+        ctx.counters.drop(DropReason::SynAckHeld);
+        self.settle(ctx);
+    }
+
+    /// The one SYN-ACK the client sees, built from what the replicas
+    /// answered (§III-E): router ISN, MSS = min, window scale = the largest
+    /// replica scale (every replica window fits), timestamps if all agreed.
+    fn emit_synack(&mut self, ctx: &mut Ctx) {
+        let open: Vec<&Leg> = self.legs.iter().filter(|l| l.open()).collect();
+        let Some(first) = open.first() else { return };
+        let mss = open.iter().map(|l| l.mss).min().unwrap_or(536);
+        let win = open.iter().map(|l| l.syn_window).min().unwrap_or(0);
+        let ts_on = self.client_ts && first.has_ts;
+        let ws = if self.client_ws && first.has_ws { Some(open.iter().map(|l| l.wscale).max().unwrap_or(0)) } else { None };
+        self.ts_on = ts_on;
+        self.ws_out = ws.unwrap_or(0);
+        let mut r = Repr::new(self.key.vport, self.key.cport, self.router_isn, self.client_isn.add(1), flags::SYN | flags::ACK, win);
+        r.mss = Some(mss);
+        r.wscale = ws;
+        if ts_on {
+            r.timestamps = Some((self.router_ts(ctx.now), self.client_tsval));
+        }
+        let data = r.emit_ipv4(self.key.vip, self.key.client, &[]);
+        ctx.tx.push_back(Packet::plain(data));
+        ctx.counters.packets_out += 1;
+        self.sent_hi = self.sent_hi.max(self.router_isn.add(1));
+        self.adv_ack = self.client_isn.add(1);
+        self.adv_edge = self.adv_ack.add(win as u32);
+        if self.phase == Phase::Handshake {
+            self.phase = Phase::SynAckSent;
+        }
+    }
+
+    fn replica_rst(&mut self, ctx: &mut Ctx, i: usize, pkt: Packet, seg: &Seg) {
+        if self.live_legs() > 1 {
+            // §III-D: a RST from one replica while the others carry on is
+            // evidence of its crash, not a close.
+            self.evict(ctx, i, EvictReason::Reset, false);
+            self.settle(ctx);
+            return;
+        }
+        // The last replica resets: the client gets it.
+        let off = self.legs[i].off;
+        let mut p = pkt;
+        let vip = self.key.vip;
+        rewrite(&mut p, seg.mode, |ip, t| {
+            ip.set_src(vip);
+            t.update_pseudo_addr(seg.src, vip, seg.mode);
+            t.set_seq(seg.seq.shift(off), seg.mode);
+        });
+        ctx.tx.push_back(p);
+        ctx.counters.packets_out += 1;
+        self.legs[i].state = LegState::Evicted;
+        self.phase = Phase::Dead;
+    }
+
+    fn replica_pure_ack(&mut self, ctx: &mut Ctx, i: usize, pkt: Packet, seg: &Seg, dup: bool) {
+        let (Some(ack), Some(edge)) = (self.group_ack(), self.group_edge()) else {
+            ctx.counters.drop(DropReason::AckAbsorbed);
+            return;
+        };
+        let advances = ack.is_after(self.adv_ack) || edge.is_after(self.adv_edge);
+        // A duplicate ACK from the replica that holds the group back means
+        // it is missing client data; passing it on lets the client's fast
+        // retransmit repair the router–replica link (§III-C).
+        let bottleneck_dup = dup && self.legs[i].ack == ack && self.client_hi.is_after(ack);
+        if !advances && !bottleneck_dup {
+            ctx.counters.drop(DropReason::AckAbsorbed);
+            return;
+        }
+        self.forward_to_client(ctx, i, pkt, seg, Some(self.sent_hi), false);
+    }
+
+    fn replica_data(&mut self, ctx: &mut Ctx, i: usize, pkt: Packet, seg: &Seg, s: SeqNum) {
+        let e = s.add(seg.payload_len);
+        let prev_hi = self.legs[i].hi;
+        let end = e.add(seg.has(flags::FIN) as u32);
+        if end.is_after(prev_hi) {
+            self.legs[i].hi = end;
+            self.legs[i].progress_at = ctx.now;
+        }
+        let mut fin_agreed = false;
+        if seg.has(flags::FIN) {
+            if let Some(f) = self.legs[i].fin {
+                if f != e {
+                    // The same replica moved its FIN: it cannot be trusted.
+                    self.evict(ctx, i, EvictReason::Fin, false);
+                    self.settle(ctx);
+                    return;
+                }
+            }
+            self.legs[i].fin = Some(e);
+        }
+        // A FIN from another replica at a point this one went past means
+        // that replica stopped early: it crashed (§III-D).
+        let hi = self.legs[i].hi;
+        for j in 0..self.legs.len() {
+            if j == i || !self.legs[j].live() {
+                continue;
+            }
+            if let Some(f) = self.legs[j].fin {
+                if hi.is_after(f.add(1)) {
+                    self.evict(ctx, j, EvictReason::Fin, false);
+                }
+            }
+        }
+        if let Some(f) = self.legs[i].fin {
+            // This replica's FIN is itself contradicted by another that has
+            // sent beyond it.
+            if self.legs.iter().any(|l| l.live() && l.hi.is_after(f.add(1))) {
+                self.evict(ctx, i, EvictReason::Fin, false);
+                self.settle(ctx);
+                return;
+            }
+            fin_agreed = self.legs.iter().filter(|l| l.live()).all(|l| l.fin == Some(f));
+        }
+        let end_for_client = if fin_agreed { e.add(1) } else { e };
+        let new_data = end_for_client.is_after(self.sent_hi);
+        let retx_needed = s.is_before(prev_hi) && end_for_client.is_after(self.client_ack);
+        if new_data || retx_needed {
+            self.forward_to_client(ctx, i, pkt, seg, None, seg.has(flags::FIN) && !fin_agreed);
+            self.sent_hi = self.sent_hi.max(end_for_client);
+            if fin_agreed {
+                self.fin_sent = true;
+            }
+            self.check_closed(ctx);
+            return;
+        }
+        ctx.counters.drop(DropReason::DuplicateSuppressed);
+        ctx.counters.suppressed_bytes += seg.payload_len as u64;
+        // Mission #4: a lagging replica now sends bytes the client already
+        // acknowledged; nothing from the client will ever acknowledge them
+        // again, so the router does it on the client's behalf.
+        if self.client_ack.is_after(s) {
+            self.ack_on_behalf(ctx, i);
+        }
+        self.settle(ctx);
+    }
+
+    /// Rewrite a replica's segment for the client and queue it.
+    fn forward_to_client(&mut self, ctx: &mut Ctx, i: usize, mut p: Packet, seg: &Seg, seq_override: Option<SeqNum>, strip_fin: bool) {
+        let ack = self.group_ack().unwrap_or(self.client_hi);
+        let edge = self.group_edge().unwrap_or(ack);
+        let win = self.window_field(ack, edge);
+        let ts_now = self.router_ts(ctx.now);
+        let l = &mut self.legs[i];
+        let seq = seq_override.unwrap_or(seg.seq.shift(l.off));
+        let vip = self.key.vip;
+        let ts_on = self.ts_on;
+        if let (true, Some((v, _))) = (ts_on, seg.ts) {
+            l.ts_off = ts_now.wrapping_sub(v);
+            l.ts_last = v;
+        }
+        rewrite(&mut p, seg.mode, |ip, t| {
+            ip.set_src(vip);
+            t.update_pseudo_addr(seg.src, vip, seg.mode);
+            t.set_seq(seq, seg.mode);
+            if seg.has(flags::ACK) {
+                t.set_ack(ack, seg.mode);
+                t.set_window(win, seg.mode);
+            }
+            if let (true, Some((_, e))) = (ts_on, seg.ts) {
+                // §III-D: the router's clock towards the client.
+                t.set_timestamps(ts_now, e, seg.mode);
+            }
+            t.strip_sack(seg.mode);
+            if strip_fin {
+                // Not every live replica closed here yet: the FIN waits.
+                t.set_flags(seg.flags & !flags::FIN, seg.mode);
+            }
+        });
+        ctx.tx.push_back(p);
+        ctx.counters.packets_out += 1;
+        ctx.counters.client_bytes_out += seg.payload_len as u64;
+        self.adv_ack = self.adv_ack.max(ack);
+        self.adv_edge = self.adv_edge.max(edge);
+    }
+
+    /// An ACK to replica `i` in the client's name, for what the client
+    /// acknowledged of the bytes this replica has sent.
+    fn ack_on_behalf(&mut self, ctx: &mut Ctx, i: usize) {
+        let l = &self.legs[i];
+        let ack = self.client_ack.min(l.hi).unshift(l.off);
+        let mut r = Repr::new(self.key.cport, self.key.vport, self.client_hi, ack, flags::ACK, self.client_win);
+        if self.ts_on {
+            r.timestamps = Some((self.client_tsval, l.ts_last));
+        }
+        ctx.tx.push_back(Packet::plain(r.emit_ipv4(self.key.client, l.addr, &[])));
+        ctx.counters.packets_out += 1;
+        ctx.counters.acks_on_behalf += 1;
+    }
+
+    // ------------------------------------------------------------------
+    // Group bookkeeping
+    // ------------------------------------------------------------------
+
+    /// Take replica leg `i` out of the connection: RST its side so that a
+    /// partitioned replica frees the connection, and log why.
+    pub fn evict(&mut self, ctx: &mut Ctx, i: usize, reason: EvictReason, service_wide: bool) {
+        if !self.legs[i].live() {
+            return;
+        }
+        let l = &self.legs[i];
+        let (seq, ack, fl) = match l.state {
+            LegState::Open => (self.client_hi, l.hi.unshift(l.off), flags::RST | flags::ACK),
+            _ => (self.client_isn.add(1), SeqNum(0), flags::RST),
+        };
+        // RFC 5961 §3.2: a RST is accepted only at exactly RCV.NXT; the
+        // replica's RCV.NXT is at most what it acknowledged of client_hi.
+        let seq = if l.state == LegState::Open { l.ack.min(seq) } else { seq };
+        let r = Repr::new(self.key.cport, self.key.vport, seq, ack, fl, 0);
+        ctx.tx.push_back(Packet::plain(r.emit_ipv4(self.key.client, l.addr, &[])));
+        ctx.counters.packets_out += 1;
+        self.legs[i].state = LegState::Evicted;
+        ctx.counters.evictions += 1;
+        let remaining = self.live_legs();
+        ctx.events.push_back(Event::Evicted { conn: self.key.to_string(), replica: self.legs[i].addr, reason, remaining });
+        if service_wide {
+            ctx.down.push((self.svc, self.legs[i].replica, reason));
+        }
+    }
+
+    /// Evict the leg of replica `replica` (service index) if it has one.
+    pub fn evict_replica(&mut self, ctx: &mut Ctx, replica: usize, reason: EvictReason) {
+        if let Some(i) = self.legs.iter().position(|l| l.replica == replica && l.live()) {
+            self.evict(ctx, i, reason, false);
+            self.settle(ctx);
+        }
+    }
+
+    /// Re-derive what the client should hear after the group changed: the
+    /// handshake completes, the ACK or window moves, a FIN all agreed on
+    /// goes out, or, with no replica left, a RST.
+    pub fn settle(&mut self, ctx: &mut Ctx) {
+        if self.phase == Phase::Dead || self.phase == Phase::Closed {
+            return;
+        }
+        if self.live_legs() == 0 {
+            if self.phase == Phase::Handshake {
+                // Nobody can take the connection: refuse it.
+                let r = Repr::new(self.key.vport, self.key.cport, SeqNum(0), self.client_isn.add(1), flags::RST | flags::ACK, 0);
+                ctx.tx.push_back(Packet::plain(r.emit_ipv4(self.key.vip, self.key.client, &[])));
+            } else {
+                // RFC 5961: exactly the client's RCV.NXT, which is what it
+                // last acknowledged.
+                let r = Repr::new(self.key.vport, self.key.cport, self.client_ack, self.client_hi, flags::RST | flags::ACK, 0);
+                ctx.tx.push_back(Packet::plain(r.emit_ipv4(self.key.vip, self.key.client, &[])));
+                ctx.events.push_back(Event::ConnectionLost { conn: self.key.to_string() });
+                ctx.counters.connections_lost += 1;
+            }
+            ctx.counters.packets_out += 1;
+            self.phase = Phase::Dead;
+            return;
+        }
+        if self.phase == Phase::Handshake {
+            if self.legs.iter().all(|l| l.state != LegState::SynSent) {
+                self.emit_synack(ctx);
+            }
+            return;
+        }
+        // A FIN every live replica sent at the same place.
+        let mut fin_now = false;
+        if !self.fin_sent {
+            if let Some(f) = self.legs.iter().find(|l| l.live()).and_then(|l| l.fin) {
+                if self.legs.iter().filter(|l| l.live()).all(|l| l.fin == Some(f)) && !self.sent_hi.is_before(f) {
+                    self.sent_hi = f.add(1);
+                    self.fin_sent = true;
+                    fin_now = true;
+                }
+            }
+        }
+        let (Some(ack), Some(edge)) = (self.group_ack(), self.group_edge()) else { return };
+        if fin_now || ack.is_after(self.adv_ack) || edge.is_after(self.adv_edge) {
+            let seq = if fin_now { self.sent_hi.sub(1) } else { self.sent_hi };
+            let fl = if fin_now { flags::ACK | flags::FIN } else { flags::ACK };
+            let mut r = Repr::new(self.key.vport, self.key.cport, seq, ack, fl, self.window_field(ack, edge));
+            if self.ts_on {
+                r.timestamps = Some((self.router_ts(ctx.now), self.client_tsval));
+            }
+            ctx.tx.push_back(Packet::plain(r.emit_ipv4(self.key.vip, self.key.client, &[])));
+            ctx.counters.packets_out += 1;
+            self.adv_ack = self.adv_ack.max(ack);
+            self.adv_edge = self.adv_edge.max(edge);
+        }
+        self.check_closed(ctx);
+    }
+
+    /// Both directions closed and acknowledged by everyone: enter the
+    /// quiet period after which the router forgets the connection.
+    fn check_closed(&mut self, ctx: &mut Ctx) {
+        if self.phase != Phase::Established || !self.fin_sent || self.client_ack != self.sent_hi {
+            return;
+        }
+        let Some(cf) = self.client_fin else { return };
+        if self.legs.iter().filter(|l| l.open()).all(|l| !l.ack.is_before(cf.add(1))) {
+            self.phase = Phase::Closed;
+            self.closed_at = Some(ctx.now);
+        }
+    }
+
+    fn abort_legs(&mut self, ctx: &mut Ctx) {
+        for i in 0..self.legs.len() {
+            if self.legs[i].live() {
+                let l = &self.legs[i];
+                let r = Repr::new(self.key.cport, self.key.vport, self.client_isn.add(1), SeqNum(0), flags::RST, 0);
+                ctx.tx.push_back(Packet::plain(r.emit_ipv4(self.key.client, l.addr, &[])));
+                ctx.counters.packets_out += 1;
+                self.legs[i].state = LegState::Evicted;
+            }
+        }
+    }
+
+    /// Drop this connection to make room (SYN flood): free the replicas.
+    pub fn discard_half_open(&mut self, ctx: &mut Ctx) {
+        self.abort_legs(ctx);
+        self.phase = Phase::Dead;
+    }
+
+    // ------------------------------------------------------------------
+    // Timers
+    // ------------------------------------------------------------------
+
+    /// A leg is behind when another live leg has acknowledged or sent
+    /// more, or answered the SYN while it did not.
+    fn behind(&self, i: usize) -> bool {
+        let l = &self.legs[i];
+        self.legs.iter().enumerate().any(|(j, o)| {
+            j != i
+                && o.live()
+                && match (l.state, o.state) {
+                    (LegState::SynSent, LegState::Open) => true,
+                    (LegState::Open, LegState::Open) => o.ack.is_after(l.ack) || o.hi.is_after(l.hi),
+                    _ => false,
+                }
+        })
+    }
+
+    /// A behind leg fails when it has been silent for the detection time,
+    /// or sent packets but made no progress for ten times that (an
+    /// application that stopped while its kernel still answers).
+    fn fail_deadline(&self, i: usize, t: &Timeouts) -> Instant {
+        let l = &self.legs[i];
+        let silent = l.seen_at.max(l.progress_at) + t.failure_detection;
+        let stuck = l.progress_at + (t.failure_detection * 10).max(core::time::Duration::from_secs(1));
+        silent.min(stuck)
+    }
+
+    /// The earliest time this connection needs `on_timer`.
+    pub fn next_deadline(&self, t: &Timeouts) -> Instant {
+        let mut d = match self.phase {
+            Phase::Closed => self.closed_at.unwrap_or(self.last_activity) + t.time_wait,
+            Phase::Handshake | Phase::SynAckSent => (self.created + t.handshake).min(self.last_activity + t.idle),
+            _ => self.last_activity + t.idle,
+        };
+        if self.phase != Phase::Closed {
+            for i in 0..self.legs.len() {
+                if self.legs[i].live() && self.behind(i) {
+                    d = d.min(self.fail_deadline(i, t));
+                }
+            }
+        }
+        d
+    }
+
+    /// Run what is due at `ctx.now`.
+    pub fn on_timer(&mut self, ctx: &mut Ctx) {
+        let t = ctx.timeouts;
+        let now = ctx.now;
+        match self.phase {
+            Phase::Closed if self.closed_at.map_or(true, |c| c + t.time_wait <= now) => {
+                self.phase = Phase::Dead;
+                return;
+            }
+            Phase::Handshake | Phase::SynAckSent if self.created + t.handshake <= now => {
+                self.abort_legs(ctx);
+                self.phase = Phase::Dead;
+                return;
+            }
+            _ if self.last_activity + t.idle <= now => {
+                // Like a NAT mapping, an idle connection is forgotten
+                // silently; the endpoints' keep-alives would have kept it.
+                self.phase = Phase::Dead;
+                return;
+            }
+            _ => {}
+        }
+        if self.phase == Phase::Closed {
+            return;
+        }
+        let failed: Vec<usize> = (0..self.legs.len()).filter(|&i| self.legs[i].live() && self.behind(i) && self.fail_deadline(i, t) <= now).collect();
+        for i in failed {
+            let reason = if self.legs[i].state == LegState::SynSent { EvictReason::NoSynAck } else { EvictReason::Stalled };
+            self.evict(ctx, i, reason, true);
+        }
+        self.settle(ctx);
+    }
+
+    // ------------------------------------------------------------------
+    // Status
+    // ------------------------------------------------------------------
+
+    /// (output lag, input lag) of leg `i` in bytes.
+    pub fn lag(&self, i: usize) -> (u64, u64) {
+        let l = &self.legs[i];
+        let max_ack = self.legs.iter().filter(|o| o.open()).map(|o| o.ack).reduce(|a, b| a.max(b)).unwrap_or(l.ack);
+        (self.sent_hi.diff(l.hi).max(0) as u64, max_ack.diff(l.ack).max(0) as u64)
+    }
+}
+
+/// TSecr for a replica: the client echoes router TSvals; map them back to
+/// this replica's clock (§III-D), never beyond the latest TSval it sent.
+fn translate_tsecr(e: u32, l: &Leg) -> u32 {
+    if e == 0 {
+        return 0;
+    }
+    let t = e.wrapping_sub(l.ts_off);
+    if SeqNum(t).is_after(SeqNum(l.ts_last)) {
+        l.ts_last
+    } else {
+        t
+    }
+}
+
+/// Apply header edits to a packet that passed classification. The views
+/// were validated then; should they fail now the packet is left alone.
+pub fn rewrite(p: &mut Packet, _mode: CsumMode, f: impl FnOnce(&mut ipv4::Packet<&mut [u8]>, &mut tcp::Segment<&mut [u8]>)) {
+    let data = &mut p.data[..];
+    let Ok(ip) = ipv4::Packet::new_checked(&mut data[..]) else { return };
+    let hl = ip.header_len();
+    let total = ip.total_len();
+    let (h, rest) = data.split_at_mut(hl);
+    let mut ip = ipv4::Packet::new_unchecked(h);
+    let Ok(mut t) = tcp::Segment::new_checked(&mut rest[..total - hl]) else { return };
+    f(&mut ip, &mut t);
+}
+
+/// Checksum mode from the offload header: a partial checksum when the
+/// kernel asked for one to be completed, else a complete one.
+pub fn csum_mode(v: &VnetHdr) -> CsumMode {
+    if v.needs_csum() {
+        CsumMode::Partial
+    } else {
+        CsumMode::Complete
+    }
+}

@@ -1,11 +1,17 @@
 //! The router: classifies packets, owns the connection table, runs timers.
 
 use crate::config::Config;
+use crate::conn::{csum_mode, Conn, ConnKey, Ctx, LegState, Phase, Seg};
 use crate::metrics::{Counters, DropReason};
 use crate::time::Instant;
 use ftnet_wire::vnet::VnetHdr;
 use serde::Serialize;
-use std::collections::VecDeque;
+use ftnet_wire::tcp::{self, flags, Repr};
+use ftnet_wire::{icmp, ipv4, SeqNum};
+use siphasher::sip::SipHasher24;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::hash::Hasher;
 use std::net::Ipv4Addr;
 
 /// One IPv4 packet with its offload metadata, as read from or written to
@@ -96,22 +102,328 @@ pub struct Router {
     counters: Counters,
     transmit: VecDeque<Packet>,
     events: VecDeque<Event>,
+    /// Per service, per replica: alive for new connections.
+    alive: Vec<Vec<bool>>,
+    /// (VIP, port) → service.
+    by_vip: HashMap<(Ipv4Addr, u16), usize>,
+    /// (replica address, port) → (service, replica).
+    by_replica: HashMap<(Ipv4Addr, u16), (usize, usize)>,
+    conns: HashMap<ConnKey, Conn>,
+    /// Timers, earliest first; an entry is live only while it equals its
+    /// connection's `timer_at`.
+    timers: BinaryHeap<Reverse<(Instant, ConnKey)>>,
+    /// Half-open connections in arrival order (with their creation time, to
+    /// tell a reused key from the original), for oldest-first eviction.
+    half_open: VecDeque<(ConnKey, Instant)>,
+    half_open_count: usize,
+    down: Vec<(usize, usize, EvictReason)>,
 }
 
 impl Router {
     /// `secret` keys the RFC 6528 ISN function; give it 16 random bytes.
     pub fn new(config: Config, secret: [u8; 16]) -> Router {
-        Router { config, secret, counters: Counters::default(), transmit: VecDeque::new(), events: VecDeque::new() }
+        let mut by_vip = HashMap::new();
+        let mut by_replica = HashMap::new();
+        let mut alive = Vec::new();
+        for (si, s) in config.services.iter().enumerate() {
+            for &p in &s.ports {
+                by_vip.insert((s.vip, p), si);
+                for (ri, &r) in s.replicas.iter().enumerate() {
+                    by_replica.insert((r, p), (si, ri));
+                }
+            }
+            alive.push(vec![true; s.replicas.len()]);
+        }
+        Router {
+            config,
+            secret,
+            counters: Counters::default(),
+            transmit: VecDeque::new(),
+            events: VecDeque::new(),
+            alive,
+            by_vip,
+            by_replica,
+            conns: HashMap::new(),
+            timers: BinaryHeap::new(),
+            half_open: VecDeque::new(),
+            half_open_count: 0,
+            down: Vec::new(),
+        }
     }
 
     /// Feed one packet read from the network.
-    pub fn handle_packet(&mut self, _now: Instant, _pkt: Packet) {
+    pub fn handle_packet(&mut self, now: Instant, pkt: Packet) {
         self.counters.packets_in += 1;
-        self.counters.drop(DropReason::NotOurs);
+        if let Err(r) = self.classify(now, pkt) {
+            self.counters.drop(r);
+        }
+        self.apply_down(now);
+    }
+
+    fn classify(&mut self, now: Instant, pkt: Packet) -> Result<(), DropReason> {
+        let ip = ipv4::Packet::new_checked(&pkt.data[..]).map_err(wire_reason)?;
+        if ip.protocol() == ipv4::PROTO_ICMP {
+            return self.handle_icmp(now, ip.payload());
+        }
+        if ip.protocol() != ipv4::PROTO_TCP {
+            return Err(DropReason::NotOurs);
+        }
+        let (src, dst) = (ip.src(), ip.dst());
+        let t = tcp::Segment::new_checked(ip.payload()).map_err(wire_reason)?;
+        let mode = csum_mode(&pkt.vnet);
+        // The kernel vouches for partial (locally produced) and validated
+        // checksums; anything else is verified here.
+        if !pkt.vnet.needs_csum() && pkt.vnet.flags & ftnet_wire::vnet::F_DATA_VALID == 0 && !t.verify_checksum(src, dst) {
+            return Err(DropReason::BadChecksum);
+        }
+        let seg = Seg {
+            src,
+            dst,
+            sport: t.src_port(),
+            dport: t.dst_port(),
+            seq: t.seq(),
+            ack: t.ack(),
+            flags: t.flags(),
+            window: t.window(),
+            payload_len: t.payload_len() as u32,
+            mss: t.mss(),
+            wscale: t.wscale(),
+            ts: t.timestamps(),
+            mode,
+        };
+        if let Some(&svc) = self.by_vip.get(&(dst, seg.dport)) {
+            return self.from_client(now, svc, pkt, &seg);
+        }
+        if let Some(&(svc, replica)) = self.by_replica.get(&(src, seg.sport)) {
+            return self.from_replica(now, svc, replica, pkt, &seg);
+        }
+        if self.config.services.iter().any(|s| s.vip == dst) {
+            // A VIP, but no service on that port: answer a SYN like a closed
+            // port would (RST), so the client fails fast.
+            if seg.has(flags::SYN) && !seg.has(flags::ACK) && !seg.has(flags::RST) {
+                let r = Repr::new(seg.dport, seg.sport, SeqNum(0), seg.seq.add(1 + seg.payload_len), flags::RST | flags::ACK, 0);
+                self.transmit.push_back(Packet::plain(r.emit_ipv4(dst, src, &[])));
+                self.counters.packets_out += 1;
+            }
+            return Err(DropReason::UnknownPort);
+        }
+        Err(DropReason::NotOurs)
+    }
+
+    fn ctx<'a>(
+        now: Instant,
+        tx: &'a mut VecDeque<Packet>,
+        counters: &'a mut Counters,
+        events: &'a mut VecDeque<Event>,
+        config: &'a Config,
+        down: &'a mut Vec<(usize, usize, EvictReason)>,
+    ) -> Ctx<'a> {
+        Ctx { now, tx, counters, events, timeouts: &config.timeouts, down }
+    }
+
+    fn from_client(&mut self, now: Instant, svc: usize, pkt: Packet, seg: &Seg) -> Result<(), DropReason> {
+        let key = ConnKey { client: seg.src, cport: seg.sport, vip: seg.dst, vport: seg.dport };
+        let is_syn = seg.has(flags::SYN) && !seg.has(flags::ACK) && !seg.has(flags::RST);
+        if is_syn {
+            if let Some(c) = self.conns.get(&key) {
+                let reuse = c.phase == Phase::Closed && c.client_isn != seg.seq;
+                if !reuse {
+                    if c.client_isn != seg.seq {
+                        return Err(DropReason::BadState);
+                    }
+                    let c = self.conns.get_mut(&key).ok_or(DropReason::UnknownConnection)?;
+                    let mut ctx = Self::ctx(now, &mut self.transmit, &mut self.counters, &mut self.events, &self.config, &mut self.down);
+                    c.client_syn_again(&mut ctx, &pkt, seg);
+                    self.after(now, key);
+                    return Ok(());
+                }
+                self.remove(key);
+            }
+            return self.open(now, svc, key, pkt, seg);
+        }
+        let Some(c) = self.conns.get_mut(&key) else {
+            return Err(DropReason::UnknownConnection);
+        };
+        let mut ctx = Self::ctx(now, &mut self.transmit, &mut self.counters, &mut self.events, &self.config, &mut self.down);
+        c.client_segment(&mut ctx, pkt, seg);
+        self.after(now, key);
+        Ok(())
+    }
+
+    /// A new connection: SYN to every live replica (§III-E).
+    fn open(&mut self, now: Instant, svc: usize, key: ConnKey, pkt: Packet, seg: &Seg) -> Result<(), DropReason> {
+        let live: Vec<usize> = (0..self.alive[svc].len()).filter(|&r| self.alive[svc][r]).collect();
+        if live.is_empty() {
+            // Nothing can serve it: refuse at once rather than let the
+            // client time out.
+            let r = Repr::new(seg.dport, seg.sport, SeqNum(0), seg.seq.add(1), flags::RST | flags::ACK, 0);
+            self.transmit.push_back(Packet::plain(r.emit_ipv4(seg.dst, seg.src, &[])));
+            self.counters.packets_out += 1;
+            return Err(DropReason::NoReplica);
+        }
+        if self.conns.len() >= self.config.limits.max_connections {
+            return Err(DropReason::TableFull);
+        }
+        while self.half_open_count >= self.config.limits.max_half_open {
+            // SYN flood: make room by dropping the oldest half-open
+            // connection. Spoofed SYNs never complete, so the oldest are the
+            // likeliest to be junk; a real client retries its SYN.
+            let Some((k, t)) = self.half_open.pop_front() else { break };
+            let stale = match self.conns.get(&k) {
+                Some(c) => c.created != t || !c.counted_half_open,
+                None => true,
+            };
+            if stale {
+                continue;
+            }
+            if let Some(c) = self.conns.get_mut(&k) {
+                let mut ctx = Self::ctx(now, &mut self.transmit, &mut self.counters, &mut self.events, &self.config, &mut self.down);
+                c.discard_half_open(&mut ctx);
+            }
+            self.counters.drop(DropReason::HalfOpenEvicted);
+            self.remove(k);
+        }
+        let isn = self.isn(now, &key);
+        let ts_base = self.keyed(&key, 1) as u32;
+        let mut c = Conn::new(key, svc, now, seg, isn, ts_base);
+        let addrs = &self.config.services[svc].replicas;
+        for r in live {
+            c.add_leg(r, addrs[r], now);
+        }
+        let mut ctx = Self::ctx(now, &mut self.transmit, &mut self.counters, &mut self.events, &self.config, &mut self.down);
+        c.forward_syn(&mut ctx, &pkt, seg);
+        self.counters.connections_opened += 1;
+        self.conns.insert(key, c);
+        self.half_open.push_back((key, now));
+        self.half_open_count += 1;
+        self.after(now, key);
+        Ok(())
+    }
+
+    fn from_replica(&mut self, now: Instant, svc: usize, replica: usize, pkt: Packet, seg: &Seg) -> Result<(), DropReason> {
+        let vip = self.config.services[svc].vip;
+        let key = ConnKey { client: seg.dst, cport: seg.dport, vip, vport: seg.sport };
+        let Some(c) = self.conns.get_mut(&key) else {
+            return Err(DropReason::UnknownConnection);
+        };
+        let Some(i) = c.legs.iter().position(|l| l.replica == replica) else {
+            return Err(DropReason::EvictedReplica);
+        };
+        let mut ctx = Self::ctx(now, &mut self.transmit, &mut self.counters, &mut self.events, &self.config, &mut self.down);
+        if seg.has(flags::RST) && c.legs[i].state == LegState::SynSent {
+            // A RST to the SYN: nothing listens there; the replica's server
+            // is gone for every new connection too.
+            c.evict(&mut ctx, i, EvictReason::Reset, true);
+            c.settle(&mut ctx);
+        } else {
+            c.replica_segment(&mut ctx, i, pkt, seg);
+        }
+        self.after(now, key);
+        Ok(())
+    }
+
+    /// ICMP destination unreachable about a segment we sent to a replica:
+    /// that replica cannot be reached (COSCANet-FT §III-D, passive
+    /// detection).
+    fn handle_icmp(&mut self, _now: Instant, payload: &[u8]) -> Result<(), DropReason> {
+        let u = icmp::parse_unreachable(payload).map_err(wire_reason)?.ok_or(DropReason::IcmpIgnored)?;
+        // Codes 0, 1 (net, host unreachable) and 9, 10, 13 (prohibited) say
+        // the host is gone; 4 (fragmentation needed) is path MTU news.
+        if !matches!(u.code, 0 | 1 | 9 | 10 | 13) {
+            return Err(DropReason::IcmpIgnored);
+        }
+        let &(svc, replica) = self.by_replica.get(&(u.dst, u.dst_port)).ok_or(DropReason::IcmpIgnored)?;
+        let key = ConnKey { client: u.src, cport: u.src_port, vip: self.config.services[svc].vip, vport: u.dst_port };
+        if !self.conns.contains_key(&key) {
+            return Err(DropReason::IcmpIgnored);
+        }
+        self.down.push((svc, replica, EvictReason::Unreachable));
+        Ok(())
+    }
+
+    /// Mark replicas down that an input proved dead, and take them out of
+    /// every connection.
+    fn apply_down(&mut self, now: Instant) {
+        while let Some((svc, replica, reason)) = self.down.pop() {
+            let Some(a) = self.alive.get_mut(svc).and_then(|v| v.get_mut(replica)) else { continue };
+            if !*a {
+                continue;
+            }
+            *a = false;
+            let s = &self.config.services[svc];
+            self.events.push_back(Event::ReplicaDown { service: s.name.clone(), replica: s.replicas[replica], reason });
+            let keys: Vec<ConnKey> = self.conns.iter().filter(|(_, c)| c.svc == svc).map(|(k, _)| *k).collect();
+            for k in keys {
+                if let Some(c) = self.conns.get_mut(&k) {
+                    let mut ctx = Self::ctx(now, &mut self.transmit, &mut self.counters, &mut self.events, &self.config, &mut self.down);
+                    c.evict_replica(&mut ctx, replica, EvictReason::ReplicaDown);
+                }
+                self.after(now, k);
+            }
+        }
+    }
+
+    /// Bookkeeping after a connection handled an input: forget it if dead,
+    /// leave the half-open count, schedule its next timer.
+    fn after(&mut self, _now: Instant, key: ConnKey) {
+        let Some(c) = self.conns.get_mut(&key) else { return };
+        if c.phase == Phase::Dead {
+            self.remove(key);
+            return;
+        }
+        if c.counted_half_open && !c.half_open() {
+            c.counted_half_open = false;
+            self.half_open_count = self.half_open_count.saturating_sub(1);
+        }
+        let d = c.next_deadline(&self.config.timeouts);
+        if c.timer_at.map_or(true, |t| d < t) {
+            c.timer_at = Some(d);
+            self.timers.push(Reverse((d, key)));
+        }
+    }
+
+    fn remove(&mut self, key: ConnKey) {
+        if let Some(c) = self.conns.remove(&key) {
+            if c.counted_half_open {
+                self.half_open_count = self.half_open_count.saturating_sub(1);
+            }
+        }
     }
 
     /// Run timers due at `now`.
-    pub fn handle_timeout(&mut self, _now: Instant) {}
+    pub fn handle_timeout(&mut self, now: Instant) {
+        while let Some(Reverse((t, key))) = self.timers.peek().copied() {
+            if t > now {
+                break;
+            }
+            self.timers.pop();
+            let Some(c) = self.conns.get_mut(&key) else { continue };
+            if c.timer_at != Some(t) {
+                continue;
+            }
+            c.timer_at = None;
+            let mut ctx = Self::ctx(now, &mut self.transmit, &mut self.counters, &mut self.events, &self.config, &mut self.down);
+            c.on_timer(&mut ctx);
+            self.after(now, key);
+        }
+        self.apply_down(now);
+    }
+
+    /// RFC 6528 §3: ISN = M + F(localip, localport, remoteip, remoteport,
+    /// secretkey), M a 4 µs clock, F a keyed hash (SipHash-2-4).
+    fn isn(&self, now: Instant, key: &ConnKey) -> SeqNum {
+        SeqNum((now.as_micros() / 4) as u32).add(self.keyed(key, 0) as u32)
+    }
+
+    fn keyed(&self, key: &ConnKey, domain: u8) -> u64 {
+        let mut h = SipHasher24::new_with_key(&self.secret);
+        h.write(&key.client.octets());
+        h.write_u16(key.cport);
+        h.write(&key.vip.octets());
+        h.write_u16(key.vport);
+        h.write_u8(domain);
+        h.finish()
+    }
 
     /// Next packet to write to the network.
     pub fn poll_transmit(&mut self) -> Option<Packet> {
@@ -120,7 +432,7 @@ impl Router {
 
     /// When [`Router::handle_timeout`] next needs to run.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        None
+        self.timers.peek().map(|Reverse((t, _))| *t)
     }
 
     /// Next event for the log.
@@ -136,15 +448,53 @@ impl Router {
         &self.config
     }
 
+    /// Connections in the table.
+    pub fn connections(&self) -> usize {
+        self.conns.len()
+    }
+
     /// A snapshot of services, replicas, connections and counters.
     pub fn status(&self) -> Status {
-        let _ = self.secret;
+        let mut services = Vec::new();
+        for (si, s) in self.config.services.iter().enumerate() {
+            let mut replicas: Vec<ReplicaStatus> = s
+                .replicas
+                .iter()
+                .enumerate()
+                .map(|(ri, &addr)| ReplicaStatus { addr, alive: self.alive[si][ri], connections: 0, lag_out_bytes: 0, lag_in_bytes: 0 })
+                .collect();
+            let mut n = 0;
+            for c in self.conns.values().filter(|c| c.svc == si) {
+                n += 1;
+                for (i, l) in c.legs.iter().enumerate() {
+                    if l.state != LegState::Open {
+                        continue;
+                    }
+                    let (o, inn) = c.lag(i);
+                    let r = &mut replicas[l.replica];
+                    r.connections += 1;
+                    r.lag_out_bytes = r.lag_out_bytes.max(o);
+                    r.lag_in_bytes = r.lag_in_bytes.max(inn);
+                }
+            }
+            services.push(ServiceStatus { name: s.name.clone(), vip: s.vip, ports: s.ports.clone(), replicas, connections: n });
+        }
         Status {
-            services: Vec::new(),
-            connections: 0,
-            half_open: 0,
+            services,
+            connections: self.conns.len(),
+            half_open: self.half_open_count,
             counters: self.counters.clone(),
             drops: self.counters.drop_table(),
         }
+    }
+}
+
+fn wire_reason(e: ftnet_wire::Error) -> DropReason {
+    match e {
+        ftnet_wire::Error::Truncated => DropReason::Truncated,
+        ftnet_wire::Error::Malformed => DropReason::Malformed,
+        ftnet_wire::Error::NotIpv4 => DropReason::NotIpv4,
+        ftnet_wire::Error::Fragment => DropReason::Fragment,
+        ftnet_wire::Error::Checksum => DropReason::BadChecksum,
     }
 }

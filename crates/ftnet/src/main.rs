@@ -1,1 +1,168 @@
-fn main() {}
+//! `ftnet`: run the fault-tolerance router, inspect it, and run a local
+//! testbed of network namespaces (`ftnet lab`).
+
+mod config;
+mod lab;
+mod router;
+mod status;
+mod sys;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+
+#[derive(Parser)]
+#[command(
+    name = "ftnet",
+    version,
+    about = "Transport-level fault tolerance: one virtual IP, N active replicas, no broken TCP connections",
+    long_about = "ftnet multicasts every client TCP segment sent to a virtual IP to N replica servers and merges \
+their replies, so unmodified clients keep their connections when a replica crashes or its host drops off \
+the network. The router runs in user space on a TUN device with policy routing (needs root / CAP_NET_ADMIN).",
+    after_help = "\
+Examples:
+  ftnet lab demo                              # 3 redis replicas, benchmark, kill one mid-run, compare digests
+  ftnet lab run -- redis-cli -h 198.19.0.1 PING
+  ftnet check-config /etc/ftnet/ftnet.toml
+  ftnet router --config /etc/ftnet/ftnet.toml --log-level debug
+  ftnet status                                # table of services, replicas, drops
+
+Run `ftnet <command> --help` for each command's options."
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run the router: open the TUN, install policy routing, forward until SIGINT/SIGTERM.
+    #[command(after_help = ROUTER_HELP)]
+    Router {
+        /// Configuration file (TOML; format below).
+        #[arg(long, short, value_name = "FILE")]
+        config: PathBuf,
+        /// Log filter: error, warn, info, debug, trace, or a tracing directive such as
+        /// "ftnet=debug,ftnet_core=trace". RUST_LOG overrides it.
+        #[arg(long, default_value = "info", value_name = "LEVEL")]
+        log_level: String,
+    },
+    /// Validate a configuration file and print what it configures; exit 1 with file:line:col on error.
+    #[command(after_help = "Example:\n  ftnet check-config ftnet.toml && ftnet router --config ftnet.toml")]
+    CheckConfig {
+        /// Configuration file to check.
+        file: PathBuf,
+    },
+    /// Show a running router's services, replicas, connections and drop counters.
+    #[command(after_help = "\
+Examples:
+  ftnet status                                  # /run/ftnet/ftnet0.sock
+  ftnet status --config /etc/ftnet/ftnet.toml   # the socket named in that file
+  ftnet status --socket /run/ftnet/lab/lab/router.sock --json")]
+    Status {
+        /// Status socket of the router [default: status_socket from --config, else /run/ftnet/ftnet0.sock].
+        #[arg(long, value_name = "PATH")]
+        socket: Option<PathBuf>,
+        /// Take the socket path from this configuration file.
+        #[arg(long, value_name = "FILE", conflicts_with = "socket")]
+        config: Option<PathBuf>,
+        /// Print the raw JSON snapshot instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Local testbed: client, router and replica network namespaces joined by veth pairs.
+    Lab {
+        #[command(subcommand)]
+        cmd: lab::LabCmd,
+    },
+}
+
+const ROUTER_HELP: &str = r#"Configuration format (every key but the [[service]] ones is optional; defaults shown):
+
+  [router]
+  tun = "ftnet0"                             # TUN interface to create
+  table = 7000                               # policy routing table, also the rules' priority
+  mtu = 1500
+  status_socket = "/run/ftnet/ftnet0.sock"   # default /run/ftnet/<tun>.sock
+  [limits]
+  max_connections = 65536
+  max_half_open = 8192
+  [timeouts]
+  failure_detection_ms = 100                 # a stalled replica is evicted after this
+  syn_retries = 1                            # unanswered client SYNs before a replica is dropped
+  idle_s = 600
+  handshake_s = 20
+  time_wait_ms = 2000
+  [[service]]                                # one block per service
+  name = "redis"
+  vip = "198.19.0.1"                         # the virtual IP clients connect to
+  ports = [6379]
+  replicas = ["198.18.11.2", "198.18.12.2", "198.18.13.2"]
+
+What the router changes in its network namespace (all undone on exit):
+  sysctl net.ipv4.ip_forward=1, rp_filter=0 on all, default and the TUN
+  ip route add default dev <tun> table <table>
+  ip rule add to <vip>/32 lookup <table> pref <table>                                 (per VIP)
+  ip rule add from <replica> ipproto tcp sport <port> lookup <table> pref <table>    (per replica and port)
+  ip rule add from <replica> ipproto icmp lookup <table> pref <table>                (per replica)
+
+Example:
+  ftnet router --config /etc/ftnet/ftnet.toml --log-level debug"#;
+
+fn main() {
+    let cli = Cli::parse();
+    let code = match dispatch(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("ftnet: error: {e:#}");
+            1
+        }
+    };
+    std::process::exit(code);
+}
+
+fn init_logging(level: &str) {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env()
+        .or_else(|_| EnvFilter::try_new(level))
+        .unwrap_or_else(|_| EnvFilter::new("info"));
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+}
+
+fn dispatch(cli: Cli) -> anyhow::Result<i32> {
+    match cli.cmd {
+        Cmd::Router { config, log_level } => {
+            init_logging(&log_level);
+            let cfg = config::load(&config)?;
+            router::run(cfg)?;
+            Ok(0)
+        }
+        Cmd::CheckConfig { file } => {
+            let cfg = config::load(&file)?;
+            println!("{}: ok", file.display());
+            println!("  tun {} (mtu {}), table {}, status socket {}", cfg.tun, cfg.mtu, cfg.table, cfg.status_socket.display());
+            let t = &cfg.core.timeouts;
+            println!(
+                "  failure detection {:?}, syn retries {}, idle {:?}, handshake {:?}, time-wait {:?}",
+                t.failure_detection, t.syn_retries, t.idle, t.handshake, t.time_wait
+            );
+            println!("  limits: {} connections, {} half-open", cfg.core.limits.max_connections, cfg.core.limits.max_half_open);
+            for s in &cfg.core.services {
+                let ports: Vec<String> = s.ports.iter().map(|p| p.to_string()).collect();
+                let reps: Vec<String> = s.replicas.iter().map(|r| r.to_string()).collect();
+                println!("  service {}: {}:{} -> {}", s.name, s.vip, ports.join(","), reps.join(", "));
+            }
+            Ok(0)
+        }
+        Cmd::Status { socket, config, json } => {
+            let path = match (socket, config) {
+                (Some(s), _) => s,
+                (None, Some(c)) => config::load(&c).context("reading the status socket path from the config")?.status_socket,
+                (None, None) => PathBuf::from("/run/ftnet/ftnet0.sock"),
+            };
+            status::show(&path, json)?;
+            Ok(0)
+        }
+        Cmd::Lab { cmd } => lab::run(cmd),
+    }
+}

@@ -1,1 +1,58 @@
+//! The I/O side of the router: the TUN device it reads client and replica
+//! packets from (with virtio-net offloads, so the kernel hands over 64 KB
+//! GSO super-packets), and the policy routing that steers packets into it.
+//!
+//! Architecture invariant: this crate knows nothing about connections; it
+//! moves [`ftnet_core::Packet`]s and configures the kernel.
 
+mod routing;
+mod tun;
+
+pub use routing::{Routing, RoutingSpec};
+pub use tun::{Tun, TunOptions, RECV_BUF_LEN};
+
+use std::io;
+
+/// What can go wrong while setting up or using the kernel side.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// An ioctl or open on `/dev/net/tun` failed.
+    #[error("{op} for TUN device {name:?}: {source}")]
+    Tun { op: &'static str, name: String, #[source] source: io::Error },
+    /// The TUN name is empty, too long for `IFNAMSIZ` or has odd bytes.
+    #[error("invalid interface name {0:?}: 1 to 15 bytes, no '/', ':' or whitespace")]
+    BadName(String),
+    /// An external command (iproute2) exited with an error.
+    #[error("`{cmd}` failed ({status}): {stderr}")]
+    Command { cmd: String, status: String, stderr: String },
+    /// An external command could not be started at all.
+    #[error("could not run `{cmd}`: {source} (is iproute2 installed?)")]
+    Spawn { cmd: String, #[source] source: io::Error },
+    /// A sysctl file could not be read or written.
+    #[error("sysctl {path}: {source}")]
+    Sysctl { path: String, #[source] source: io::Error },
+}
+
+/// Run `ip ARGS...`; on failure the error names the full command line and
+/// its stderr, because that is what an operator needs to fix it.
+pub fn ip(args: &[&str]) -> Result<String, Error> {
+    run("ip", args)
+}
+
+/// Run a command to completion, returning stdout, or an error naming it.
+pub fn run(prog: &str, args: &[&str]) -> Result<String, Error> {
+    let cmd = std::iter::once(prog).chain(args.iter().copied()).collect::<Vec<_>>().join(" ");
+    let out = std::process::Command::new(prog)
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .map_err(|source| Error::Spawn { cmd: cmd.clone(), source })?;
+    if !out.status.success() {
+        return Err(Error::Command {
+            cmd,
+            status: out.status.to_string(),
+            stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        });
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}

@@ -1,0 +1,290 @@
+//! Fixture tests of the router state machine: hand-built segments in,
+//! segments out (smoltcp `socket/tcp.rs` style). The randomized end-to-end
+//! checks with real TCP stacks are in `crates/sim`.
+
+use ftnet_core::{Config, DropReason, Event, EvictReason, Instant, Packet, Router, Service};
+use ftnet_wire::tcp::{flags, Repr, Segment};
+use ftnet_wire::{ipv4, SeqNum};
+use std::net::Ipv4Addr;
+
+const CLIENT: Ipv4Addr = Ipv4Addr::new(198, 18, 1, 2);
+const VIP: Ipv4Addr = Ipv4Addr::new(198, 19, 0, 1);
+const PORT: u16 = 7000;
+const CPORT: u16 = 40000;
+const CISN: u32 = 0xffff_ff00; // wraps during the test (RFC 9293 §3.4)
+
+fn replica(i: u8) -> Ipv4Addr {
+    Ipv4Addr::new(198, 18, 10 + i, 2)
+}
+
+fn router(n: u8) -> Router {
+    let mut c = Config::default();
+    c.services.push(Service { name: "t".into(), vip: VIP, ports: vec![PORT], replicas: (1..=n).map(replica).collect() });
+    Router::new(c, [9; 16])
+}
+
+struct Out {
+    src: Ipv4Addr,
+    dst: Ipv4Addr,
+    r: Repr,
+    payload: Vec<u8>,
+}
+
+fn parse(p: &Packet) -> Out {
+    let ip = ipv4::Packet::new_checked(&p.data[..]).expect("router emitted bad IPv4");
+    assert!(ip.verify_checksum(), "IPv4 checksum");
+    let t = Segment::new_checked(ip.payload()).expect("router emitted bad TCP");
+    assert!(t.verify_checksum(ip.src(), ip.dst()), "TCP checksum after rewrite");
+    Out { src: ip.src(), dst: ip.dst(), r: Repr::parse(&t), payload: t.payload().to_vec() }
+}
+
+fn drain(r: &mut Router) -> Vec<Out> {
+    std::iter::from_fn(|| r.poll_transmit()).map(|p| parse(&p)).collect()
+}
+
+fn seg(src: Ipv4Addr, dst: Ipv4Addr, r: Repr, payload: &[u8]) -> Packet {
+    Packet::plain(r.emit_ipv4(src, dst, payload))
+}
+
+fn t(ms: u64) -> Instant {
+    Instant::from_micros(ms * 1000)
+}
+
+/// Client SYN, replicas answer with their own ISNs; returns the router's
+/// ISN as the client saw it and the replica ISNs.
+fn handshake(r: &mut Router, n: u8) -> (u32, Vec<u32>) {
+    let mut syn = Repr::new(CPORT, PORT, SeqNum(CISN), SeqNum(0), flags::SYN, 64240);
+    syn.mss = Some(1460);
+    syn.wscale = Some(7);
+    syn.sack_permitted = true;
+    syn.timestamps = Some((1000, 0));
+    r.handle_packet(t(0), seg(CLIENT, VIP, syn, b""));
+    let out = drain(r);
+    assert_eq!(out.len(), n as usize, "one SYN per replica");
+    for (i, o) in out.iter().enumerate() {
+        assert_eq!(o.dst, replica(i as u8 + 1));
+        assert_eq!(o.src, CLIENT);
+        assert!(!o.r.sack_permitted, "SACK is not offered to the group");
+        assert_eq!(o.r.seq, SeqNum(CISN));
+    }
+    let isns: Vec<u32> = (0..n as u32).map(|i| 1_000_000 * (i + 1) + 77).collect();
+    for i in 0..n {
+        let mut sa = Repr::new(PORT, CPORT, SeqNum(isns[i as usize]), SeqNum(CISN).add(1), flags::SYN | flags::ACK, 65160);
+        sa.mss = Some(1460 - 10 * i as u16);
+        sa.wscale = Some(7 + i);
+        sa.timestamps = Some((5000 * (i as u32 + 1), 1000));
+        r.handle_packet(t(1), seg(replica(i + 1), CLIENT, sa, b""));
+        let out = drain(r);
+        if i + 1 < n {
+            assert!(out.is_empty(), "SYN-ACK held until every replica answered");
+        } else {
+            assert_eq!(out.len(), 1);
+            let o = &out[0];
+            assert_eq!((o.src, o.dst), (VIP, CLIENT));
+            assert_eq!(o.r.flags, flags::SYN | flags::ACK);
+            assert_eq!(o.r.mss, Some(1460 - 10 * (n as u16 - 1)), "MSS is the minimum");
+            assert_eq!(o.r.wscale, Some(7 + n - 1), "one scale: the largest");
+            assert_eq!(o.r.ack, SeqNum(CISN).add(1));
+            assert_eq!(o.r.timestamps.map(|x| x.1), Some(1000), "TSecr echoes the client");
+            assert!(!isns.contains(&o.r.seq.0), "router ISN is its own");
+            let risn = o.r.seq.0;
+            let mut ack = Repr::new(CPORT, PORT, SeqNum(CISN).add(1), SeqNum(risn).add(1), flags::ACK, 502);
+            ack.timestamps = Some((1001, o.r.timestamps.unwrap().0));
+            r.handle_packet(t(2), seg(CLIENT, VIP, ack, b""));
+            let acks = drain(r);
+            assert_eq!(acks.len(), n as usize);
+            for (j, a) in acks.iter().enumerate() {
+                assert_eq!(a.r.ack, SeqNum(isns[j]).add(1), "third ACK translated per replica");
+                assert!(a.r.timestamps.unwrap().1 <= 5000 * (j as u32 + 1), "TSecr never ahead of the replica's clock");
+            }
+            return (risn, isns);
+        }
+    }
+    unreachable!()
+}
+
+fn ack_from(i: u8, isn: u32, cack: SeqNum, win: u16) -> Packet {
+    let mut a = Repr::new(PORT, CPORT, SeqNum(isn).add(1), cack, flags::ACK, win);
+    a.timestamps = Some((6000, 1001));
+    seg(replica(i), CLIENT, a, b"")
+}
+
+#[test]
+fn handshake_and_inbound_translation() {
+    let mut r = router(3);
+    let (risn, isns) = handshake(&mut r, 3);
+    // Client data: same bytes to every replica, ACK clipped to what each
+    // replica has sent (nothing beyond its SYN yet).
+    let mut d = Repr::new(CPORT, PORT, SeqNum(CISN).add(1), SeqNum(risn).add(1), flags::ACK | flags::PSH, 502);
+    d.timestamps = Some((1002, 0));
+    r.handle_packet(t(3), seg(CLIENT, VIP, d, b"hello"));
+    let out = drain(&mut r);
+    assert_eq!(out.len(), 3);
+    for (j, o) in out.iter().enumerate() {
+        assert_eq!(o.payload, b"hello");
+        assert_eq!(o.r.seq, SeqNum(CISN).add(1));
+        assert_eq!(o.r.ack, SeqNum(isns[j]).add(1));
+    }
+    // The client is acknowledged only when every replica acknowledged.
+    let want = SeqNum(CISN).add(6);
+    r.handle_packet(t(4), ack_from(1, isns[0], want, 500));
+    r.handle_packet(t(4), ack_from(2, isns[1], want, 500));
+    assert!(drain(&mut r).is_empty(), "min-ACK: not yet");
+    r.handle_packet(t(4), ack_from(3, isns[2], want, 400));
+    let out = drain(&mut r);
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].r.ack, want);
+    // Window: the smallest right edge (replica 1: 500 << 7 = 64000 bytes)
+    // expressed in the group scale 9.
+    assert_eq!(out[0].r.window, 64000 >> 9);
+}
+
+#[test]
+fn first_copy_wins_and_lagging_replica_is_acked_on_behalf() {
+    let mut r = router(2);
+    let (risn, isns) = handshake(&mut r, 2);
+    let cack = SeqNum(CISN).add(1);
+    let data = |i: u8, off: u32, p: &[u8]| {
+        let mut a = Repr::new(PORT, CPORT, SeqNum(isns[i as usize - 1]).add(1 + off), cack, flags::ACK | flags::PSH, 500);
+        a.timestamps = Some((7000, 1001));
+        seg(replica(i), CLIENT, a, p)
+    };
+    r.handle_packet(t(5), data(1, 0, b"abc"));
+    let out = drain(&mut r);
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].r.seq, SeqNum(risn).add(1), "replica seq translated to the router's space");
+    assert_eq!(out[0].payload, b"abc");
+    let ts5 = out[0].r.timestamps.unwrap().0;
+    // The client acknowledges it; replica 2 has not sent it yet, so its ACK
+    // is clipped to what it has sent.
+    let mut ca = Repr::new(CPORT, PORT, cack, SeqNum(risn).add(4), flags::ACK, 502);
+    ca.timestamps = Some((1003, ts5));
+    r.handle_packet(t(6), seg(CLIENT, VIP, ca, b""));
+    let out = drain(&mut r);
+    assert_eq!(out.len(), 2);
+    assert_eq!(out[0].r.ack, SeqNum(isns[0]).add(4));
+    assert_eq!(out[1].r.ack, SeqNum(isns[1]).add(1), "never ACK bytes a replica has not sent");
+    // Replica 2 now sends the same bytes: suppressed, and ACKed on the
+    // client's behalf since the client already has them.
+    r.handle_packet(t(7), data(2, 0, b"abc"));
+    let out = drain(&mut r);
+    assert_eq!(out.len(), 1, "no duplicate to the client, one ACK to replica 2");
+    assert_eq!(out[0].dst, replica(2));
+    assert_eq!(out[0].r.ack, SeqNum(isns[1]).add(4));
+    assert_eq!(r.counters().dropped(DropReason::DuplicateSuppressed), 1);
+    assert_eq!(r.counters().suppressed_bytes, 3);
+}
+
+#[test]
+fn rst_from_one_replica_evicts_it_and_last_one_resets_client() {
+    let mut r = router(2);
+    let (_risn, isns) = handshake(&mut r, 2);
+    let rst = |i: u8| seg(replica(i), CLIENT, Repr::new(PORT, CPORT, SeqNum(isns[i as usize - 1]).add(1), SeqNum(0), flags::RST, 0), b"");
+    r.handle_packet(t(5), rst(1));
+    let out = drain(&mut r);
+    assert!(out.iter().all(|o| o.dst != CLIENT || o.r.flags & flags::RST == 0), "client not reset while a replica lives");
+    let ev: Vec<Event> = std::iter::from_fn(|| r.poll_event()).collect();
+    assert!(matches!(ev[0], Event::Evicted { reason: EvictReason::Reset, remaining: 1, .. }), "{ev:?}");
+    r.handle_packet(t(6), rst(2));
+    let out = drain(&mut r);
+    assert!(out.iter().any(|o| o.dst == CLIENT && o.r.flags & flags::RST != 0), "last replica gone: client reset");
+    assert_eq!(r.connections(), 0);
+}
+
+#[test]
+fn stalled_replica_is_evicted_after_detection_time() {
+    let mut r = router(2);
+    let (_risn, isns) = handshake(&mut r, 2);
+    let mut d = Repr::new(CPORT, PORT, SeqNum(CISN).add(1), SeqNum(0), flags::PSH, 502);
+    d.timestamps = Some((1002, 0));
+    r.handle_packet(t(10), seg(CLIENT, VIP, d, b"ping"));
+    drain(&mut r);
+    r.handle_packet(t(11), ack_from(1, isns[0], SeqNum(CISN).add(5), 500));
+    assert!(drain(&mut r).is_empty());
+    // Replica 2 stays silent: after 100 ms it is out and the client gets
+    // the ACK replica 1 gave.
+    let due = r.poll_timeout().expect("a failure timer");
+    assert!(due <= t(112), "timer at {due:?}");
+    r.handle_timeout(t(112));
+    let out = drain(&mut r);
+    assert!(out.iter().any(|o| o.dst == CLIENT && o.r.ack == SeqNum(CISN).add(5)), "ACK released after eviction");
+    assert!(out.iter().any(|o| o.dst == replica(2) && o.r.flags & flags::RST != 0), "evicted side reset");
+    let st = r.status();
+    assert!(!st.services[0].replicas[1].alive);
+    // A new connection skips the dead replica.
+    let syn = Repr::new(CPORT + 1, PORT, SeqNum(5), SeqNum(0), flags::SYN, 64240);
+    r.handle_packet(t(200), seg(CLIENT, VIP, syn, b""));
+    let out = drain(&mut r);
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].dst, replica(1));
+}
+
+#[test]
+fn unknown_port_refused_and_unknown_connection_dropped() {
+    let mut r = router(1);
+    let syn = Repr::new(CPORT, 9999, SeqNum(5), SeqNum(0), flags::SYN, 64240);
+    r.handle_packet(t(0), seg(CLIENT, VIP, syn, b""));
+    let out = drain(&mut r);
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].r.flags, flags::RST | flags::ACK);
+    assert_eq!(r.counters().dropped(DropReason::UnknownPort), 1);
+    let a = Repr::new(CPORT, PORT, SeqNum(5), SeqNum(9), flags::ACK, 1);
+    r.handle_packet(t(0), seg(CLIENT, VIP, a, b"x"));
+    assert!(drain(&mut r).is_empty());
+    assert_eq!(r.counters().dropped(DropReason::UnknownConnection), 1);
+}
+
+#[test]
+fn syn_flood_keeps_table_bounded() {
+    let mut c = Config::default();
+    c.services.push(Service { name: "t".into(), vip: VIP, ports: vec![PORT], replicas: vec![replica(1)] });
+    c.limits.max_half_open = 100;
+    c.limits.max_connections = 150;
+    let mut r = Router::new(c, [1; 16]);
+    for i in 0..10_000u32 {
+        let src = Ipv4Addr::from(0x0a00_0000 + i);
+        let syn = Repr::new(1024 + (i % 60000) as u16, PORT, SeqNum(i), SeqNum(0), flags::SYN, 1000);
+        r.handle_packet(t(i as u64), seg(src, VIP, syn, b""));
+        while r.poll_transmit().is_some() {}
+    }
+    assert!(r.connections() <= 100, "half-open bounded: {}", r.connections());
+    assert!(r.counters().dropped(DropReason::HalfOpenEvicted) >= 9_900);
+    // A real client still gets through: its SYN is the newest.
+    let (_risn, _isns) = {
+        let mut syn = Repr::new(CPORT, PORT, SeqNum(CISN), SeqNum(0), flags::SYN, 64240);
+        syn.timestamps = Some((1, 0));
+        r.handle_packet(t(20_000), seg(CLIENT, VIP, syn, b""));
+        let out = drain(&mut r);
+        assert_eq!(out.iter().filter(|o| o.r.flags == flags::SYN && o.src == CLIENT).count(), 1);
+        assert!(out.iter().all(|o| o.r.flags == flags::SYN || o.r.flags & flags::RST != 0), "the evicted half-open one is reset at the replica");
+        (0, 0)
+    };
+}
+
+#[test]
+fn bad_checksum_and_garbage_are_dropped_not_panicking() {
+    let mut r = router(2);
+    handshake(&mut r, 2);
+    let mut p = Repr::new(CPORT, PORT, SeqNum(CISN).add(1), SeqNum(0), flags::ACK, 1).emit_ipv4(CLIENT, VIP, b"data");
+    let n = p.len();
+    p[n - 1] ^= 0xff;
+    r.handle_packet(t(5), Packet::plain(p.clone()));
+    assert_eq!(r.counters().dropped(DropReason::BadChecksum), 1);
+    for cut in 0..p.len() {
+        r.handle_packet(t(5), Packet::plain(p[..cut].to_vec()));
+    }
+    assert!(r.counters().dropped(DropReason::Truncated) > 0);
+    let mut x: u32 = 12345;
+    for _ in 0..20_000 {
+        let mut q = p.clone();
+        for _ in 0..4 {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            let i = (x as usize) % q.len();
+            q[i] = (x >> 8) as u8;
+        }
+        r.handle_packet(t(6), Packet::plain(q));
+        while r.poll_transmit().is_some() {}
+    }
+}

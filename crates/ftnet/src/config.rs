@@ -1,0 +1,450 @@
+//! The operator's configuration file (`ftnet.toml`): parsing, validation
+//! with `file:line:col` errors, and mapping to [`ftnet_core::Config`].
+
+use ftnet_core::{Limits, Service, Timeouts};
+use serde::Deserialize;
+use std::collections::HashMap;
+use std::net::Ipv4Addr;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use toml::Spanned;
+
+/// A validated configuration file.
+#[derive(Debug, Clone)]
+pub struct FileConfig {
+    pub tun: String,
+    pub table: u32,
+    pub mtu: u32,
+    pub status_socket: PathBuf,
+    pub core: ftnet_core::Config,
+}
+
+/// A configuration error, already formatted as
+/// `file:line:col: what is wrong — how to fix`.
+#[derive(Debug)]
+pub struct ConfigError {
+    pub file: String,
+    pub line: usize,
+    pub col: usize,
+    pub msg: String,
+}
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}:{}: {}", self.file, self.line, self.col, self.msg)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    #[serde(default)]
+    router: Option<Spanned<RawRouter>>,
+    #[serde(default)]
+    limits: Option<RawLimits>,
+    #[serde(default)]
+    timeouts: Option<RawTimeouts>,
+    #[serde(default)]
+    service: Vec<RawService>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawRouter {
+    tun: Option<Spanned<String>>,
+    table: Option<Spanned<u32>>,
+    mtu: Option<Spanned<u32>>,
+    status_socket: Option<Spanned<String>>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawLimits {
+    max_connections: Option<Spanned<u64>>,
+    max_half_open: Option<Spanned<u64>>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawTimeouts {
+    failure_detection_ms: Option<Spanned<u64>>,
+    syn_retries: Option<Spanned<u32>>,
+    idle_s: Option<Spanned<u64>>,
+    handshake_s: Option<Spanned<u64>>,
+    time_wait_ms: Option<Spanned<u64>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawService {
+    name: Spanned<String>,
+    vip: Spanned<String>,
+    ports: Spanned<Vec<Spanned<u16>>>,
+    replicas: Spanned<Vec<Spanned<String>>>,
+}
+
+/// Read and validate `path`.
+pub fn load(path: &Path) -> anyhow::Result<FileConfig> {
+    use anyhow::Context;
+    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read config file {}", path.display()))?;
+    Ok(parse(&path.display().to_string(), &text)?)
+}
+
+/// Parse and validate configuration text; `file` is used in error messages.
+pub fn parse(file: &str, text: &str) -> Result<FileConfig, ConfigError> {
+    let err = |span: Option<Range<usize>>, msg: String| {
+        let (line, col) = line_col(text, span.map(|s| s.start).unwrap_or(0));
+        ConfigError { file: file.to_string(), line, col, msg }
+    };
+    let raw: RawConfig = toml::from_str(text).map_err(|e| {
+        let msg = e.message().trim().to_string();
+        let hint = if msg.contains("unknown field") {
+            " — remove it or check the spelling (see `ftnet router --help` for the format)"
+        } else if msg.contains("missing field") {
+            " — every [[service]] needs name, vip, ports and replicas"
+        } else {
+            ""
+        };
+        err(e.span(), format!("{msg}{hint}"))
+    })?;
+
+    // [router]
+    let router = raw.router.map(|r| r.into_inner()).unwrap_or_default();
+    let tun = match router.tun {
+        Some(t) => {
+            let name = t.get_ref();
+            if name.is_empty() || name.len() > 15 || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.') {
+                return Err(err(Some(t.span()), format!("tun name {name:?} is not a valid interface name — use 1 to 15 characters from [A-Za-z0-9._-]")));
+            }
+            name.clone()
+        }
+        None => "ftnet0".to_string(),
+    };
+    let table = match router.table {
+        Some(t) => {
+            let v = *t.get_ref();
+            // The table number doubles as the priority of our rules, which
+            // must come before the main table's rule at 32766.
+            if v == 0 || v > 32765 || (253..=255).contains(&v) {
+                return Err(err(Some(t.span()), format!("table {v} is not usable — pick a number from 1 to 32765 other than 253, 254, 255 (reserved; it is also the rules' priority)")));
+            }
+            v
+        }
+        None => 7000,
+    };
+    let mtu = match router.mtu {
+        Some(m) => {
+            let v = *m.get_ref();
+            if !(576..=65535).contains(&v) {
+                return Err(err(Some(m.span()), format!("mtu {v} out of range — use 576 to 65535 (1500 matches Ethernet)")));
+            }
+            v
+        }
+        None => 1500,
+    };
+    let status_socket = match router.status_socket {
+        Some(s) if s.get_ref().is_empty() => {
+            return Err(err(Some(s.span()), "status_socket is empty — give a path such as \"/run/ftnet/ftnet0.sock\"".into()))
+        }
+        Some(s) => PathBuf::from(s.into_inner()),
+        None => PathBuf::from(format!("/run/ftnet/{tun}.sock")),
+    };
+
+    // [limits]
+    let rl = raw.limits.unwrap_or_default();
+    let mut limits = Limits::default();
+    if let Some(v) = rl.max_connections {
+        if *v.get_ref() == 0 {
+            return Err(err(Some(v.span()), "max_connections is 0 — the router could accept nothing; use e.g. 65536".into()));
+        }
+        limits.max_connections = *v.get_ref() as usize;
+    }
+    if let Some(v) = rl.max_half_open {
+        if *v.get_ref() == 0 {
+            return Err(err(Some(v.span()), "max_half_open is 0 — no handshake could start; use e.g. 8192".into()));
+        }
+        if *v.get_ref() as usize > limits.max_connections {
+            return Err(err(Some(v.span()), format!("max_half_open {} exceeds max_connections {} — lower it", v.get_ref(), limits.max_connections)));
+        }
+        limits.max_half_open = *v.get_ref() as usize;
+    }
+
+    // [timeouts]
+    let rt = raw.timeouts.unwrap_or_default();
+    let mut timeouts = Timeouts::default();
+    if let Some(v) = rt.failure_detection_ms {
+        if *v.get_ref() == 0 {
+            return Err(err(Some(v.span()), "failure_detection_ms is 0 — every replica would be declared failed at once; use e.g. 100".into()));
+        }
+        timeouts.failure_detection = Duration::from_millis(*v.get_ref());
+    }
+    if let Some(v) = rt.syn_retries {
+        if *v.get_ref() > 10 {
+            return Err(err(Some(v.span()), format!("syn_retries {} is too many — a replica that ignores that many SYNs is dead; use 0 to 10", v.get_ref())));
+        }
+        timeouts.syn_retries = *v.get_ref();
+    }
+    if let Some(v) = rt.idle_s {
+        if *v.get_ref() == 0 {
+            return Err(err(Some(v.span()), "idle_s is 0 — connections would be forgotten immediately; use e.g. 600".into()));
+        }
+        timeouts.idle = Duration::from_secs(*v.get_ref());
+    }
+    if let Some(v) = rt.handshake_s {
+        if *v.get_ref() == 0 {
+            return Err(err(Some(v.span()), "handshake_s is 0 — no handshake could complete; use e.g. 20".into()));
+        }
+        timeouts.handshake = Duration::from_secs(*v.get_ref());
+    }
+    if let Some(v) = rt.time_wait_ms {
+        timeouts.time_wait = Duration::from_millis(*v.get_ref());
+    }
+
+    // [[service]]
+    if raw.service.is_empty() {
+        return Err(err(None, "no [[service]] defined — add one with name, vip, ports and replicas".into()));
+    }
+    let mut services: Vec<Service> = Vec::new();
+    let mut names: HashMap<String, ()> = HashMap::new();
+    // (vip, port) -> service name, and (replica, port) -> service name: a
+    // reply from a replica port must map to exactly one service.
+    let mut claimed: HashMap<(Ipv4Addr, u16), String> = HashMap::new();
+    let mut replica_claimed: HashMap<(Ipv4Addr, u16), String> = HashMap::new();
+    let mut replica_spans: Vec<(Ipv4Addr, Range<usize>)> = Vec::new();
+    for s in raw.service {
+        let name = s.name.get_ref().clone();
+        if name.is_empty() || name.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            return Err(err(Some(s.name.span()), format!("service name {name:?} is empty or has whitespace — use a short identifier such as \"redis\"")));
+        }
+        if names.insert(name.clone(), ()).is_some() {
+            return Err(err(Some(s.name.span()), format!("service name {name:?} is used twice — give each [[service]] its own name")));
+        }
+        let vip = parse_ip(s.vip.get_ref()).map_err(|m| err(Some(s.vip.span()), format!("vip {:?}: {m}", s.vip.get_ref())))?;
+        if s.ports.get_ref().is_empty() {
+            return Err(err(Some(s.ports.span()), format!("service {name:?} has no ports — list at least one, e.g. ports = [6379]")));
+        }
+        let mut ports = Vec::new();
+        for p in s.ports.get_ref() {
+            let port = *p.get_ref();
+            if port == 0 {
+                return Err(err(Some(p.span()), "port 0 is not a real port — use 1 to 65535".into()));
+            }
+            if ports.contains(&port) {
+                return Err(err(Some(p.span()), format!("port {port} is listed twice — remove the duplicate")));
+            }
+            if let Some(other) = claimed.insert((vip, port), name.clone()) {
+                return Err(err(Some(p.span()), format!("{vip}:{port} is already served by service {other:?} — one VIP:port belongs to one service")));
+            }
+            ports.push(port);
+        }
+        if s.replicas.get_ref().is_empty() {
+            return Err(err(Some(s.replicas.span()), format!("service {name:?} has no replicas — list at least one address, e.g. replicas = [\"198.18.11.2\"]")));
+        }
+        let mut replicas = Vec::new();
+        for r in s.replicas.get_ref() {
+            let ip = parse_ip(r.get_ref()).map_err(|m| err(Some(r.span()), format!("replica {:?}: {m}", r.get_ref())))?;
+            if replicas.contains(&ip) {
+                return Err(err(Some(r.span()), format!("replica {ip} is listed twice — remove the duplicate")));
+            }
+            for port in &ports {
+                if let Some(other) = replica_claimed.insert((ip, *port), name.clone()) {
+                    return Err(err(Some(r.span()), format!("replica {ip} port {port} already belongs to service {other:?} — its replies could not be told apart; use another replica address or port")));
+                }
+            }
+            replica_spans.push((ip, r.span()));
+            replicas.push(ip);
+        }
+        services.push(Service { name, vip, ports, replicas });
+    }
+    // Checked after all services are known: a replica may be listed before
+    // the service whose VIP it collides with.
+    for (ip, span) in &replica_spans {
+        if let Some(s) = services.iter().find(|s| s.vip == *ip) {
+            return Err(err(Some(span.clone()), format!("replica {ip} is the virtual IP of service {:?} — a replica needs its own real address", s.name)));
+        }
+    }
+    Ok(FileConfig { tun, table, mtu, status_socket, core: ftnet_core::Config { services, timeouts, limits } })
+}
+
+fn parse_ip(s: &str) -> Result<Ipv4Addr, String> {
+    let ip: Ipv4Addr = s.parse().map_err(|_| "not an IPv4 address — write it like \"198.19.0.1\"".to_string())?;
+    if ip.is_unspecified() || ip.is_broadcast() || ip.is_multicast() || ip.is_loopback() {
+        return Err("is not a unicast host address — use a routable unicast address".into());
+    }
+    Ok(ip)
+}
+
+/// 1-based line and column (in characters) of a byte offset.
+fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let offset = offset.min(text.len());
+    let before = &text[..text.floor_char_boundary_compat(offset)];
+    let line = before.matches('\n').count() + 1;
+    let col = before.rsplit('\n').next().map(|l| l.chars().count()).unwrap_or(0) + 1;
+    (line, col)
+}
+
+trait FloorCharBoundary {
+    fn floor_char_boundary_compat(&self, i: usize) -> usize;
+}
+
+impl FloorCharBoundary for str {
+    fn floor_char_boundary_compat(&self, mut i: usize) -> usize {
+        while i > 0 && !self.is_char_boundary(i) {
+            i -= 1;
+        }
+        i
+    }
+}
+
+/// Write a lab configuration (used by `ftnet lab up`).
+pub fn render_lab(vip: Ipv4Addr, ports: &[u16], replicas: &[Ipv4Addr], failure_ms: u64, socket: &Path) -> String {
+    let q = |v: &[String]| v.join(", ");
+    format!(
+        "# written by `ftnet lab up`\n[router]\ntun = \"ftnet0\"\ntable = 7000\nstatus_socket = \"{}\"\n\n[timeouts]\nfailure_detection_ms = {failure_ms}\n\n[[service]]\nname = \"lab\"\nvip = \"{vip}\"\nports = [{}]\nreplicas = [{}]\n",
+        socket.display(),
+        q(&ports.iter().map(|p| p.to_string()).collect::<Vec<_>>()),
+        q(&replicas.iter().map(|r| format!("\"{r}\"")).collect::<Vec<_>>()),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+[router]
+tun = "ftnet0"
+table = 7000
+status_socket = "/run/ftnet/ftnet0.sock"
+[limits]
+max_connections = 65536
+max_half_open = 8192
+[timeouts]
+failure_detection_ms = 100
+syn_retries = 1
+idle_s = 600
+handshake_s = 20
+time_wait_ms = 2000
+[[service]]
+name = "redis"
+vip = "198.19.0.1"
+ports = [6379]
+replicas = ["198.18.11.2", "198.18.12.2", "198.18.13.2"]
+"#;
+
+    /// Parse, expect an error, and check it points at `line` and mentions `needle`.
+    fn bad(text: &str, line: usize, needle: &str) {
+        let e = parse("t.toml", text).expect_err("config should be rejected");
+        let s = e.to_string();
+        assert!(s.starts_with(&format!("t.toml:{line}:")), "wrong line in {s:?}, want {line}");
+        assert!(s.contains(needle), "{s:?} should mention {needle:?}");
+        assert!(s.contains(" — "), "{s:?} should say how to fix it");
+    }
+
+    #[test]
+    fn good_config_maps_to_core() {
+        let c = parse("t.toml", GOOD).unwrap();
+        assert_eq!(c.tun, "ftnet0");
+        assert_eq!(c.table, 7000);
+        assert_eq!(c.status_socket, PathBuf::from("/run/ftnet/ftnet0.sock"));
+        assert_eq!(c.core.services.len(), 1);
+        let s = &c.core.services[0];
+        assert_eq!(s.vip, Ipv4Addr::new(198, 19, 0, 1));
+        assert_eq!(s.ports, vec![6379]);
+        assert_eq!(s.replicas.len(), 3);
+        assert_eq!(c.core.timeouts.failure_detection, Duration::from_millis(100));
+        assert_eq!(c.core.timeouts.time_wait, Duration::from_millis(2000));
+        assert_eq!(c.core.limits.max_half_open, 8192);
+    }
+
+    #[test]
+    fn defaults() {
+        let c = parse("t.toml", "[[service]]\nname = \"a\"\nvip = \"10.0.0.1\"\nports = [80]\nreplicas = [\"10.0.1.1\"]\n").unwrap();
+        assert_eq!(c.tun, "ftnet0");
+        assert_eq!(c.table, 7000);
+        assert_eq!(c.mtu, 1500);
+        assert_eq!(c.status_socket, PathBuf::from("/run/ftnet/ftnet0.sock"));
+        assert_eq!(c.core.timeouts, Timeouts::default());
+    }
+
+    #[test]
+    fn lab_rendering_parses() {
+        let r = [Ipv4Addr::new(198, 18, 11, 2), Ipv4Addr::new(198, 18, 12, 2)];
+        let t = render_lab(Ipv4Addr::new(198, 19, 0, 1), &[6379, 80], &r, 50, Path::new("/run/x.sock"));
+        let c = parse("lab.toml", &t).unwrap();
+        assert_eq!(c.core.services[0].ports, vec![6379, 80]);
+        assert_eq!(c.core.timeouts.failure_detection, Duration::from_millis(50));
+    }
+
+    #[test]
+    fn unknown_key() {
+        bad(&GOOD.replace("idle_s = 600", "idle_secs = 600"), 12, "unknown field");
+        bad(&GOOD.replace("[router]\n", "[router]\nfoo = 1\n"), 3, "unknown field");
+        bad(&format!("{GOOD}color = \"red\"\n"), 20, "unknown field");
+    }
+
+    #[test]
+    fn invalid_vip() {
+        bad(&GOOD.replace("198.19.0.1", "198.19.0.300"), 17, "not an IPv4 address");
+        bad(&GOOD.replace("198.19.0.1", "224.0.0.1"), 17, "unicast");
+    }
+
+    #[test]
+    fn invalid_replica() {
+        bad(&GOOD.replace("\"198.18.12.2\"", "\"198.18.12\""), 19, "not an IPv4 address");
+    }
+
+    #[test]
+    fn empty_replicas() {
+        bad(&GOOD.replace(r#"["198.18.11.2", "198.18.12.2", "198.18.13.2"]"#, "[]"), 19, "no replicas");
+    }
+
+    #[test]
+    fn duplicate_replica() {
+        bad(&GOOD.replace("198.18.13.2", "198.18.11.2"), 19, "listed twice");
+    }
+
+    #[test]
+    fn port_zero_and_range() {
+        bad(&GOOD.replace("ports = [6379]", "ports = [6379, 0]"), 18, "port 0");
+        bad(&GOOD.replace("ports = [6379]", "ports = [70000]"), 18, "");
+        bad(&GOOD.replace("ports = [6379]", "ports = []"), 18, "no ports");
+    }
+
+    #[test]
+    fn vip_port_claimed_twice() {
+        let t = format!("{GOOD}\n[[service]]\nname = \"other\"\nvip = \"198.19.0.1\"\nports = [80, 6379]\nreplicas = [\"198.18.21.2\"]\n");
+        bad(&t, 24, "already served by service \"redis\"");
+    }
+
+    #[test]
+    fn replica_equals_vip() {
+        let t = format!("{GOOD}\n[[service]]\nname = \"other\"\nvip = \"198.19.0.2\"\nports = [80]\nreplicas = [\"198.19.0.1\"]\n");
+        bad(&t, 25, "virtual IP");
+    }
+
+    #[test]
+    fn failure_detection_zero() {
+        bad(&GOOD.replace("failure_detection_ms = 100", "failure_detection_ms = 0"), 10, "failure_detection_ms is 0");
+    }
+
+    #[test]
+    fn bad_table_and_tun() {
+        bad(&GOOD.replace("table = 7000", "table = 254"), 4, "table 254");
+        bad(&GOOD.replace("tun = \"ftnet0\"", "tun = \"a-very-long-tun-name\""), 3, "interface name");
+    }
+
+    #[test]
+    fn missing_field_and_no_service() {
+        bad(&GOOD.replace("ports = [6379]\n", ""), 17, "missing field");
+        bad("[router]\ntun = \"x\"\n", 1, "no [[service]]");
+    }
+
+    #[test]
+    fn wrong_type() {
+        bad(&GOOD.replace("syn_retries = 1", "syn_retries = \"one\""), 11, "");
+    }
+}

@@ -1,0 +1,104 @@
+//! `ftnet status`: read a snapshot from the router's socket and print it.
+
+use anyhow::Context;
+use serde_json::Value;
+use std::io::Read;
+use std::path::Path;
+use std::time::Duration;
+
+/// Fetch the raw JSON snapshot.
+pub fn fetch(socket: &Path) -> anyhow::Result<Value> {
+    let mut s = std::os::unix::net::UnixStream::connect(socket).map_err(|e| {
+        anyhow::anyhow!(
+            "no router answering on {}: is `ftnet router` running in this network namespace? ({e})",
+            socket.display()
+        )
+    })?;
+    s.set_read_timeout(Some(Duration::from_secs(3)))?;
+    let mut text = String::new();
+    s.read_to_string(&mut text).with_context(|| format!("reading status from {}", socket.display()))?;
+    serde_json::from_str(&text).with_context(|| format!("router on {} sent unparsable status", socket.display()))
+}
+
+pub fn show(socket: &Path, json: bool) -> anyhow::Result<()> {
+    let v = fetch(socket)?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    } else {
+        print!("{}", render(&v));
+    }
+    Ok(())
+}
+
+fn u(v: &Value) -> u64 {
+    v.as_u64().unwrap_or(0)
+}
+
+/// Human-readable table of a snapshot.
+pub fn render(v: &Value) -> String {
+    use std::fmt::Write;
+    let mut o = String::new();
+    let st = &v["status"];
+    let _ = writeln!(
+        o,
+        "router pid {} on {}, up {:.1} s — {} connection(s), {} half-open",
+        u(&v["pid"]),
+        v["tun"].as_str().unwrap_or("?"),
+        v["uptime_s"].as_f64().unwrap_or(0.0),
+        u(&st["connections"]),
+        u(&st["half_open"]),
+    );
+    let services = st["services"].as_array().cloned().unwrap_or_default();
+    if services.is_empty() {
+        let _ = writeln!(o, "(the router reports no per-service state yet)");
+    }
+    for s in &services {
+        let ports: Vec<String> = s["ports"].as_array().map(|a| a.iter().map(|p| u(p).to_string()).collect()).unwrap_or_default();
+        let _ = writeln!(
+            o,
+            "\nservice {}  vip {}  ports {}  connections {}",
+            s["name"].as_str().unwrap_or("?"),
+            s["vip"].as_str().unwrap_or("?"),
+            ports.join(","),
+            u(&s["connections"])
+        );
+        let _ = writeln!(o, "  {:<16} {:<8} {:>11} {:>14} {:>13}", "replica", "state", "connections", "lag out bytes", "lag in bytes");
+        for r in s["replicas"].as_array().cloned().unwrap_or_default() {
+            let _ = writeln!(
+                o,
+                "  {:<16} {:<8} {:>11} {:>14} {:>13}",
+                r["addr"].as_str().unwrap_or("?"),
+                if r["alive"].as_bool().unwrap_or(false) { "alive" } else { "evicted" },
+                u(&r["connections"]),
+                u(&r["lag_out_bytes"]),
+                u(&r["lag_in_bytes"]),
+            );
+        }
+    }
+    let c = &st["counters"];
+    let _ = writeln!(o, "\ncounters:");
+    for k in [
+        "packets_in", "packets_out", "client_bytes_in", "client_bytes_out", "suppressed_bytes",
+        "connections_opened", "evictions", "connections_lost", "acks_on_behalf",
+    ] {
+        let _ = writeln!(o, "  {k:<20} {}", u(&c[k]));
+    }
+    let drops: Vec<(String, u64)> = st["drops"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|d| Some((d.get(0)?.as_str()?.to_string(), d.get(1)?.as_u64()?)))
+                .filter(|(_, n)| *n > 0)
+                .collect()
+        })
+        .unwrap_or_default();
+    if drops.is_empty() {
+        let _ = writeln!(o, "drops: none");
+    } else {
+        let _ = writeln!(o, "drops:");
+        for (k, n) in drops {
+            let _ = writeln!(o, "  {k:<20} {n}");
+        }
+    }
+    o
+}

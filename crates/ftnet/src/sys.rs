@@ -1,0 +1,123 @@
+//! Small OS helpers: signal flag, monotonic clock, random secret, process
+//! groups.
+
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+
+static STOP: AtomicBool = AtomicBool::new(false);
+static LAST_SIGNAL: AtomicI32 = AtomicI32::new(0);
+
+extern "C" fn on_signal(sig: libc::c_int) {
+    // Only async-signal-safe work here: two atomic stores.
+    LAST_SIGNAL.store(sig, Ordering::SeqCst);
+    STOP.store(true, Ordering::SeqCst);
+}
+
+/// Route SIGINT and SIGTERM (and SIGHUP) to a flag the main loop polls. No
+/// SA_RESTART, so a blocking poll(2) or wait returns EINTR promptly.
+pub fn install_stop_handler() {
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        // SAFETY: `sa` is zero-initialised (a valid sigaction), the handler is an
+        // `extern "C"` function that only performs atomic stores, which is
+        // async-signal-safe.
+        unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = on_signal as *const () as usize;
+            sa.sa_flags = 0;
+            libc::sigemptyset(&mut sa.sa_mask);
+            libc::sigaction(sig, &sa, std::ptr::null_mut());
+        }
+    }
+}
+
+/// Ignore SIGINT/SIGHUP (the reaper must survive the terminal's Ctrl-C).
+pub fn ignore_interrupts() {
+    for sig in [libc::SIGINT, libc::SIGHUP, libc::SIGPIPE] {
+        // SAFETY: setting a signal's disposition to SIG_IGN has no memory effects.
+        unsafe {
+            libc::signal(sig, libc::SIG_IGN);
+        }
+    }
+}
+
+/// Ignore SIGPIPE so a status client hanging up does not kill the router.
+pub fn ignore_sigpipe() {
+    // SAFETY: setting a signal's disposition to SIG_IGN has no memory effects.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_IGN);
+    }
+}
+
+pub fn stop_requested() -> bool {
+    STOP.load(Ordering::SeqCst)
+}
+
+pub fn last_signal() -> i32 {
+    LAST_SIGNAL.load(Ordering::SeqCst)
+}
+
+/// Microseconds on the monotonic clock since `origin` (std's `Instant` is
+/// CLOCK_MONOTONIC on Linux).
+pub fn micros_since(origin: std::time::Instant) -> u64 {
+    origin.elapsed().as_micros() as u64
+}
+
+/// 16 random bytes for the router's ISN secret.
+pub fn random_secret() -> std::io::Result<[u8; 16]> {
+    use std::io::Read;
+    let mut b = [0u8; 16];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut b)?;
+    Ok(b)
+}
+
+/// Send `sig` to every process of group `pgid`.
+pub fn kill_group(pgid: i32, sig: i32) -> std::io::Result<()> {
+    // SAFETY: kill(2) takes plain integers; a negative pid addresses a group.
+    if unsafe { libc::kill(-pgid, sig) } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Send `sig` to one process.
+pub fn kill_pid(pid: i32, sig: i32) -> std::io::Result<()> {
+    // SAFETY: kill(2) takes plain integers.
+    if unsafe { libc::kill(pid, sig) } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Put a child in its own session (and so its own process group) before it
+/// execs: it survives our terminal's Ctrl-C and can be killed as a group.
+pub fn detach(cmd: &mut std::process::Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: the closure runs between fork and exec and calls only setsid(2),
+    // which is async-signal-safe; it allocates nothing.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::setsid() < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
+/// Processes whose process group is `pgid`: (pid, command name).
+pub fn group_members(pgid: i32) -> Vec<(i32, String)> {
+    let mut out = Vec::new();
+    let Ok(dir) = std::fs::read_dir("/proc") else { return out };
+    for e in dir.flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else { continue };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
+        // Fields after the parenthesised comm (which may contain spaces):
+        // state ppid pgrp ...
+        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else { continue };
+        let comm = stat[open + 1..close].to_string();
+        let rest: Vec<&str> = stat[close + 1..].split_whitespace().collect();
+        if rest.len() > 2 && rest[2].parse::<i32>().ok() == Some(pgid) && rest[0] != "Z" {
+            out.push((pid, comm));
+        }
+    }
+    out
+}

@@ -1,0 +1,402 @@
+//! Simulated hosts: a smoltcp interface on an in-memory device, plus the
+//! application (echo client or echo server) that drives its sockets.
+
+use crate::params::{Close, HostParams};
+use rand::rngs::SmallRng;
+use rand::Rng;
+use smoltcp::iface::{Config as IfConfig, Interface, SocketHandle, SocketSet};
+use smoltcp::phy::{self, Device, DeviceCapabilities, Medium};
+use smoltcp::socket::tcp::{self, State};
+use smoltcp::time::{Duration as SDuration, Instant as SInstant};
+use smoltcp::wire::{HardwareAddress, IpAddress, IpCidr, IpEndpoint};
+use std::cell::Cell;
+use std::collections::{HashMap, VecDeque};
+use std::net::Ipv4Addr;
+
+thread_local! {
+    /// Virtual time of the run on this thread, for the TSval generators
+    /// (smoltcp takes a plain `fn() -> u32`, not a closure).
+    static NOW_US: Cell<u64> = const { Cell::new(0) };
+}
+
+pub(crate) fn set_now(us: u64) {
+    NOW_US.with(|c| c.set(us));
+}
+
+fn now_ms() -> u32 {
+    NOW_US.with(|c| (c.get() / 1000) as u32)
+}
+
+fn ts0() -> u32 {
+    now_ms()
+}
+fn ts1() -> u32 {
+    now_ms().wrapping_add(0x7fff_0000)
+}
+/// Wraps about 1 s into the run (RFC 7323 §5.2 wrap-around).
+fn ts2() -> u32 {
+    now_ms().wrapping_add(0xffff_fc00)
+}
+/// A 10 kHz clock.
+fn ts3() -> u32 {
+    NOW_US.with(|c| (c.get() / 100) as u32).wrapping_add(123_456_789)
+}
+fn ts4() -> u32 {
+    now_ms().wrapping_add(3_000_000_000)
+}
+
+/// TSval generators with different offsets and rates, so that replicas'
+/// timestamp clocks differ from each other and from the client's.
+pub(crate) const TS_GENS: [tcp::TcpTimestampGenerator; crate::params::TS_GEN_COUNT] = [ts0, ts1, ts2, ts3, ts4];
+
+/// An in-memory device: the sim pushes received packets into `rx` and
+/// drains `tx`.
+pub(crate) struct SimDevice {
+    pub rx: VecDeque<Vec<u8>>,
+    pub tx: Vec<Vec<u8>>,
+    mtu: usize,
+}
+
+pub(crate) struct RxTok(Vec<u8>);
+pub(crate) struct TxTok<'a>(&'a mut Vec<Vec<u8>>);
+
+impl phy::RxToken for RxTok {
+    fn consume<R, F: FnOnce(&[u8]) -> R>(self, f: F) -> R {
+        f(&self.0)
+    }
+}
+
+impl phy::TxToken for TxTok<'_> {
+    fn consume<R, F: FnOnce(&mut [u8]) -> R>(self, len: usize, f: F) -> R {
+        let mut b = vec![0u8; len];
+        let r = f(&mut b);
+        self.0.push(b);
+        r
+    }
+}
+
+impl Device for SimDevice {
+    type RxToken<'a> = RxTok;
+    type TxToken<'a> = TxTok<'a>;
+
+    fn receive(&mut self, _t: SInstant) -> Option<(RxTok, TxTok<'_>)> {
+        let p = self.rx.pop_front()?;
+        Some((RxTok(p), TxTok(&mut self.tx)))
+    }
+
+    fn transmit(&mut self, _t: SInstant) -> Option<TxTok<'_>> {
+        Some(TxTok(&mut self.tx))
+    }
+
+    fn capabilities(&self) -> DeviceCapabilities {
+        let mut c = DeviceCapabilities::default();
+        c.medium = Medium::Ip;
+        c.max_transmission_unit = self.mtu;
+        c
+    }
+}
+
+/// One client connection: a seeded byte stream written in random-sized
+/// chunks and the echo read back.
+pub(crate) struct ClientConn {
+    pub handle: SocketHandle,
+    pub port: u16,
+    pub data: Vec<u8>,
+    pub sent: usize,
+    pub recvd: Vec<u8>,
+    pub close_called: bool,
+    /// Went through an orderly closing state (FIN exchange).
+    pub orderly: bool,
+    pub established: bool,
+    /// The socket fell to CLOSED without an orderly close: reset or abort.
+    pub reset: bool,
+}
+
+impl ClientConn {
+    pub fn done(&self, close: Close, state: State) -> bool {
+        self.recvd.len() == self.data.len()
+            && match close {
+                Close::Never => true,
+                _ => self.close_called && matches!(state, State::TimeWait | State::Closed) && !self.reset,
+            }
+    }
+}
+
+/// One server socket of a replica.
+pub(crate) struct ServerSock {
+    pub handle: SocketHandle,
+    /// Client port of the connection it accepted.
+    pub peer_port: Option<u16>,
+    pub rx: Vec<u8>,
+    pub pending: VecDeque<u8>,
+    pub saw_fin: bool,
+    pub close_called: bool,
+}
+
+pub(crate) enum App {
+    Client { conns: Vec<ClientConn>, close: Close, max_write: usize },
+    Server { socks: Vec<ServerSock>, port: u16 },
+}
+
+pub(crate) struct Host {
+    pub name: String,
+    pub ip: Ipv4Addr,
+    pub iface: Interface,
+    pub dev: SimDevice,
+    pub sockets: SocketSet<'static>,
+    pub alive: bool,
+    pub params: HostParams,
+    pub app: App,
+}
+
+fn new_socket(p: &HostParams) -> tcp::Socket<'static> {
+    let mut s = tcp::Socket::new(tcp::SocketBuffer::new(vec![0u8; p.rx_buf]), tcp::SocketBuffer::new(vec![0u8; p.tx_buf]));
+    s.set_tsval_generator(p.ts_gen.map(|i| TS_GENS[i]));
+    s.set_nagle_enabled(p.nagle);
+    s.set_ack_delay(p.ack_delay_ms.map(SDuration::from_millis));
+    s
+}
+
+impl Host {
+    fn new(name: String, ip: Ipv4Addr, params: HostParams, seed: u64, app: App) -> Host {
+        let mut dev = SimDevice { rx: VecDeque::new(), tx: Vec::new(), mtu: params.mtu };
+        let mut cfg = IfConfig::new(HardwareAddress::Ip);
+        cfg.random_seed = seed;
+        let mut iface = Interface::new(cfg, &mut dev, SInstant::from_micros(0));
+        // 198.18.0.0/15 holds the client, the VIP and every replica, so no
+        // route is needed.
+        iface.update_ip_addrs(|a| {
+            let _ = a.push(IpCidr::new(IpAddress::Ipv4(ip), 15));
+        });
+        Host { name, ip, iface, dev, sockets: SocketSet::new(Vec::new()), alive: true, params, app }
+    }
+
+    /// A client with `conns` connections to `server`, each carrying its own
+    /// seeded stream of `bytes` bytes.
+    #[allow(clippy::too_many_arguments)]
+    pub fn client(
+        ip: Ipv4Addr,
+        params: HostParams,
+        seed: u64,
+        server: (Ipv4Addr, u16),
+        conns: usize,
+        bytes: usize,
+        close: Close,
+        max_write: usize,
+        rng: &mut SmallRng,
+    ) -> Host {
+        let mut h = Host::new("client".into(), ip, params, seed, App::Client { conns: Vec::new(), close, max_write });
+        let base: u16 = rng.gen_range(20000..60000);
+        let mut list = Vec::new();
+        for i in 0..conns {
+            let port = base + i as u16 * 7;
+            let mut s = new_socket(&h.params);
+            s.connect(h.iface.context(), IpEndpoint::new(IpAddress::Ipv4(server.0), server.1), port).expect("connect");
+            let handle = h.sockets.add(s);
+            let mut data = vec![0u8; bytes];
+            rng.fill(&mut data[..]);
+            list.push(ClientConn {
+                handle,
+                port,
+                data,
+                sent: 0,
+                recvd: Vec::new(),
+                close_called: false,
+                orderly: false,
+                established: false,
+                reset: false,
+            });
+        }
+        if let App::Client { conns, .. } = &mut h.app {
+            *conns = list;
+        }
+        h
+    }
+
+    pub fn server(name: String, ip: Ipv4Addr, params: HostParams, seed: u64, port: u16, listeners: usize) -> Host {
+        let mut h = Host::new(name, ip, params, seed, App::Server { socks: Vec::new(), port });
+        for _ in 0..listeners {
+            h.add_listener();
+        }
+        h
+    }
+
+    fn add_listener(&mut self) {
+        let App::Server { socks, port } = &mut self.app else { return };
+        let mut s = new_socket(&self.params);
+        s.listen(*port).expect("listen");
+        let handle = self.sockets.add(s);
+        socks.push(ServerSock { handle, peer_port: None, rx: Vec::new(), pending: VecDeque::new(), saw_fin: false, close_called: false });
+    }
+
+    /// Let the stack process input and timers, then the application, until
+    /// nothing changes. Returns an application-level invariant violation.
+    pub fn step(&mut self, now_us: u64, rng: &mut SmallRng) -> Result<(), String> {
+        let t = SInstant::from_micros(now_us as i64);
+        for _ in 0..64 {
+            self.iface.poll(t, &mut self.dev, &mut self.sockets);
+            let progressed = self.run_app(rng)?;
+            if !progressed {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// Returns whether the application moved data or changed a socket.
+    fn run_app(&mut self, rng: &mut SmallRng) -> Result<bool, String> {
+        let mut progressed = false;
+        match &mut self.app {
+            App::Client { conns, close, max_write } => {
+                for (ci, c) in conns.iter_mut().enumerate() {
+                    let s = self.sockets.get_mut::<tcp::Socket>(c.handle);
+                    let st = s.state();
+                    match st {
+                        State::SynSent | State::Closed | State::Listen => {}
+                        State::FinWait1 | State::FinWait2 | State::Closing | State::TimeWait | State::LastAck => {
+                            c.established = true;
+                            if c.close_called {
+                                c.orderly = true;
+                            }
+                        }
+                        _ => c.established = true,
+                    }
+                    if st == State::Closed && c.established && !c.orderly && !c.reset {
+                        c.reset = true;
+                    }
+                    // Write a random number of random-sized chunks.
+                    let writes = rng.gen_range(1..=4);
+                    for _ in 0..writes {
+                        if c.sent >= c.data.len() || !s.can_send() {
+                            break;
+                        }
+                        let n = rng.gen_range(1..=*max_write).min(c.data.len() - c.sent);
+                        let w = s.send_slice(&c.data[c.sent..c.sent + n]).unwrap_or(0);
+                        c.sent += w;
+                        progressed |= w > 0;
+                        if w < n {
+                            break;
+                        }
+                    }
+                    if *close == Close::AfterSend && c.sent == c.data.len() && !c.close_called {
+                        s.close();
+                        c.close_called = true;
+                        progressed = true;
+                    }
+                    while s.can_recv() {
+                        let before = c.recvd.len();
+                        let _ = s.recv(|b| {
+                            c.recvd.extend_from_slice(b);
+                            (b.len(), ())
+                        });
+                        let after = c.recvd.len();
+                        if after == before {
+                            break;
+                        }
+                        progressed = true;
+                        if after > c.data.len() {
+                            return Err(format!("client conn {ci} (port {}): received {after} bytes, more than the {} sent", c.port, c.data.len()));
+                        }
+                        if c.recvd[before..] != c.data[before..after] {
+                            let off = before + c.recvd[before..].iter().zip(&c.data[before..after]).position(|(a, b)| a != b).unwrap_or(0);
+                            return Err(format!(
+                                "client conn {ci} (port {}): echo differs from the sent stream at byte {off}: got {:#04x}, sent {:#04x}",
+                                c.port, c.recvd[off], c.data[off]
+                            ));
+                        }
+                    }
+                    if *close == Close::AfterEcho && c.recvd.len() == c.data.len() && !c.close_called {
+                        s.close();
+                        c.close_called = true;
+                        progressed = true;
+                    }
+                }
+            }
+            App::Server { socks, .. } => {
+                for k in socks.iter_mut() {
+                    let s = self.sockets.get_mut::<tcp::Socket>(k.handle);
+                    if k.peer_port.is_none() {
+                        if let Some(ep) = s.remote_endpoint() {
+                            if !matches!(s.state(), State::Listen | State::SynReceived) {
+                                k.peer_port = Some(ep.port);
+                                progressed = true;
+                            }
+                        }
+                    }
+                    while s.can_recv() {
+                        let mut got = 0;
+                        let _ = s.recv(|b| {
+                            k.rx.extend_from_slice(b);
+                            k.pending.extend(b.iter().copied());
+                            got = b.len();
+                            (b.len(), ())
+                        });
+                        if got == 0 {
+                            break;
+                        }
+                        progressed = true;
+                    }
+                    while !k.pending.is_empty() && s.can_send() {
+                        let (a, b) = k.pending.as_slices();
+                        let chunk = if a.is_empty() { b } else { a };
+                        let w = s.send_slice(chunk).unwrap_or(0);
+                        if w == 0 {
+                            break;
+                        }
+                        k.pending.drain(..w);
+                        progressed = true;
+                    }
+                    if k.peer_port.is_some() && !s.may_recv() && !k.saw_fin && matches!(s.state(), State::CloseWait | State::LastAck | State::Closing | State::TimeWait) {
+                        k.saw_fin = true;
+                        progressed = true;
+                    }
+                    if k.saw_fin && k.pending.is_empty() && !k.close_called {
+                        s.close();
+                        k.close_called = true;
+                        progressed = true;
+                    }
+                }
+                // Keep two sockets listening so that later (and bogus)
+                // connections still find one; bounded so a SYN flood in the
+                // fuzz test cannot grow it without limit.
+                let listening = socks.iter().filter(|k| self.sockets.get::<tcp::Socket>(k.handle).state() == State::Listen).count();
+                if listening < 2 && socks.len() < 64 {
+                    self.add_listener();
+                    progressed = true;
+                }
+            }
+        }
+        Ok(progressed)
+    }
+
+    /// Abort every socket (RSTs go out on the next poll).
+    pub fn abort_all(&mut self) {
+        for (_, s) in self.sockets.iter_mut() {
+            if let smoltcp::socket::Socket::Tcp(t) = s {
+                t.abort();
+            }
+        }
+    }
+
+    pub fn poll_at(&mut self, now_us: u64) -> Option<u64> {
+        let t = SInstant::from_micros(now_us as i64);
+        self.iface.poll_at(t, &self.sockets).map(|i| i.total_micros().max(0) as u64)
+    }
+
+    pub fn state(&self, h: SocketHandle) -> State {
+        self.sockets.get::<tcp::Socket>(h).state()
+    }
+
+    pub fn send_queue(&self, h: SocketHandle) -> usize {
+        self.sockets.get::<tcp::Socket>(h).send_queue()
+    }
+
+    /// Server sockets by client port (only those that accepted a
+    /// connection).
+    pub fn by_peer(&self) -> HashMap<u16, &ServerSock> {
+        match &self.app {
+            App::Server { socks, .. } => socks.iter().filter_map(|k| k.peer_port.map(|p| (p, k))).collect(),
+            _ => HashMap::new(),
+        }
+    }
+}

@@ -1,0 +1,281 @@
+//! What one simulation run does: topology, network faults, TCP stack
+//! settings, workload and crash plan. Everything is data so that a failing
+//! run can be printed and reproduced from its seed alone.
+
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+/// Whether the ftnet router sits in the middle, or a plain forwarder
+/// (validates the harness and its invariants without the router).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Client connects to the VIP; the ftnet router replicates.
+    Router,
+    /// Client connects straight to replica 0 through a forwarder that only
+    /// routes by destination address. Other replicas stay idle.
+    Direct,
+}
+
+/// Faults applied to every link (client↔middle, middle↔each replica, both
+/// directions). Each link draws its own base delay from `delay_us`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NetParams {
+    /// Base one-way delay range, µs; each link gets a fixed value in it.
+    pub delay_us: (u64, u64),
+    /// Probability a packet is lost.
+    pub loss: f64,
+    /// Probability a packet is delivered twice.
+    pub dup: f64,
+    /// Probability a packet gets an extra random delay (reordering).
+    pub reorder: f64,
+    /// Largest extra delay of a reordered packet, µs.
+    pub reorder_max_us: u64,
+}
+
+impl NetParams {
+    /// No loss, no duplication, no reordering, 100 µs per link.
+    pub fn perfect() -> NetParams {
+        NetParams { delay_us: (100, 100), loss: 0.0, dup: 0.0, reorder: 0.0, reorder_max_us: 0 }
+    }
+    pub fn is_perfect(&self) -> bool {
+        self.loss == 0.0 && self.dup == 0.0 && self.reorder == 0.0
+    }
+}
+
+/// When the client closes its connections.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Close {
+    /// Never: the run ends when every byte is echoed and acknowledged.
+    Never,
+    /// As soon as the whole stream is written (half-close while the echo is
+    /// still flowing back).
+    AfterSend,
+    /// After the whole echo has been read back.
+    AfterEcho,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CrashKind {
+    /// The host disappears: its packets are dropped both ways (cut link,
+    /// power loss).
+    Silent,
+    /// Every socket is aborted (RST goes out), then the host goes silent
+    /// (`kill -9`).
+    Abort,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum CrashWhen {
+    /// At this virtual time, µs (may hit the handshake).
+    AtTime(u64),
+    /// When the client has had this fraction of all its bytes acknowledged.
+    AtProgress(f64),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Crash {
+    /// Index of the replica, 0-based.
+    pub replica: usize,
+    pub kind: CrashKind,
+    pub when: CrashWhen,
+}
+
+/// Faults injected on purpose to prove that the invariant checker catches
+/// them (harness self-tests).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Inject {
+    None,
+    /// Flip one payload byte of the n-th data segment delivered to the
+    /// client, fixing up the TCP checksum so that the stack accepts it.
+    CorruptToClient { nth: u64 },
+    /// The middle box drops everything it would emit.
+    DropMiddleOutput,
+}
+
+/// smoltcp settings of one host.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HostParams {
+    /// Device MTU; the stack's MSS is `mtu - 40`.
+    pub mtu: usize,
+    /// Receive buffer; above 64 KiB smoltcp uses window scaling.
+    pub rx_buf: usize,
+    pub tx_buf: usize,
+    /// Index into the TSval generators, `None` disables timestamps.
+    pub ts_gen: Option<usize>,
+    pub nagle: bool,
+    pub ack_delay_ms: Option<u64>,
+}
+
+impl HostParams {
+    pub fn default_host() -> HostParams {
+        HostParams { mtu: 1500, rx_buf: 65536, tx_buf: 65536, ts_gen: Some(0), nagle: true, ack_delay_ms: Some(10) }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Params {
+    pub mode: Mode,
+    /// Number of replicas, 1..=3 (more works too).
+    pub replicas: usize,
+    pub net: NetParams,
+    /// Concurrent client connections.
+    pub conns: usize,
+    pub bytes_per_conn: usize,
+    /// Largest single application write of the client.
+    pub max_write: usize,
+    pub close: Close,
+    pub crash: Option<Crash>,
+    pub client: HostParams,
+    /// One entry per replica.
+    pub replica: Vec<HostParams>,
+    /// Router's `failure_detection` timeout.
+    pub failure_detection_ms: u64,
+    /// Virtual-time budget of the whole run, µs.
+    pub deadline_us: u64,
+    pub inject: Inject,
+    /// Garbage packets to throw at the middle box during the run.
+    pub fuzz_packets: usize,
+}
+
+/// TSval generators available to hosts (see `host::TS_GENS`).
+pub const TS_GEN_COUNT: usize = 5;
+
+impl Params {
+    /// A plain run: perfect network, one connection of 50 KB, no crash.
+    pub fn basic(replicas: usize) -> Params {
+        Params {
+            mode: Mode::Router,
+            replicas,
+            net: NetParams::perfect(),
+            conns: 1,
+            bytes_per_conn: 50_000,
+            max_write: 4096,
+            close: Close::Never,
+            crash: None,
+            client: HostParams::default_host(),
+            replica: (0..replicas).map(|i| HostParams { ts_gen: Some(1 + i % (TS_GEN_COUNT - 1)), ..HostParams::default_host() }).collect(),
+            failure_detection_ms: 100,
+            deadline_us: 60_000_000,
+            inject: Inject::None,
+            fuzz_packets: 0,
+        }
+    }
+
+    /// The harness self-check: one replica reached directly.
+    pub fn direct() -> Params {
+        Params { mode: Mode::Direct, ..Params::basic(1) }
+    }
+
+    /// Everything drawn from `seed`: N, faults, stack settings, workload,
+    /// crash. The sim's own randomness uses a different stream of the same
+    /// seed, so changing the sim does not change which params a seed picks.
+    pub fn random(seed: u64) -> Params {
+        let mut r = SmallRng::seed_from_u64(seed ^ 0x9e37_79b9_7f4a_7c15);
+        let replicas = r.gen_range(1..=3usize);
+        let net = if r.gen_bool(0.25) {
+            NetParams::perfect()
+        } else {
+            let lo = r.gen_range(50..=500u64);
+            NetParams {
+                delay_us: (lo, r.gen_range(lo..=500)),
+                loss: if r.gen_bool(0.8) { r.gen_range(0.0..0.05) } else { 0.0 },
+                dup: if r.gen_bool(0.5) { r.gen_range(0.0..0.02) } else { 0.0 },
+                reorder: if r.gen_bool(0.5) { r.gen_range(0.0..0.1) } else { 0.0 },
+                reorder_max_us: r.gen_range(100..=3000),
+            }
+        };
+        let conns = if r.gen_bool(0.6) { 1 } else { r.gen_range(2..=4) };
+        let total = r.gen_range(20_000..=200_000usize);
+        let bytes_per_conn = (total / conns).max(1000);
+        let close = match r.gen_range(0..3) {
+            0 => Close::Never,
+            1 => Close::AfterSend,
+            _ => Close::AfterEcho,
+        };
+        let crash = if replicas >= 2 && r.gen_bool(0.5) {
+            Some(Crash {
+                replica: r.gen_range(0..replicas),
+                kind: if r.gen_bool(0.5) { CrashKind::Silent } else { CrashKind::Abort },
+                when: if r.gen_bool(0.15) {
+                    CrashWhen::AtTime(r.gen_range(0..3_000))
+                } else {
+                    CrashWhen::AtProgress(r.gen_range(0.0..0.9))
+                },
+            })
+        } else {
+            None
+        };
+        // Timestamps: the client decides independently; the replicas of one
+        // service agree (a group with mixed support is an option mismatch,
+        // not a fault this harness means to inject).
+        let client_ts = r.gen_bool(0.7);
+        let replica_ts = r.gen_bool(0.7);
+        let mut host = |r: &mut SmallRng, ts: bool| HostParams {
+            mtu: *pick(r, &[1500, 1500, 1280, 576, 9000]),
+            rx_buf: *pick(r, &[16 * 1024, 65535, 65536, 128 * 1024, 256 * 1024, 1024 * 1024]),
+            tx_buf: *pick(r, &[16 * 1024, 65536, 256 * 1024]),
+            ts_gen: if ts { Some(r.gen_range(0..TS_GEN_COUNT)) } else { None },
+            nagle: r.gen_bool(0.5),
+            ack_delay_ms: if r.gen_bool(0.5) { Some(10) } else { None },
+        };
+        let client = host(&mut r, client_ts);
+        let replica = (0..replicas).map(|_| host(&mut r, replica_ts)).collect();
+        Params {
+            mode: Mode::Router,
+            replicas,
+            net,
+            conns,
+            bytes_per_conn,
+            max_write: *pick(&mut r, &[100, 1460, 4096, 16384]),
+            close,
+            crash,
+            client,
+            replica,
+            failure_detection_ms: 100,
+            deadline_us: 60_000_000,
+            inject: Inject::None,
+            fuzz_packets: 0,
+        }
+    }
+
+    /// One line for failure messages.
+    pub fn summary(&self) -> String {
+        let n = &self.net;
+        let h = |p: &HostParams| {
+            format!(
+                "mtu{} rx{} tx{} ts{} {}{}",
+                p.mtu,
+                p.rx_buf,
+                p.tx_buf,
+                p.ts_gen.map_or("-".to_string(), |g| g.to_string()),
+                if p.nagle { "N" } else { "n" },
+                if p.ack_delay_ms.is_some() { "D" } else { "d" }
+            )
+        };
+        format!(
+            "{:?} N={} conns={}x{}B write<={} close={:?} crash={:?} net=[delay {}..{}us loss {:.3} dup {:.3} reorder {:.3}/{}us] fd={}ms client=[{}] replicas=[{}] inject={:?} fuzz={}",
+            self.mode,
+            self.replicas,
+            self.conns,
+            self.bytes_per_conn,
+            self.max_write,
+            self.close,
+            self.crash,
+            n.delay_us.0,
+            n.delay_us.1,
+            n.loss,
+            n.dup,
+            n.reorder,
+            n.reorder_max_us,
+            self.failure_detection_ms,
+            h(&self.client),
+            self.replica.iter().map(h).collect::<Vec<_>>().join("; "),
+            self.inject,
+            self.fuzz_packets,
+        )
+    }
+}
+
+fn pick<'a, T>(r: &mut SmallRng, xs: &'a [T]) -> &'a T {
+    &xs[r.gen_range(0..xs.len())]
+}

@@ -1,0 +1,287 @@
+# Shared helpers for the ftnet end-to-end scenarios (sourced, not executed).
+#
+# Every scenario script is `tests/e2e/scenarios/<name>.sh N FAULT` with FAULT one of
+# none|kill|cut. It brings up its own lab (name from $FTNET_E2E_LAB, or a fresh one), injects at
+# most one fault into one replica (the "victim") at a random point *inside* the transfer, checks
+# the client-visible result and the state of every surviving replica, and tears the lab down on
+# every exit path. The runner (run.sh) only adds the matrix, time limits and the summary.
+#
+# Environment (all optional):
+#   FTNET              the ftnet binary            (default: <repo>/target/release/ftnet)
+#   FTNET_E2E_LAB      lab name, ≤ 8 chars [a-z0-9] (default: derived from $$)
+#   FTNET_E2E_SEED     random seed                  (default: $RANDOM; printed, so reruns reproduce)
+#   FTNET_E2E_VICTIM   force the replica to fault   (default: random in 1..N from the seed)
+#   FTNET_E2E_QUICK=1  smaller transfers
+#   FTNET_E2E_WORK     shared scratch dir for generated data (default: a private one, removed)
+#   FTNET_E2E_ARTIFACTS  where evidence of a failed test is copied (default: /tmp/ftnet-e2e-artifacts)
+#   FTNET_E2E_FAILURE_MS passed to `lab up --failure-ms` when set
+
+E2E_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO=$(cd "$E2E_DIR/../.." && pwd)
+FTNET=${FTNET:-$REPO/target/release/ftnet}
+VIP=198.19.0.1
+EMPTY_DIGEST=0000000000000000000000000000000000000000
+
+now_ms() { date +%s%3N; }
+ts() { date -u +%H:%M:%S.%3N; }
+say() { printf '[%s] %s: %s\n' "$(ts)" "${E2E_TEST:-e2e}" "$*"; }
+warn() { say "WARNING: $*" >&2; }
+die() { say "ERROR: $*" >&2; exit 1; }
+
+replica_ip() { echo "198.18.$((10 + $1)).2"; }
+replica_dir() { echo "/run/ftnet/lab/$LAB/r$1"; }
+quick() { if [[ ${FTNET_E2E_QUICK:-0} == 1 ]]; then echo "$1"; else echo "$2"; fi; }
+
+lab() { "$FTNET" lab "$@"; }
+# Runs CMD in namespace WHO (client, router, rN) of this test's lab.
+in_ns() { local who=$1; shift; "$FTNET" lab exec --name "$LAB" "$who" -- "$@"; }
+
+# e2e_init TESTNAME N FAULT — parse arguments, pick seed and victim, install the cleanup trap.
+e2e_init() {
+	E2E_TEST=$1
+	N=${2:?usage: $0 N none|kill|cut}
+	FAULT=${3:?usage: $0 N none|kill|cut}
+	[[ $N =~ ^[1-9]$ ]] || die "N must be 1..9, got '$N'"
+	case $FAULT in none | kill | cut) ;; *) die "FAULT must be none|kill|cut, got '$FAULT'" ;; esac
+	E2E_TEST="$E2E_TEST/n$N-$FAULT"
+	if [[ $FAULT != none && $N -lt 2 ]]; then
+		die "a $FAULT with N=1 necessarily loses the connection (no replica left); use N>=2"
+	fi
+	[[ $(id -u) == 0 ]] || die "must run as root (network namespaces)"
+	[[ -x $FTNET ]] || die "no ftnet binary at $FTNET (cargo build --release --locked)"
+	LAB=${FTNET_E2E_LAB:-$(printf 's%05d' $(($$ % 100000)))}
+	[[ $LAB =~ ^[a-z0-9]{1,8}$ ]] || die "bad lab name '$LAB'"
+	SEED=${FTNET_E2E_SEED:-$RANDOM}
+	RANDOM=$SEED
+	VICTIM=${FTNET_E2E_VICTIM:-$((1 + RANDOM % N))}
+	((VICTIM >= 1 && VICTIM <= N)) || die "victim $VICTIM not in 1..$N"
+	SURVIVORS=()
+	for ((i = 1; i <= N; i++)); do
+		[[ $FAULT != none && $i == "$VICTIM" ]] || SURVIVORS+=("$i")
+	done
+	if [[ -n ${FTNET_E2E_WORK:-} ]]; then
+		WORK=$FTNET_E2E_WORK
+		OWN_WORK=0
+	else
+		mkdir -p /run/ftnet-e2e
+		WORK=$(mktemp -d /run/ftnet-e2e/work.XXXXXX)
+		OWN_WORK=1
+	fi
+	T=$WORK/$LAB
+	rm -rf "$T"
+	mkdir -p "$T"
+	FAILS=0
+	WATCHER_PID=
+	LAB_STARTED=0
+	trap e2e_on_exit EXIT
+	trap 'exit 130' INT
+	trap 'exit 143' TERM
+	if [[ $FAULT == none ]]; then
+		say "lab=$LAB N=$N no fault seed=$SEED"
+		[[ $N == 1 ]] && say "N=1 is the baseline: with one replica a kill would necessarily lose the connection, so none is injected"
+	else
+		say "lab=$LAB N=$N fault=$FAULT victim=r$VICTIM survivors=${SURVIVORS[*]} seed=$SEED (rerun: FTNET_E2E_SEED=$SEED)"
+	fi
+}
+
+e2e_on_exit() {
+	local rc=$?
+	set +e
+	trap - EXIT INT TERM
+	if [[ -n $WATCHER_PID ]]; then kill "$WATCHER_PID" 2>/dev/null; wait "$WATCHER_PID" 2>/dev/null; fi
+	if ((rc != 0)) && ((LAB_STARTED)); then collect_evidence; fi
+	if ((LAB_STARTED)); then
+		timeout 120 "$FTNET" lab down --name "$LAB" >/dev/null 2>&1 || warn "lab down --name $LAB failed"
+	fi
+	if ((OWN_WORK)); then rm -rf "$WORK"; else rm -rf "$T"; fi
+	if ((rc == 0)); then say "PASS"; else say "FAIL (exit $rc)"; fi
+	exit "$rc"
+}
+
+# Copies what a router/lab developer needs to look at into the artifacts directory.
+collect_evidence() {
+	local dest=${FTNET_E2E_ARTIFACTS:-/tmp/ftnet-e2e-artifacts}/${E2E_TEST//\//-}-$LAB
+	mkdir -p "$dest"
+	cp -r "$T/." "$dest/" 2>/dev/null
+	# Large payloads are not evidence.
+	find "$dest" -type f -size +1M -delete 2>/dev/null
+	timeout 20 "$FTNET" lab status --name "$LAB" --json >"$dest/status.json" 2>&1
+	if [[ -d /run/ftnet/lab/$LAB ]]; then
+		cp /run/ftnet/lab/"$LAB"/router.log "$dest/" 2>/dev/null
+		for d in /run/ftnet/lab/"$LAB"/r*/; do
+			[[ -d $d ]] || continue
+			local r; r=$(basename "$d")
+			for f in server.log error.log; do
+				[[ -f $d/$f ]] && tail -c 200000 "$d/$f" >"$dest/$r-$f"
+			done
+		done
+	fi
+	{
+		echo "test=$E2E_TEST lab=$LAB N=$N fault=$FAULT victim=$VICTIM seed=$SEED"
+		echo "ftnet=$FTNET"
+		git -C "$REPO" rev-parse HEAD 2>/dev/null
+		date -u
+	} >"$dest/README"
+	say "evidence in $dest"
+}
+
+# lab_up ARGS... — `ftnet lab up` for this test's lab, bounded in time.
+lab_up() {
+	local extra=()
+	[[ -n ${FTNET_E2E_FAILURE_MS:-} ]] && extra+=(--failure-ms "$FTNET_E2E_FAILURE_MS")
+	LAB_STARTED=1
+	local t0; t0=$(now_ms)
+	if ! timeout 180 "$FTNET" lab up --name "$LAB" --replicas "$N" "${extra[@]}" "$@" >"$T/lab-up.log" 2>&1; then
+		cat "$T/lab-up.log" >&2
+		die "lab up failed: $FTNET lab up --name $LAB --replicas $N ${extra[*]} $*"
+	fi
+	say "lab up in $(($(now_ms) - t0)) ms"
+}
+
+# e2e_data NAME MB — a file of MB MiB of random data in the shared work dir, made once.
+e2e_data() {
+	local f=$WORK/data/$1
+	mkdir -p "$WORK/data"
+	(
+		flock 9
+		if [[ ! -f $f ]]; then
+			head -c "$(($2 * 1048576))" /dev/urandom >"$f.tmp"
+			mv "$f.tmp" "$f"
+		fi
+	) 9>"$WORK/data/.lock"
+	echo "$f"
+}
+
+sha() { sha256sum "$1" | cut -d' ' -f1; }
+
+check() { # check DESCRIPTION CONDITION-COMMAND...
+	local desc=$1; shift
+	if "$@"; then say "ok: $desc"; else say "CHECK FAILED: $desc"; FAILS=$((FAILS + 1)); fi
+}
+check_eq() { # check_eq DESCRIPTION EXPECTED ACTUAL
+	if [[ $2 == "$3" ]]; then say "ok: $1 ($3)"; else say "CHECK FAILED: $1: expected '$2', got '$3'"; FAILS=$((FAILS + 1)); fi
+}
+
+# random_fraction LO HI — a percentage in [LO, HI] drawn from the seeded $RANDOM.
+random_pct() { echo $(($1 + RANDOM % ($2 - $1 + 1))); }
+
+# fault_when THRESHOLD TOTAL PROGRESS-FUNCTION UNIT
+# In the background, polls PROGRESS-FUNCTION (prints a number) and injects the test's fault into
+# the victim as soon as progress reaches THRESHOLD, so the fault always lands inside the transfer.
+# Records the moment in $T/fault.txt. No-op when FAULT=none.
+fault_when() {
+	local threshold=$1 total=$2 fn=$3 unit=$4
+	[[ $FAULT == none ]] && return 0
+	say "fault plan: $FAULT r$VICTIM when progress reaches $threshold of $total $unit ($((threshold * 100 / total))%)"
+	rm -f "$T/fault.txt"
+	(
+		trap - EXIT
+		t0=$(now_ms)
+		deadline=$((t0 + 900000))
+		while :; do
+			p=$($fn 2>/dev/null) || p=0
+			[[ $p =~ ^[0-9]+$ ]] || p=0
+			if ((p >= threshold)); then
+				t=$(now_ms)
+				"$FTNET" lab "$FAULT" --name "$LAB" "$VICTIM" >"$T/fault.out" 2>&1
+				frc=$?
+				echo "fault=$FAULT victim=r$VICTIM delay_ms=$((t - t0)) progress=$p/$total $unit rc=$frc epoch_ms=$t" >"$T/fault.txt"
+				say "FAULT injected: lab $FAULT r$VICTIM after $((t - t0)) ms at progress $p/$total $unit (rc=$frc, took $(($(now_ms) - t)) ms)"
+				exit 0
+			fi
+			(($(now_ms) > deadline)) && exit 1
+			sleep 0.02
+		done
+	) &
+	WATCHER_PID=$!
+}
+
+# fault_done — after the transfer: stop the watcher and fail the test if no fault was injected
+# (a fault-free run must not count as a pass for a fault scenario).
+fault_done() {
+	[[ $FAULT == none ]] && return 0
+	kill "$WATCHER_PID" 2>/dev/null || true
+	wait "$WATCHER_PID" 2>/dev/null || true
+	WATCHER_PID=
+	if [[ -f $T/fault.txt ]]; then
+		check "fault command succeeded ($(cat "$T/fault.txt"))" grep -q 'rc=0' "$T/fault.txt"
+	else
+		say "CHECK FAILED: no fault was injected (the transfer ended before reaching the trigger point)"
+		FAILS=$((FAILS + 1))
+	fi
+}
+
+e2e_finish() {
+	if ((FAILS)); then
+		say "$FAILS check(s) failed"
+		exit 1
+	fi
+	exit 0
+}
+
+# Writes the start script for an nginx replica into the work dir and prints the --server command.
+# Arguments: the static file to serve as /big.bin (hard-linked, so every replica has the same
+# bytes and the same mtime, hence the same Last-Modified and ETag) and whether to also listen on
+# port+1 (a non-service port, for direct measurements that bypass the router's capture).
+nginx_server_cmd() {
+	local big=$1 direct=${2:-0}
+	cat >"$WORK/nginx-start.sh" <<'SH'
+#!/bin/sh
+# nginx-start.sh DIR PORT BIGFILE DIRECT — one nginx replica, foreground, everything under DIR.
+set -e
+dir=${1%/} port=$2 big=$3 direct=$4
+mkdir -p "$dir/www" "$dir/tmp/body" "$dir/tmp/proxy" "$dir/tmp/fastcgi" "$dir/tmp/uwsgi" "$dir/tmp/scgi"
+if [ -n "$big" ]; then
+	ln -f "$big" "$dir/www/big.bin" 2>/dev/null || cp -p "$big" "$dir/www/big.bin"
+fi
+extra=""
+[ "$direct" = 1 ] && extra="listen $((port + 1));"
+cat >"$dir/nginx.conf" <<CONF
+user root;
+worker_processes 1;
+daemon off;
+pid $dir/nginx.pid;
+error_log $dir/error.log info;
+events { worker_connections 512; }
+http {
+    default_type application/octet-stream;
+    access_log $dir/access.log;
+    sendfile on;
+    server_tokens off;
+    client_body_temp_path $dir/tmp/body;
+    proxy_temp_path $dir/tmp/proxy;
+    fastcgi_temp_path $dir/tmp/fastcgi;
+    uwsgi_temp_path $dir/tmp/uwsgi;
+    scgi_temp_path $dir/tmp/scgi;
+    server {
+        listen $port;
+        $extra
+        root $dir/www;
+        client_max_body_size 200m;
+        location /upload/ {
+            dav_methods PUT;
+            create_full_put_path on;
+            dav_access user:rw all:r;
+            client_body_temp_path $dir/tmp/body;
+        }
+    }
+}
+CONF
+exec nginx -p "$dir/" -e "$dir/error.log" -c "$dir/nginx.conf"
+SH
+	echo "sh $WORK/nginx-start.sh {dir} {port} $big $direct"
+}
+
+# wait_for SECONDS COMMAND... — retry COMMAND every 0.2 s until it succeeds or time runs out.
+# Replicas other than the fastest may lag the client-visible reply by a little.
+wait_for() {
+	local deadline=$(($(now_ms) + $1 * 1000)); shift
+	until "$@"; do
+		(($(now_ms) > deadline)) && return 1
+		sleep 0.2
+	done
+}
+
+# redis_at R ARGS... — redis-cli against replica R's own server, inside its namespace. (The
+# router captures replies from replica IPs on service ports, so this cannot go via the router.)
+redis_at() { local r=$1; shift; timeout 20 "$FTNET" lab exec --name "$LAB" "r$r" -- redis-cli -h 127.0.0.1 -p "${REDIS_PORT:-6379}" "$@"; }

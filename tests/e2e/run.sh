@@ -1,0 +1,142 @@
+#!/usr/bin/env bash
+# ftnet end-to-end matrix: real kernels, real servers (socat, nginx, redis) and real clients
+# (socat, curl, redis-benchmark, redis-cli) in network namespaces, built by `ftnet lab`.
+#
+#   ns ftnet-<lab>-client          ns ftnet-<lab>-router                 ns ftnet-<lab>-r1..rN
+#  +-------------------+        +------------------------+           +----------------------+
+#  | client 198.18.1.2 |--veth--| ftnet router           |---veth----| r1 198.18.11.2       |
+#  | curl, socat,      |        | VIP 198.19.0.1         |---veth----| r2 198.18.12.2       |
+#  | redis-benchmark,  |        | multicasts each client |    ...    | rN 198.18.(10+N).2   |
+#  | stallmeter.py     |        | segment, merges replies|           | server: socat echo / |
+#  +-------------------+        +------------------------+           | nginx / redis-server |
+#                                                                    +----------------------+
+#  Faults: `ftnet lab kill <lab> i` = kill -9 of replica i's server (crash);
+#          `ftnet lab cut <lab> i`  = replica i's link down (host loss).
+#  Each fault hits one random replica at a random point inside the transfer (progress-triggered,
+#  seeded; the seed is printed so a run can be repeated with --seed).
+#
+# Matrix: N=1 without fault (baseline: with one replica a kill necessarily loses the connection),
+# N=2 and N=3 each with kill and with cut, for every scenario:
+#   echo       50 MB random data round trip through the socat echo service, sha256 equal
+#   nginx-get  100 MB static file via curl, sha256 equal
+#   nginx-put  100 MB WebDAV PUT via curl -T, stored file correct on every surviving replica
+#   redis      redis-benchmark -c 1 -n 100000 -t set,get,incr,lpush: no errors, survivors' DEBUG
+#              DIGEST equal (and not empty), counters exact
+#   shortconn  2,000 short connections (redis-cli PING), all answer PONG
+#   stall      stallmeter.py: longest client-visible gap around a fault at ~2 s
+#
+# Usage: tests/e2e/run.sh [--quick] [--figures] [--only REGEX] [--seed S] [--list]
+#   --quick    smaller transfers (10-20 MB, 20k requests, 500 connections)
+#   --figures  also write the stall figures to tests/e2e/results/stalls-<date>.txt
+#   --only     run only tests whose id (e.g. "redis/n2-kill") matches the extended regex
+# A single test: tests/e2e/scenarios/<scenario>.sh N none|kill|cut
+# Needs root. Uses $FTNET or target/release/ftnet. Exit status non-zero if any test failed.
+set -euo pipefail
+
+E2E_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO=$(cd "$E2E_DIR/../.." && pwd)
+export FTNET=${FTNET:-$REPO/target/release/ftnet}
+
+quick=0 figures=0 only= list=0
+seed=${FTNET_E2E_SEED:-$RANDOM}
+while (($#)); do
+	case $1 in
+	--quick) quick=1 ;;
+	--figures) figures=1 ;;
+	--only) only=${2:?--only needs a regex}; shift ;;
+	--seed) seed=${2:?--seed needs a number}; shift ;;
+	--list) list=1 ;;
+	-h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+	*) echo "run.sh: unknown option '$1' (try --help)" >&2; exit 2 ;;
+	esac
+	shift
+done
+
+configs=("1 none" "2 kill" "2 cut" "3 kill" "3 cut")
+scenarios=(echo nginx-get nginx-put redis shortconn stall)
+tests=()
+for sc in "${scenarios[@]}"; do
+	for cfg in "${configs[@]}"; do
+		read -r n f <<<"$cfg"
+		id="$sc/n$n-$f"
+		[[ -z $only || $id =~ $only ]] && tests+=("$id")
+	done
+done
+if ((list)); then printf '%s\n' "${tests[@]}"; exit 0; fi
+((${#tests[@]})) || { echo "run.sh: no test matches '$only'" >&2; exit 2; }
+
+if [[ $(id -u) != 0 ]]; then
+	echo "run.sh: the end-to-end tests need root (network namespaces); not running them" >&2
+	exit 1
+fi
+[[ -x $FTNET ]] || { echo "run.sh: no ftnet binary at $FTNET; build with cargo build --release --locked" >&2; exit 1; }
+missing=()
+for tool in ip timeout flock sha256sum socat nginx redis-server redis-cli redis-benchmark curl python3; do
+	command -v "$tool" >/dev/null || missing+=("$tool")
+done
+((${#missing[@]} == 0)) || { echo "run.sh: missing tools: ${missing[*]} (scripts/test.sh installs them)" >&2; exit 1; }
+
+mkdir -p /run/ftnet-e2e
+WORK=$(mktemp -d /run/ftnet-e2e/run.XXXXXX)
+export FTNET_E2E_WORK=$WORK FTNET_E2E_QUICK=$quick
+export FTNET_E2E_ARTIFACTS=${FTNET_E2E_ARTIFACTS:-/tmp/ftnet-e2e-artifacts/$(date -u +%Y%m%dT%H%M%S)}
+current_lab=
+cleanup() {
+	set +e
+	[[ -n $current_lab ]] && timeout 60 "$FTNET" lab down --name "$current_lab" >/dev/null 2>&1
+	rm -rf "$WORK"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+if ((figures)); then
+	mkdir -p "$E2E_DIR/results"
+	export FTNET_E2E_FIGURES=$E2E_DIR/results/stalls-$(date -u +%Y-%m-%d).txt
+	{
+		echo "# ftnet stall figures, $(date -u +%FT%TZ), $(git -C "$REPO" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$REPO" diff --quiet 2>/dev/null || echo '+dirty'), $(uname -r), $(nproc) cores"
+		echo "# stallmeter.py: 4 KB every 1 ms through the VIP to the socat echo service, ~6 s, fault at ~2 s;"
+		echo "# max_gap_ms = longest time between two consecutive receipts of echo data after 0.5 s warm-up"
+	} >>"$FTNET_E2E_FIGURES"
+fi
+
+# Each test gets its own seed derived from the run's seed and its id, so --only reproduces it.
+test_seed() { echo $(((seed + $(printf %s "$1" | cksum | cut -d' ' -f1)) % 32768)); }
+limit=$((quick ? 180 : 420))
+
+echo "== ftnet e2e: ${#tests[@]} tests, seed $seed (repeat with --seed $seed), binary $FTNET"
+echo "== $(date -u +%FT%TZ); failure evidence goes to $FTNET_E2E_ARTIFACTS"
+results=()
+passed=0 failed=0 idx=0
+t_start=$(date +%s)
+for id in "${tests[@]}"; do
+	idx=$((idx + 1))
+	sc=${id%%/*} cfg=${id#*/n}
+	n=${cfg%%-*} f=${cfg#*-}
+	current_lab=$(printf 'e%04d%02d' $(($$ % 10000)) $((idx % 100)))
+	echo
+	echo "---- [$idx/${#tests[@]}] $id (lab $current_lab) ----"
+	t0=$(date +%s)
+	rc=0
+	FTNET_E2E_LAB=$current_lab FTNET_E2E_SEED=$(test_seed "$id") \
+		timeout -k 20 "$limit" "$E2E_DIR/scenarios/$sc.sh" "$n" "$f" || rc=$?
+	dt=$(($(date +%s) - t0))
+	# Belt and braces: the scenario tears its lab down itself, even on failure.
+	timeout 60 "$FTNET" lab down --name "$current_lab" >/dev/null 2>&1 || true
+	current_lab=
+	if ((rc == 0)); then
+		passed=$((passed + 1)); results+=("PASS  $id  (${dt}s)")
+	else
+		failed=$((failed + 1))
+		((rc == 124 || rc == 137)) && why="timed out after ${limit}s" || why="exit $rc"
+		results+=("FAIL  $id  (${dt}s, $why)")
+	fi
+done
+
+echo
+echo "== summary ($(($(date +%s) - t_start)) s, seed $seed)"
+printf '%s\n' "${results[@]}"
+((figures)) && echo "stall figures appended to $FTNET_E2E_FIGURES"
+((failed)) && echo "failure evidence: $FTNET_E2E_ARTIFACTS"
+echo "$passed passed, $failed failed"
+((failed == 0))

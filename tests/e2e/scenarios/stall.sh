@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Stall measurement: stallmeter.py streams 4 KB every 1 ms through the VIP to the socat echo
+# service for ~6 s; the fault hits the victim ~2 s in. Pass: the echo stream came back intact.
+# The longest client-visible gap is reported, and appended to $FTNET_E2E_FIGURES when set.
+# Optional pass limit: FTNET_E2E_MAX_STALL_MS.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
+e2e_init stall "$@"
+
+PORT=7000
+lab_up --port "$PORT" --server "socat -t 60 TCP-LISTEN:{port},fork,reuseaddr EXEC:cat"
+
+rc=0
+timeout 120 "$FTNET" lab exec --name "$LAB" client -- \
+	python3 "$E2E_DIR/stallmeter.py" --host "$VIP" --port "$PORT" --chunk 4096 --interval-ms 1 \
+	--duration 6 --warmup 0.5 >"$T/stall.json" 2>"$T/stall.err" &
+meter=$!
+fault_epoch=
+if [[ $FAULT != none ]]; then
+	sleep 2
+	fault_epoch=$(now_ms)
+	frc=0
+	"$FTNET" lab "$FAULT" --name "$LAB" "$VICTIM" >"$T/fault.out" 2>&1 || frc=$?
+	say "FAULT injected: lab $FAULT r$VICTIM at ~2 s (rc=$frc, took $(($(now_ms) - fault_epoch)) ms)"
+	check_eq "lab $FAULT exit status" 0 "$frc"
+fi
+wait "$meter" || rc=$?
+[[ -s $T/stall.err ]] && say "stallmeter stderr: $(head -c 2000 "$T/stall.err")"
+say "stallmeter: $(cat "$T/stall.json")"
+check_eq "stallmeter exit status (echo stream intact)" 0 "$rc"
+
+summary=$(python3 - "$T/stall.json" "${fault_epoch:-}" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+fe = float(sys.argv[2]) / 1000 if sys.argv[2] else None
+after = ""
+if fe is not None and r.get("max_gap_start_epoch"):
+    after = " gap_began_%+.0f_ms_after_fault" % ((r["max_gap_start_epoch"] - fe) * 1000)
+print("max_gap_ms=%s p99_gap_ms=%s median_gap_ms=%s intact=%s%s"
+      % (r["max_gap_ms"], r["p99_gap_ms"], r["median_gap_ms"], r["echo_intact"], after))
+PY
+) || summary="(no stallmeter result)"
+say "STALL N=$N fault=$FAULT victim=r$VICTIM: $summary"
+max=$(python3 -c 'import json,sys; print(int(json.load(open(sys.argv[1]))["max_gap_ms"]))' "$T/stall.json" 2>/dev/null || echo "")
+if [[ -n ${FTNET_E2E_MAX_STALL_MS:-} && -n $max ]]; then
+	check "max stall ${max} ms <= ${FTNET_E2E_MAX_STALL_MS} ms" test "$max" -le "$FTNET_E2E_MAX_STALL_MS"
+fi
+if [[ -n ${FTNET_E2E_FIGURES:-} ]]; then
+	printf '%s  N=%s  fault=%-4s victim=r%s  %s  ok=%s\n' "$(date -u +%FT%TZ)" "$N" "$FAULT" \
+		"$([[ $FAULT == none ]] && echo - || echo "$VICTIM")" "$summary" "$((rc == 0 && FAILS == 0))" \
+		>>"$FTNET_E2E_FIGURES"
+fi
+e2e_finish

@@ -109,6 +109,8 @@ pub struct Leg {
     pub seen_at: Instant,
     /// Last time `ack` or `hi` moved.
     pub progress_at: Instant,
+    /// Since when another replica has been ahead of this one.
+    pub behind_since: Option<Instant>,
     /// Client SYN copies sent without an answer.
     pub syn_tries: u32,
     pub mss: u16,
@@ -226,6 +228,7 @@ impl Conn {
             ts_last: 0,
             seen_at: now,
             progress_at: now,
+            behind_since: None,
             syn_tries: 0,
             mss: 0,
             syn_window: 0,
@@ -413,6 +416,12 @@ impl Conn {
             self.replica_rst(ctx, i, pkt, seg);
             return;
         }
+        if let (true, Some((v, _))) = (self.ts_on, seg.ts) {
+            let ts_now = self.router_ts(ctx.now);
+            let l = &mut self.legs[i];
+            l.ts_off = ts_now.wrapping_sub(v);
+            l.ts_last = v;
+        }
         let l = &self.legs[i];
         let s = seg.seq.shift(l.off);
         if s.diff(l.hi) > MAX_WIN || s.diff(l.hi) < -MAX_WIN {
@@ -430,9 +439,6 @@ impl Conn {
                 l.progress_at = ctx.now;
             }
             l.edge = edge;
-            if let Some((v, _)) = seg.ts {
-                l.ts_last = v;
-            }
             if dup && seg.payload_len == 0 {
                 self.replica_pure_ack(ctx, i, pkt, seg, true);
                 return;
@@ -643,14 +649,9 @@ impl Conn {
         let edge = self.group_edge().unwrap_or(ack);
         let win = self.window_field(ack, edge);
         let ts_now = self.router_ts(ctx.now);
-        let l = &mut self.legs[i];
-        let seq = seq_override.unwrap_or(seg.seq.shift(l.off));
+        let seq = seq_override.unwrap_or(seg.seq.shift(self.legs[i].off));
         let vip = self.key.vip;
         let ts_on = self.ts_on;
-        if let (true, Some((v, _))) = (ts_on, seg.ts) {
-            l.ts_off = ts_now.wrapping_sub(v);
-            l.ts_last = v;
-        }
         rewrite(&mut p, seg.mode, |ip, t| {
             ip.set_src(vip);
             t.update_pseudo_addr(seg.src, vip, seg.mode);
@@ -840,9 +841,25 @@ impl Conn {
     /// application that stopped while its kernel still answers).
     fn fail_deadline(&self, i: usize, t: &Timeouts) -> Instant {
         let l = &self.legs[i];
-        let silent = l.seen_at.max(l.progress_at) + t.failure_detection;
-        let stuck = l.progress_at + (t.failure_detection * 10).max(core::time::Duration::from_secs(1));
+        // Measured from when it fell behind: a replica idle with the rest
+        // is not suspect, however long ago it last spoke.
+        let since = l.behind_since.unwrap_or(l.seen_at);
+        let silent = l.seen_at.max(since) + t.failure_detection;
+        let stuck = l.progress_at.max(since) + (t.failure_detection * 10).max(core::time::Duration::from_secs(1));
         silent.min(stuck)
+    }
+
+    /// Note which legs fell behind (or caught up) with this input.
+    pub fn update_behind(&mut self, now: Instant) {
+        for i in 0..self.legs.len() {
+            let b = self.legs[i].live() && self.behind(i);
+            let l = &mut self.legs[i];
+            match (b, l.behind_since) {
+                (true, None) => l.behind_since = Some(now),
+                (false, Some(_)) => l.behind_since = None,
+                _ => {}
+            }
+        }
     }
 
     /// The earliest time this connection needs `on_timer`.

@@ -365,8 +365,9 @@ impl Router {
 
     /// Bookkeeping after a connection handled an input: forget it if dead,
     /// leave the half-open count, schedule its next timer.
-    fn after(&mut self, _now: Instant, key: ConnKey) {
+    fn after(&mut self, now: Instant, key: ConnKey) {
         let Some(c) = self.conns.get_mut(&key) else { return };
+        c.update_behind(now);
         if c.phase == Phase::Dead {
             self.remove(key);
             return;

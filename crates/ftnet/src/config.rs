@@ -89,7 +89,8 @@ struct RawService {
 /// Read and validate `path`.
 pub fn load(path: &Path) -> anyhow::Result<FileConfig> {
     use anyhow::Context;
-    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read config file {}", path.display()))?;
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read config file {}", path.display()))?;
     Ok(parse(&path.display().to_string(), &text)?)
 }
 
@@ -97,7 +98,12 @@ pub fn load(path: &Path) -> anyhow::Result<FileConfig> {
 pub fn parse(file: &str, text: &str) -> Result<FileConfig, ConfigError> {
     let err = |span: Option<Range<usize>>, msg: String| {
         let (line, col) = line_col(text, span.map(|s| s.start).unwrap_or(0));
-        ConfigError { file: file.to_string(), line, col, msg }
+        ConfigError {
+            file: file.to_string(),
+            line,
+            col,
+            msg,
+        }
     };
     let raw: RawConfig = toml::from_str(text).map_err(|e| {
         let msg = e.message().trim().to_string();
@@ -105,8 +111,10 @@ pub fn parse(file: &str, text: &str) -> Result<FileConfig, ConfigError> {
             " — remove it or check the spelling (see `ftnet router --help` for the format)"
         } else if msg.contains("missing field") {
             " — every [[service]] needs name, vip, ports and replicas"
+        } else if msg.contains("invalid type") || msg.contains("invalid value") {
+            " — change the value to what is expected (see `ftnet router --help` for the format)"
         } else {
-            ""
+            " — see `ftnet router --help` for the format"
         };
         err(e.span(), format!("{msg}{hint}"))
     })?;
@@ -116,7 +124,12 @@ pub fn parse(file: &str, text: &str) -> Result<FileConfig, ConfigError> {
     let tun = match router.tun {
         Some(t) => {
             let name = t.get_ref();
-            if name.is_empty() || name.len() > 15 || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.') {
+            if name.is_empty()
+                || name.len() > 15
+                || !name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
+            {
                 return Err(err(Some(t.span()), format!("tun name {name:?} is not a valid interface name — use 1 to 15 characters from [A-Za-z0-9._-]")));
             }
             name.clone()
@@ -139,7 +152,10 @@ pub fn parse(file: &str, text: &str) -> Result<FileConfig, ConfigError> {
         Some(m) => {
             let v = *m.get_ref();
             if !(576..=65535).contains(&v) {
-                return Err(err(Some(m.span()), format!("mtu {v} out of range — use 576 to 65535 (1500 matches Ethernet)")));
+                return Err(err(
+                    Some(m.span()),
+                    format!("mtu {v} out of range — use 576 to 65535 (1500 matches Ethernet)"),
+                ));
             }
             v
         }
@@ -147,7 +163,10 @@ pub fn parse(file: &str, text: &str) -> Result<FileConfig, ConfigError> {
     };
     let status_socket = match router.status_socket {
         Some(s) if s.get_ref().is_empty() => {
-            return Err(err(Some(s.span()), "status_socket is empty — give a path such as \"/run/ftnet/ftnet0.sock\"".into()))
+            return Err(err(
+                Some(s.span()),
+                "status_socket is empty — give a path such as \"/run/ftnet/ftnet0.sock\"".into(),
+            ))
         }
         Some(s) => PathBuf::from(s.into_inner()),
         None => PathBuf::from(format!("/run/ftnet/{tun}.sock")),
@@ -158,16 +177,29 @@ pub fn parse(file: &str, text: &str) -> Result<FileConfig, ConfigError> {
     let mut limits = Limits::default();
     if let Some(v) = rl.max_connections {
         if *v.get_ref() == 0 {
-            return Err(err(Some(v.span()), "max_connections is 0 — the router could accept nothing; use e.g. 65536".into()));
+            return Err(err(
+                Some(v.span()),
+                "max_connections is 0 — the router could accept nothing; use e.g. 65536".into(),
+            ));
         }
         limits.max_connections = *v.get_ref() as usize;
     }
     if let Some(v) = rl.max_half_open {
         if *v.get_ref() == 0 {
-            return Err(err(Some(v.span()), "max_half_open is 0 — no handshake could start; use e.g. 8192".into()));
+            return Err(err(
+                Some(v.span()),
+                "max_half_open is 0 — no handshake could start; use e.g. 8192".into(),
+            ));
         }
         if *v.get_ref() as usize > limits.max_connections {
-            return Err(err(Some(v.span()), format!("max_half_open {} exceeds max_connections {} — lower it", v.get_ref(), limits.max_connections)));
+            return Err(err(
+                Some(v.span()),
+                format!(
+                    "max_half_open {} exceeds max_connections {} — lower it",
+                    v.get_ref(),
+                    limits.max_connections
+                ),
+            ));
         }
         limits.max_half_open = *v.get_ref() as usize;
     }
@@ -189,13 +221,19 @@ pub fn parse(file: &str, text: &str) -> Result<FileConfig, ConfigError> {
     }
     if let Some(v) = rt.idle_s {
         if *v.get_ref() == 0 {
-            return Err(err(Some(v.span()), "idle_s is 0 — connections would be forgotten immediately; use e.g. 600".into()));
+            return Err(err(
+                Some(v.span()),
+                "idle_s is 0 — connections would be forgotten immediately; use e.g. 600".into(),
+            ));
         }
         timeouts.idle = Duration::from_secs(*v.get_ref());
     }
     if let Some(v) = rt.handshake_s {
         if *v.get_ref() == 0 {
-            return Err(err(Some(v.span()), "handshake_s is 0 — no handshake could complete; use e.g. 20".into()));
+            return Err(err(
+                Some(v.span()),
+                "handshake_s is 0 — no handshake could complete; use e.g. 20".into(),
+            ));
         }
         timeouts.handshake = Duration::from_secs(*v.get_ref());
     }
@@ -205,7 +243,10 @@ pub fn parse(file: &str, text: &str) -> Result<FileConfig, ConfigError> {
 
     // [[service]]
     if raw.service.is_empty() {
-        return Err(err(None, "no [[service]] defined — add one with name, vip, ports and replicas".into()));
+        return Err(err(
+            None,
+            "no [[service]] defined — add one with name, vip, ports and replicas".into(),
+        ));
     }
     let mut services: Vec<Service> = Vec::new();
     let mut names: HashMap<String, ()> = HashMap::new();
@@ -220,20 +261,37 @@ pub fn parse(file: &str, text: &str) -> Result<FileConfig, ConfigError> {
             return Err(err(Some(s.name.span()), format!("service name {name:?} is empty or has whitespace — use a short identifier such as \"redis\"")));
         }
         if names.insert(name.clone(), ()).is_some() {
-            return Err(err(Some(s.name.span()), format!("service name {name:?} is used twice — give each [[service]] its own name")));
+            return Err(err(
+                Some(s.name.span()),
+                format!("service name {name:?} is used twice — give each [[service]] its own name"),
+            ));
         }
-        let vip = parse_ip(s.vip.get_ref()).map_err(|m| err(Some(s.vip.span()), format!("vip {:?}: {m}", s.vip.get_ref())))?;
+        let vip = parse_ip(s.vip.get_ref()).map_err(|m| {
+            err(
+                Some(s.vip.span()),
+                format!("vip {:?}: {m}", s.vip.get_ref()),
+            )
+        })?;
         if s.ports.get_ref().is_empty() {
-            return Err(err(Some(s.ports.span()), format!("service {name:?} has no ports — list at least one, e.g. ports = [6379]")));
+            return Err(err(
+                Some(s.ports.span()),
+                format!("service {name:?} has no ports — list at least one, e.g. ports = [6379]"),
+            ));
         }
         let mut ports = Vec::new();
         for p in s.ports.get_ref() {
             let port = *p.get_ref();
             if port == 0 {
-                return Err(err(Some(p.span()), "port 0 is not a real port — use 1 to 65535".into()));
+                return Err(err(
+                    Some(p.span()),
+                    "port 0 is not a real port — use 1 to 65535".into(),
+                ));
             }
             if ports.contains(&port) {
-                return Err(err(Some(p.span()), format!("port {port} is listed twice — remove the duplicate")));
+                return Err(err(
+                    Some(p.span()),
+                    format!("port {port} is listed twice — remove the duplicate"),
+                ));
             }
             if let Some(other) = claimed.insert((vip, port), name.clone()) {
                 return Err(err(Some(p.span()), format!("{vip}:{port} is already served by service {other:?} — one VIP:port belongs to one service")));
@@ -245,9 +303,13 @@ pub fn parse(file: &str, text: &str) -> Result<FileConfig, ConfigError> {
         }
         let mut replicas = Vec::new();
         for r in s.replicas.get_ref() {
-            let ip = parse_ip(r.get_ref()).map_err(|m| err(Some(r.span()), format!("replica {:?}: {m}", r.get_ref())))?;
+            let ip = parse_ip(r.get_ref())
+                .map_err(|m| err(Some(r.span()), format!("replica {:?}: {m}", r.get_ref())))?;
             if replicas.contains(&ip) {
-                return Err(err(Some(r.span()), format!("replica {ip} is listed twice — remove the duplicate")));
+                return Err(err(
+                    Some(r.span()),
+                    format!("replica {ip} is listed twice — remove the duplicate"),
+                ));
             }
             for port in &ports {
                 if let Some(other) = replica_claimed.insert((ip, *port), name.clone()) {
@@ -257,7 +319,12 @@ pub fn parse(file: &str, text: &str) -> Result<FileConfig, ConfigError> {
             replica_spans.push((ip, r.span()));
             replicas.push(ip);
         }
-        services.push(Service { name, vip, ports, replicas });
+        services.push(Service {
+            name,
+            vip,
+            ports,
+            replicas,
+        });
     }
     // Checked after all services are known: a replica may be listed before
     // the service whose VIP it collides with.
@@ -266,11 +333,23 @@ pub fn parse(file: &str, text: &str) -> Result<FileConfig, ConfigError> {
             return Err(err(Some(span.clone()), format!("replica {ip} is the virtual IP of service {:?} — a replica needs its own real address", s.name)));
         }
     }
-    Ok(FileConfig { tun, table, mtu, status_socket, core: ftnet_core::Config { services, timeouts, limits } })
+    Ok(FileConfig {
+        tun,
+        table,
+        mtu,
+        status_socket,
+        core: ftnet_core::Config {
+            services,
+            timeouts,
+            limits,
+        },
+    })
 }
 
 fn parse_ip(s: &str) -> Result<Ipv4Addr, String> {
-    let ip: Ipv4Addr = s.parse().map_err(|_| "not an IPv4 address — write it like \"198.19.0.1\"".to_string())?;
+    let ip: Ipv4Addr = s
+        .parse()
+        .map_err(|_| "not an IPv4 address — write it like \"198.19.0.1\"".to_string())?;
     if ip.is_unspecified() || ip.is_broadcast() || ip.is_multicast() || ip.is_loopback() {
         return Err("is not a unicast host address — use a routable unicast address".into());
     }
@@ -282,7 +361,12 @@ fn line_col(text: &str, offset: usize) -> (usize, usize) {
     let offset = offset.min(text.len());
     let before = &text[..text.floor_char_boundary_compat(offset)];
     let line = before.matches('\n').count() + 1;
-    let col = before.rsplit('\n').next().map(|l| l.chars().count()).unwrap_or(0) + 1;
+    let col = before
+        .rsplit('\n')
+        .next()
+        .map(|l| l.chars().count())
+        .unwrap_or(0)
+        + 1;
     (line, col)
 }
 
@@ -300,7 +384,13 @@ impl FloorCharBoundary for str {
 }
 
 /// Write a lab configuration (used by `ftnet lab up`).
-pub fn render_lab(vip: Ipv4Addr, ports: &[u16], replicas: &[Ipv4Addr], failure_ms: u64, socket: &Path) -> String {
+pub fn render_lab(
+    vip: Ipv4Addr,
+    ports: &[u16],
+    replicas: &[Ipv4Addr],
+    failure_ms: u64,
+    socket: &Path,
+) -> String {
     let q = |v: &[String]| v.join(", ");
     format!(
         "# written by `ftnet lab up`\n[router]\ntun = \"ftnet0\"\ntable = 7000\nstatus_socket = \"{}\"\n\n[timeouts]\nfailure_detection_ms = {failure_ms}\n\n[[service]]\nname = \"lab\"\nvip = \"{vip}\"\nports = [{}]\nreplicas = [{}]\n",
@@ -339,7 +429,10 @@ replicas = ["198.18.11.2", "198.18.12.2", "198.18.13.2"]
     fn bad(text: &str, line: usize, needle: &str) {
         let e = parse("t.toml", text).expect_err("config should be rejected");
         let s = e.to_string();
-        assert!(s.starts_with(&format!("t.toml:{line}:")), "wrong line in {s:?}, want {line}");
+        assert!(
+            s.starts_with(&format!("t.toml:{line}:")),
+            "wrong line in {s:?}, want {line}"
+        );
         assert!(s.contains(needle), "{s:?} should mention {needle:?}");
         assert!(s.contains(" — "), "{s:?} should say how to fix it");
     }
@@ -355,7 +448,10 @@ replicas = ["198.18.11.2", "198.18.12.2", "198.18.13.2"]
         assert_eq!(s.vip, Ipv4Addr::new(198, 19, 0, 1));
         assert_eq!(s.ports, vec![6379]);
         assert_eq!(s.replicas.len(), 3);
-        assert_eq!(c.core.timeouts.failure_detection, Duration::from_millis(100));
+        assert_eq!(
+            c.core.timeouts.failure_detection,
+            Duration::from_millis(100)
+        );
         assert_eq!(c.core.timeouts.time_wait, Duration::from_millis(2000));
         assert_eq!(c.core.limits.max_half_open, 8192);
     }
@@ -373,7 +469,13 @@ replicas = ["198.18.11.2", "198.18.12.2", "198.18.13.2"]
     #[test]
     fn lab_rendering_parses() {
         let r = [Ipv4Addr::new(198, 18, 11, 2), Ipv4Addr::new(198, 18, 12, 2)];
-        let t = render_lab(Ipv4Addr::new(198, 19, 0, 1), &[6379, 80], &r, 50, Path::new("/run/x.sock"));
+        let t = render_lab(
+            Ipv4Addr::new(198, 19, 0, 1),
+            &[6379, 80],
+            &r,
+            50,
+            Path::new("/run/x.sock"),
+        );
         let c = parse("lab.toml", &t).unwrap();
         assert_eq!(c.core.services[0].ports, vec![6379, 80]);
         assert_eq!(c.core.timeouts.failure_detection, Duration::from_millis(50));
@@ -381,37 +483,69 @@ replicas = ["198.18.11.2", "198.18.12.2", "198.18.13.2"]
 
     #[test]
     fn unknown_key() {
-        bad(&GOOD.replace("idle_s = 600", "idle_secs = 600"), 12, "unknown field");
-        bad(&GOOD.replace("[router]\n", "[router]\nfoo = 1\n"), 3, "unknown field");
+        bad(
+            &GOOD.replace("idle_s = 600", "idle_secs = 600"),
+            12,
+            "unknown field",
+        );
+        bad(
+            &GOOD.replace("[router]\n", "[router]\nfoo = 1\n"),
+            3,
+            "unknown field",
+        );
         bad(&format!("{GOOD}color = \"red\"\n"), 20, "unknown field");
     }
 
     #[test]
     fn invalid_vip() {
-        bad(&GOOD.replace("198.19.0.1", "198.19.0.300"), 17, "not an IPv4 address");
+        bad(
+            &GOOD.replace("198.19.0.1", "198.19.0.300"),
+            17,
+            "not an IPv4 address",
+        );
         bad(&GOOD.replace("198.19.0.1", "224.0.0.1"), 17, "unicast");
     }
 
     #[test]
     fn invalid_replica() {
-        bad(&GOOD.replace("\"198.18.12.2\"", "\"198.18.12\""), 19, "not an IPv4 address");
+        bad(
+            &GOOD.replace("\"198.18.12.2\"", "\"198.18.12\""),
+            19,
+            "not an IPv4 address",
+        );
     }
 
     #[test]
     fn empty_replicas() {
-        bad(&GOOD.replace(r#"["198.18.11.2", "198.18.12.2", "198.18.13.2"]"#, "[]"), 19, "no replicas");
+        bad(
+            &GOOD.replace(r#"["198.18.11.2", "198.18.12.2", "198.18.13.2"]"#, "[]"),
+            19,
+            "no replicas",
+        );
     }
 
     #[test]
     fn duplicate_replica() {
-        bad(&GOOD.replace("198.18.13.2", "198.18.11.2"), 19, "listed twice");
+        bad(
+            &GOOD.replace("198.18.13.2", "198.18.11.2"),
+            19,
+            "listed twice",
+        );
     }
 
     #[test]
     fn port_zero_and_range() {
-        bad(&GOOD.replace("ports = [6379]", "ports = [6379, 0]"), 18, "port 0");
+        bad(
+            &GOOD.replace("ports = [6379]", "ports = [6379, 0]"),
+            18,
+            "port 0",
+        );
         bad(&GOOD.replace("ports = [6379]", "ports = [70000]"), 18, "");
-        bad(&GOOD.replace("ports = [6379]", "ports = []"), 18, "no ports");
+        bad(
+            &GOOD.replace("ports = [6379]", "ports = []"),
+            18,
+            "no ports",
+        );
     }
 
     #[test]
@@ -428,23 +562,39 @@ replicas = ["198.18.11.2", "198.18.12.2", "198.18.13.2"]
 
     #[test]
     fn failure_detection_zero() {
-        bad(&GOOD.replace("failure_detection_ms = 100", "failure_detection_ms = 0"), 10, "failure_detection_ms is 0");
+        bad(
+            &GOOD.replace("failure_detection_ms = 100", "failure_detection_ms = 0"),
+            10,
+            "failure_detection_ms is 0",
+        );
     }
 
     #[test]
     fn bad_table_and_tun() {
         bad(&GOOD.replace("table = 7000", "table = 254"), 4, "table 254");
-        bad(&GOOD.replace("tun = \"ftnet0\"", "tun = \"a-very-long-tun-name\""), 3, "interface name");
+        bad(
+            &GOOD.replace("tun = \"ftnet0\"", "tun = \"a-very-long-tun-name\""),
+            3,
+            "interface name",
+        );
     }
 
     #[test]
     fn missing_field_and_no_service() {
-        bad(&GOOD.replace("ports = [6379]\n", ""), 17, "missing field");
+        bad(
+            &GOOD.replace("ports = [6379]\n", ""),
+            15,
+            "missing field `ports`",
+        );
         bad("[router]\ntun = \"x\"\n", 1, "no [[service]]");
     }
 
     #[test]
     fn wrong_type() {
-        bad(&GOOD.replace("syn_retries = 1", "syn_retries = \"one\""), 11, "");
+        bad(
+            &GOOD.replace("syn_retries = 1", "syn_retries = \"one\""),
+            11,
+            "",
+        );
     }
 }

@@ -48,7 +48,9 @@ enum Cmd {
         log_level: String,
     },
     /// Validate a configuration file and print what it configures; exit 1 with file:line:col on error.
-    #[command(after_help = "Example:\n  ftnet check-config ftnet.toml && ftnet router --config ftnet.toml")]
+    #[command(
+        after_help = "Example:\n  ftnet check-config ftnet.toml && ftnet router --config ftnet.toml"
+    )]
     CheckConfig {
         /// Configuration file to check.
         file: PathBuf,
@@ -126,7 +128,14 @@ fn init_logging(level: &str) {
     let filter = EnvFilter::try_from_default_env()
         .or_else(|_| EnvFilter::try_new(level))
         .unwrap_or_else(|_| EnvFilter::new("info"));
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    use std::io::IsTerminal;
+    // Colour codes only help a human at a terminal; in router.log they are noise.
+    let ansi = std::io::stderr().is_terminal();
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(ansi)
+        .with_writer(std::io::stderr)
+        .init();
 }
 
 fn dispatch(cli: Cli) -> anyhow::Result<i32> {
@@ -140,24 +149,47 @@ fn dispatch(cli: Cli) -> anyhow::Result<i32> {
         Cmd::CheckConfig { file } => {
             let cfg = config::load(&file)?;
             println!("{}: ok", file.display());
-            println!("  tun {} (mtu {}), table {}, status socket {}", cfg.tun, cfg.mtu, cfg.table, cfg.status_socket.display());
+            println!(
+                "  tun {} (mtu {}), table {}, status socket {}",
+                cfg.tun,
+                cfg.mtu,
+                cfg.table,
+                cfg.status_socket.display()
+            );
             let t = &cfg.core.timeouts;
             println!(
                 "  failure detection {:?}, syn retries {}, idle {:?}, handshake {:?}, time-wait {:?}",
                 t.failure_detection, t.syn_retries, t.idle, t.handshake, t.time_wait
             );
-            println!("  limits: {} connections, {} half-open", cfg.core.limits.max_connections, cfg.core.limits.max_half_open);
+            println!(
+                "  limits: {} connections, {} half-open",
+                cfg.core.limits.max_connections, cfg.core.limits.max_half_open
+            );
             for s in &cfg.core.services {
                 let ports: Vec<String> = s.ports.iter().map(|p| p.to_string()).collect();
                 let reps: Vec<String> = s.replicas.iter().map(|r| r.to_string()).collect();
-                println!("  service {}: {}:{} -> {}", s.name, s.vip, ports.join(","), reps.join(", "));
+                println!(
+                    "  service {}: {}:{} -> {}",
+                    s.name,
+                    s.vip,
+                    ports.join(","),
+                    reps.join(", ")
+                );
             }
             Ok(0)
         }
-        Cmd::Status { socket, config, json } => {
+        Cmd::Status {
+            socket,
+            config,
+            json,
+        } => {
             let path = match (socket, config) {
                 (Some(s), _) => s,
-                (None, Some(c)) => config::load(&c).context("reading the status socket path from the config")?.status_socket,
+                (None, Some(c)) => {
+                    config::load(&c)
+                        .context("reading the status socket path from the config")?
+                        .status_socket
+                }
                 (None, None) => PathBuf::from("/run/ftnet/ftnet0.sock"),
             };
             status::show(&path, json)?;

@@ -9,7 +9,7 @@ use crate::config::FileConfig;
 use crate::sys;
 use anyhow::Context;
 use ftnet_core::{Event, Instant, Router};
-use ftnet_io::{Routing, RoutingSpec, Tun, TunOptions, RECV_BUF_LEN};
+use ftnet_io::{Device, Routing, RoutingSpec, Tun, TunOptions, RECV_BUF_LEN};
 use std::io::Write;
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixListener;
@@ -29,11 +29,20 @@ const STATUS_EVERY: Duration = Duration::from_millis(250);
 pub fn run(cfg: FileConfig) -> anyhow::Result<()> {
     sys::install_stop_handler();
     sys::ignore_sigpipe();
+    sys::keep_heap();
     let started = std::time::Instant::now();
 
-    let tun = Tun::open(&TunOptions { name: cfg.tun.clone(), mtu: cfg.mtu, txqueuelen: 1000 })
-        .with_context(|| format!("opening TUN device {}", cfg.tun))?;
-    info!(tun = tun.name(), mtu = cfg.mtu, "TUN open with IFF_VNET_HDR, offloads CSUM|TSO4|TSO6|TSO_ECN");
+    let tun = Tun::open(&TunOptions {
+        name: cfg.tun.clone(),
+        mtu: cfg.mtu,
+        txqueuelen: 1000,
+    })
+    .with_context(|| format!("opening TUN device {}", cfg.tun))?;
+    info!(
+        tun = tun.name(),
+        mtu = cfg.mtu,
+        "TUN open with IFF_VNET_HDR, offloads CSUM|TSO4|TSO6|TSO_ECN"
+    );
 
     let mut replica_ports = Vec::new();
     for s in &cfg.core.services {
@@ -55,6 +64,20 @@ pub fn run(cfg: FileConfig) -> anyhow::Result<()> {
         replica_ports,
     };
     let routing = Routing::setup(&spec).context("setting up policy routing")?;
+    // Release builds abort on panic, so no destructor runs: take the rules
+    // and the socket file away from the panic hook instead, or clients of
+    // the VIP would be routed into a TUN nobody reads.
+    let (table, sock) = (cfg.table, cfg.status_socket.clone());
+    let default_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        default_hook(info);
+        let n = Routing::purge(table);
+        let _ = std::fs::remove_file(&sock);
+        eprintln!(
+            "ftnet router: panicked; removed {n} policy rule(s) with priority {table} and {}",
+            sock.display()
+        );
+    }));
 
     let snapshot = Arc::new(Mutex::new(String::from("{}")));
     let socket = StatusSocket::bind(&cfg.status_socket, snapshot.clone())?;
@@ -67,12 +90,20 @@ pub fn run(cfg: FileConfig) -> anyhow::Result<()> {
     drop(routing);
     drop(socket);
     if sys::stop_requested() {
-        info!(signal = sys::last_signal(), "stopped by signal; routing and status socket removed");
+        info!(
+            signal = sys::last_signal(),
+            "stopped by signal; routing and status socket removed"
+        );
     }
     result
 }
 
-fn event_loop(mut tun: Tun, router: &mut Router, started: std::time::Instant, snapshot: &Mutex<String>) -> anyhow::Result<()> {
+fn event_loop(
+    mut tun: Tun,
+    router: &mut Router,
+    started: std::time::Instant,
+    snapshot: &Mutex<String>,
+) -> anyhow::Result<()> {
     let mut buf = vec![0u8; RECV_BUF_LEN];
     let mut last_status = std::time::Instant::now() - STATUS_EVERY;
     let mut write_errors: u64 = 0;
@@ -93,13 +124,18 @@ fn event_loop(mut tun: Tun, router: &mut Router, started: std::time::Instant, sn
         }
 
         let sleep = match router.poll_timeout() {
-            Some(due) => Duration::from_micros(due.as_micros().saturating_sub(now().as_micros())).min(MAX_SLEEP),
+            Some(due) => Duration::from_micros(due.as_micros().saturating_sub(now().as_micros()))
+                .min(MAX_SLEEP),
             None => MAX_SLEEP,
         };
         // Round up so a timer 300 µs away does not turn into a busy loop of
         // zero-millisecond polls.
         let ms = sleep.as_micros().div_ceil(1000) as libc::c_int;
-        let mut pfd = libc::pollfd { fd: tun.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+        let mut pfd = libc::pollfd {
+            fd: tun.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
         // SAFETY: `pfd` is one valid pollfd that lives across the call.
         let rc = unsafe { libc::poll(&mut pfd, 1, ms) };
         if rc < 0 {
@@ -112,29 +148,49 @@ fn event_loop(mut tun: Tun, router: &mut Router, started: std::time::Instant, sn
         if rc == 0 {
             continue;
         }
-        let t = now();
-        for _ in 0..BATCH {
-            match tun.recv(&mut buf) {
-                Ok(Some(pkt)) => router.handle_packet(t, pkt),
-                Ok(None) => break,
-                Err(e) => {
-                    warn!("TUN read: {e}");
-                    break;
-                }
-            }
-        }
-        flush(&mut tun, router, &mut write_errors);
+        pump(&mut tun, router, now(), &mut buf, &mut write_errors);
     }
 }
 
+/// Read up to [`BATCH`] packets into the core, then write out what it
+/// produced. Returns how many packets were read.
+fn pump<D: Device>(
+    dev: &mut D,
+    router: &mut Router,
+    now: Instant,
+    buf: &mut [u8],
+    write_errors: &mut u64,
+) -> usize {
+    let mut n = 0;
+    while n < BATCH {
+        match dev.recv(buf) {
+            Ok(Some(pkt)) => {
+                router.handle_packet(now, pkt);
+                n += 1;
+            }
+            Ok(None) => break,
+            Err(e) => {
+                warn!("TUN read: {e}");
+                break;
+            }
+        }
+    }
+    flush(dev, router, write_errors);
+    n
+}
+
 /// Write out every queued packet and log every event.
-fn flush(tun: &mut Tun, router: &mut Router, write_errors: &mut u64) {
+fn flush<D: Device>(dev: &mut D, router: &mut Router, write_errors: &mut u64) {
     while let Some(pkt) = router.poll_transmit() {
-        if let Err(e) = tun.send(&pkt) {
+        if let Err(e) = dev.send(&pkt) {
             *write_errors += 1;
             // One line per power of two keeps a persistent error from flooding the log.
             if write_errors.is_power_of_two() {
-                warn!(errors = *write_errors, len = pkt.data.len(), "TUN write: {e}");
+                warn!(
+                    errors = *write_errors,
+                    len = pkt.data.len(),
+                    "TUN write: {e}"
+                );
             }
         }
     }
@@ -144,18 +200,50 @@ fn flush(tun: &mut Tun, router: &mut Router, write_errors: &mut u64) {
 }
 
 fn log_event(ev: &Event) {
+    // The reason's snake_case wire name ("stalled", "no_syn_ack"), the same
+    // word `ftnet status --json` and the docs use.
+    let why = |r: &ftnet_core::EvictReason| {
+        serde_json::to_value(r)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_else(|| format!("{r:?}"))
+    };
+    #[allow(unreachable_patterns)] // the core may grow events before this match learns them
     match ev {
-        Event::Evicted { conn, replica, reason, remaining } => {
-            warn!("connection {conn}: replica {replica} evicted ({reason:?}); {remaining} replica(s) remain")
+        Event::Evicted {
+            conn,
+            replica,
+            reason,
+            remaining,
+        } => {
+            warn!(
+                "connection {conn}: replica {replica} evicted ({}); {remaining} replica(s) remain",
+                why(reason)
+            )
         }
-        Event::ReplicaDown { service, replica, reason } => {
-            warn!("service {service}: replica {replica} declared down ({reason:?}); new connections skip it")
+        Event::ReplicaDown {
+            service,
+            replica,
+            reason,
+        } => {
+            warn!(
+                "service {service}: replica {replica} declared down ({}); new connections skip it",
+                why(reason)
+            )
         }
-        Event::ConnectionLost { conn } => error!("connection {conn}: no replica left, client reset"),
+        Event::ConnectionLost { conn } => {
+            error!("connection {conn}: no replica left, client reset")
+        }
+        other => info!("{other:?}"),
     }
 }
 
-fn refresh_status(router: &Router, started: std::time::Instant, snapshot: &Mutex<String>, tun: &str) {
+fn refresh_status(
+    router: &Router,
+    started: std::time::Instant,
+    snapshot: &Mutex<String>,
+    tun: &str,
+) {
     let doc = serde_json::json!({
         "uptime_s": started.elapsed().as_secs_f64(),
         "tun": tun,
@@ -185,9 +273,11 @@ impl StatusSocket {
             if std::os::unix::net::UnixStream::connect(path).is_ok() {
                 anyhow::bail!("another router is already answering on {} — stop it or choose another status_socket", path.display());
             }
-            std::fs::remove_file(path).with_context(|| format!("removing stale socket {}", path.display()))?;
+            std::fs::remove_file(path)
+                .with_context(|| format!("removing stale socket {}", path.display()))?;
         }
-        let listener = UnixListener::bind(path).with_context(|| format!("binding status socket {}", path.display()))?;
+        let listener = UnixListener::bind(path)
+            .with_context(|| format!("binding status socket {}", path.display()))?;
         std::thread::Builder::new()
             .name("status".into())
             .spawn(move || {
@@ -198,16 +288,125 @@ impl StatusSocket {
                         Err(p) => p.into_inner().clone(),
                     };
                     let _ = conn.set_write_timeout(Some(Duration::from_secs(1)));
-                    let _ = conn.write_all(text.as_bytes()).and_then(|_| conn.write_all(b"\n"));
+                    let _ = conn
+                        .write_all(text.as_bytes())
+                        .and_then(|_| conn.write_all(b"\n"));
                 }
             })
             .context("starting the status thread")?;
-        Ok(StatusSocket { path: path.to_path_buf() })
+        Ok(StatusSocket {
+            path: path.to_path_buf(),
+        })
     }
 }
 
 impl Drop for StatusSocket {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ftnet_core::{Config, Packet};
+    use ftnet_io::MemDevice;
+
+    fn router() -> Router {
+        let cfg = crate::config::parse("t.toml", "[[service]]\nname = \"a\"\nvip = \"198.19.0.1\"\nports = [7]\nreplicas = [\"198.18.11.2\"]\n")
+            .expect("test config");
+        let core: Config = cfg.core;
+        Router::new(core, [7; 16])
+    }
+
+    #[test]
+    fn pump_reads_one_batch_per_call() {
+        let mut r = router();
+        let mut dev = MemDevice::default();
+        for _ in 0..BATCH + 5 {
+            // Garbage is fine: the core must count and drop it.
+            dev.rx.push_back(Packet::plain(vec![0x45, 0, 0]));
+        }
+        let mut buf = vec![0u8; RECV_BUF_LEN];
+        let mut errs = 0;
+        assert_eq!(
+            pump(&mut dev, &mut r, Instant::ZERO, &mut buf, &mut errs),
+            BATCH
+        );
+        assert_eq!(dev.rx.len(), 5);
+        assert_eq!(r.counters().packets_in, BATCH as u64);
+        assert_eq!(
+            pump(&mut dev, &mut r, Instant::ZERO, &mut buf, &mut errs),
+            5
+        );
+        assert_eq!(
+            pump(&mut dev, &mut r, Instant::ZERO, &mut buf, &mut errs),
+            0
+        );
+    }
+
+    /// A SYN to the VIP must come out again, addressed to the replica, and a
+    /// failing device must be counted rather than stop the loop.
+    #[test]
+    fn pump_forwards_and_survives_send_errors() {
+        let mut r = router();
+        let mut dev = MemDevice::default();
+        dev.rx.push_back(Packet::plain(syn(
+            [198, 18, 1, 2],
+            [198, 19, 0, 1],
+            40000,
+            7,
+        )));
+        let mut buf = vec![0u8; RECV_BUF_LEN];
+        let mut errs = 0;
+        pump(&mut dev, &mut r, Instant::ZERO, &mut buf, &mut errs);
+        assert_eq!(errs, 0);
+        assert!(
+            dev.tx
+                .iter()
+                .any(|p| p.data.len() >= 20 && p.data[16..20] == [198, 18, 11, 2]),
+            "no packet to the replica: {:?}",
+            dev.tx
+        );
+
+        dev.fail_sends = Some(std::io::ErrorKind::Other);
+        dev.rx.push_back(Packet::plain(syn(
+            [198, 18, 1, 2],
+            [198, 19, 0, 1],
+            40001,
+            7,
+        )));
+        pump(
+            &mut dev,
+            &mut r,
+            Instant::from_micros(1000),
+            &mut buf,
+            &mut errs,
+        );
+        assert!(errs >= 1, "send failure not counted");
+    }
+
+    /// A minimal TCP SYN with valid IPv4 and TCP checksums.
+    fn syn(src: [u8; 4], dst: [u8; 4], sport: u16, dport: u16) -> Vec<u8> {
+        use ftnet_wire::checksum;
+        let mut p = vec![0u8; 40];
+        p[0] = 0x45;
+        p[2..4].copy_from_slice(&40u16.to_be_bytes());
+        p[8] = 64;
+        p[9] = 6;
+        p[12..16].copy_from_slice(&src);
+        p[16..20].copy_from_slice(&dst);
+        let c = checksum::complete(&p[..20], 0);
+        p[10..12].copy_from_slice(&c.to_be_bytes());
+        p[20..22].copy_from_slice(&sport.to_be_bytes());
+        p[22..24].copy_from_slice(&dport.to_be_bytes());
+        p[24..28].copy_from_slice(&1000u32.to_be_bytes());
+        p[32] = 5 << 4;
+        p[33] = 0x02; // SYN
+        p[34..36].copy_from_slice(&65535u16.to_be_bytes());
+        let ph = checksum::pseudo_header(src.into(), dst.into(), 6, 20);
+        let c = checksum::complete(&p[20..], ph);
+        p[36..38].copy_from_slice(&c.to_be_bytes());
+        p
     }
 }

@@ -16,8 +16,10 @@ pub fn fetch(socket: &Path) -> anyhow::Result<Value> {
     })?;
     s.set_read_timeout(Some(Duration::from_secs(3)))?;
     let mut text = String::new();
-    s.read_to_string(&mut text).with_context(|| format!("reading status from {}", socket.display()))?;
-    serde_json::from_str(&text).with_context(|| format!("router on {} sent unparsable status", socket.display()))
+    s.read_to_string(&mut text)
+        .with_context(|| format!("reading status from {}", socket.display()))?;
+    serde_json::from_str(&text)
+        .with_context(|| format!("router on {} sent unparsable status", socket.display()))
 }
 
 pub fn show(socket: &Path, json: bool) -> anyhow::Result<()> {
@@ -53,7 +55,10 @@ pub fn render(v: &Value) -> String {
         let _ = writeln!(o, "(the router reports no per-service state yet)");
     }
     for s in &services {
-        let ports: Vec<String> = s["ports"].as_array().map(|a| a.iter().map(|p| u(p).to_string()).collect()).unwrap_or_default();
+        let ports: Vec<String> = s["ports"]
+            .as_array()
+            .map(|a| a.iter().map(|p| u(p).to_string()).collect())
+            .unwrap_or_default();
         let _ = writeln!(
             o,
             "\nservice {}  vip {}  ports {}  connections {}",
@@ -62,13 +67,21 @@ pub fn render(v: &Value) -> String {
             ports.join(","),
             u(&s["connections"])
         );
-        let _ = writeln!(o, "  {:<16} {:<8} {:>11} {:>14} {:>13}", "replica", "state", "connections", "lag out bytes", "lag in bytes");
+        let _ = writeln!(
+            o,
+            "  {:<16} {:<8} {:>11} {:>14} {:>13}",
+            "replica", "state", "connections", "lag out bytes", "lag in bytes"
+        );
         for r in s["replicas"].as_array().cloned().unwrap_or_default() {
             let _ = writeln!(
                 o,
                 "  {:<16} {:<8} {:>11} {:>14} {:>13}",
                 r["addr"].as_str().unwrap_or("?"),
-                if r["alive"].as_bool().unwrap_or(false) { "alive" } else { "evicted" },
+                if r["alive"].as_bool().unwrap_or(false) {
+                    "alive"
+                } else {
+                    "evicted"
+                },
                 u(&r["connections"]),
                 u(&r["lag_out_bytes"]),
                 u(&r["lag_in_bytes"]),
@@ -78,8 +91,15 @@ pub fn render(v: &Value) -> String {
     let c = &st["counters"];
     let _ = writeln!(o, "\ncounters:");
     for k in [
-        "packets_in", "packets_out", "client_bytes_in", "client_bytes_out", "suppressed_bytes",
-        "connections_opened", "evictions", "connections_lost", "acks_on_behalf",
+        "packets_in",
+        "packets_out",
+        "client_bytes_in",
+        "client_bytes_out",
+        "suppressed_bytes",
+        "connections_opened",
+        "evictions",
+        "connections_lost",
+        "acks_on_behalf",
     ] {
         let _ = writeln!(o, "  {k:<20} {}", u(&c[k]));
     }

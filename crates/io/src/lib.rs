@@ -5,9 +5,11 @@
 //! Architecture invariant: this crate knows nothing about connections; it
 //! moves [`ftnet_core::Packet`]s and configures the kernel.
 
+mod device;
 mod routing;
 mod tun;
 
+pub use device::{Device, MemDevice};
 pub use routing::{Routing, RoutingSpec};
 pub use tun::{Tun, TunOptions, RECV_BUF_LEN};
 
@@ -18,19 +20,36 @@ use std::io;
 pub enum Error {
     /// An ioctl or open on `/dev/net/tun` failed.
     #[error("{op} for TUN device {name:?}: {source}")]
-    Tun { op: &'static str, name: String, #[source] source: io::Error },
+    Tun {
+        op: &'static str,
+        name: String,
+        #[source]
+        source: io::Error,
+    },
     /// The TUN name is empty, too long for `IFNAMSIZ` or has odd bytes.
     #[error("invalid interface name {0:?}: 1 to 15 bytes, no '/', ':' or whitespace")]
     BadName(String),
     /// An external command (iproute2) exited with an error.
     #[error("`{cmd}` failed ({status}): {stderr}")]
-    Command { cmd: String, status: String, stderr: String },
+    Command {
+        cmd: String,
+        status: String,
+        stderr: String,
+    },
     /// An external command could not be started at all.
     #[error("could not run `{cmd}`: {source} (is iproute2 installed?)")]
-    Spawn { cmd: String, #[source] source: io::Error },
+    Spawn {
+        cmd: String,
+        #[source]
+        source: io::Error,
+    },
     /// A sysctl file could not be read or written.
     #[error("sysctl {path}: {source}")]
-    Sysctl { path: String, #[source] source: io::Error },
+    Sysctl {
+        path: String,
+        #[source]
+        source: io::Error,
+    },
 }
 
 /// Run `ip ARGS...`; on failure the error names the full command line and
@@ -41,12 +60,18 @@ pub fn ip(args: &[&str]) -> Result<String, Error> {
 
 /// Run a command to completion, returning stdout, or an error naming it.
 pub fn run(prog: &str, args: &[&str]) -> Result<String, Error> {
-    let cmd = std::iter::once(prog).chain(args.iter().copied()).collect::<Vec<_>>().join(" ");
+    let cmd = std::iter::once(prog)
+        .chain(args.iter().copied())
+        .collect::<Vec<_>>()
+        .join(" ");
     let out = std::process::Command::new(prog)
         .args(args)
         .stdin(std::process::Stdio::null())
         .output()
-        .map_err(|source| Error::Spawn { cmd: cmd.clone(), source })?;
+        .map_err(|source| Error::Spawn {
+            cmd: cmd.clone(),
+            source,
+        })?;
     if !out.status.success() {
         return Err(Error::Command {
             cmd,

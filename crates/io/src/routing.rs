@@ -43,7 +43,13 @@ impl Routing {
     /// On error whatever was installed so far is removed again.
     pub fn setup(spec: &RoutingSpec) -> Result<Routing, Error> {
         let table = spec.table.to_string();
-        let mut r = Routing { table: table.clone(), tun: spec.tun.clone(), rules: Vec::new(), route_added: false, sysctls: Vec::new() };
+        let mut r = Routing {
+            table: table.clone(),
+            tun: spec.tun.clone(),
+            rules: Vec::new(),
+            route_added: false,
+            sysctls: Vec::new(),
+        };
         let removed = remove_leftovers(&table);
         if removed > 0 {
             warn!(table = %table, rules = removed, "removed leftover rules of an earlier run");
@@ -56,7 +62,9 @@ impl Routing {
 
         // `replace` rather than `add`: a crashed run may have left the route
         // in the table (it vanishes with the TUN, but the TUN may persist).
-        ip(&["route", "replace", "default", "dev", &spec.tun, "table", &table])?;
+        ip(&[
+            "route", "replace", "default", "dev", &spec.tun, "table", &table,
+        ])?;
         r.route_added = true;
         info!(table = %table, dev = %spec.tun, "route: default dev {} table {}", spec.tun, table);
 
@@ -66,13 +74,25 @@ impl Routing {
         }
         let mut replicas: Vec<Ipv4Addr> = Vec::new();
         for (replica, port) in &spec.replica_ports {
-            want.push(vec!["from".into(), replica.to_string(), "ipproto".into(), "tcp".into(), "sport".into(), port.to_string()]);
+            want.push(vec![
+                "from".into(),
+                replica.to_string(),
+                "ipproto".into(),
+                "tcp".into(),
+                "sport".into(),
+                port.to_string(),
+            ]);
             if !replicas.contains(replica) {
                 replicas.push(*replica);
             }
         }
         for replica in replicas {
-            want.push(vec!["from".into(), replica.to_string(), "ipproto".into(), "icmp".into()]);
+            want.push(vec![
+                "from".into(),
+                replica.to_string(),
+                "ipproto".into(),
+                "icmp".into(),
+            ]);
         }
         for sel in want {
             let mut args: Vec<String> = vec!["rule".into(), "add".into()];
@@ -85,13 +105,26 @@ impl Routing {
         Ok(r)
     }
 
+    /// Remove every rule with priority `table` without any other state: the
+    /// last resort of a process about to abort (release builds abort on
+    /// panic, so `Drop` never runs). Returns how many rules were removed.
+    pub fn purge(table: u32) -> usize {
+        remove_leftovers(&table.to_string())
+    }
+
     fn set_sysctl(&mut self, path: &str, value: &str) -> Result<(), Error> {
         let old = std::fs::read_to_string(path)
-            .map_err(|source| Error::Sysctl { path: path.to_string(), source })?
+            .map_err(|source| Error::Sysctl {
+                path: path.to_string(),
+                source,
+            })?
             .trim()
             .to_string();
         if old != value {
-            std::fs::write(path, value).map_err(|source| Error::Sysctl { path: path.to_string(), source })?;
+            std::fs::write(path, value).map_err(|source| Error::Sysctl {
+                path: path.to_string(),
+                source,
+            })?;
             info!("sysctl {path} = {value} (was {old})");
             self.sysctls.push((path.to_string(), old));
         }
@@ -111,7 +144,15 @@ impl Drop for Routing {
         }
         if self.route_added {
             // Gone already if the TUN was closed first; that is fine.
-            let _ = ip(&["route", "del", "default", "dev", &self.tun, "table", &self.table]);
+            let _ = ip(&[
+                "route",
+                "del",
+                "default",
+                "dev",
+                &self.tun,
+                "table",
+                &self.table,
+            ]);
         }
         for (path, old) in self.sysctls.drain(..).rev() {
             // The per-device entry disappears with the TUN; nothing to restore then.

@@ -27,7 +27,11 @@ pub struct TunOptions {
 
 impl TunOptions {
     pub fn new(name: &str) -> TunOptions {
-        TunOptions { name: name.to_string(), mtu: 1500, txqueuelen: 1000 }
+        TunOptions {
+            name: name.to_string(),
+            mtu: 1500,
+            txqueuelen: 1000,
+        }
     }
 }
 
@@ -55,21 +59,36 @@ impl Tun {
         let name = &opts.name;
         if name.is_empty()
             || name.len() >= libc::IFNAMSIZ
-            || name.bytes().any(|b| b == b'/' || b == b':' || b.is_ascii_whitespace() || b == 0)
+            || name
+                .bytes()
+                .any(|b| b == b'/' || b == b':' || b.is_ascii_whitespace() || b == 0)
         {
             return Err(Error::BadName(name.clone()));
         }
-        let terr = |op: &'static str| Error::Tun { op, name: name.clone(), source: io::Error::last_os_error() };
+        let terr = |op: &'static str| Error::Tun {
+            op,
+            name: name.clone(),
+            source: io::Error::last_os_error(),
+        };
         let path = CString::new("/dev/net/tun").map_err(|_| Error::BadName(name.clone()))?;
         // SAFETY: `path` is a valid NUL-terminated string that outlives the call.
-        let raw = unsafe { libc::open(path.as_ptr(), libc::O_RDWR | libc::O_NONBLOCK | libc::O_CLOEXEC) };
+        let raw = unsafe {
+            libc::open(
+                path.as_ptr(),
+                libc::O_RDWR | libc::O_NONBLOCK | libc::O_CLOEXEC,
+            )
+        };
         if raw < 0 {
             return Err(terr("open /dev/net/tun"));
         }
         // SAFETY: `raw` was just returned by open(2), is valid and owned by no one else.
         let fd = unsafe { OwnedFd::from_raw_fd(raw) };
 
-        let mut req = IfReqFlags { name: [0; libc::IFNAMSIZ], flags: 0, _pad: [0; 22] };
+        let mut req = IfReqFlags {
+            name: [0; libc::IFNAMSIZ],
+            flags: 0,
+            _pad: [0; 22],
+        };
         for (d, s) in req.name.iter_mut().zip(name.bytes()) {
             *d = s as libc::c_char;
         }
@@ -77,18 +96,35 @@ impl Tun {
         // SAFETY: TUNSETIFF reads and writes a `struct ifreq`; `req` has its
         // layout (16-byte name, then a 24-byte union starting with the flags)
         // and lives across the call.
-        if unsafe { libc::ioctl(fd.as_raw_fd(), libc::TUNSETIFF, &mut req as *mut IfReqFlags) } < 0 {
+        if unsafe { libc::ioctl(fd.as_raw_fd(), libc::TUNSETIFF, &mut req as *mut IfReqFlags) } < 0
+        {
             return Err(terr("ioctl TUNSETIFF (IFF_TUN|IFF_NO_PI|IFF_VNET_HDR)"));
         }
         // The kernel may have completed a name pattern such as "ftnet%d".
-        let actual: Vec<u8> = req.name.iter().take_while(|&&c| c != 0).map(|&c| c as u8).collect();
+        let actual: Vec<u8> = req
+            .name
+            .iter()
+            .take_while(|&&c| c != 0)
+            .map(|&c| c as u8)
+            .collect();
         let name = String::from_utf8_lossy(&actual).into_owned();
 
         let hdr_len: libc::c_int = vnet::LEN as libc::c_int;
         // SAFETY: TUNSETVNETHDRSZ reads one `int` through the pointer, which
         // points to a live local.
-        if unsafe { libc::ioctl(fd.as_raw_fd(), libc::TUNSETVNETHDRSZ, &hdr_len as *const libc::c_int) } < 0 {
-            return Err(Error::Tun { op: "ioctl TUNSETVNETHDRSZ 10", name, source: io::Error::last_os_error() });
+        if unsafe {
+            libc::ioctl(
+                fd.as_raw_fd(),
+                libc::TUNSETVNETHDRSZ,
+                &hdr_len as *const libc::c_int,
+            )
+        } < 0
+        {
+            return Err(Error::Tun {
+                op: "ioctl TUNSETVNETHDRSZ 10",
+                name,
+                source: io::Error::last_os_error(),
+            });
         }
         // The kernel may then hand us TCPv4/v6 GSO super-packets whose TCP
         // checksum is partial (pseudo-header only), and accepts the same
@@ -96,15 +132,39 @@ impl Tun {
         let offloads = libc::TUN_F_CSUM | libc::TUN_F_TSO4 | libc::TUN_F_TSO6 | libc::TUN_F_TSO_ECN;
         // SAFETY: TUNSETOFFLOAD takes the flags as the integer argument itself,
         // no memory is passed.
-        if unsafe { libc::ioctl(fd.as_raw_fd(), libc::TUNSETOFFLOAD, offloads as libc::c_ulong) } < 0 {
-            return Err(Error::Tun { op: "ioctl TUNSETOFFLOAD (CSUM|TSO4|TSO6|TSO_ECN)", name, source: io::Error::last_os_error() });
+        if unsafe {
+            libc::ioctl(
+                fd.as_raw_fd(),
+                libc::TUNSETOFFLOAD,
+                offloads as libc::c_ulong,
+            )
+        } < 0
+        {
+            return Err(Error::Tun {
+                op: "ioctl TUNSETOFFLOAD (CSUM|TSO4|TSO6|TSO_ECN)",
+                name,
+                source: io::Error::last_os_error(),
+            });
         }
 
         let tun = Tun { fd, name };
+        // Before the link goes up: an IPv6-enabled TUN sends router
+        // solicitations and MLD reports into our own read path, and the
+        // router is IPv4 only. The setting dies with the device.
+        let v6 = format!("/proc/sys/net/ipv6/conf/{}/disable_ipv6", tun.name);
+        if std::path::Path::new(&v6).exists() {
+            std::fs::write(&v6, "1").map_err(|source| Error::Sysctl { path: v6.clone(), source })?;
+        }
         crate::ip(&[
-            "link", "set", "dev", &tun.name, "up",
-            "mtu", &opts.mtu.to_string(),
-            "txqueuelen", &opts.txqueuelen.to_string(),
+            "link",
+            "set",
+            "dev",
+            &tun.name,
+            "up",
+            "mtu",
+            &opts.mtu.to_string(),
+            "txqueuelen",
+            &opts.txqueuelen.to_string(),
         ])?;
         Ok(tun)
     }
@@ -131,9 +191,15 @@ impl Tun {
         // Every read starts with the virtio-net header; anything shorter is a
         // kernel/ABI mismatch, not a packet.
         let vnet = VnetHdr::parse(&buf[..n]).map_err(|_| {
-            io::Error::new(io::ErrorKind::InvalidData, format!("TUN read of {n} bytes has no virtio-net header"))
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("TUN read of {n} bytes has no virtio-net header"),
+            )
         })?;
-        Ok(Some(Packet { vnet, data: buf[vnet::LEN..n].to_vec() }))
+        Ok(Some(Packet {
+            vnet,
+            data: buf[vnet::LEN..n].to_vec(),
+        }))
     }
 
     /// Write one packet: the virtio-net header and the IPv4 packet in one
@@ -142,14 +208,22 @@ impl Tun {
         let mut hdr = [0u8; vnet::LEN];
         pkt.vnet.emit(&mut hdr);
         let iov = [
-            libc::iovec { iov_base: hdr.as_mut_ptr().cast(), iov_len: hdr.len() },
+            libc::iovec {
+                iov_base: hdr.as_mut_ptr().cast(),
+                iov_len: hdr.len(),
+            },
             // writev never writes through iov_base; the cast to *mut is what the C type requires.
-            libc::iovec { iov_base: pkt.data.as_ptr() as *mut libc::c_void, iov_len: pkt.data.len() },
+            libc::iovec {
+                iov_base: pkt.data.as_ptr() as *mut libc::c_void,
+                iov_len: pkt.data.len(),
+            },
         ];
         loop {
             // SAFETY: both iovecs point to live buffers of the given lengths
             // (`hdr` on the stack, `pkt.data` borrowed) for the whole call.
-            let n = unsafe { libc::writev(self.fd.as_raw_fd(), iov.as_ptr(), iov.len() as libc::c_int) };
+            let n = unsafe {
+                libc::writev(self.fd.as_raw_fd(), iov.as_ptr(), iov.len() as libc::c_int)
+            };
             if n >= 0 {
                 // A TUN write is all or nothing: the kernel takes the packet whole.
                 return Ok(());

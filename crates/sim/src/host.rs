@@ -47,14 +47,13 @@ fn ts4() -> u32 {
 
 /// TSval generators with different offsets and rates, so that replicas'
 /// timestamp clocks differ from each other and from the client's.
-pub(crate) const TS_GENS: [tcp::TcpTimestampGenerator; crate::params::TS_GEN_COUNT] = [ts0, ts1, ts2, ts3, ts4];
+pub(crate) const TS_GENS: [fn() -> u32; crate::params::TS_GEN_COUNT] = [ts0, ts1, ts2, ts3, ts4];
 
 /// An in-memory device: the sim pushes received packets into `rx` and
 /// drains `tx`.
 pub(crate) struct SimDevice {
     pub rx: VecDeque<Vec<u8>>,
     pub tx: Vec<Vec<u8>>,
-    mtu: usize,
 }
 
 pub(crate) struct RxTok(Vec<u8>);
@@ -91,7 +90,13 @@ impl Device for SimDevice {
     fn capabilities(&self) -> DeviceCapabilities {
         let mut c = DeviceCapabilities::default();
         c.medium = Medium::Ip;
-        c.max_transmission_unit = self.mtu;
+        // smoltcp 0.12 sizes a data segment as `ip_mtu - 40` without
+        // counting TCP options and, lacking the fragmentation feature,
+        // silently drops the packet when timestamps (12 bytes) push it over
+        // the MTU. So the stack gets a large MTU and the host's real MTU is
+        // enforced on the wire by clamping the MSS option of its SYNs to
+        // `mtu - 52` (see `clamp_mss`): peers then size segments to fit.
+        c.max_transmission_unit = 65535;
         c
     }
 }
@@ -113,8 +118,12 @@ pub(crate) struct ClientConn {
 }
 
 impl ClientConn {
-    pub fn done(&self, close: Close, state: State) -> bool {
+    /// Every byte echoed, every byte acknowledged (so the router's min-ACK
+    /// moved past any dead replica), and the close finished if any.
+    pub fn done(&self, close: Close, state: State, unacked: usize) -> bool {
         self.recvd.len() == self.data.len()
+            && self.sent == self.data.len()
+            && unacked == 0
             && match close {
                 Close::Never => true,
                 _ => self.close_called && matches!(state, State::TimeWait | State::Closed) && !self.reset,
@@ -134,8 +143,17 @@ pub(crate) struct ServerSock {
 }
 
 pub(crate) enum App {
-    Client { conns: Vec<ClientConn>, close: Close, max_write: usize },
-    Server { socks: Vec<ServerSock>, port: u16 },
+    Client {
+        conns: Vec<ClientConn>,
+        close: Close,
+        max_write: usize,
+        /// Connections to a port nobody listens on: (socket, local port).
+        refused: Vec<(SocketHandle, u16)>,
+    },
+    Server {
+        socks: Vec<ServerSock>,
+        port: u16,
+    },
 }
 
 pub(crate) struct Host {
@@ -159,7 +177,7 @@ fn new_socket(p: &HostParams) -> tcp::Socket<'static> {
 
 impl Host {
     fn new(name: String, ip: Ipv4Addr, params: HostParams, seed: u64, app: App) -> Host {
-        let mut dev = SimDevice { rx: VecDeque::new(), tx: Vec::new(), mtu: params.mtu };
+        let mut dev = SimDevice { rx: VecDeque::new(), tx: Vec::new() };
         let mut cfg = IfConfig::new(HardwareAddress::Ip);
         cfg.random_seed = seed;
         let mut iface = Interface::new(cfg, &mut dev, SInstant::from_micros(0));
@@ -183,9 +201,10 @@ impl Host {
         bytes: usize,
         close: Close,
         max_write: usize,
+        refused_conns: usize,
         rng: &mut SmallRng,
     ) -> Host {
-        let mut h = Host::new("client".into(), ip, params, seed, App::Client { conns: Vec::new(), close, max_write });
+        let mut h = Host::new("client".into(), ip, params, seed, App::Client { conns: Vec::new(), close, max_write, refused: Vec::new() });
         let base: u16 = rng.gen_range(20000..60000);
         let mut list = Vec::new();
         for i in 0..conns {
@@ -195,20 +214,18 @@ impl Host {
             let handle = h.sockets.add(s);
             let mut data = vec![0u8; bytes];
             rng.fill(&mut data[..]);
-            list.push(ClientConn {
-                handle,
-                port,
-                data,
-                sent: 0,
-                recvd: Vec::new(),
-                close_called: false,
-                orderly: false,
-                established: false,
-                reset: false,
-            });
+            list.push(ClientConn { handle, port, data, sent: 0, recvd: Vec::new(), close_called: false, orderly: false, established: false, reset: false });
         }
-        if let App::Client { conns, .. } = &mut h.app {
+        let mut refused_list = Vec::new();
+        for i in 0..refused_conns {
+            let port = base + 3 + i as u16 * 7;
+            let mut s = new_socket(&h.params);
+            s.connect(h.iface.context(), IpEndpoint::new(IpAddress::Ipv4(server.0), server.1 + 1), port).expect("connect");
+            refused_list.push((h.sockets.add(s), port));
+        }
+        if let App::Client { conns, refused, .. } = &mut h.app {
             *conns = list;
+            *refused = refused_list;
         }
         h
     }
@@ -247,7 +264,7 @@ impl Host {
     fn run_app(&mut self, rng: &mut SmallRng) -> Result<bool, String> {
         let mut progressed = false;
         match &mut self.app {
-            App::Client { conns, close, max_write } => {
+            App::Client { conns, close, max_write, .. } => {
                 for (ci, c) in conns.iter_mut().enumerate() {
                     let s = self.sockets.get_mut::<tcp::Socket>(c.handle);
                     let st = s.state();
@@ -346,7 +363,11 @@ impl Host {
                         k.pending.drain(..w);
                         progressed = true;
                     }
-                    if k.peer_port.is_some() && !s.may_recv() && !k.saw_fin && matches!(s.state(), State::CloseWait | State::LastAck | State::Closing | State::TimeWait) {
+                    if k.peer_port.is_some()
+                        && !s.may_recv()
+                        && !k.saw_fin
+                        && matches!(s.state(), State::CloseWait | State::LastAck | State::Closing | State::TimeWait)
+                    {
                         k.saw_fin = true;
                         progressed = true;
                     }
@@ -372,9 +393,21 @@ impl Host {
     /// Abort every socket (RSTs go out on the next poll).
     pub fn abort_all(&mut self) {
         for (_, s) in self.sockets.iter_mut() {
-            if let smoltcp::socket::Socket::Tcp(t) = s {
-                t.abort();
-            }
+            let smoltcp::socket::Socket::Tcp(t) = s;
+            t.abort();
+        }
+    }
+
+    /// Clamp the MSS option of an outgoing SYN to what this host's link
+    /// MTU carries with 12 bytes of timestamp option (see `capabilities`).
+    pub fn clamp_mss(&self, pkt: &mut [u8]) {
+        let Ok(ip) = ftnet_wire::ipv4::Packet::new_checked(&mut pkt[..]) else { return };
+        let hl = ip.header_len();
+        let tl = ip.total_len();
+        let Ok(mut seg) = ftnet_wire::tcp::Segment::new_checked(&mut pkt[hl..tl]) else { return };
+        let want = (self.params.mtu - 52) as u16;
+        if seg.syn() && seg.mss().is_some_and(|m| m > want) {
+            seg.set_mss(want, ftnet_wire::tcp::CsumMode::Complete);
         }
     }
 

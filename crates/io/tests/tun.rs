@@ -1,0 +1,172 @@
+//! The TUN device and the policy routing against a real kernel, inside a
+//! private network namespace of the test thread (unshare(CLONE_NEWNET)
+//! changes only the calling thread, and children it spawns inherit it).
+//! Needs root; without it the test prints a loud SKIPPED line and passes.
+
+use ftnet_core::Packet;
+use ftnet_io::{ip, Routing, RoutingSpec, Tun, TunOptions, RECV_BUF_LEN};
+use ftnet_wire::checksum;
+use std::net::Ipv4Addr;
+use std::time::{Duration, Instant};
+
+fn is_root() -> bool {
+    // SAFETY: geteuid(2) has no preconditions and cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// Run `f` on a fresh thread in a fresh network namespace.
+fn in_netns(f: impl FnOnce() + Send + 'static) {
+    std::thread::spawn(move || {
+        // SAFETY: unshare(2) with CLONE_NEWNET only changes this thread's
+        // network namespace; no memory is involved.
+        let rc = unsafe { libc::unshare(libc::CLONE_NEWNET) };
+        assert_eq!(
+            rc,
+            0,
+            "unshare(CLONE_NEWNET): {}",
+            std::io::Error::last_os_error()
+        );
+        f();
+    })
+    .join()
+    .expect("test thread panicked");
+}
+
+/// An ICMP echo request from `src` to `dst` with valid checksums.
+fn echo_request(src: Ipv4Addr, dst: Ipv4Addr) -> Vec<u8> {
+    let mut p = vec![0u8; 20 + 8 + 4];
+    let total = p.len() as u16;
+    p[0] = 0x45;
+    p[2..4].copy_from_slice(&total.to_be_bytes());
+    p[8] = 64;
+    p[9] = 1; // ICMP
+    p[12..16].copy_from_slice(&src.octets());
+    p[16..20].copy_from_slice(&dst.octets());
+    let c = checksum::complete(&p[..20], 0);
+    p[10..12].copy_from_slice(&c.to_be_bytes());
+    p[20] = 8; // echo request
+    p[24..26].copy_from_slice(&0x1234u16.to_be_bytes());
+    p[26..28].copy_from_slice(&1u16.to_be_bytes());
+    p[28..32].copy_from_slice(b"ftnt");
+    let c = checksum::complete(&p[20..], 0);
+    p[22..24].copy_from_slice(&c.to_be_bytes());
+    p
+}
+
+#[test]
+fn tun_round_trip_with_vnet_header() {
+    if !is_root() {
+        eprintln!("\n*** SKIPPED tun_round_trip_with_vnet_header: needs root (TUN, network namespace) ***\n");
+        return;
+    }
+    in_netns(|| {
+        let mut tun = Tun::open(&TunOptions::new("fttest0")).expect("open TUN");
+        assert_eq!(tun.name(), "fttest0");
+        let link = ip(&["-d", "link", "show", "fttest0"]).expect("ip link");
+        assert!(link.contains("vnet_hdr on"), "{link}");
+        assert!(link.contains(",UP"), "{link}");
+        assert!(link.contains("qlen 1000"), "{link}");
+        ip(&["addr", "add", "10.9.0.1/24", "dev", "fttest0"]).expect("ip addr");
+
+        // The kernel answers an echo request written into the TUN with an
+        // echo reply read back from it, each behind a virtio-net header.
+        let req = echo_request(Ipv4Addr::new(10, 9, 0, 2), Ipv4Addr::new(10, 9, 0, 1));
+        tun.send(&Packet::plain(req)).expect("send");
+        let mut buf = vec![0u8; RECV_BUF_LEN];
+        let deadline = Instant::now() + Duration::from_secs(2);
+        let reply = loop {
+            match tun.recv(&mut buf).expect("recv") {
+                Some(p) if p.data.len() >= 28 && p.data[9] == 1 && p.data[20] == 0 => break p,
+                Some(_) => {} // router solicitations and the like
+                None => {
+                    assert!(Instant::now() < deadline, "no echo reply within 2 s");
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            }
+        };
+        assert_eq!(&reply.data[12..16], &[10, 9, 0, 1]);
+        assert_eq!(&reply.data[16..20], &[10, 9, 0, 2]);
+        assert_eq!(&reply.data[28..32], b"ftnt");
+        assert!(!reply.vnet.is_gso());
+    });
+}
+
+#[test]
+fn routing_installs_and_removes_exactly_its_rules() {
+    if !is_root() {
+        eprintln!("\n*** SKIPPED routing_installs_and_removes_exactly_its_rules: needs root (network namespace) ***\n");
+        return;
+    }
+    in_netns(|| {
+        let _tun = Tun::open(&TunOptions::new("fttest1")).expect("open TUN");
+        // A leftover of a "crashed" earlier run, and a foreign rule to keep.
+        ip(&[
+            "rule", "add", "from", "1.2.3.4", "lookup", "7123", "pref", "7123",
+        ])
+        .expect("leftover");
+        ip(&[
+            "rule", "add", "from", "5.6.7.8", "lookup", "100", "pref", "100",
+        ])
+        .expect("foreign");
+        let rules_before = ip(&["rule"]).expect("ip rule");
+        let forward_before =
+            std::fs::read_to_string("/proc/sys/net/ipv4/ip_forward").expect("sysctl");
+
+        let spec = RoutingSpec {
+            tun: "fttest1".into(),
+            table: 7123,
+            vips: vec![Ipv4Addr::new(198, 19, 0, 1)],
+            replica_ports: vec![
+                (Ipv4Addr::new(198, 18, 11, 2), 6379),
+                (Ipv4Addr::new(198, 18, 11, 2), 80),
+            ],
+        };
+        let routing = Routing::setup(&spec).expect("routing setup");
+        let rules = ip(&["rule"]).expect("ip rule");
+        assert!(!rules.contains("1.2.3.4"), "leftover not removed:\n{rules}");
+        assert!(
+            rules.contains("7123:\tfrom all to 198.19.0.1 lookup 7123"),
+            "{rules}"
+        );
+        assert!(
+            rules.contains("from 198.18.11.2 ipproto tcp sport 6379 lookup 7123"),
+            "{rules}"
+        );
+        assert!(
+            rules.contains("from 198.18.11.2 ipproto tcp sport 80 lookup 7123"),
+            "{rules}"
+        );
+        assert_eq!(rules.matches("ipproto icmp").count(), 1, "{rules}");
+        assert!(ip(&["route", "show", "table", "7123"])
+            .expect("route")
+            .contains("default dev fttest1"));
+        assert_eq!(
+            std::fs::read_to_string("/proc/sys/net/ipv4/ip_forward")
+                .expect("sysctl")
+                .trim(),
+            "1"
+        );
+
+        drop(routing);
+        let after = ip(&["rule"]).expect("ip rule");
+        assert!(!after.contains("7123"), "rules left:\n{after}");
+        assert!(after.contains("5.6.7.8"), "foreign rule removed:\n{after}");
+        assert_eq!(
+            after.lines().count() + 1,
+            rules_before.lines().count(),
+            "only the leftover is gone"
+        );
+        assert_eq!(
+            std::fs::read_to_string("/proc/sys/net/ipv4/ip_forward").expect("sysctl"),
+            forward_before
+        );
+    });
+}
+
+#[test]
+fn bad_tun_name_is_rejected() {
+    let e = Tun::open(&TunOptions::new("a/b")).expect_err("slash in name");
+    assert!(e.to_string().contains("invalid interface name"), "{e}");
+    let e = Tun::open(&TunOptions::new("abcdefghijklmnop")).expect_err("too long");
+    assert!(e.to_string().contains("invalid interface name"), "{e}");
+}

@@ -1,0 +1,138 @@
+//! The ftnet router between real TCP endpoints (smoltcp), through faulty
+//! links, with replica crashes. Every run checks the invariants listed in
+//! `ftnet_sim` (exact echo, identical input at surviving replicas, no hang,
+//! no reset, clean counters, eviction of crashed replicas).
+//!
+//! Quick: `cargo test --release -p ftnet-sim --test router`.
+//! More seeds: `FTNET_SIM_SEEDS=2000 cargo test --release -p ftnet-sim --test router seed_loop`.
+//! One seed, with a packet trace and a capture:
+//! `FTNET_SIM_SEED=1234 FTNET_SIM_TRACE=1 FTNET_SIM_PCAP=/tmp/s.pcap cargo test --release -p ftnet-sim --test router seed_loop -- --nocapture`.
+
+use ftnet_sim::{run, Close, Crash, CrashKind, CrashWhen, NetParams, Params, INCONCLUSIVE};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::time::Instant as WallClock;
+
+fn repro(seed: u64) -> String {
+    format!("reproduce: FTNET_SIM_SEED={seed} FTNET_SIM_TRACE=1 cargo test --release -p ftnet-sim --test router seed_loop -- --nocapture")
+}
+
+fn check(seed: u64, p: &Params) {
+    if let Err(e) = run(seed, p) {
+        panic!("{e}\n(fixed-params test; the params are in the test source)");
+    }
+}
+
+#[test]
+fn one_replica_perfect() {
+    check(1, &Params::basic(1));
+}
+
+#[test]
+fn two_replicas_perfect() {
+    check(2, &Params::basic(2));
+}
+
+#[test]
+fn three_replicas_perfect() {
+    check(3, &Params::basic(3));
+}
+
+#[test]
+fn concurrent_connections() {
+    check(4, &Params { conns: 4, bytes_per_conn: 30_000, ..Params::basic(3) });
+}
+
+#[test]
+fn client_close_reaches_every_replica() {
+    for (seed, close) in [(5, Close::AfterEcho), (6, Close::AfterSend)] {
+        check(seed, &Params { close, conns: 2, ..Params::basic(3) });
+    }
+}
+
+#[test]
+fn lossy_network() {
+    let net = NetParams { delay_us: (50, 400), loss: 0.03, dup: 0.01, reorder: 0.05, reorder_max_us: 1500 };
+    check(7, &Params { net, ..Params::basic(3) });
+}
+
+#[test]
+fn silent_crash_mid_transfer() {
+    let crash = Some(Crash { replica: 1, kind: CrashKind::Silent, when: CrashWhen::AtProgress(0.3) });
+    check(8, &Params { crash, ..Params::basic(3) });
+}
+
+#[test]
+fn abort_crash_mid_transfer() {
+    let crash = Some(Crash { replica: 0, kind: CrashKind::Abort, when: CrashWhen::AtProgress(0.5) });
+    check(9, &Params { crash, close: Close::AfterEcho, ..Params::basic(2) });
+}
+
+#[test]
+fn crash_during_handshake() {
+    for (seed, kind) in [(10, CrashKind::Silent), (11, CrashKind::Abort)] {
+        let crash = Some(Crash { replica: 1, kind, when: CrashWhen::AtTime(150) });
+        check(seed, &Params { crash, ..Params::basic(3) });
+    }
+}
+
+/// A connection that every replica refuses (RST to the SYN: nobody
+/// listens on that port) is refused to its client, and is no evidence
+/// against any replica: the other connections keep all their replicas.
+/// Consistent RSTs from all replicas are the application's answer, not a
+/// crash (COSCANet-FT §III-D says a RST from one replica *alone*).
+#[test]
+fn connection_refused_by_every_replica() {
+    check(12, &Params { refused_conns: 1, conns: 2, ..Params::basic(3) });
+}
+
+/// A thousand seeds, each drawing N, faults, stack settings, workload and
+/// crash from the seed. Count: `FTNET_SIM_SEEDS` (default 1000, a few seconds in release mode); first seed:
+/// `FTNET_SIM_SEED_BASE`; a single seed: `FTNET_SIM_SEED`; the router's
+/// failure-detection timeout: `FTNET_SIM_FD_MS` (default 100, the product
+/// default).
+#[test]
+fn seed_loop() {
+    let env = |k: &str| std::env::var(k).ok().and_then(|v| v.parse::<u64>().ok());
+    let seeds: Vec<u64> = match env("FTNET_SIM_SEED") {
+        Some(s) => vec![s],
+        None => {
+            let base = env("FTNET_SIM_SEED_BASE").unwrap_or(0);
+            (base..base + env("FTNET_SIM_SEEDS").unwrap_or(1000)).collect()
+        }
+    };
+    let start = WallClock::now();
+    let mut failures = Vec::new();
+    let mut inconclusive = Vec::new();
+    for &seed in &seeds {
+        let mut p = Params::random(seed);
+        if let Some(ms) = env("FTNET_SIM_FD_MS") {
+            p.failure_detection_ms = ms;
+        }
+        if seeds.len() == 1 {
+            eprintln!("params: {}", p.summary());
+        }
+        let out = catch_unwind(AssertUnwindSafe(|| run(seed, &p)));
+        match out {
+            Ok(Ok(r)) => {
+                if seeds.len() == 1 {
+                    eprintln!("seed {seed} ok: {} us virtual, {} packets, events {:?}", r.virtual_us, r.packets_sent, r.events);
+                }
+            }
+            Ok(Err(e)) if e.contains(INCONCLUSIVE) => inconclusive.push((seed, e)),
+            Ok(Err(e)) => failures.push((seed, e)),
+            Err(panic) => {
+                let msg = panic.downcast_ref::<String>().cloned().or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string())).unwrap_or_default();
+                failures.push((seed, format!("seed {seed}: PANIC: {msg}\n  params: {}\n", p.summary())));
+            }
+        }
+    }
+    for (seed, e) in &inconclusive {
+        eprintln!("SKIPPED seed {seed} (smoltcp defect, not the router): {}\n  {}", e.lines().next().unwrap_or(""), repro(*seed));
+    }
+    for (seed, e) in &failures {
+        eprintln!("FAILED {e}  {}\n", repro(*seed));
+    }
+    eprintln!("seed loop: {} seeds, {} failed, {} inconclusive, {:.1} s wall", seeds.len(), failures.len(), inconclusive.len(), start.elapsed().as_secs_f64());
+    let first: Vec<String> = failures.iter().take(30).map(|(s, e)| format!("{s}: {}", e.lines().next().unwrap_or(""))).collect();
+    assert!(failures.is_empty(), "{} of {} seeds failed through the router:\n{}", failures.len(), seeds.len(), first.join("\n"));
+}

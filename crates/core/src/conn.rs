@@ -78,6 +78,14 @@ pub enum LegState {
     SynSent,
     /// The replica answered; its sequence space is known.
     Open,
+    /// The replica refused the SYN with a RST. Whether that is a crash
+    /// (others accept) or the service's answer (all refuse) is decided once
+    /// every replica answered.
+    Refused,
+    /// The replica reset an open connection. It is out of the group at once
+    /// so nobody waits for it; whether that was a crash (others carry on)
+    /// or the service's own abort (all reset) is decided later.
+    Aborted,
     /// Out of the group for the rest of the connection.
     Evicted,
 }
@@ -113,13 +121,18 @@ pub struct Leg {
     pub behind_since: Option<Instant>,
     /// Client SYN copies sent without an answer.
     pub syn_tries: u32,
+    /// Last liveness probe sent to this replica.
+    pub probe_at: Option<Instant>,
+    /// When it reset the connection (state `Aborted`).
+    pub aborted_at: Option<Instant>,
     pub mss: u16,
     pub syn_window: u16,
 }
 
 impl Leg {
+    /// Still part of the group.
     fn live(&self) -> bool {
-        self.state != LegState::Evicted
+        matches!(self.state, LegState::SynSent | LegState::Open)
     }
     fn open(&self) -> bool {
         self.state == LegState::Open
@@ -174,6 +187,11 @@ pub struct Conn {
     pub timer_at: Option<Instant>,
     /// Counted in the router's half-open total.
     pub counted_half_open: bool,
+    /// The client's SYN as the replicas get it, kept during the handshake
+    /// to probe a replica whose copy may have been lost.
+    pub syn_copy: Option<Packet>,
+    /// When a client SYN last counted as a retry.
+    pub syn_at: Instant,
 }
 
 /// Largest distance two related sequence numbers may have; beyond it a
@@ -208,6 +226,8 @@ impl Conn {
             ts_base,
             timer_at: None,
             counted_half_open: true,
+            syn_copy: None,
+            syn_at: now,
         }
     }
 
@@ -230,6 +250,8 @@ impl Conn {
             progress_at: now,
             behind_since: None,
             syn_tries: 0,
+            probe_at: None,
+            aborted_at: None,
             mss: 0,
             syn_window: 0,
         });
@@ -281,13 +303,18 @@ impl Conn {
             self.emit_synack(ctx);
             return;
         }
-        for i in 0..self.legs.len() {
-            if self.legs[i].state != LegState::SynSent {
-                continue;
-            }
-            self.legs[i].syn_tries += 1;
-            if self.legs[i].syn_tries > ctx.timeouts.syn_retries {
-                self.evict(ctx, i, EvictReason::NoSynAck, true);
+        // A copy duplicated by the network is not a retry: only a SYN at
+        // least one failure-detection time after the last counts.
+        if ctx.now.saturating_sub(self.syn_at) >= ctx.timeouts.failure_detection {
+            self.syn_at = ctx.now;
+            for i in 0..self.legs.len() {
+                if self.legs[i].state != LegState::SynSent {
+                    continue;
+                }
+                self.legs[i].syn_tries += 1;
+                if self.legs[i].syn_tries > ctx.timeouts.syn_retries {
+                    self.evict(ctx, i, EvictReason::NoSynAck, true);
+                }
             }
         }
         self.forward_syn(ctx, pkt, seg);
@@ -296,20 +323,33 @@ impl Conn {
 
     /// Copy the client's SYN to every replica that has not answered.
     pub fn forward_syn(&mut self, ctx: &mut Ctx, pkt: &Packet, seg: &Seg) {
-        for l in self.legs.iter().filter(|l| l.state == LegState::SynSent) {
-            let mut p = pkt.clone();
-            rewrite(&mut p, seg.mode, |ip, t| {
-                ip.set_dst(l.addr);
-                t.update_pseudo_addr(seg.dst, l.addr, seg.mode);
-                // SACK is not offered to the group: a SACK block is only
-                // truthful per replica, and the client-side blocks would have
-                // to be the intersection over replicas. Without SACK TCP
-                // falls back to NewReno recovery (RFC 6582).
-                t.strip_sack_permitted(seg.mode);
-            });
-            ctx.tx.push_back(p);
-            ctx.counters.packets_out += 1;
+        let mut base = pkt.clone();
+        rewrite(&mut base, seg.mode, |_, t| {
+            // SACK is not offered to the group: a SACK block is only
+            // truthful per replica, and the client-side blocks would have
+            // to be the intersection over replicas. Without SACK TCP falls
+            // back to NewReno recovery (RFC 6582).
+            t.strip_sack_permitted(seg.mode);
+        });
+        for i in 0..self.legs.len() {
+            if self.legs[i].state == LegState::SynSent {
+                self.send_syn(ctx, &base, seg.dst, i);
+            }
         }
+        self.syn_copy = Some(base);
+    }
+
+    /// The client's SYN (as kept in `syn_copy` form) to leg `i`.
+    fn send_syn(&self, ctx: &mut Ctx, base: &Packet, vip: Ipv4Addr, i: usize) {
+        let addr = self.legs[i].addr;
+        let mode = csum_mode(&base.vnet);
+        let mut p = base.clone();
+        rewrite(&mut p, mode, |ip, t| {
+            ip.set_dst(addr);
+            t.update_pseudo_addr(vip, addr, mode);
+        });
+        ctx.tx.push_back(p);
+        ctx.counters.packets_out += 1;
     }
 
     /// A segment from the client on an existing connection.
@@ -360,6 +400,13 @@ impl Conn {
         }
         ctx.counters.client_bytes_in += seg.payload_len as u64;
         self.fan_out(ctx, pkt, seg);
+        // Bytes (or a FIN) the group already acknowledged: the client did
+        // not get our ACK. The replicas will only repeat theirs, which change
+        // nothing and are absorbed, so the router answers (RFC 9293 §3.10.7.4:
+        // a duplicate segment is acknowledged).
+        if (seg.payload_len > 0 || seg.has(flags::FIN)) && !end.is_after(self.adv_ack) && self.phase == Phase::Established {
+            self.emit_ack(ctx, false);
+        }
         self.check_closed(ctx);
     }
 
@@ -433,7 +480,9 @@ impl Conn {
             let a = seg.ack.min(self.client_hi);
             let l = &mut self.legs[i];
             let edge = a.add((seg.window as u32) << l.wscale);
-            let dup = a == l.ack && seg.payload_len == 0 && !seg.has(flags::FIN) && edge == l.edge;
+            // The window may move with a duplicate ACK (a receiver buffering
+            // out-of-order data); the ACK number is what signals the hole.
+            let dup = a == l.ack && seg.payload_len == 0 && !seg.has(flags::FIN);
             if a.is_after(l.ack) {
                 l.ack = a;
                 l.progress_at = ctx.now;
@@ -538,10 +587,18 @@ impl Conn {
     }
 
     fn replica_rst(&mut self, ctx: &mut Ctx, i: usize, pkt: Packet, seg: &Seg) {
+        if self.phase == Phase::Closed {
+            // Both sides closed: a RST now answers a stray segment.
+            ctx.counters.drop(DropReason::BadState);
+            return;
+        }
         if self.live_legs() > 1 {
             // §III-D: a RST from one replica while the others carry on is
-            // evidence of its crash, not a close.
-            self.evict(ctx, i, EvictReason::Reset, false);
+            // evidence of its crash, not a close. It leaves the group now so
+            // nobody waits for it; if every replica resets, it was the
+            // service's own abort and no replica is blamed.
+            self.legs[i].state = LegState::Aborted;
+            self.legs[i].aborted_at = Some(ctx.now);
             self.settle(ctx);
             return;
         }
@@ -558,6 +615,12 @@ impl Conn {
         ctx.counters.packets_out += 1;
         self.legs[i].state = LegState::Evicted;
         self.phase = Phase::Dead;
+    }
+
+    /// A RST in answer to the client's SYN.
+    pub fn replica_refused(&mut self, ctx: &mut Ctx, i: usize) {
+        self.legs[i].state = LegState::Refused;
+        self.settle(ctx);
     }
 
     fn replica_pure_ack(&mut self, ctx: &mut Ctx, i: usize, pkt: Packet, seg: &Seg, dup: bool) {
@@ -621,8 +684,10 @@ impl Conn {
             fin_agreed = self.legs.iter().filter(|l| l.live()).all(|l| l.fin == Some(f));
         }
         let end_for_client = if fin_agreed { e.add(1) } else { e };
-        let new_data = end_for_client.is_after(self.sent_hi);
-        let retx_needed = s.is_before(prev_hi) && end_for_client.is_after(self.client_ack);
+        let new_data = e.is_after(self.sent_hi);
+        // The replica repeats what it sent before and the client still
+        // lacks it: the copy that went first may have been lost.
+        let retx_needed = s.is_before(prev_hi) && end_for_client.is_after(self.client_ack) && (seg.payload_len > 0 || self.fin_sent);
         if new_data || retx_needed {
             self.forward_to_client(ctx, i, pkt, seg, None, seg.has(flags::FIN) && !fin_agreed);
             self.sent_hi = self.sent_hi.max(end_for_client);
@@ -630,6 +695,12 @@ impl Conn {
                 self.fin_sent = true;
             }
             self.check_closed(ctx);
+            return;
+        }
+        if fin_agreed && !self.fin_sent {
+            // Only the FIN is new: send it bare rather than repeat bytes the
+            // client was already sent (first copy wins).
+            self.settle(ctx);
             return;
         }
         ctx.counters.drop(DropReason::DuplicateSuppressed);
@@ -698,6 +769,14 @@ impl Conn {
     /// Take replica leg `i` out of the connection: RST its side so that a
     /// partitioned replica frees the connection, and log why.
     pub fn evict(&mut self, ctx: &mut Ctx, i: usize, reason: EvictReason, service_wide: bool) {
+        if self.legs[i].state == LegState::Aborted {
+            // It already reset its side; only the verdict was pending.
+            self.legs[i].state = LegState::Evicted;
+            ctx.counters.evictions += 1;
+            let remaining = self.live_legs();
+            ctx.events.push_back(Event::Evicted { conn: self.key.to_string(), replica: self.legs[i].addr, reason, remaining });
+            return;
+        }
         if !self.legs[i].live() {
             return;
         }
@@ -729,6 +808,22 @@ impl Conn {
         }
     }
 
+    /// A pure ACK (or FIN-ACK) to the client with the group's ACK and
+    /// window.
+    fn emit_ack(&mut self, ctx: &mut Ctx, fin: bool) {
+        let (Some(ack), Some(edge)) = (self.group_ack(), self.group_edge()) else { return };
+        let seq = if fin { self.sent_hi.sub(1) } else { self.sent_hi };
+        let fl = if fin { flags::ACK | flags::FIN } else { flags::ACK };
+        let mut r = Repr::new(self.key.vport, self.key.cport, seq, ack, fl, self.window_field(ack, edge));
+        if self.ts_on {
+            r.timestamps = Some((self.router_ts(ctx.now), self.client_tsval));
+        }
+        ctx.tx.push_back(Packet::plain(r.emit_ipv4(self.key.vip, self.key.client, &[])));
+        ctx.counters.packets_out += 1;
+        self.adv_ack = self.adv_ack.max(ack);
+        self.adv_edge = self.adv_edge.max(edge);
+    }
+
     /// Re-derive what the client should hear after the group changed: the
     /// handshake completes, the ACK or window moves, a FIN all agreed on
     /// goes out, or, with no replica left, a RST.
@@ -736,9 +831,25 @@ impl Conn {
         if self.phase == Phase::Dead || self.phase == Phase::Closed {
             return;
         }
+        if self.phase == Phase::Handshake && !self.legs.iter().any(|l| l.state == LegState::SynSent) {
+            let open = self.legs.iter().any(|l| l.open());
+            for i in 0..self.legs.len() {
+                if self.legs[i].state == LegState::Refused {
+                    if open {
+                        // Others accept: nothing listens on this replica any
+                        // more, for this or any new connection.
+                        self.legs[i].state = LegState::SynSent;
+                        self.evict(ctx, i, EvictReason::Reset, true);
+                    } else {
+                        // Every replica refused: that is the service's answer.
+                        self.legs[i].state = LegState::Evicted;
+                    }
+                }
+            }
+        }
         if self.live_legs() == 0 {
             if self.phase == Phase::Handshake {
-                // Nobody can take the connection: refuse it.
+                // Nobody takes the connection: refuse it.
                 let r = Repr::new(self.key.vport, self.key.cport, SeqNum(0), self.client_isn.add(1), flags::RST | flags::ACK, 0);
                 ctx.tx.push_back(Packet::plain(r.emit_ipv4(self.key.vip, self.key.client, &[])));
             } else {
@@ -746,8 +857,10 @@ impl Conn {
                 // last acknowledged.
                 let r = Repr::new(self.key.vport, self.key.cport, self.client_ack, self.client_hi, flags::RST | flags::ACK, 0);
                 ctx.tx.push_back(Packet::plain(r.emit_ipv4(self.key.vip, self.key.client, &[])));
-                ctx.events.push_back(Event::ConnectionLost { conn: self.key.to_string() });
-                ctx.counters.connections_lost += 1;
+                if !self.legs.iter().any(|l| l.state == LegState::Aborted) {
+                    ctx.events.push_back(Event::ConnectionLost { conn: self.key.to_string() });
+                    ctx.counters.connections_lost += 1;
+                }
             }
             ctx.counters.packets_out += 1;
             self.phase = Phase::Dead;
@@ -772,16 +885,7 @@ impl Conn {
         }
         let (Some(ack), Some(edge)) = (self.group_ack(), self.group_edge()) else { return };
         if fin_now || ack.is_after(self.adv_ack) || edge.is_after(self.adv_edge) {
-            let seq = if fin_now { self.sent_hi.sub(1) } else { self.sent_hi };
-            let fl = if fin_now { flags::ACK | flags::FIN } else { flags::ACK };
-            let mut r = Repr::new(self.key.vport, self.key.cport, seq, ack, fl, self.window_field(ack, edge));
-            if self.ts_on {
-                r.timestamps = Some((self.router_ts(ctx.now), self.client_tsval));
-            }
-            ctx.tx.push_back(Packet::plain(r.emit_ipv4(self.key.vip, self.key.client, &[])));
-            ctx.counters.packets_out += 1;
-            self.adv_ack = self.adv_ack.max(ack);
-            self.adv_edge = self.adv_edge.max(edge);
+            self.emit_ack(ctx, fin_now);
         }
         self.check_closed(ctx);
     }
@@ -801,7 +905,7 @@ impl Conn {
 
     fn abort_legs(&mut self, ctx: &mut Ctx) {
         for i in 0..self.legs.len() {
-            if self.legs[i].live() {
+            if self.legs[i].live() || self.legs[i].state == LegState::Refused {
                 let l = &self.legs[i];
                 let r = Repr::new(self.key.cport, self.key.vport, self.client_isn.add(1), SeqNum(0), flags::RST, 0);
                 ctx.tx.push_back(Packet::plain(r.emit_ipv4(self.key.client, l.addr, &[])));
@@ -849,6 +953,16 @@ impl Conn {
         silent.min(stuck)
     }
 
+    /// While a behind leg is silent it is probed every quarter of the
+    /// detection time, so that a replica that is merely waiting for a lost
+    /// segment answers and is not mistaken for a dead one.
+    fn probe_deadline(&self, i: usize, t: &Timeouts) -> Instant {
+        let l = &self.legs[i];
+        let since = l.behind_since.unwrap_or(l.seen_at);
+        let last = l.seen_at.max(since).max(l.probe_at.unwrap_or(Instant::ZERO));
+        last + t.failure_detection / 4
+    }
+
     /// Note which legs fell behind (or caught up) with this input.
     pub fn update_behind(&mut self, now: Instant) {
         for i in 0..self.legs.len() {
@@ -871,8 +985,14 @@ impl Conn {
         };
         if self.phase != Phase::Closed {
             for i in 0..self.legs.len() {
-                if self.legs[i].live() && self.behind(i) {
-                    d = d.min(self.fail_deadline(i, t));
+                let l = &self.legs[i];
+                if l.live() && self.behind(i) {
+                    d = d.min(self.fail_deadline(i, t)).min(self.probe_deadline(i, t));
+                }
+                if let Some(a) = l.aborted_at {
+                    if l.state == LegState::Aborted {
+                        d = d.min(a + t.failure_detection);
+                    }
                 }
             }
         }
@@ -904,12 +1024,49 @@ impl Conn {
         if self.phase == Phase::Closed {
             return;
         }
-        let failed: Vec<usize> = (0..self.legs.len()).filter(|&i| self.legs[i].live() && self.behind(i) && self.fail_deadline(i, t) <= now).collect();
-        for i in failed {
-            let reason = if self.legs[i].state == LegState::SynSent { EvictReason::NoSynAck } else { EvictReason::Stalled };
-            self.evict(ctx, i, reason, true);
+        // A reset that the others did not follow: that replica crashed.
+        for i in 0..self.legs.len() {
+            if self.legs[i].state == LegState::Aborted && self.legs[i].aborted_at.map_or(false, |a| a + t.failure_detection <= now) {
+                self.evict(ctx, i, EvictReason::Reset, false);
+            }
+        }
+        for i in 0..self.legs.len() {
+            if !self.legs[i].live() || !self.behind(i) {
+                continue;
+            }
+            if self.fail_deadline(i, t) <= now {
+                let reason = if self.legs[i].state == LegState::SynSent { EvictReason::NoSynAck } else { EvictReason::Stalled };
+                self.evict(ctx, i, reason, true);
+            } else if self.probe_deadline(i, t) <= now {
+                self.probe(ctx, i);
+            }
         }
         self.settle(ctx);
+    }
+
+    /// Ask a silent replica whether it is alive. An open one gets a TCP
+    /// keep-alive with one garbage octet (RFC 9293 §3.8.4): old data, which
+    /// a live stack acknowledges at once (Linux does not rate-limit ACKs to
+    /// segments that carry data). One that has not answered the SYN gets the
+    /// client's SYN again.
+    fn probe(&mut self, ctx: &mut Ctx, i: usize) {
+        self.legs[i].probe_at = Some(ctx.now);
+        if self.legs[i].state == LegState::SynSent {
+            if let Some(base) = self.syn_copy.take() {
+                self.send_syn(ctx, &base, self.key.vip, i);
+                self.syn_copy = Some(base);
+            }
+            return;
+        }
+        let l = &self.legs[i];
+        let seq = l.ack.sub(1);
+        let ack = self.client_ack.min(l.hi).unshift(l.off);
+        let mut r = Repr::new(self.key.cport, self.key.vport, seq, ack, flags::ACK, self.client_win);
+        if self.ts_on {
+            r.timestamps = Some((self.client_tsval, l.ts_last));
+        }
+        ctx.tx.push_back(Packet::plain(r.emit_ipv4(self.key.client, l.addr, &[0])));
+        ctx.counters.packets_out += 1;
     }
 
     // ------------------------------------------------------------------

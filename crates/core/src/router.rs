@@ -313,8 +313,7 @@ impl Router {
         if seg.has(flags::RST) && c.legs[i].state == LegState::SynSent {
             // A RST to the SYN: nothing listens there; the replica's server
             // is gone for every new connection too.
-            c.evict(&mut ctx, i, EvictReason::Reset, true);
-            c.settle(&mut ctx);
+            c.replica_refused(&mut ctx, i);
         } else {
             c.replica_segment(&mut ctx, i, pkt, seg);
         }

@@ -183,9 +183,11 @@ fn rst_from_one_replica_evicts_it_and_last_one_resets_client() {
     r.handle_packet(t(5), rst(1));
     let out = drain(&mut r);
     assert!(out.iter().all(|o| o.dst != CLIENT || o.r.flags & flags::RST == 0), "client not reset while a replica lives");
+    assert!(r.poll_event().is_none(), "verdict waits: the others may reset too");
+    r.handle_timeout(t(106));
     let ev: Vec<Event> = std::iter::from_fn(|| r.poll_event()).collect();
     assert!(matches!(ev[0], Event::Evicted { reason: EvictReason::Reset, remaining: 1, .. }), "{ev:?}");
-    r.handle_packet(t(6), rst(2));
+    r.handle_packet(t(200), rst(2));
     let out = drain(&mut r);
     assert!(out.iter().any(|o| o.dst == CLIENT && o.r.flags & flags::RST != 0), "last replica gone: client reset");
     assert_eq!(r.connections(), 0);
@@ -287,4 +289,75 @@ fn bad_checksum_and_garbage_are_dropped_not_panicking() {
         r.handle_packet(t(6), Packet::plain(q));
         while r.poll_transmit().is_some() {}
     }
+}
+
+#[test]
+fn rst_from_every_replica_is_the_services_abort() {
+    let mut r = router(3);
+    let (_risn, isns) = handshake(&mut r, 3);
+    for i in 1..=3u8 {
+        let rst = Repr::new(PORT, CPORT, SeqNum(isns[i as usize - 1]).add(1), SeqNum(0), flags::RST, 0);
+        r.handle_packet(t(5), seg(replica(i), CLIENT, rst, b""));
+    }
+    let out = drain(&mut r);
+    assert_eq!(out.iter().filter(|o| o.dst == CLIENT && o.r.flags & flags::RST != 0).count(), 1);
+    r.handle_timeout(t(1000));
+    assert!(std::iter::from_fn(|| r.poll_event()).next().is_none(), "nobody blamed");
+    assert!(r.status().services[0].replicas.iter().all(|x| x.alive));
+}
+
+#[test]
+fn syn_refused_by_every_replica_refuses_the_client_without_marking_down() {
+    let mut r = router(3);
+    let syn = Repr::new(CPORT, PORT, SeqNum(CISN), SeqNum(0), flags::SYN, 64240);
+    r.handle_packet(t(0), seg(CLIENT, VIP, syn, b""));
+    drain(&mut r);
+    for i in 1..=3u8 {
+        let rst = Repr::new(PORT, CPORT, SeqNum(0), SeqNum(CISN).add(1), flags::RST | flags::ACK, 0);
+        r.handle_packet(t(1), seg(replica(i), CLIENT, rst, b""));
+    }
+    let out = drain(&mut r);
+    assert_eq!(out.len(), 1);
+    assert_eq!((out[0].dst, out[0].r.flags & flags::RST != 0), (CLIENT, true));
+    assert!(r.status().services[0].replicas.iter().all(|x| x.alive));
+    assert_eq!(r.connections(), 0);
+}
+
+#[test]
+fn syn_refused_by_one_replica_marks_it_down() {
+    let mut r = router(2);
+    let syn = Repr::new(CPORT, PORT, SeqNum(CISN), SeqNum(0), flags::SYN, 64240);
+    r.handle_packet(t(0), seg(CLIENT, VIP, syn, b""));
+    drain(&mut r);
+    let rst = Repr::new(PORT, CPORT, SeqNum(0), SeqNum(CISN).add(1), flags::RST | flags::ACK, 0);
+    r.handle_packet(t(1), seg(replica(1), CLIENT, rst, b""));
+    let sa = Repr::new(PORT, CPORT, SeqNum(77), SeqNum(CISN).add(1), flags::SYN | flags::ACK, 65160);
+    r.handle_packet(t(1), seg(replica(2), CLIENT, sa, b""));
+    let out = drain(&mut r);
+    assert!(out.iter().any(|o| o.dst == CLIENT && o.r.flags == flags::SYN | flags::ACK));
+    let st = r.status();
+    assert!(!st.services[0].replicas[0].alive && st.services[0].replicas[1].alive);
+}
+
+#[test]
+fn silent_lagging_replica_is_probed_and_kept_while_it_answers() {
+    let mut r = router(2);
+    let (_risn, isns) = handshake(&mut r, 2);
+    let mut d = Repr::new(CPORT, PORT, SeqNum(CISN).add(1), SeqNum(0), flags::PSH, 502);
+    d.timestamps = Some((1002, 0));
+    r.handle_packet(t(10), seg(CLIENT, VIP, d, b"ping"));
+    drain(&mut r);
+    r.handle_packet(t(11), ack_from(1, isns[0], SeqNum(CISN).add(5), 500));
+    // Replica 2 lost the segment. At a quarter of the detection time it is
+    // probed with a keep-alive carrying one old octet.
+    r.handle_timeout(t(37));
+    let out = drain(&mut r);
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].dst, replica(2));
+    assert_eq!(out[0].r.seq, SeqNum(CISN), "one octet before what it acknowledged");
+    assert_eq!(out[0].payload.len(), 1);
+    // It answers (a duplicate ACK): alive, so not evicted at 111 ms.
+    r.handle_packet(t(37), ack_from(2, isns[1], SeqNum(CISN).add(1), 500));
+    r.handle_timeout(t(115));
+    assert!(r.status().services[0].replicas[1].alive);
 }

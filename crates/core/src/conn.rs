@@ -483,11 +483,15 @@ impl Conn {
             // The window may move with a duplicate ACK (a receiver buffering
             // out-of-order data); the ACK number is what signals the hole.
             let dup = a == l.ack && seg.payload_len == 0 && !seg.has(flags::FIN);
-            if a.is_after(l.ack) {
+            let progressed = a.is_after(l.ack);
+            if progressed {
                 l.ack = a;
                 l.progress_at = ctx.now;
             }
             l.edge = edge;
+            if progressed {
+                self.confirm_aborts(ctx);
+            }
             if dup && seg.payload_len == 0 {
                 self.replica_pure_ack(ctx, i, pkt, seg, true);
                 return;
@@ -647,6 +651,7 @@ impl Conn {
         if end.is_after(prev_hi) {
             self.legs[i].hi = end;
             self.legs[i].progress_at = ctx.now;
+            self.confirm_aborts(ctx);
         }
         let mut fin_agreed = false;
         if seg.has(flags::FIN) {
@@ -925,10 +930,15 @@ impl Conn {
     // Timers
     // ------------------------------------------------------------------
 
-    /// A leg is behind when another live leg has acknowledged or sent
-    /// more, or answered the SYN while it did not.
+    /// A leg is suspect when it owes an answer: another live leg has
+    /// acknowledged or sent more, or answered the SYN while it did not, or
+    /// it holds client bytes it has not acknowledged. (Position alone is not
+    /// enough: a dead replica that was ahead would never look behind.)
     fn behind(&self, i: usize) -> bool {
         let l = &self.legs[i];
+        if l.state == LegState::Open && self.client_hi.is_after(l.ack) {
+            return true;
+        }
         self.legs.iter().enumerate().any(|(j, o)| {
             j != i
                 && o.live()
@@ -938,6 +948,16 @@ impl Conn {
                     _ => false,
                 }
         })
+    }
+
+    /// Another replica made progress while some reset: those resets were
+    /// crashes, not the service's abort (§III-D).
+    fn confirm_aborts(&mut self, ctx: &mut Ctx) {
+        for j in 0..self.legs.len() {
+            if self.legs[j].state == LegState::Aborted {
+                self.evict(ctx, j, EvictReason::Reset, false);
+            }
+        }
     }
 
     /// A behind leg fails when it has been silent for the detection time,

@@ -1004,15 +1004,17 @@ impl Conn {
             _ => self.last_activity + t.idle,
         };
         if self.phase != Phase::Closed {
-            for i in 0..self.legs.len() {
-                let l = &self.legs[i];
-                if l.live() && self.behind(i) {
-                    d = d.min(self.fail_deadline(i, t)).min(self.probe_deadline(i, t));
-                }
-                if let Some(a) = l.aborted_at {
-                    if l.state == LegState::Aborted {
-                        d = d.min(a + t.failure_detection);
-                    }
+            let suspects: Vec<usize> = (0..self.legs.len()).filter(|&i| self.legs[i].live() && self.behind(i)).collect();
+            let all = suspects.len() == self.live_legs();
+            for i in suspects {
+                // Exactly the deadlines `on_timer` acts on: a deadline it
+                // would not act on would spin the timer loop.
+                let fail = if all { self.silence_deadline_all(i, t) } else { self.fail_deadline(i, t) };
+                d = d.min(fail).min(self.probe_deadline(i, t));
+            }
+            for l in &self.legs {
+                if let (LegState::Aborted, Some(a)) = (l.state, l.aborted_at) {
+                    d = d.min(a + t.failure_detection);
                 }
             }
         }
@@ -1050,18 +1052,30 @@ impl Conn {
                 self.evict(ctx, i, EvictReason::Reset, false);
             }
         }
-        for i in 0..self.legs.len() {
-            if !self.legs[i].live() || !self.behind(i) {
-                continue;
-            }
-            if self.fail_deadline(i, t) <= now {
+        let suspects: Vec<usize> = (0..self.legs.len()).filter(|&i| self.legs[i].live() && self.behind(i)).collect();
+        // When every live replica is suspect, none is proven worse than the
+        // others: the client's path or the client itself may be what is
+        // missing, and evicting them all would only turn a stall into a
+        // reset. They go only after a much longer silence.
+        let all = suspects.len() == self.live_legs();
+        for i in suspects {
+            let due = if all { self.silence_deadline_all(i, t) } else { self.fail_deadline(i, t) };
+            if due <= now {
                 let reason = if self.legs[i].state == LegState::SynSent { EvictReason::NoSynAck } else { EvictReason::Stalled };
-                self.evict(ctx, i, reason, true);
+                self.evict(ctx, i, reason, !all);
             } else if self.probe_deadline(i, t) <= now {
                 self.probe(ctx, i);
             }
         }
         self.settle(ctx);
+    }
+
+    /// Deadline for a suspect leg when all live legs are suspect: silence
+    /// (no packet, not even an answer to a probe) for 30 times the
+    /// detection time, at least 3 s.
+    fn silence_deadline_all(&self, i: usize, t: &Timeouts) -> Instant {
+        let l = &self.legs[i];
+        l.seen_at.max(l.behind_since.unwrap_or(l.seen_at)) + (t.failure_detection * 30).max(core::time::Duration::from_secs(3))
     }
 
     /// Ask a silent replica whether it is alive. An open one gets a TCP

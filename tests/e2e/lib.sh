@@ -15,7 +15,11 @@
 #   FTNET_E2E_WORK     shared scratch dir for generated data (default: a private one, removed)
 #   FTNET_E2E_ARTIFACTS  where evidence of a failed test is copied (default: /tmp/ftnet-e2e-artifacts)
 #   FTNET_E2E_FAILURE_MS passed to `lab up --failure-ms` when set
+#   FTNET_E2E_RATE_MBPS  cap on bulk transfer rates in MB/s (default 400; 0 = none), so that a
+#                        transfer lasts long enough for the fault to land inside it
 
+# Variables below are used by the scenario scripts that source this file.
+# shellcheck disable=SC2034
 E2E_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$E2E_DIR/../.." && pwd)
 FTNET=${FTNET:-$REPO/target/release/ftnet}
@@ -163,6 +167,8 @@ check_eq() { # check_eq DESCRIPTION EXPECTED ACTUAL
 }
 
 # random_fraction LO HI — a percentage in [LO, HI] drawn from the seeded $RANDOM.
+# shellcheck disable=SC2034
+RATE_MBPS=${FTNET_E2E_RATE_MBPS:-400}
 random_pct() { echo $(($1 + RANDOM % ($2 - $1 + 1))); }
 
 # fault_when THRESHOLD TOTAL PROGRESS-FUNCTION UNIT
@@ -190,7 +196,7 @@ fault_when() {
 				exit 0
 			fi
 			(($(now_ms) > deadline)) && exit 1
-			sleep 0.02
+			sleep 0.002
 		done
 	) &
 	WATCHER_PID=$!
@@ -231,7 +237,7 @@ nginx_server_cmd() {
 set -e
 dir=${1%/} port=$2 big=$3 direct=$4
 mkdir -p "$dir/www" "$dir/tmp/body" "$dir/tmp/proxy" "$dir/tmp/fastcgi" "$dir/tmp/uwsgi" "$dir/tmp/scgi"
-if [ -n "$big" ]; then
+if [ "$big" != - ]; then
 	ln -f "$big" "$dir/www/big.bin" 2>/dev/null || cp -p "$big" "$dir/www/big.bin"
 fi
 extra=""
@@ -269,7 +275,7 @@ http {
 CONF
 exec nginx -p "$dir/" -e "$dir/error.log" -c "$dir/nginx.conf"
 SH
-	echo "sh $WORK/nginx-start.sh {dir} {port} $big $direct"
+	echo "sh $WORK/nginx-start.sh {dir} {port} '${big:--}' $direct"
 }
 
 # wait_for SECONDS COMMAND... — retry COMMAND every 0.2 s until it succeeds or time runs out.

@@ -37,7 +37,7 @@ E2E_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$E2E_DIR/../.." && pwd)
 export FTNET=${FTNET:-$REPO/target/release/ftnet}
 
-quick=0 figures=0 only= list=0
+quick=0 figures=0 only='' list=0
 seed=${FTNET_E2E_SEED:-$RANDOM}
 while (($#)); do
 	case $1 in
@@ -116,6 +116,8 @@ for id in "${tests[@]}"; do
 	current_lab=$(printf 'e%04d%02d' $(($$ % 10000)) $((idx % 100)))
 	echo
 	echo "---- [$idx/${#tests[@]}] $id (lab $current_lab) ----"
+	# A leftover of a killed earlier run could carry the same name; down is idempotent.
+	timeout 60 "$FTNET" lab down --name "$current_lab" >/dev/null 2>&1 || true
 	t0=$(date +%s)
 	rc=0
 	FTNET_E2E_LAB=$current_lab FTNET_E2E_SEED=$(test_seed "$id") \

@@ -135,6 +135,10 @@ struct Sim {
     unroutable: u64,
     /// `FTNET_SIM_TRACE=1`: print every trace line as it happens.
     verbose: bool,
+    /// When the workload completed (router mode), µs.
+    done_at: u64,
+    /// End of the settling time after the workload (router mode), µs.
+    settle_until: Option<u64>,
 }
 
 const TRACE_LINES: usize = 60;
@@ -210,6 +214,8 @@ impl Sim {
             recent: VecDeque::new(),
             unroutable: 0,
             verbose: std::env::var("FTNET_SIM_TRACE").is_ok_and(|v| v == "1"),
+            done_at: 0,
+            settle_until: None,
             p,
         }
     }
@@ -242,9 +248,17 @@ impl Sim {
             }
             // 5. Crash plan.
             self.maybe_crash()?;
-            // 6. Done?
-            if self.done() {
-                return Ok(());
+            // 6. Done? Then let the router's failure detection run its
+            // course on an idle network before the final checks.
+            if self.settle_until.is_none() && self.done() {
+                match self.p.mode {
+                    Mode::Direct => return Ok(()),
+                    Mode::Router => {
+                        self.done_at = self.now;
+                        self.settle_until = Some(self.now + self.settle_us());
+                        self.log(format!("{:>10} WORKLOAD DONE; settling until {}", self.now, self.now + self.settle_us()));
+                    }
+                }
             }
             // 7. Advance virtual time to the next thing that can happen.
             let mut next = u64::MAX;
@@ -269,6 +283,15 @@ impl Sim {
                 if self.crashed.is_none() {
                     next = next.min(t);
                 }
+            }
+            if let Some(end) = self.settle_until {
+                // Every router timer due by the end of the settling time
+                // has fired (`poll_timeout` is beyond it).
+                if next > end {
+                    return Ok(());
+                }
+                self.now = next.max(self.now + 1);
+                continue;
             }
             if next == u64::MAX {
                 if let Some(e) = self.smoltcp_stall() {
@@ -616,6 +639,16 @@ impl Sim {
         self.hosts[h].alive = false;
         self.hosts[h].dev.rx.clear();
         Ok(())
+    }
+
+    /// Virtual time the run goes on after the workload is complete, µs.
+    /// The router decides some evictions only after `failure_detection`
+    /// (a silent crash; a RST from one replica, when no other replica makes
+    /// progress to confirm it): three detection times plus 3 s covers those
+    /// with margin. (When every live replica is silent the router waits 30
+    /// detection times on purpose; `final_checks` accounts for that.)
+    fn settle_us(&self) -> u64 {
+        3 * self.p.failure_detection_ms * 1000 + 3_000_000
     }
 
     fn live_replicas(&self) -> Vec<usize> {

@@ -52,7 +52,9 @@ fn client_close_reaches_every_replica() {
 #[test]
 fn lossy_network() {
     let net = NetParams { delay_us: (50, 400), loss: 0.03, dup: 0.01, reorder: 0.05, reorder_max_us: 1500 };
-    check(7, &Params { net, ..Params::basic(3) });
+    // Loss on the replica links: smoltcp answers the router's liveness
+    // probes at most once a second (see `Params::fd_for`).
+    check(7, &Params { failure_detection_ms: Params::fd_for(&net), net, ..Params::basic(3) });
 }
 
 #[test]

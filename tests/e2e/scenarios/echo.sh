@@ -2,6 +2,7 @@
 # (a) socat echo service: 50 MB of random data round trip through the VIP.
 # Pass: client exit 0, echoed bytes have the same sha256, the fault (if any) landed mid-transfer.
 set -euo pipefail
+# shellcheck source=tests/e2e/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 e2e_init echo "$@"
 
@@ -17,12 +18,13 @@ out=$T/echo.out
 lab_up --port "$PORT" --server "socat -t 60 TCP-LISTEN:{port},fork,reuseaddr EXEC:cat"
 
 progress() { stat -c %s "$out"; }
-fault_when $((TOTAL * $(random_pct 10 80) / 100)) "$TOTAL" progress bytes
+fault_when $((TOTAL * $(random_pct 10 60) / 100)) "$TOTAL" progress bytes
 
 t0=$(now_ms)
 rc=0
-timeout 300 "$FTNET" lab exec --name "$LAB" client -- \
-	socat -t 60 - "TCP:$VIP:$PORT" <"$in" >"$out" 2>"$T/client.err" || rc=$?
+python3 "$E2E_DIR/pace.py" "$RATE_MBPS" <"$in" |
+	timeout 300 "$FTNET" lab exec --name "$LAB" client -- \
+		socat -t 60 - "TCP:$VIP:$PORT" >"$out" 2>"$T/client.err" || rc=$?
 dt=$(($(now_ms) - t0))
 fault_done
 say "round trip of $MB MiB took $dt ms ($((TOTAL * 2 * 8 / (dt > 0 ? dt : 1) / 1000)) Mbit/s both ways)"

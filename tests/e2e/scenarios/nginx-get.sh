@@ -3,6 +3,7 @@
 # Every replica serves the same bytes with the same mtime (one hard-linked file), so headers agree.
 # Pass: curl exit 0, HTTP 200, sha256 equal, the fault (if any) landed mid-transfer.
 set -euo pipefail
+# shellcheck source=tests/e2e/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 e2e_init nginx-get "$@"
 
@@ -16,12 +17,14 @@ out=$T/big.bin
 lab_up --port "$PORT" --server "$(nginx_server_cmd "$big")"
 
 progress() { stat -c %s "$out"; }
-fault_when $((TOTAL * $(random_pct 10 80) / 100)) "$TOTAL" progress bytes
+fault_when $((TOTAL * $(random_pct 10 60) / 100)) "$TOTAL" progress bytes
 
+limit=()
+((RATE_MBPS > 0)) && limit=(--limit-rate "${RATE_MBPS}M")
 t0=$(now_ms)
 rc=0
 code=$(timeout 300 "$FTNET" lab exec --name "$LAB" client -- \
-	curl -sS --max-time 280 -o "$out" -w '%{http_code}' "http://$VIP:$PORT/big.bin" 2>"$T/client.err") || rc=$?
+	curl -sS --max-time 280 "${limit[@]}" -o "$out" -w '%{http_code}' "http://$VIP:$PORT/big.bin" 2>"$T/client.err") || rc=$?
 dt=$(($(now_ms) - t0))
 fault_done
 say "GET of $MB MiB took $dt ms ($((TOTAL * 8 / (dt > 0 ? dt : 1) / 1000)) Mbit/s)"

@@ -2,6 +2,7 @@
 # (d) 2,000 short connections in a row (redis-cli PING, one connection each) through the VIP,
 # with the fault injected after a random connection. Pass: every one of them answered PONG.
 set -euo pipefail
+# shellcheck source=tests/e2e/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 e2e_init shortconn "$@"
 
@@ -13,7 +14,7 @@ out=$T/pings.txt
 lab_up --port "$REDIS_PORT"
 
 progress() { wc -l <"$out"; }
-fault_when $((COUNT * $(random_pct 10 80) / 100)) "$COUNT" progress connections
+fault_when $((COUNT * $(random_pct 10 60) / 100)) "$COUNT" progress connections
 
 t0=$(now_ms)
 rc=0

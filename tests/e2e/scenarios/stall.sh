@@ -4,6 +4,7 @@
 # The longest client-visible gap is reported, and appended to $FTNET_E2E_FIGURES when set.
 # Optional pass limit: FTNET_E2E_MAX_STALL_MS.
 set -euo pipefail
+# shellcheck source=tests/e2e/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 e2e_init stall "$@"
 
@@ -40,14 +41,14 @@ print("max_gap_ms=%s p99_gap_ms=%s median_gap_ms=%s intact=%s%s"
       % (r["max_gap_ms"], r["p99_gap_ms"], r["median_gap_ms"], r["echo_intact"], after))
 PY
 ) || summary="(no stallmeter result)"
-say "STALL N=$N fault=$FAULT victim=r$VICTIM: $summary"
+say "STALL N=$N fault=$FAULT$([[ $FAULT == none ]] || echo " victim=r$VICTIM"): $summary"
 max=$(python3 -c 'import json,sys; print(int(json.load(open(sys.argv[1]))["max_gap_ms"]))' "$T/stall.json" 2>/dev/null || echo "")
 if [[ -n ${FTNET_E2E_MAX_STALL_MS:-} && -n $max ]]; then
 	check "max stall ${max} ms <= ${FTNET_E2E_MAX_STALL_MS} ms" test "$max" -le "$FTNET_E2E_MAX_STALL_MS"
 fi
 if [[ -n ${FTNET_E2E_FIGURES:-} ]]; then
-	printf '%s  N=%s  fault=%-4s victim=r%s  %s  ok=%s\n' "$(date -u +%FT%TZ)" "$N" "$FAULT" \
-		"$([[ $FAULT == none ]] && echo - || echo "$VICTIM")" "$summary" "$((rc == 0 && FAILS == 0))" \
+	printf '%s  N=%s  fault=%-4s victim=%s  %s  ok=%s\n' "$(date -u +%FT%TZ)" "$N" "$FAULT" \
+		"$([[ $FAULT == none ]] && echo - || echo "r$VICTIM")" "$summary" "$((rc == 0 && FAILS == 0))" \
 		>>"$FTNET_E2E_FIGURES"
 fi
 e2e_finish

@@ -417,7 +417,8 @@ impl Conn {
         for (n, &i) in targets.iter().enumerate() {
             let l = &self.legs[i];
             // The last copy reuses the buffer: one fewer copy per fan-out.
-            let mut p = if n + 1 == targets.len() { pkt.take().unwrap_or_else(|| Packet::plain(Vec::new())) } else { pkt.as_ref().map(|p| p.clone()).unwrap_or_else(|| Packet::plain(Vec::new())) };
+            let copy = if n + 1 == targets.len() { pkt.take() } else { pkt.clone() };
+            let Some(mut p) = copy else { break };
             // §III-D: never acknowledge to a replica bytes it has not sent
             // (Linux discards an ACK beyond its snd_nxt and stalls).
             let ack = seg.ack.min(l.hi).unshift(l.off);

@@ -192,10 +192,10 @@ impl Router {
             mode,
         };
         if let Some(&svc) = self.by_vip.get(&(dst, seg.dport)) {
-            return self.from_client(now, svc, pkt, &seg);
+            return self.on_client(now, svc, pkt, &seg);
         }
         if let Some(&(svc, replica)) = self.by_replica.get(&(src, seg.sport)) {
-            return self.from_replica(now, svc, replica, pkt, &seg);
+            return self.on_replica(now, svc, replica, pkt, &seg);
         }
         if self.config.services.iter().any(|s| s.vip == dst) {
             // A VIP, but no service on that port: answer a SYN like a closed
@@ -221,7 +221,7 @@ impl Router {
         Ctx { now, tx, counters, events, timeouts: &config.timeouts, down }
     }
 
-    fn from_client(&mut self, now: Instant, svc: usize, pkt: Packet, seg: &Seg) -> Result<(), DropReason> {
+    fn on_client(&mut self, now: Instant, svc: usize, pkt: Packet, seg: &Seg) -> Result<(), DropReason> {
         let key = ConnKey { client: seg.src, cport: seg.sport, vip: seg.dst, vport: seg.dport };
         let is_syn = seg.has(flags::SYN) && !seg.has(flags::ACK) && !seg.has(flags::RST);
         if is_syn {
@@ -300,7 +300,7 @@ impl Router {
         Ok(())
     }
 
-    fn from_replica(&mut self, now: Instant, svc: usize, replica: usize, pkt: Packet, seg: &Seg) -> Result<(), DropReason> {
+    fn on_replica(&mut self, now: Instant, svc: usize, replica: usize, pkt: Packet, seg: &Seg) -> Result<(), DropReason> {
         let vip = self.config.services[svc].vip;
         let key = ConnKey { client: seg.dst, cport: seg.dport, vip, vport: seg.sport };
         let Some(c) = self.conns.get_mut(&key) else {

@@ -14,6 +14,8 @@ pub struct SeqNum(pub u32);
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Default, Debug)]
 pub struct SeqDelta(pub u32);
 
+// `add`/`sub` take a length, not another `SeqNum`: not the `ops` traits.
+#[allow(clippy::should_implement_trait)]
 impl SeqNum {
     /// `self + n` modulo 2^32.
     #[inline]

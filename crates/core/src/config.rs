@@ -31,8 +31,10 @@ pub struct Timeouts {
     /// How long a half-open connection (SYN seen, handshake not complete)
     /// may last.
     pub handshake: Duration,
-    /// How long a closed connection is remembered to absorb retransmitted
-    /// FINs and ACKs.
+    /// How long a closed connection is remembered, so that a replica whose
+    /// last ACK was lost still gets its retransmitted FIN through to the
+    /// client (which is in TIME-WAIT, 60 s on Linux). Closed connections
+    /// give way first when the table is full.
     pub time_wait: Duration,
 }
 
@@ -43,7 +45,7 @@ impl Default for Timeouts {
             syn_retries: 1,
             idle: Duration::from_secs(600),
             handshake: Duration::from_secs(20),
-            time_wait: Duration::from_secs(2),
+            time_wait: Duration::from_secs(60),
         }
     }
 }

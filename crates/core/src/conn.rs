@@ -187,6 +187,8 @@ pub struct Conn {
     pub timer_at: Option<Instant>,
     /// Counted in the router's half-open total.
     pub counted_half_open: bool,
+    /// Queued in the router's closed list.
+    pub counted_closed: bool,
     /// The client's SYN as the replicas get it, kept during the handshake
     /// to probe a replica whose copy may have been lost.
     pub syn_copy: Option<Packet>,
@@ -226,6 +228,7 @@ impl Conn {
             ts_base,
             timer_at: None,
             counted_half_open: true,
+            counted_closed: false,
             syn_copy: None,
             syn_at: now,
         }
@@ -385,6 +388,7 @@ impl Conn {
             self.client_ack = self.client_ack.max(seg.ack);
             if self.phase == Phase::SynAckSent && !seg.ack.is_before(self.router_isn.add(1)) {
                 self.phase = Phase::Established;
+                self.syn_copy = None;
             }
         }
         if let Some((tsval, _)) = seg.ts {
@@ -904,6 +908,9 @@ impl Conn {
         }
         let Some(cf) = self.client_fin else { return };
         if self.legs.iter().filter(|l| l.open()).all(|l| !l.ack.is_before(cf.add(1))) {
+            // The others completed the connection: any reset still awaiting
+            // its verdict was a crash.
+            self.confirm_aborts(ctx);
             self.phase = Phase::Closed;
             self.closed_at = Some(ctx.now);
         }
@@ -961,20 +968,43 @@ impl Conn {
         }
     }
 
-    /// A behind leg fails when it has been silent for the detection time,
-    /// or sent packets but made no progress for ten times that (an
-    /// application that stopped while its kernel still answers).
-    fn fail_deadline(&self, i: usize, t: &Timeouts) -> Instant {
+    /// When leg `i` is to be evicted, if it is suspect, and whether the
+    /// others' behaviour makes that a service-wide verdict.
+    ///
+    /// A suspect leg fails when it stays silent for the detection time
+    /// while another replica was heard from, or makes no progress for ten
+    /// times that (at least 1 s) while another progressed: an application
+    /// that stopped while its kernel still answers. When nobody else spoke
+    /// either, the client's path or the client is the likelier culprit, and
+    /// evicting everyone would turn a stall into a reset: then only a much
+    /// longer silence (30 times, at least 3 s) counts, and only for this
+    /// connection.
+    fn fail_deadline(&self, i: usize, t: &Timeouts) -> Option<(Instant, bool)> {
         let l = &self.legs[i];
-        // Measured from when it fell behind: a replica idle with the rest
-        // is not suspect, however long ago it last spoke.
+        if !l.live() || !self.behind(i) {
+            return None;
+        }
         let since = l.behind_since.unwrap_or(l.seen_at);
-        let silent = l.seen_at.max(since) + t.failure_detection;
-        let stuck = l.progress_at.max(since) + (t.failure_detection * 10).max(core::time::Duration::from_secs(1));
-        silent.min(stuck)
+        let others = || self.legs.iter().enumerate().filter(move |&(j, o)| j != i && o.live()).map(|(_, o)| o);
+        let silent_from = l.seen_at.max(since);
+        let others_spoke = others().any(|o| o.seen_at > silent_from);
+        let silent = if others_spoke {
+            silent_from + t.failure_detection
+        } else {
+            silent_from + (t.failure_detection * 30).max(core::time::Duration::from_secs(3))
+        };
+        let stuck_from = l.progress_at.max(since);
+        let others_progressed = others().any(|o| o.progress_at > stuck_from);
+        if others_progressed {
+            let stuck = stuck_from + (t.failure_detection * 10).max(core::time::Duration::from_secs(1));
+            if stuck < silent {
+                return Some((stuck, true));
+            }
+        }
+        Some((silent, others_spoke))
     }
 
-    /// While a behind leg is silent it is probed every quarter of the
+    /// While a suspect leg is silent it is probed every quarter of the
     /// detection time, so that a replica that is merely waiting for a lost
     /// segment answers and is not mistaken for a dead one.
     fn probe_deadline(&self, i: usize, t: &Timeouts) -> Instant {
@@ -1005,13 +1035,12 @@ impl Conn {
             _ => self.last_activity + t.idle,
         };
         if self.phase != Phase::Closed {
-            let suspects: Vec<usize> = (0..self.legs.len()).filter(|&i| self.legs[i].live() && self.behind(i)).collect();
-            let all = suspects.len() == self.live_legs();
-            for i in suspects {
+            for i in 0..self.legs.len() {
                 // Exactly the deadlines `on_timer` acts on: a deadline it
                 // would not act on would spin the timer loop.
-                let fail = if all { self.silence_deadline_all(i, t) } else { self.fail_deadline(i, t) };
-                d = d.min(fail).min(self.probe_deadline(i, t));
+                if let Some((fail, _)) = self.fail_deadline(i, t) {
+                    d = d.min(fail).min(self.probe_deadline(i, t));
+                }
             }
             for l in &self.legs {
                 if let (LegState::Aborted, Some(a)) = (l.state, l.aborted_at) {
@@ -1053,30 +1082,16 @@ impl Conn {
                 self.evict(ctx, i, EvictReason::Reset, false);
             }
         }
-        let suspects: Vec<usize> = (0..self.legs.len()).filter(|&i| self.legs[i].live() && self.behind(i)).collect();
-        // When every live replica is suspect, none is proven worse than the
-        // others: the client's path or the client itself may be what is
-        // missing, and evicting them all would only turn a stall into a
-        // reset. They go only after a much longer silence.
-        let all = suspects.len() == self.live_legs();
-        for i in suspects {
-            let due = if all { self.silence_deadline_all(i, t) } else { self.fail_deadline(i, t) };
+        for i in 0..self.legs.len() {
+            let Some((due, service_wide)) = self.fail_deadline(i, t) else { continue };
             if due <= now {
                 let reason = if self.legs[i].state == LegState::SynSent { EvictReason::NoSynAck } else { EvictReason::Stalled };
-                self.evict(ctx, i, reason, !all);
+                self.evict(ctx, i, reason, service_wide);
             } else if self.probe_deadline(i, t) <= now {
                 self.probe(ctx, i);
             }
         }
         self.settle(ctx);
-    }
-
-    /// Deadline for a suspect leg when all live legs are suspect: silence
-    /// (no packet, not even an answer to a probe) for 30 times the
-    /// detection time, at least 3 s.
-    fn silence_deadline_all(&self, i: usize, t: &Timeouts) -> Instant {
-        let l = &self.legs[i];
-        l.seen_at.max(l.behind_since.unwrap_or(l.seen_at)) + (t.failure_detection * 30).max(core::time::Duration::from_secs(3))
     }
 
     /// Ask a silent replica whether it is alive. An open one gets a TCP

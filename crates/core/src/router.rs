@@ -116,6 +116,9 @@ pub struct Router {
     /// tell a reused key from the original), for oldest-first eviction.
     half_open: VecDeque<(ConnKey, Instant)>,
     half_open_count: usize,
+    /// Closed connections in closing order, the first to give way when the
+    /// table is full.
+    closed: VecDeque<(ConnKey, Instant)>,
     down: Vec<(usize, usize, EvictReason)>,
 }
 
@@ -147,6 +150,7 @@ impl Router {
             timers: BinaryHeap::new(),
             half_open: VecDeque::new(),
             half_open_count: 0,
+            closed: VecDeque::new(),
             down: Vec::new(),
         }
     }
@@ -261,8 +265,12 @@ impl Router {
             self.counters.packets_out += 1;
             return Err(DropReason::NoReplica);
         }
-        if self.conns.len() >= self.config.limits.max_connections {
-            return Err(DropReason::TableFull);
+        while self.conns.len() >= self.config.limits.max_connections {
+            // Full: a connection in its post-close quiet period gives way.
+            let Some((k, t)) = self.closed.pop_front() else { return Err(DropReason::TableFull) };
+            if self.conns.get(&k).is_some_and(|c| c.phase == Phase::Closed && c.closed_at == Some(t)) {
+                self.remove(k);
+            }
         }
         while self.half_open_count >= self.config.limits.max_half_open {
             // SYN flood: make room by dropping the oldest half-open
@@ -374,6 +382,10 @@ impl Router {
         if c.counted_half_open && !c.half_open() {
             c.counted_half_open = false;
             self.half_open_count = self.half_open_count.saturating_sub(1);
+        }
+        if c.phase == Phase::Closed && !c.counted_closed {
+            c.counted_closed = true;
+            self.closed.push_back((key, c.closed_at.unwrap_or(now)));
         }
         let d = c.next_deadline(&self.config.timeouts);
         if c.timer_at.map_or(true, |t| d < t) {

@@ -1,16 +1,12 @@
 //! Deterministic simulation of the ftnet router (COSCANet-FT §III) between
 //! real TCP endpoints.
 //!
-//! One client and N replicas are smoltcp stacks on in-memory devices; the
-//! router under test (`ftnet_core::Router`, sans-IO) sits in the middle.
-//! Every link has seeded loss, duplication, reordering and delay; replicas
-//! can be crashed silently or by abort. Time is virtual (µs) and the loop
-//! jumps to the next event, so a run is a pure function of its seed and
-//! [`Params`]. At the end of each run the invariants of the mission are
-//! checked: exact echo, identical input at every surviving replica, no hang,
-//! no reset, no malformed output, eviction of a crashed replica.
+//! # Topology
 //!
-//! Topology (every arrow is a faulty link, both directions):
+//! One client and N replicas (1..=3 in the seed loop) are smoltcp 0.12
+//! stacks on in-memory devices; the router under test (`ftnet_core::Router`,
+//! sans-IO) is the middle box. In direct mode a plain forwarder replaces it
+//! and the client talks to replica 0 (harness self-check).
 //!
 //! ```text
 //!   client 198.18.1.2 ──► middle ──► replica 0 198.18.10.2
@@ -20,6 +16,87 @@
 //! Routing is by role, not by table: whatever a host sends goes to the
 //! middle box; whatever the middle box emits goes to the host whose address
 //! equals the destination, and anything else is a bug of the middle box.
+//! Time is virtual (µs) and the loop jumps to the next event, so a run is a
+//! pure function of its seed and [`Params`].
+//!
+//! # Fault model
+//!
+//! Every link (client↔middle, middle↔each replica, both directions) has its
+//! own fixed base delay and the same seeded loss, duplication and
+//! reordering ([`NetParams`]). Stacks differ in MTU, buffers (window
+//! scaling), timestamps clocks, Nagle and delayed ACK ([`HostParams`]).
+//! One replica may crash, silently (cut off both ways) or by abort (RSTs,
+//! then silence), at a time or at a fraction of the client's progress
+//! ([`Crash`]). The fuzz test throws garbage and mutated packets at the
+//! router.
+//!
+//! # Invariants (checked on every run)
+//!
+//! 1. Exact echo: every client connection reads back exactly what it wrote.
+//! 2. Every surviving replica received exactly each connection's stream; so
+//!    no healthy replica may be evicted.
+//! 3. No hang: the workload completes before the virtual deadline.
+//! 4. No reset reaches the client, no connection is lost while a replica
+//!    lives.
+//! 5. Clean counters on a clean network (no `bad_checksum` or `malformed`
+//!    drops), and a replica that crashed while still needed is evicted.
+//!
+//! Also checked on every packet the router emits: valid IPv4 and TCP
+//! checksums, addressed to a host, within the receiver's MTU, and
+//! transparent (the client only hears from VIP:port, a replica only from
+//! the client's address).
+//!
+//! After the workload completes (router mode) the run goes on idle for
+//! 3 × `failure_detection` + 3 s, until every router timer due by then has
+//! fired: the router decides some evictions only after the detection time
+//! (a silent crash; a RST from one replica that no progress of another
+//! confirms). When every live replica is silent the router deliberately
+//! waits 30 × `failure_detection` (at least 3 s) before evicting; that is
+//! by design, not a failure.
+//!
+//! # Failure detection: 100 ms, or 1500 ms on lossy runs
+//!
+//! The router probes a silent replica with a TCP keep-alive carrying one
+//! old octet. Linux acknowledges every such probe; smoltcp 0.12 answers it
+//! with a challenge ACK rate-limited to one per second (`challenge_ack_timer`
+//! in smoltcp's `socket/tcp.rs`), and it also discards a reordered data
+//! segment whose ACK field is older than its SND.UNA. So on a network with
+//! loss or reordering a healthy smoltcp replica that waits for a missing
+//! segment looks dead for up to a second. Runs without loss or reordering
+//! use the product default of 100 ms (crash detection is tested at its real
+//! speed); the others use 1500 ms ([`Params::fd_for`]).
+//!
+//! # Known smoltcp defects: `inconclusive (smoltcp)`
+//!
+//! A failure is classified [`INCONCLUSIVE`] only with packet-level evidence
+//! of a specific defect of the simulated stacks, and the message states it:
+//!
+//! * a socket with a FIN or data outstanding in a closing state and no
+//!   retransmit timer (smoltcp cancels it on ACKs in CLOSE-WAIT/LAST-ACK);
+//! * a hang where a sender's peer re-opened a zero window, the update was
+//!   lost, and the sender sent no zero-window probe for 10 s (smoltcp has no
+//!   persist timer);
+//! * a healthy replica evicted as `Stalled` whose silence is made of probes
+//!   it left unanswered within 1 s of its previous challenge ACK, plus
+//!   answers lost on the link;
+//! * a healthy replica evicted as `Stalled` in LAST-ACK whose only FIN was
+//!   lost and never retransmitted for 10 s.
+//!
+//! The seed loop prints, for each, the outcome of the same seed in direct
+//! mode, and fails if more than 5 % of seeds are inconclusive.
+//!
+//! # Reproducing a seed
+//!
+//! ```text
+//! FTNET_SIM_SEED=843 FTNET_SIM_TRACE=1 cargo test --release -p ftnet-sim --test router seed_loop -- --nocapture
+//! cargo run --release -p ftnet-sim --example one -- 843          # same, without the test harness
+//! cargo run --release -p ftnet-sim --example one -- 843 direct   # same network and workload, no router
+//! ```
+//!
+//! `FTNET_SIM_PCAP=path` writes every packet to a capture;
+//! `FTNET_SIM_FD_MS` overrides the detection time in the seed loop; a
+//! failure message carries the params, per-connection progress, router
+//! counters and events, and the last packets.
 
 pub mod params;
 pub mod pcap;
@@ -28,7 +105,7 @@ mod host;
 
 pub use params::{Close, Crash, CrashKind, CrashWhen, HostParams, Inject, Mode, NetParams, Params};
 
-use ftnet_core::{Config, Counters, Event, Instant, Packet, Router, Service, Timeouts};
+use ftnet_core::{Config, Counters, Event, EvictReason, Instant, Packet, Router, Service, Timeouts};
 use ftnet_wire::{ipv4, tcp};
 use host::Host;
 use rand::rngs::SmallRng;
@@ -97,6 +174,98 @@ struct Flight {
     seq: u64,
     to: Node,
     data: Vec<u8>,
+    from: Node,
+    sent_at: u64,
+}
+
+/// TCP facts of one packet that the smoltcp-defect classifiers need.
+#[derive(Debug, Clone, Copy)]
+struct SegInfo {
+    /// The client's port: names the connection on every link.
+    cport: u16,
+    seq: u32,
+    ack: u32,
+    len: u32,
+    win: u16,
+    /// Only ACK set (no SYN, FIN, RST).
+    pure_ack: bool,
+    fin: bool,
+    /// The ACK flag: the ACK field means something.
+    has_ack: bool,
+}
+
+fn seg_info(data: &[u8]) -> Option<SegInfo> {
+    let ip = ipv4::Packet::new_checked(data).ok()?;
+    if ip.protocol() != ipv4::PROTO_TCP {
+        return None;
+    }
+    let src = ip.src();
+    let s = tcp::Segment::new_checked(ip.payload()).ok()?;
+    let cport = if src == CLIENT_IP { s.src_port() } else { s.dst_port() };
+    let f = s.flags();
+    let pure_ack = f & (tcp::flags::SYN | tcp::flags::FIN | tcp::flags::RST) == 0 && f & tcp::flags::ACK != 0;
+    Some(SegInfo { cport, seq: s.seq().0, ack: s.ack().0, len: s.payload_len() as u32, win: s.window(), pure_ack, fin: f & tcp::flags::FIN != 0, has_ack: f & tcp::flags::ACK != 0 })
+}
+
+/// What became of a segment of old data (every octet already received)
+/// delivered to a replica: the router's liveness probe is one.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum ProbeOutcome {
+    /// The replica sent something back; `lost` if all of it was lost.
+    Answered { lost: bool },
+    /// No answer, less than 1 s after the previous answer: smoltcp's
+    /// challenge-ACK rate limit.
+    RateLimited { prev_answer: u64 },
+    /// No answer and no rate limit to explain it.
+    Unexplained,
+    /// Other packets arrived in the same step and something went out:
+    /// cannot tell whether the probe was answered.
+    Ambiguous,
+}
+
+/// Per-host bookkeeping for the smoltcp-defect classifiers.
+#[derive(Default)]
+struct Watch {
+    /// Highest sequence end delivered, per connection.
+    rcv_hi: HashMap<u16, u32>,
+    /// Per connection, packets delivered to the host since its last step,
+    /// and when one of them was old data.
+    rx_in_step: HashMap<u16, usize>,
+    old_in_step: HashMap<u16, u64>,
+    /// Per connection (smoltcp's rate limit is per socket): last probe
+    /// answer (a packet sent on it in the step that got old data).
+    last_answer: HashMap<u16, u64>,
+    /// (connection, arrival, outcome).
+    probes: Vec<(u16, u64, ProbeOutcome)>,
+    /// Per connection, send time of the last packet from this host that
+    /// reached the middle box.
+    heard_sent_at: HashMap<u16, u64>,
+    /// Last window delivered to the host in a segment it would process
+    /// (not all old data), per connection: (window, time).
+    win_in: HashMap<u16, (u16, u64)>,
+    /// Last window the host (the client) or the middle box toward it
+    /// emitted, per connection, delivered or not.
+    win_out: HashMap<u16, u16>,
+    /// When the host last emitted a segment on a connection.
+    last_tx: HashMap<u16, u64>,
+    /// Last window the middle box emitted toward the host (the client),
+    /// delivered or not.
+    win_in_path: HashMap<u16, u16>,
+    /// Per connection, when the host last sent a FIN, and whether any FIN
+    /// of its reached the middle box.
+    fin_sent_at: HashMap<u16, u64>,
+    fin_heard: HashMap<u16, bool>,
+    /// Per connection, the ACK field of the last segment the host sent
+    /// (its RCV.NXT then).
+    ack_out: HashMap<u16, u32>,
+    /// Per connection, data or FIN segments the middle box sent the host:
+    /// (seq, length counting the FIN, lost on the link).
+    data_in: HashMap<u16, Vec<(u32, u32, bool)>>,
+    /// Per connection, data segments the host sent: (seq, len, lost).
+    data_out: HashMap<u16, Vec<(u32, u32, bool)>>,
+    /// Per connection, the highest ACK field delivered to the host (its
+    /// SND.UNA).
+    ack_in: HashMap<u16, u32>,
 }
 
 enum Middle {
@@ -139,6 +308,8 @@ struct Sim {
     done_at: u64,
     /// End of the settling time after the workload (router mode), µs.
     settle_until: Option<u64>,
+    /// Per host (index as `hosts`): evidence for the smoltcp classifiers.
+    watch: Vec<Watch>,
 }
 
 const TRACE_LINES: usize = 60;
@@ -216,6 +387,7 @@ impl Sim {
             verbose: std::env::var("FTNET_SIM_TRACE").is_ok_and(|v| v == "1"),
             done_at: 0,
             settle_until: None,
+            watch: (0..1 + p.replicas).map(|_| Watch::default()).collect(),
             p,
         }
     }
@@ -294,17 +466,17 @@ impl Sim {
                 continue;
             }
             if next == u64::MAX {
-                if let Some(e) = self.smoltcp_stall() {
+                if let Some(e) = self.smoltcp_stall(next == u64::MAX) {
                     return Err(e);
                 }
-                return Err("hang: nothing left to happen (no packet in flight, no timer) and the workload is not complete".into());
+                return Err(format!("hang: nothing left to happen (no packet in flight, no timer) and the workload is not complete{}", self.hang_hint()));
             }
             self.now = next.max(self.now + 1);
             if self.now > self.p.deadline_us {
-                if let Some(e) = self.smoltcp_stall() {
+                if let Some(e) = self.smoltcp_stall(next == u64::MAX) {
                     return Err(e);
                 }
-                return Err(format!("hang: workload not complete at the virtual-time deadline of {} s", self.p.deadline_us / 1_000_000));
+                return Err(format!("hang: workload not complete at the virtual-time deadline of {} s{}", self.p.deadline_us / 1_000_000, self.hang_hint()));
             }
             if self.steps > 50_000_000 {
                 return Err("harness: too many steps".into());
@@ -317,7 +489,10 @@ impl Sim {
     /// `process`), so a half-closed socket whose data hit a hole never
     /// retransmits. A hang with such a socket is the endpoint's fault, not
     /// the middle box's: say so, and let the tests count it apart.
-    fn smoltcp_stall(&mut self) -> Option<String> {
+    fn smoltcp_stall(&mut self, no_timer_left: bool) -> Option<String> {
+        if let Some(e) = self.zero_window_stall(no_timer_left) {
+            return Some(e);
+        }
         let now = self.now;
         // If the client still has data or a FIN outstanding, its own
         // retransmissions are going unanswered: that is the middle box's
@@ -357,6 +532,8 @@ impl Sim {
         let host = &mut self.hosts[h];
         host.step(now, &mut self.app_rng).map_err(|e| format!("{}: {e}", host.name))?;
         let out: Vec<Vec<u8>> = std::mem::take(&mut host.dev.tx);
+        // Per connection: (packets out, of which lost).
+        let mut outs: HashMap<u16, (u64, u64)> = HashMap::new();
         for mut pkt in out {
             self.hosts[h].clamp_mss(&mut pkt);
             if self.p.fuzz_packets > 0 {
@@ -365,7 +542,30 @@ impl Sim {
                 }
                 self.recent.push_back(pkt.clone());
             }
+            let (si, lost_before) = (seg_info(&pkt), self.packets_lost);
             self.send(Node::Host(h), Node::Middle, pkt, "");
+            if let Some(si) = si {
+                let e = outs.entry(si.cport).or_insert((0, 0));
+                e.0 += 1;
+                e.1 += self.packets_lost - lost_before;
+            }
+        }
+        let w = &mut self.watch[h];
+        let rx = std::mem::take(&mut w.rx_in_step);
+        for (cport, at) in std::mem::take(&mut w.old_in_step) {
+            let (n_out, n_lost) = outs.get(&cport).copied().unwrap_or((0, 0));
+            let outcome = match (n_out, rx.get(&cport).copied().unwrap_or(0)) {
+                (0, _) => match w.last_answer.get(&cport) {
+                    Some(&t) if now < t + 1_000_000 => ProbeOutcome::RateLimited { prev_answer: t },
+                    _ => ProbeOutcome::Unexplained,
+                },
+                (_, 1) => {
+                    w.last_answer.insert(cport, now);
+                    ProbeOutcome::Answered { lost: n_lost == n_out }
+                }
+                _ => ProbeOutcome::Ambiguous,
+            };
+            w.probes.push((cport, at, outcome));
         }
         Ok(())
     }
@@ -387,6 +587,36 @@ impl Sim {
             ""
         };
         self.log(format!("{:>10} {}->{} {mark}{note}{}", self.now, self.node_name(from), self.node_name(to), describe(&data)));
+        if note != "fuzz" {
+            if let Some(si) = seg_info(&data) {
+                match (from, to) {
+                    (Node::Host(h), _) => {
+                        self.watch[h].last_tx.insert(si.cport, self.now);
+                        if si.has_ack {
+                            self.watch[h].ack_out.insert(si.cport, si.ack);
+                        }
+                        if si.len > 0 && h > 0 {
+                            self.watch[h].data_out.entry(si.cport).or_default().push((si.seq, si.len, lost));
+                        }
+                        if si.fin {
+                            self.watch[h].fin_sent_at.insert(si.cport, self.now);
+                        }
+                        if h == 0 {
+                            self.watch[0].win_out.insert(si.cport, si.win);
+                        }
+                    }
+                    (Node::Middle, Node::Host(0)) => {
+                        // The window the client should now see.
+                        self.watch[0].win_in_path.insert(si.cport, si.win);
+                    }
+                    (Node::Middle, Node::Host(h)) if si.len > 0 || si.fin => {
+                        // A FIN takes the sequence number after the data.
+                        self.watch[h].data_in.entry(si.cport).or_default().push((si.seq, si.len + si.fin as u32, lost));
+                    }
+                    _ => {}
+                }
+            }
+        }
         if lost {
             self.packets_lost += 1;
             return;
@@ -395,11 +625,53 @@ impl Sim {
         for _ in 0..if dup { 2 } else { 1 } {
             let extra = if net.reorder > 0.0 && self.net_rng.gen_bool(net.reorder) { self.net_rng.gen_range(0..=net.reorder_max_us) } else { 0 };
             self.flight_seq += 1;
-            self.queue.push(Reverse(Flight { at: self.now + base + extra, seq: self.flight_seq, to, data: data.clone() }));
+            self.queue.push(Reverse(Flight { at: self.now + base + extra, seq: self.flight_seq, to, data: data.clone(), from, sent_at: self.now }));
         }
     }
 
     fn deliver(&mut self, f: Flight) -> Result<(), String> {
+        if let (Node::Host(h), Node::Middle, Some(si)) = (f.from, f.to, seg_info(&f.data)) {
+            let t = self.watch[h].heard_sent_at.entry(si.cport).or_insert(f.sent_at);
+            *t = (*t).max(f.sent_at);
+            if si.fin {
+                self.watch[h].fin_heard.insert(si.cport, true);
+            }
+        }
+        if let Node::Host(h) = f.to {
+            if self.hosts[h].alive {
+                if let Some(si) = seg_info(&f.data) {
+                    let now = self.now;
+                    let w = &mut self.watch[h];
+                    *w.rx_in_step.entry(si.cport).or_insert(0) += 1;
+                    // An ACK below SND.UNA updates no window (RFC 9293
+                    // §3.10.7.4: only SND.UNA =< SEG.ACK; smoltcp drops the
+                    // whole segment).
+                    let mut stale_ack = false;
+                    if si.has_ack {
+                        let una = w.ack_in.entry(si.cport).or_insert(si.ack);
+                        stale_ack = (si.ack.wrapping_sub(*una) as i32) < 0;
+                        if (si.ack.wrapping_sub(*una) as i32) > 0 {
+                            *una = si.ack;
+                        }
+                    }
+                    let end = si.seq.wrapping_add(si.len);
+                    let hi = w.rcv_hi.entry(si.cport).or_insert(end);
+                    // Every octet already received: a receiver drops the
+                    // segment unprocessed, window field included (RFC 9293
+                    // §3.10.7.4), and only acknowledges it.
+                    let old = si.len > 0 && (hi.wrapping_sub(end) as i32) >= 0;
+                    if (end.wrapping_sub(*hi) as i32) > 0 {
+                        *hi = end;
+                    }
+                    if !old && !stale_ack {
+                        w.win_in.insert(si.cport, (si.win, now));
+                    }
+                    if h > 0 && old && si.pure_ack {
+                        w.old_in_step.insert(si.cport, now);
+                    }
+                }
+            }
+        }
         match f.to {
             Node::Middle => match &mut self.middle {
                 Middle::Router(r) => {
@@ -578,11 +850,223 @@ impl Sim {
         let crashed_ip = self.crashed.map(|(i, _, _)| replica_ip(i));
         match ev {
             Event::Evicted { replica, reason, .. } | Event::ReplicaDown { replica, reason, .. } if Some(*replica) != crashed_ip => {
-                Err(format!("healthy replica {replica} evicted ({reason:?}): invariant 2 (every surviving replica gets the whole stream) cannot hold"))
+                let bug = format!("healthy replica {replica} evicted ({reason:?}): invariant 2 (every surviving replica gets the whole stream) cannot hold");
+                let h = self.host_by_ip(*replica).unwrap_or(0);
+                match (reason, h) {
+                    (EvictReason::Stalled, 1..) => match self.probes_rate_limited(h, ev).or_else(|| self.fin_never_retransmitted(h, ev)) {
+                        Some(why) => Err(format!("{INCONCLUSIVE}: {bug}; {why}")),
+                        None => Err(bug),
+                    },
+                    _ => Err(bug),
+                }
             }
             Event::ConnectionLost { conn } => Err(format!("router lost connection {conn} (no replica left) although a replica is alive")),
             _ => Ok(()),
         }
+    }
+
+    /// Evidence that a healthy replica evicted as `Stalled` was silent only
+    /// because smoltcp 0.12 rate-limits the answers to the router's liveness
+    /// probes (old data → challenge ACK, at most one per second,
+    /// `challenge_ack_timer` in `socket/tcp.rs`; Linux answers every one).
+    /// Holds when, since the last packet of the replica that reached the
+    /// router was sent: the replica got at least one probe that it left
+    /// unanswered less than 1 s after its previous answer, and every other
+    /// probe it got was answered with packets that were lost or are still
+    /// in flight. Any probe left unanswered without the rate limit to
+    /// explain it, or whose fate is unclear, and this returns `None`.
+    fn probes_rate_limited(&self, h: usize, ev: &Event) -> Option<String> {
+        // "198.18.1.2:PORT->198.19.0.1:7000"
+        let Event::Evicted { conn, .. } = ev else { return None };
+        let cport: u16 = conn.split("->").next()?.rsplit(':').next()?.parse().ok()?;
+        let w = &self.watch[h];
+        let since = w.heard_sent_at.get(&cport).copied().unwrap_or(0);
+        let window: Vec<(u64, ProbeOutcome)> = w.probes.iter().filter(|(c, t, _)| *c == cport && *t > since).map(|&(_, t, o)| (t, o)).collect();
+        let limited: Vec<String> = window
+            .iter()
+            .filter_map(|(t, o)| match o {
+                ProbeOutcome::RateLimited { prev_answer } => Some(format!("{t} (previous answer {prev_answer})")),
+                _ => None,
+            })
+            .collect();
+        let lost = window.iter().filter(|(_, o)| *o == ProbeOutcome::Answered { lost: true }).count();
+        let flying = window.iter().filter(|(_, o)| *o == ProbeOutcome::Answered { lost: false }).count();
+        let other = window.iter().any(|(_, o)| matches!(o, ProbeOutcome::Unexplained | ProbeOutcome::Ambiguous));
+        if limited.is_empty() || other {
+            return None;
+        }
+        // And what it owes the router was lost on the way, or what the
+        // router owes it was: had the router never sent the input the
+        // replica waits for, that would be the router's fault.
+        let cause = self.input_lost(h, cport).or_else(|| self.output_lost(h, cport))?;
+        Some(format!(
+            "{} {cause}; it sent nothing on this connection (client port {cport}) that reached the router after {since} us; since then it got {} old-data segments (liveness probes): {} unanswered within 1 s of its previous answer at µs {} (smoltcp 0.12 rate-limits challenge ACKs to 1/s; Linux answers every probe), {lost} answered but the answer was lost, {flying} answered with the answer still in flight",
+            self.hosts[h].name,
+            window.len(),
+            limited.len(),
+            limited.join(", "),
+        ))
+    }
+
+    /// The replica waits for input that the router did send it: the next
+    /// octet it expects went out in segments that were all lost, or were
+    /// discarded by smoltcp (it drops a whole segment whose ACK field is
+    /// below its SND.UNA, see `Params::fd_for`).
+    fn input_lost(&self, h: usize, cport: u16) -> Option<String> {
+        let w = &self.watch[h];
+        let next = *w.ack_out.get(&cport)?;
+        let covering: Vec<&(u32, u32, bool)> = w.data_in.get(&cport)?.iter().filter(|(seq, len, _)| next.wrapping_sub(*seq) < *len).collect();
+        if covering.is_empty() {
+            return None;
+        }
+        let n_lost = covering.iter().filter(|x| x.2).count();
+        Some(format!(
+            "waits for octet (or FIN) {next}, which the router sent it {} times ({n_lost} lost on the link, the rest discarded by smoltcp)",
+            covering.len()
+        ))
+    }
+
+    /// The replica owes the router output that it did send, and every
+    /// transmission of it was lost: its first unacknowledged octet, or its
+    /// FIN.
+    fn output_lost(&self, h: usize, cport: u16) -> Option<String> {
+        let w = &self.watch[h];
+        let host = &self.hosts[h];
+        let sock = host.by_peer().get(&cport).map(|s| s.handle)?;
+        let state = host.state(sock);
+        if host.send_queue(sock) > 0 {
+            // An octet it sent that never reached the router: every
+            // segment carrying it was lost.
+            let out = w.data_out.get(&cport)?;
+            let una = *w.ack_in.get(&cport)?;
+            let hole = out.iter().filter(|x| x.2 && (x.0.wrapping_add(x.1).wrapping_sub(una) as i32) > 0).map(|x| if (una.wrapping_sub(x.0) as i32) > 0 { una } else { x.0 }).find(|&o| {
+                !out.iter().any(|(seq, len, lost)| !lost && o.wrapping_sub(*seq) < *len)
+            });
+            if let Some(o) = hole {
+                let n = out.iter().filter(|(seq, len, _)| o.wrapping_sub(*seq) < *len).count();
+                return Some(format!("sent its octet {o} {n} times, every one lost on the link, and has not retransmitted it since"));
+            }
+            return None;
+        }
+        if matches!(state, State::LastAck | State::Closing | State::FinWait1) && !w.fin_heard.get(&cport).copied().unwrap_or(false) {
+            let at = w.fin_sent_at.get(&cport)?;
+            return Some(format!("is in {state:?} and its FIN (last sent at {at} us) was lost on the link every time"));
+        }
+        None
+    }
+
+    /// Evidence that a healthy replica evicted as `Stalled` made no
+    /// progress only because smoltcp 0.12 never retransmitted its lost FIN:
+    /// its socket is still in a state with a FIN outstanding, every FIN it
+    /// sent on the connection was lost, and it has not sent one for 10 s
+    /// (smoltcp cancels the retransmit timer on any ACK in LAST-ACK and
+    /// CLOSE-WAIT, see `smoltcp_stall`; Linux retransmits a FIN with
+    /// backoff). The router rightly waits for the FIN the other replicas
+    /// agreed on, then evicts the replica that never sends it.
+    fn fin_never_retransmitted(&self, h: usize, ev: &Event) -> Option<String> {
+        const QUIET_US: u64 = 10_000_000;
+        let Event::Evicted { conn, .. } = ev else { return None };
+        let cport: u16 = conn.split("->").next()?.rsplit(':').next()?.parse().ok()?;
+        let host = &self.hosts[h];
+        let sock = host.by_peer().get(&cport).map(|s| s.handle)?;
+        let state = host.state(sock);
+        if !matches!(state, State::LastAck | State::Closing | State::FinWait1) {
+            return None;
+        }
+        let w = &self.watch[h];
+        let last_fin = *w.fin_sent_at.get(&cport)?;
+        if w.fin_heard.get(&cport).copied().unwrap_or(false) || self.now < last_fin + QUIET_US {
+            return None;
+        }
+        Some(format!(
+            "{} (client port {cport}) is in {state:?}: its FIN, last sent at {last_fin} us, was lost, and it has not retransmitted it in the {} s since (smoltcp 0.12 cancels the retransmit timer on ACKs in LAST-ACK)",
+            host.name,
+            (self.now - last_fin) / 1_000_000
+        ))
+    }
+
+    /// A hang where a host holds data to send, the last acceptable segment
+    /// it got on that connection closed the window, the window was opened
+    /// again at the far end but that update was lost, and the host sent nothing on
+    /// the connection for 10 s: RFC 9293 §3.8.6.1 requires zero-window
+    /// probes, smoltcp 0.12 has no persist timer (a retransmit timeout with
+    /// a zero window only puts the socket back to idle, `dispatch`).
+    ///
+    /// `no_timer_left`: no host or router timer is pending and nothing is
+    /// in flight, so no probe can ever come; the 10 s wait is moot.
+    fn zero_window_stall(&self, no_timer_left: bool) -> Option<String> {
+        const QUIET_US: u64 = 10_000_000;
+        let client_win = |cport: u16| -> Option<u16> { self.watch[0].win_out.get(&cport).copied() };
+        for h in 0..self.hosts.len() {
+            let host = &self.hosts[h];
+            if !host.alive {
+                continue;
+            }
+            let conns: Vec<(u16, smoltcp::iface::SocketHandle)> = match &host.app {
+                host::App::Client { conns, .. } => conns.iter().map(|k| (k.port, k.handle)).collect(),
+                host::App::Server { socks, .. } => socks.iter().filter_map(|s| s.peer_port.map(|p| (p, s.handle))).collect(),
+            };
+            for (cport, handle) in conns {
+                let queued = host.send_queue(handle);
+                if queued == 0 {
+                    continue;
+                }
+                let w = &self.watch[h];
+                let Some(&(0, zero_at)) = w.win_in.get(&cport) else { continue };
+                let quiet_since = zero_at.max(w.last_tx.get(&cport).copied().unwrap_or(0));
+                if !no_timer_left && self.now < quiet_since + QUIET_US {
+                    continue;
+                }
+                // Who opened the window again: toward the client, the
+                // middle box (router or forwarder); toward a replica, the
+                // client itself.
+                let (opened, by) = if h == 0 {
+                    (w.win_in_path.get(&cport).copied(), "the middle box")
+                } else {
+                    (client_win(cport), "the client")
+                };
+                let Some(open) = opened.filter(|&x| x > 0) else { continue };
+                return Some(format!(
+                    "{INCONCLUSIVE}: {} (connection from client port {cport}) holds {queued} bytes to send, the last acceptable segment it received (at {zero_at} us) advertised a zero window, {by} then advertised window {open} but no acceptable segment carried that to it (lost, or on old data or below SND.UNA, which a receiver does not take a window from), and {} sent no zero-window probe {} (RFC 9293 §3.8.6.1; smoltcp 0.12 has no persist timer)",
+                    host.name,
+                    host.name,
+                    if no_timer_left {
+                        "and has no timer left that could send one".to_string()
+                    } else {
+                        format!("in the {} s since", (self.now - quiet_since) / 1_000_000)
+                    }
+                ));
+            }
+        }
+        None
+    }
+
+    /// What a hang that is no known smoltcp defect looks like, when it is
+    /// a pattern seen before: a replica in LAST-ACK retransmitting a FIN
+    /// that reaches a router which no longer tracks the connection.
+    fn hang_hint(&self) -> String {
+        let Middle::Router(r) = &self.middle else { return String::new() };
+        let st = r.status();
+        let unknown = st.drops.iter().find(|d| d.0 == "unknown_connection").map_or(0, |d| d.1);
+        for h in 1..self.hosts.len() {
+            let host = &self.hosts[h];
+            if !host.alive {
+                continue;
+            }
+            for (cport, s) in host.by_peer() {
+                if host.state(s.handle) != State::LastAck || !self.watch[h].fin_heard.get(&cport).copied().unwrap_or(false) {
+                    continue;
+                }
+                if st.connections == 0 && unknown > 0 {
+                    let last_fin = self.watch[h].fin_sent_at.get(&cport).copied().unwrap_or(0);
+                    return format!(
+                        "; {} (client port {cport}) is in LAST-ACK: its FIN reached the router, the final ACK did not reach it, and its FIN retransmissions (last sent at {last_fin} us) reach a router that no longer tracks the connection (connections 0, {unknown} unknown_connection drops): neither acknowledged nor reset",
+                        host.name
+                    );
+                }
+            }
+        }
+        String::new()
     }
 
     fn acked_total(&self) -> (usize, usize) {

@@ -8,12 +8,29 @@
 //! One seed, with a packet trace and a capture:
 //! `FTNET_SIM_SEED=1234 FTNET_SIM_TRACE=1 FTNET_SIM_PCAP=/tmp/s.pcap cargo test --release -p ftnet-sim --test router seed_loop -- --nocapture`.
 
-use ftnet_sim::{run, Close, Crash, CrashKind, CrashWhen, NetParams, Params, INCONCLUSIVE};
+use ftnet_sim::{run, Close, Crash, CrashKind, CrashWhen, Mode, NetParams, Params, INCONCLUSIVE};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Instant as WallClock;
 
 fn repro(seed: u64) -> String {
     format!("reproduce: FTNET_SIM_SEED={seed} FTNET_SIM_TRACE=1 cargo test --release -p ftnet-sim --test router seed_loop -- --nocapture")
+}
+
+/// The same seed, network, stacks and workload without the router (one
+/// replica, no crash). Its packet fates differ (fewer links, other packet
+/// counts), so `ok` here does not clear the router, and a failure here
+/// points at the stacks or the harness; the classifications rest on the
+/// mechanism each names, checked packet by packet.
+fn direct(seed: u64) -> String {
+    let mut d = Params::random(seed);
+    d.mode = Mode::Direct;
+    d.replicas = 1;
+    d.replica.truncate(1);
+    d.crash = None;
+    match run(seed, &d) {
+        Ok(_) => "ok".to_string(),
+        Err(e) => e.lines().next().unwrap_or("").to_string(),
+    }
 }
 
 fn check(seed: u64, p: &Params) {
@@ -88,10 +105,14 @@ fn connection_refused_by_every_replica() {
 }
 
 /// A thousand seeds, each drawing N, faults, stack settings, workload and
-/// crash from the seed. Count: `FTNET_SIM_SEEDS` (default 1000, a few seconds in release mode); first seed:
-/// `FTNET_SIM_SEED_BASE`; a single seed: `FTNET_SIM_SEED`; the router's
-/// failure-detection timeout: `FTNET_SIM_FD_MS` (default 100, the product
-/// default).
+/// crash from the seed. Count: `FTNET_SIM_SEEDS` (default 1000, a few
+/// seconds in release mode); first seed: `FTNET_SIM_SEED_BASE`; a single
+/// seed: `FTNET_SIM_SEED`; the router's failure-detection timeout:
+/// `FTNET_SIM_FD_MS` (default: per run, `Params::fd_for` — 100 ms, the
+/// product default, on loss-free networks, 1500 ms with loss or
+/// reordering, because smoltcp answers liveness probes at most once a
+/// second). Runs that end in a documented smoltcp defect are counted as
+/// inconclusive, each with the evidence for it; they must stay under 5 %.
 #[test]
 fn seed_loop() {
     let env = |k: &str| std::env::var(k).ok().and_then(|v| v.parse::<u64>().ok());
@@ -129,12 +150,13 @@ fn seed_loop() {
         }
     }
     for (seed, e) in &inconclusive {
-        eprintln!("SKIPPED seed {seed} (smoltcp defect, not the router): {}\n  {}", e.lines().next().unwrap_or(""), repro(*seed));
+        eprintln!("SKIPPED seed {seed} (smoltcp defect, not the router): {}\n  direct mode: {}\n  {}", e.lines().next().unwrap_or(""), direct(*seed), repro(*seed));
     }
     for (seed, e) in &failures {
-        eprintln!("FAILED {e}  {}\n", repro(*seed));
+        eprintln!("FAILED {e}  direct mode: {}\n  {}\n", direct(*seed), repro(*seed));
     }
     eprintln!("seed loop: {} seeds, {} failed, {} inconclusive, {:.1} s wall", seeds.len(), failures.len(), inconclusive.len(), start.elapsed().as_secs_f64());
     let first: Vec<String> = failures.iter().take(30).map(|(s, e)| format!("{s}: {}", e.lines().next().unwrap_or(""))).collect();
     assert!(failures.is_empty(), "{} of {} seeds failed through the router:\n{}", failures.len(), seeds.len(), first.join("\n"));
+    assert!(inconclusive.len() * 20 <= seeds.len(), "{} of {} seeds hit a smoltcp defect: too many to trust the loop", inconclusive.len(), seeds.len());
 }

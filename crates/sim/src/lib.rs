@@ -54,7 +54,7 @@
 //! waits 30 × `failure_detection` (at least 3 s) before evicting; that is
 //! by design, not a failure.
 //!
-//! # Failure detection: 100 ms, or 1500 ms on lossy runs
+//! # Failure detection: 100 ms, or 2500 ms on lossy runs
 //!
 //! The router probes a silent replica with a TCP keep-alive carrying one
 //! old octet. Linux acknowledges every such probe; smoltcp 0.12 answers it
@@ -64,7 +64,7 @@
 //! loss or reordering a healthy smoltcp replica that waits for a missing
 //! segment looks dead for up to a second. Runs without loss or reordering
 //! use the product default of 100 ms (crash detection is tested at its real
-//! speed); the others use 1500 ms ([`Params::fd_for`]).
+//! speed); the others use 2500 ms (two answerable probes before a verdict) ([`Params::fd_for`]).
 //!
 //! # Known smoltcp defects: `inconclusive (smoltcp)`
 //!

@@ -272,10 +272,11 @@ impl Params {
     /// * no loss and no reordering on the router↔replica links (this
     ///   harness has one [`NetParams`] for every link): the product
     ///   default, 100 ms, so crash detection is tested at its real speed;
-    /// * otherwise 1500 ms, above smoltcp's 1 s challenge-ACK interval.
+    /// * otherwise 2500 ms: above smoltcp's 1 s challenge-ACK interval with room
+    ///   for two answerable probes, so that one lost probe is not a death.
     pub fn fd_for(net: &NetParams) -> u64 {
         if net.loss > 0.0 || net.reorder > 0.0 {
-            1500
+            2500
         } else {
             100
         }

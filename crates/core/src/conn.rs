@@ -633,6 +633,8 @@ impl Conn {
     }
 
     fn replica_pure_ack(&mut self, ctx: &mut Ctx, i: usize, pkt: Packet, seg: &Seg, dup: bool) {
+        // The last ACK of a close comes as a pure ACK.
+        self.check_closed(ctx);
         let (Some(ack), Some(edge)) = (self.group_ack(), self.group_edge()) else {
             ctx.counters.drop(DropReason::AckAbsorbed);
             return;

@@ -361,3 +361,77 @@ fn silent_lagging_replica_is_probed_and_kept_while_it_answers() {
     r.handle_timeout(t(115));
     assert!(r.status().services[0].replicas[1].alive);
 }
+
+#[test]
+fn icmp_unreachable_for_a_replica_evicts_it() {
+    let mut r = router(2);
+    handshake(&mut r, 2);
+    // ICMP host unreachable quoting a segment the router sent to replica 2.
+    let mut inner = Repr::new(CPORT, PORT, SeqNum(CISN).add(1), SeqNum(0), flags::ACK, 1).emit_ipv4(CLIENT, replica(2), b"");
+    inner.truncate(28);
+    let mut icmp = vec![3u8, 1, 0, 0, 0, 0, 0, 0];
+    icmp.extend_from_slice(&inner);
+    let c = ftnet_wire::checksum::complete(&icmp, 0);
+    icmp[2..4].copy_from_slice(&c.to_be_bytes());
+    let mut pkt = vec![0u8; 20];
+    ipv4::emit_header(&mut pkt, Ipv4Addr::new(198, 18, 12, 1), CLIENT, ipv4::PROTO_ICMP, (20 + icmp.len()) as u16, 64);
+    pkt.extend_from_slice(&icmp);
+    r.handle_packet(t(5), Packet::plain(pkt));
+    let st = r.status();
+    assert!(!st.services[0].replicas[1].alive, "unreachable replica marked down");
+    assert!(st.services[0].replicas[0].alive);
+    let ev: Vec<Event> = std::iter::from_fn(|| r.poll_event()).collect();
+    assert!(ev.iter().any(|e| matches!(e, Event::ReplicaDown { reason: EvictReason::Unreachable, .. })), "{ev:?}");
+}
+
+#[test]
+fn out_of_window_ack_is_dropped() {
+    let mut r = router(1);
+    let (risn, _) = handshake(&mut r, 1);
+    // The client cannot acknowledge bytes it was never sent.
+    let a = Repr::new(CPORT, PORT, SeqNum(CISN).add(1), SeqNum(risn).add(1_000_000), flags::ACK, 1);
+    r.handle_packet(t(5), seg(CLIENT, VIP, a, b"x"));
+    assert!(drain(&mut r).is_empty());
+    assert_eq!(r.counters().dropped(DropReason::OutOfWindow), 1);
+}
+
+#[test]
+fn retransmitted_client_fin_is_acknowledged_by_the_router() {
+    let mut r = router(2);
+    let (risn, isns) = handshake(&mut r, 2);
+    let fin = Repr::new(CPORT, PORT, SeqNum(CISN).add(1), SeqNum(risn).add(1), flags::ACK | flags::FIN, 502);
+    r.handle_packet(t(5), seg(CLIENT, VIP, fin.clone(), b""));
+    drain(&mut r);
+    for i in 1..=2 {
+        r.handle_packet(t(6), ack_from(i, isns[i as usize - 1], SeqNum(CISN).add(2), 500));
+    }
+    let out = drain(&mut r);
+    assert_eq!(out.len(), 1, "group ACK of the FIN");
+    // Our ACK was lost; the client repeats its FIN. The replicas' answers
+    // change nothing, so the router itself acknowledges it.
+    r.handle_packet(t(300), seg(CLIENT, VIP, fin, b""));
+    let out = drain(&mut r);
+    assert!(out.iter().any(|o| o.dst == CLIENT && o.r.ack == SeqNum(CISN).add(2)), "FIN re-acknowledged");
+}
+
+#[test]
+fn closed_connections_give_way_when_the_table_is_full() {
+    let mut c = Config::default();
+    c.services.push(Service { name: "t".into(), vip: VIP, ports: vec![PORT], replicas: vec![replica(1)] });
+    c.limits.max_connections = 1;
+    c.limits.max_half_open = 1;
+    let mut r = Router::new(c, [3; 16]);
+    let (risn, isns) = handshake(&mut r, 1);
+    // Full close: replica FIN, client FIN, both acknowledged.
+    let rfin = Repr::new(PORT, CPORT, SeqNum(isns[0]).add(1), SeqNum(CISN).add(1), flags::ACK | flags::FIN, 500);
+    r.handle_packet(t(5), seg(replica(1), CLIENT, rfin, b""));
+    let cfin = Repr::new(CPORT, PORT, SeqNum(CISN).add(1), SeqNum(risn).add(2), flags::ACK | flags::FIN, 500);
+    r.handle_packet(t(6), seg(CLIENT, VIP, cfin, b""));
+    r.handle_packet(t(7), ack_from(1, isns[0].wrapping_add(1), SeqNum(CISN).add(2), 500));
+    drain(&mut r);
+    assert_eq!(r.connections(), 1, "remembered after close");
+    let syn = Repr::new(CPORT + 1, PORT, SeqNum(77), SeqNum(0), flags::SYN, 1000);
+    r.handle_packet(t(8), seg(CLIENT, VIP, syn, b""));
+    assert_eq!(drain(&mut r).len(), 1, "new SYN admitted by retiring the closed one");
+    assert_eq!(r.counters().dropped(DropReason::TableFull), 0);
+}

@@ -898,7 +898,7 @@ impl Sim {
         // And what it owes the router was lost on the way, or what the
         // router owes it was: had the router never sent the input the
         // replica waits for, that would be the router's fault.
-        let cause = self.input_lost(h, cport).or_else(|| self.output_lost(h, cport))?;
+        let cause = self.input_lost(h, cport).or_else(|| self.output_lost(h, cport)).or_else(|| self.probes_lost(h, cport, window.len()))?;
         Some(format!(
             "{} {cause}; it sent nothing on this connection (client port {cport}) that reached the router after {since} us; since then it got {} old-data segments (liveness probes): {} unanswered within 1 s of its previous answer at µs {} (smoltcp 0.12 rate-limits challenge ACKs to 1/s; Linux answers every probe), {lost} answered but the answer was lost, {flying} answered with the answer still in flight",
             self.hosts[h].name,
@@ -906,6 +906,13 @@ impl Sim {
             limited.len(),
             limited.join(", "),
         ))
+    }
+
+    /// Liveness probes (one old octet) to the replica were lost on the link:
+    /// with one answerable probe per second, losing those is enough.
+    fn probes_lost(&self, h: usize, cport: u16, delivered: usize) -> Option<String> {
+        let lost = self.watch[h].data_in.get(&cport)?.iter().filter(|(_, len, lost)| *len == 1 && *lost).count();
+        (lost > 0).then(|| format!("lost {lost} of the router's liveness probes on the link ({delivered} delivered)"))
     }
 
     /// The replica waits for input that the router did send it: the next

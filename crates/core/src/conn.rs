@@ -130,6 +130,11 @@ pub struct Leg {
 }
 
 impl Leg {
+    /// End of the data this replica sent, its FIN not counted.
+    fn data_hi(&self) -> SeqNum {
+        self.fin.unwrap_or(self.hi)
+    }
+
     /// Still part of the group.
     fn live(&self) -> bool {
         matches!(self.state, LegState::SynSent | LegState::Open)
@@ -954,7 +959,10 @@ impl Conn {
                 && o.live()
                 && match (l.state, o.state) {
                     (LegState::SynSent, LegState::Open) => true,
-                    (LegState::Open, LegState::Open) => o.ack.is_after(l.ack) || o.hi.is_after(l.hi),
+                    // Data only: a FIN the others did not send is no output
+                    // they owe; alone it is the evidence of a crash that the
+                    // next bytes from the others will confirm.
+                    (LegState::Open, LegState::Open) => o.ack.is_after(l.ack) || o.data_hi().is_after(l.data_hi()),
                     _ => false,
                 }
         })

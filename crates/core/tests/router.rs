@@ -435,3 +435,28 @@ fn closed_connections_give_way_when_the_table_is_full() {
     assert_eq!(drain(&mut r).len(), 1, "new SYN admitted by retiring the closed one");
     assert_eq!(r.counters().dropped(DropReason::TableFull), 0);
 }
+
+#[test]
+fn fin_from_a_killed_idle_replica_does_not_make_the_others_suspect() {
+    let mut r = router(2);
+    let (_risn, isns) = handshake(&mut r, 2);
+    // Replica 1's process dies while the connection is idle: its kernel
+    // sends a FIN. Replica 2 owes nothing and stays silent.
+    let fin = Repr::new(PORT, CPORT, SeqNum(isns[0]).add(1), SeqNum(CISN).add(1), flags::ACK | flags::FIN, 500);
+    r.handle_packet(t(10), seg(replica(1), CLIENT, fin, b""));
+    assert!(drain(&mut r).iter().all(|o| o.dst != CLIENT), "no FIN to the client from one replica");
+    r.handle_timeout(t(5000));
+    assert!(r.status().services[0].replicas[1].alive, "the healthy idle replica is not evicted");
+    // The next request: replica 2 answers; replica 1's FIN is contradicted.
+    let mut d = Repr::new(CPORT, PORT, SeqNum(CISN).add(1), SeqNum(0), flags::PSH, 502);
+    d.timestamps = Some((1002, 0));
+    r.handle_packet(t(5001), seg(CLIENT, VIP, d, b"GET"));
+    drain(&mut r);
+    let mut a = Repr::new(PORT, CPORT, SeqNum(isns[1]).add(1), SeqNum(CISN).add(4), flags::ACK | flags::PSH, 500);
+    a.timestamps = Some((6000, 1002));
+    r.handle_packet(t(5002), seg(replica(2), CLIENT, a, b"reply"));
+    let out = drain(&mut r);
+    assert!(out.iter().any(|o| o.dst == CLIENT && o.payload == b"reply" && o.r.flags & flags::FIN == 0));
+    let ev: Vec<Event> = std::iter::from_fn(|| r.poll_event()).collect();
+    assert!(ev.iter().any(|e| matches!(e, Event::Evicted { reason: EvictReason::Fin, .. })), "{ev:?}");
+}

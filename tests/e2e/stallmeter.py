@@ -50,7 +50,9 @@ def main():
     next_send = t0
     send_end = t0 + args.duration
     last_rx = None
-    gaps = []  # (gap seconds, start monotonic) after warm-up
+    gaps = []  # gap seconds after warm-up
+    top = []  # the largest gaps as (seconds, start monotonic), at most TOP of them
+    TOP = 20
     max_gap, max_gap_start = 0.0, None
     half_closed = False
     eof = False
@@ -105,6 +107,10 @@ def main():
                         if gap > max_gap:
                             max_gap, max_gap_start = gap, last_rx
                         gaps.append(gap)
+                        if len(top) < TOP or gap > top[-1][0]:
+                            top.append((gap, last_rx))
+                            top.sort(reverse=True)
+                            del top[TOP:]
                     last_rx = t
     except OSError as e:
         error = "%s: %s" % (type(e).__name__, e)
@@ -128,6 +134,8 @@ def main():
         "median_gap_ms": round(gaps[len(gaps) // 2] * 1000, 3) if gaps else None,
         "send_blocked_max_ms": round(send_blocked_max * 1000, 3),
         "start_epoch": round(epoch0, 3),
+        # The largest gaps with their start times, to find the one a fault caused.
+        "top_gaps": [[round(g * 1000, 3), round(epoch0 + (s - t0), 3)] for g, s in top],
         "chunk": args.chunk,
         "interval_ms": args.interval_ms,
     }

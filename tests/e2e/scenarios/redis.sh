@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # (c) Redis: redis-benchmark -c 1 -t set,get,incr,lpush through the VIP, then replica equality.
+# (redis-conc.sh: the same with 50 concurrent connections.)
 # Pass: benchmark exit 0 with no error in its output, the INCR counter and the list length equal
 # the request count exactly (nothing lost, nothing applied twice) through the VIP and on every
 # survivor, and every survivor's DEBUG DIGEST is equal and not the empty-database digest.
 set -euo pipefail
 # shellcheck source=tests/e2e/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
-e2e_init redis "$@"
+e2e_init "${E2E_REDIS_NAME:-redis}" "$@"
 
 REDIS_PORT=6379
+CLIENTS=${E2E_REDIS_CLIENTS:-1}   # redis-conc.sh runs this with 50
 REQS=$(quick 20000 100000)
 TOTAL=$((4 * REQS))
 
@@ -23,7 +25,7 @@ fault_when $((TOTAL * $(random_pct 10 60) / 100)) "$TOTAL" progress commands
 t0=$(now_ms)
 rc=0
 timeout 600 "$FTNET" lab exec --name "$LAB" client -- \
-	redis-benchmark -h "$VIP" -p "$REDIS_PORT" -c 1 -n "$REQS" -t set,get,incr,lpush -q \
+	redis-benchmark -h "$VIP" -p "$REDIS_PORT" -c "$CLIENTS" -n "$REQS" -t set,get,incr,lpush -q \
 	>"$T/bench.out" 2>&1 || rc=$?
 dt=$(($(now_ms) - t0))
 fault_done

@@ -36,7 +36,11 @@ r = json.load(open(sys.argv[1]))
 fe = float(sys.argv[2]) / 1000 if sys.argv[2] else None
 after = ""
 if fe is not None and r.get("max_gap_start_epoch"):
-    after = " gap_began_%+.0f_ms_after_fault" % ((r["max_gap_start_epoch"] - fe) * 1000)
+    after = " max_gap_began_%+.0f_ms_after_fault" % ((r["max_gap_start_epoch"] - fe) * 1000)
+    # The stall the fault caused: the largest gap that was open at the fault or began within
+    # 2 s after it (failure detection and retransmission happen in that window).
+    near = [g for g, s in r.get("top_gaps", []) if s <= fe + 2.0 and s + g / 1000 >= fe]
+    after += " fault_gap_ms=%s" % (max(near) if near else "<%s" % min(g for g, _ in r["top_gaps"]))
 print("max_gap_ms=%s p99_gap_ms=%s median_gap_ms=%s intact=%s%s"
       % (r["max_gap_ms"], r["p99_gap_ms"], r["median_gap_ms"], r["echo_intact"], after))
 PY
@@ -47,8 +51,10 @@ if [[ -n ${FTNET_E2E_MAX_STALL_MS:-} && -n $max ]]; then
 	check "max stall ${max} ms <= ${FTNET_E2E_MAX_STALL_MS} ms" test "$max" -le "$FTNET_E2E_MAX_STALL_MS"
 fi
 if [[ -n ${FTNET_E2E_FIGURES:-} ]]; then
-	printf '%s  N=%s  fault=%-4s victim=%s  %s  ok=%s\n' "$(date -u +%FT%TZ)" "$N" "$FAULT" \
-		"$([[ $FAULT == none ]] && echo - || echo "r$VICTIM")" "$summary" "$((rc == 0 && FAILS == 0))" \
-		>>"$FTNET_E2E_FIGURES"
+	# One line per measurement, tagged with the run, under a lock: runs may share the file.
+	line=$(printf '%s  run=%s  N=%s  fault=%-4s victim=%s  %s  ok=%s' "$(date -u +%FT%TZ)" \
+		"${FTNET_E2E_RUN_ID:-$$}" "$N" "$FAULT" "$([[ $FAULT == none ]] && echo - || echo "r$VICTIM")" \
+		"$summary" "$((rc == 0 && FAILS == 0))")
+	flock "$FTNET_E2E_FIGURES" sh -c 'printf "%s\n" "$1" >>"$2"' sh "$line" "$FTNET_E2E_FIGURES"
 fi
 e2e_finish

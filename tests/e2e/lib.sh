@@ -86,6 +86,7 @@ e2e_init() {
 	else
 		say "lab=$LAB N=$N fault=$FAULT victim=r$VICTIM survivors=${SURVIVORS[*]} seed=$SEED (rerun: FTNET_E2E_SEED=$SEED)"
 	fi
+	return 0
 }
 
 e2e_on_exit() {

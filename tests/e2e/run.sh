@@ -31,6 +31,7 @@
 #   idle       a persistent connection idle while the fault hits (bare FIN from a killed replica),
 #              then used again: every reply right, survivors agree, new connections work
 #   stall      stallmeter.py: longest client-visible gap around a fault at ~2 s
+#   hygiene    (N=2 only) `lab run` interrupted by SIGINT and by SIGKILL: nothing left behind
 #
 # Usage: tests/e2e/run.sh [--quick] [--figures] [--only REGEX] [--seed S] [--list]
 #   --quick    smaller transfers (10-20 MB, 20k requests, 500 connections)
@@ -70,6 +71,7 @@ for sc in "${scenarios[@]}"; do
 		[[ -z $only || $id =~ $only ]] && tests+=("$id")
 	done
 done
+[[ -z $only || hygiene/n2-none =~ $only ]] && tests+=(hygiene/n2-none)
 if ((list)); then printf '%s\n' "${tests[@]}"; exit 0; fi
 ((${#tests[@]})) || { echo "run.sh: no test matches '$only'" >&2; exit 2; }
 

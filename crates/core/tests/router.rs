@@ -460,3 +460,34 @@ fn fin_from_a_killed_idle_replica_does_not_make_the_others_suspect() {
     let ev: Vec<Event> = std::iter::from_fn(|| r.poll_event()).collect();
     assert!(ev.iter().any(|e| matches!(e, Event::Evicted { reason: EvictReason::Fin, .. })), "{ev:?}");
 }
+
+#[test]
+fn several_services_are_kept_apart() {
+    let mut c = Config::default();
+    let vip2 = Ipv4Addr::new(198, 19, 0, 2);
+    c.services.push(Service { name: "a".into(), vip: VIP, ports: vec![PORT], replicas: vec![replica(1), replica(2)] });
+    // Same replica hosts, another VIP and port.
+    c.services.push(Service { name: "b".into(), vip: vip2, ports: vec![80, 443], replicas: vec![replica(2), replica(3)] });
+    let mut r = Router::new(c, [5; 16]);
+    let syn_a = Repr::new(CPORT, PORT, SeqNum(1), SeqNum(0), flags::SYN, 1000);
+    r.handle_packet(t(0), seg(CLIENT, VIP, syn_a, b""));
+    let syn_b = Repr::new(CPORT, 443, SeqNum(2), SeqNum(0), flags::SYN, 1000);
+    r.handle_packet(t(0), seg(CLIENT, vip2, syn_b, b""));
+    let out = drain(&mut r);
+    let a: Vec<Ipv4Addr> = out.iter().filter(|o| o.r.dst_port == PORT).map(|o| o.dst).collect();
+    let b: Vec<Ipv4Addr> = out.iter().filter(|o| o.r.dst_port == 443).map(|o| o.dst).collect();
+    assert_eq!(a, vec![replica(1), replica(2)]);
+    assert_eq!(b, vec![replica(2), replica(3)]);
+    // Replica 2 refuses service b's SYN while replica 3 accepts: down for b only.
+    let rst = Repr::new(443, CPORT, SeqNum(0), SeqNum(3), flags::RST | flags::ACK, 0);
+    r.handle_packet(t(1), seg(replica(2), CLIENT, rst, b""));
+    let sa = Repr::new(443, CPORT, SeqNum(900), SeqNum(3), flags::SYN | flags::ACK, 1000);
+    r.handle_packet(t(1), seg(replica(3), CLIENT, sa, b""));
+    let out = drain(&mut r);
+    assert!(out.iter().any(|o| o.src == vip2 && o.dst == CLIENT && o.r.flags == flags::SYN | flags::ACK), "service b answers from its own VIP");
+    let st = r.status();
+    assert!(st.services[0].replicas.iter().all(|x| x.alive), "service a untouched");
+    assert!(!st.services[1].replicas[0].alive && st.services[1].replicas[1].alive);
+    assert_eq!(st.services[0].connections, 1);
+    assert_eq!(st.services[1].connections, 1);
+}

@@ -304,6 +304,11 @@ impl Router {
         self.conns.insert(key, c);
         self.half_open.push_back((key, now));
         self.half_open_count += 1;
+        if self.half_open.len() > 2 * self.half_open_count + 1024 {
+            // Entries of connections that completed or went away.
+            let conns = &self.conns;
+            self.half_open.retain(|(k, t)| conns.get(k).is_some_and(|c| c.created == *t && c.counted_half_open));
+        }
         self.after(now, key);
         Ok(())
     }
@@ -383,15 +388,43 @@ impl Router {
             c.counted_half_open = false;
             self.half_open_count = self.half_open_count.saturating_sub(1);
         }
-        if c.phase == Phase::Closed && !c.counted_closed {
+        let newly_closed = (c.phase == Phase::Closed && !c.counted_closed).then(|| {
             c.counted_closed = true;
-            self.closed.push_back((key, c.closed_at.unwrap_or(now)));
-        }
+            c.closed_at.unwrap_or(now)
+        });
         let d = c.next_deadline(&self.config.timeouts);
-        if c.timer_at.map_or(true, |t| d < t) {
+        let schedule = c.timer_at.map_or(true, |t| d < t);
+        if schedule {
             c.timer_at = Some(d);
-            self.timers.push(Reverse((d, key)));
         }
+        if let Some(t) = newly_closed {
+            self.closed.push_back((key, t));
+            if self.closed.len() > 2 * self.conns.len() + 1024 {
+                let conns = &self.conns;
+                self.closed.retain(|(k, t)| conns.get(k).is_some_and(|c| c.phase == Phase::Closed && c.closed_at == Some(*t)));
+            }
+        }
+        if schedule {
+            self.timers.push(Reverse((d, key)));
+            self.compact_timers();
+        }
+    }
+
+    /// Entries of removed connections stay in the heap until they come
+    /// due; under a SYN flood that is one per spoofed SYN for the handshake
+    /// timeout. Rebuild from the live connections when stale entries
+    /// dominate, so memory stays proportional to the table.
+    fn compact_timers(&mut self) {
+        if self.timers.len() <= 2 * self.conns.len() + 1024 {
+            return;
+        }
+        self.timers = self.conns.iter().filter_map(|(k, c)| c.timer_at.map(|t| Reverse((t, *k)))).collect();
+    }
+
+    /// (connections, timer entries, half-open queue entries): what the
+    /// router's memory grows with, for tests and `status`.
+    pub fn table_sizes(&self) -> (usize, usize, usize) {
+        (self.conns.len(), self.timers.len(), self.half_open.len())
     }
 
     fn remove(&mut self, key: ConnKey) {

@@ -250,6 +250,8 @@ fn syn_flood_keeps_table_bounded() {
         while r.poll_transmit().is_some() {}
     }
     assert!(r.connections() <= 100, "half-open bounded: {}", r.connections());
+    let (conns, timers, queue) = r.table_sizes();
+    assert!(timers <= 2 * conns + 1025 && queue <= 2 * 100 + 1025, "bookkeeping bounded too: {timers} timers, {queue} queued");
     assert!(r.counters().dropped(DropReason::HalfOpenEvicted) >= 9_900);
     // A real client still gets through: its SYN is the newest.
     let (_risn, _isns) = {

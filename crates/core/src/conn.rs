@@ -1066,7 +1066,7 @@ impl Conn {
         let t = ctx.timeouts;
         let now = ctx.now;
         match self.phase {
-            Phase::Closed if self.closed_at.map_or(true, |c| c + t.time_wait <= now) => {
+            Phase::Closed if self.closed_at.is_none_or(|c| c + t.time_wait <= now) => {
                 self.phase = Phase::Dead;
                 return;
             }
@@ -1088,7 +1088,7 @@ impl Conn {
         }
         // A reset that the others did not follow: that replica crashed.
         for i in 0..self.legs.len() {
-            if self.legs[i].state == LegState::Aborted && self.legs[i].aborted_at.map_or(false, |a| a + t.failure_detection <= now) {
+            if self.legs[i].state == LegState::Aborted && self.legs[i].aborted_at.is_some_and(|a| a + t.failure_detection <= now) {
                 self.evict(ctx, i, EvictReason::Reset, false);
             }
         }

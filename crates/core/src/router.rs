@@ -393,7 +393,7 @@ impl Router {
             c.closed_at.unwrap_or(now)
         });
         let d = c.next_deadline(&self.config.timeouts);
-        let schedule = c.timer_at.map_or(true, |t| d < t);
+        let schedule = c.timer_at.is_none_or(|t| d < t);
         if schedule {
             c.timer_at = Some(d);
         }

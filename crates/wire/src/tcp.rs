@@ -118,7 +118,7 @@ fn parse_options(opts: &[u8]) -> Result<OptionOffsets, Error> {
                 Some(10)
             }
             opt::SACK => {
-                if (len - 2) % 8 != 0 {
+                if !(len - 2).is_multiple_of(8) {
                     return Err(Error::Malformed);
                 }
                 out.sack = Some((at, len as u8));

@@ -357,11 +357,15 @@ impl Router {
     /// every connection.
     fn apply_down(&mut self, now: Instant) {
         while let Some((svc, replica, reason)) = self.down.pop() {
-            let Some(a) = self.alive.get_mut(svc).and_then(|v| v.get_mut(replica)) else { continue };
-            if !*a {
+            let Some(v) = self.alive.get_mut(svc) else { continue };
+            // The last live replica of a service is never marked down: there
+            // is nothing to fail over to, and a replica that was only slow
+            // (or a path that was only cut for a while) must still get new
+            // connections when it answers again.
+            if v.get(replica) != Some(&true) || v.iter().filter(|&&x| x).count() <= 1 {
                 continue;
             }
-            *a = false;
+            v[replica] = false;
             let s = &self.config.services[svc];
             self.events.push_back(Event::ReplicaDown { service: s.name.clone(), replica: s.replicas[replica], reason });
             let keys: Vec<ConnKey> = self.conns.iter().filter(|(_, c)| c.svc == svc).map(|(k, _)| *k).collect();

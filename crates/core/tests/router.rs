@@ -493,3 +493,31 @@ fn several_services_are_kept_apart() {
     assert_eq!(st.services[0].connections, 1);
     assert_eq!(st.services[1].connections, 1);
 }
+
+#[test]
+fn replicas_that_never_answer_are_evicted_after_syn_retries() {
+    // COSCANet-FT §III-E: after n client SYN retransmissions without an
+    // answer the replica is treated as crashed. With nobody answering, the
+    // client is refused and the replicas are marked down.
+    let mut r = router(2);
+    let syn = Repr::new(CPORT, PORT, SeqNum(CISN), SeqNum(0), flags::SYN, 64240);
+    r.handle_packet(t(0), seg(CLIENT, VIP, syn.clone(), b""));
+    assert_eq!(drain(&mut r).len(), 2);
+    // A copy duplicated by the network is not a retry.
+    r.handle_packet(t(1), seg(CLIENT, VIP, syn.clone(), b""));
+    drain(&mut r);
+    // First retransmission (syn_retries = 1): still waiting, SYN repeated.
+    r.handle_packet(t(1000), seg(CLIENT, VIP, syn.clone(), b""));
+    let out = drain(&mut r);
+    assert_eq!(out.iter().filter(|o| o.r.flags == flags::SYN).count(), 2);
+    assert!(r.status().services[0].replicas.iter().all(|x| x.alive));
+    // Second retransmission: both out, the client refused. The last one
+    // stays eligible for new connections: there is nothing to fail over to.
+    r.handle_packet(t(3000), seg(CLIENT, VIP, syn, b""));
+    let out = drain(&mut r);
+    assert!(out.iter().any(|o| o.dst == CLIENT && o.r.flags & flags::RST != 0), "client refused");
+    let alive = r.status().services[0].replicas.iter().filter(|x| x.alive).count();
+    assert_eq!(alive, 1, "one marked down, the last kept");
+    let ev: Vec<Event> = std::iter::from_fn(|| r.poll_event()).collect();
+    assert!(ev.iter().any(|e| matches!(e, Event::Evicted { reason: EvictReason::NoSynAck, .. })));
+}

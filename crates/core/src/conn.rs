@@ -332,7 +332,7 @@ impl Conn {
     /// Copy the client's SYN to every replica that has not answered.
     pub fn forward_syn(&mut self, ctx: &mut Ctx, pkt: &Packet, seg: &Seg) {
         let mut base = pkt.clone();
-        rewrite(&mut base, seg.mode, |_, t| {
+        rewrite(&mut base, |_, t| {
             // SACK is not offered to the group: a SACK block is only
             // truthful per replica, and the client-side blocks would have
             // to be the intersection over replicas. Without SACK TCP falls
@@ -352,7 +352,7 @@ impl Conn {
         let addr = self.legs[i].addr;
         let mode = csum_mode(&base.vnet);
         let mut p = base.clone();
-        rewrite(&mut p, mode, |ip, t| {
+        rewrite(&mut p, |ip, t| {
             ip.set_dst(addr);
             t.update_pseudo_addr(vip, addr, mode);
         });
@@ -432,7 +432,7 @@ impl Conn {
             // (Linux discards an ACK beyond its snd_nxt and stalls).
             let ack = seg.ack.min(l.hi).unshift(l.off);
             let tsecr = seg.ts.map(|(_, e)| translate_tsecr(e, l));
-            rewrite(&mut p, seg.mode, |ip, t| {
+            rewrite(&mut p, |ip, t| {
                 ip.set_dst(l.addr);
                 t.update_pseudo_addr(seg.dst, l.addr, seg.mode);
                 if seg.has(flags::ACK) {
@@ -620,7 +620,7 @@ impl Conn {
         let off = self.legs[i].off;
         let mut p = pkt;
         let vip = self.key.vip;
-        rewrite(&mut p, seg.mode, |ip, t| {
+        rewrite(&mut p, |ip, t| {
             ip.set_src(vip);
             t.update_pseudo_addr(seg.src, vip, seg.mode);
             t.set_seq(seg.seq.shift(off), seg.mode);
@@ -740,7 +740,7 @@ impl Conn {
         let seq = seq_override.unwrap_or(seg.seq.shift(self.legs[i].off));
         let vip = self.key.vip;
         let ts_on = self.ts_on;
-        rewrite(&mut p, seg.mode, |ip, t| {
+        rewrite(&mut p, |ip, t| {
             ip.set_src(vip);
             t.update_pseudo_addr(seg.src, vip, seg.mode);
             t.set_seq(seq, seg.mode);
@@ -1157,7 +1157,7 @@ fn translate_tsecr(e: u32, l: &Leg) -> u32 {
 
 /// Apply header edits to a packet that passed classification. The views
 /// were validated then; should they fail now the packet is left alone.
-pub fn rewrite(p: &mut Packet, _mode: CsumMode, f: impl FnOnce(&mut ipv4::Packet<&mut [u8]>, &mut tcp::Segment<&mut [u8]>)) {
+pub fn rewrite(p: &mut Packet, f: impl FnOnce(&mut ipv4::Packet<&mut [u8]>, &mut tcp::Segment<&mut [u8]>)) {
     let data = &mut p.data[..];
     let Ok(ip) = ipv4::Packet::new_checked(&mut data[..]) else { return };
     let hl = ip.header_len();

@@ -103,6 +103,13 @@ fn handshake(r: &mut Router, n: u8) -> (u32, Vec<u32>) {
     unreachable!()
 }
 
+/// The client's first data segment (no ACK flag, timestamps on).
+fn client_data(r: &mut Router, now: Instant, payload: &[u8]) {
+    let mut d = Repr::new(CPORT, PORT, SeqNum(CISN).add(1), SeqNum(0), flags::PSH, 502);
+    d.timestamps = Some((1002, 0));
+    r.handle_packet(now, seg(CLIENT, VIP, d, payload));
+}
+
 fn ack_from(i: u8, isn: u32, cack: SeqNum, win: u16) -> Packet {
     let mut a = Repr::new(PORT, CPORT, SeqNum(isn).add(1), cack, flags::ACK, win);
     a.timestamps = Some((6000, 1001));
@@ -197,9 +204,7 @@ fn rst_from_one_replica_evicts_it_and_last_one_resets_client() {
 fn stalled_replica_is_evicted_after_detection_time() {
     let mut r = router(2);
     let (_risn, isns) = handshake(&mut r, 2);
-    let mut d = Repr::new(CPORT, PORT, SeqNum(CISN).add(1), SeqNum(0), flags::PSH, 502);
-    d.timestamps = Some((1002, 0));
-    r.handle_packet(t(10), seg(CLIENT, VIP, d, b"ping"));
+    client_data(&mut r, t(10), b"ping");
     drain(&mut r);
     r.handle_packet(t(11), ack_from(1, isns[0], SeqNum(CISN).add(5), 500));
     assert!(drain(&mut r).is_empty());
@@ -345,9 +350,7 @@ fn syn_refused_by_one_replica_marks_it_down() {
 fn silent_lagging_replica_is_probed_and_kept_while_it_answers() {
     let mut r = router(2);
     let (_risn, isns) = handshake(&mut r, 2);
-    let mut d = Repr::new(CPORT, PORT, SeqNum(CISN).add(1), SeqNum(0), flags::PSH, 502);
-    d.timestamps = Some((1002, 0));
-    r.handle_packet(t(10), seg(CLIENT, VIP, d, b"ping"));
+    client_data(&mut r, t(10), b"ping");
     drain(&mut r);
     r.handle_packet(t(11), ack_from(1, isns[0], SeqNum(CISN).add(5), 500));
     // Replica 2 lost the segment. At a quarter of the detection time it is

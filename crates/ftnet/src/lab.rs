@@ -385,15 +385,7 @@ fn up(lab: &Lab, args: &UpArgs) -> anyhow::Result<()> {
     if args.failure_ms == 0 {
         bail!("--failure-ms must be at least 1");
     }
-    let existing = lab.namespaces()?;
-    if !existing.is_empty() {
-        bail!(
-            "lab {:?} is already up (namespace {} exists) — run `ftnet lab down --name {}` first",
-            lab.name,
-            existing[0],
-            lab.name
-        );
-    }
+    ensure_not_up(lab)?;
     let mut guard = UpGuard { lab, armed: true };
 
     std::fs::create_dir_all(lab.dir())
@@ -847,21 +839,22 @@ fn run_in(ns: &str, cmd: &[String]) -> anyhow::Result<i32> {
 
 /// `up`, then `body`, then `down`, with a reaper child that tears the lab
 /// down if this process dies before it can.
+/// Refuse to build over a lab of the same name that is still up.
+fn ensure_not_up(lab: &Lab) -> anyhow::Result<()> {
+    let existing = lab.namespaces()?;
+    if let Some(ns) = existing.first() {
+        bail!("lab {:?} is already up (namespace {} exists) — run `ftnet lab down --name {}` first", lab.name, ns, lab.name);
+    }
+    Ok(())
+}
+
 fn run_guarded(
     args: &UpArgs,
     body: impl FnOnce(&Lab) -> anyhow::Result<i32>,
 ) -> anyhow::Result<i32> {
     sys::install_stop_handler();
     let lab = Lab::new(&args.name)?;
-    let existing = lab.namespaces()?;
-    if !existing.is_empty() {
-        bail!(
-            "lab {:?} is already up (namespace {} exists) — run `ftnet lab down --name {}` first",
-            lab.name,
-            existing[0],
-            lab.name
-        );
-    }
+    ensure_not_up(&lab)?;
     let mut reaper = spawn_reaper(&lab)?;
     let result = up(&lab, args).and_then(|()| {
         eprintln!("ftnet lab: lab {:?} is up", lab.name);

@@ -17,6 +17,10 @@ pub struct FileConfig {
     pub table: u32,
     pub mtu: u32,
     pub status_socket: PathBuf,
+    /// Data-plane threads: 1 (one thread, one TUN queue) or 2 (a TUN queue
+    /// and a thread per direction). Default: 2 when the machine has two or
+    /// more CPUs.
+    pub threads: usize,
     pub core: ftnet_core::Config,
 }
 
@@ -58,6 +62,7 @@ struct RawRouter {
     table: Option<Spanned<u32>>,
     mtu: Option<Spanned<u32>>,
     status_socket: Option<Spanned<String>>,
+    threads: Option<Spanned<u32>>,
 }
 
 #[derive(Deserialize, Default)]
@@ -170,6 +175,17 @@ pub fn parse(file: &str, text: &str) -> Result<FileConfig, ConfigError> {
         }
         Some(s) => PathBuf::from(s.into_inner()),
         None => PathBuf::from(format!("/run/ftnet/{tun}.sock")),
+    };
+
+    let threads = match router.threads {
+        Some(t) => {
+            let v = *t.get_ref();
+            if !(1..=2).contains(&v) {
+                return Err(err(Some(t.span()), format!("threads = {v} is not supported — use 1 (one thread for both directions) or 2 (one per direction, the default on 2+ CPUs)")));
+            }
+            v as usize
+        }
+        None => std::thread::available_parallelism().map_or(1, |n| n.get().min(2)),
     };
 
     // [limits]
@@ -338,6 +354,7 @@ pub fn parse(file: &str, text: &str) -> Result<FileConfig, ConfigError> {
         table,
         mtu,
         status_socket,
+        threads,
         core: ftnet_core::Config {
             services,
             timeouts,
@@ -389,11 +406,13 @@ pub fn render_lab(
     ports: &[u16],
     replicas: &[Ipv4Addr],
     failure_ms: u64,
+    threads: Option<u8>,
     socket: &Path,
 ) -> String {
     let q = |v: &[String]| v.join(", ");
+    let threads = threads.map(|t| format!("threads = {t}\n")).unwrap_or_default();
     format!(
-        "# written by `ftnet lab up`\n[router]\ntun = \"ftnet0\"\ntable = 7000\nstatus_socket = \"{}\"\n\n[timeouts]\nfailure_detection_ms = {failure_ms}\n\n[[service]]\nname = \"lab\"\nvip = \"{vip}\"\nports = [{}]\nreplicas = [{}]\n",
+        "# written by `ftnet lab up`\n[router]\ntun = \"ftnet0\"\ntable = 7000\nstatus_socket = \"{}\"\n{threads}\n[timeouts]\nfailure_detection_ms = {failure_ms}\n\n[[service]]\nname = \"lab\"\nvip = \"{vip}\"\nports = [{}]\nreplicas = [{}]\n",
         socket.display(),
         q(&ports.iter().map(|p| p.to_string()).collect::<Vec<_>>()),
         q(&replicas.iter().map(|r| format!("\"{r}\"")).collect::<Vec<_>>()),
@@ -474,9 +493,11 @@ replicas = ["198.18.11.2", "198.18.12.2", "198.18.13.2"]
             &[6379, 80],
             &r,
             50,
+            Some(1),
             Path::new("/run/x.sock"),
         );
         let c = parse("lab.toml", &t).unwrap();
+        assert_eq!(c.threads, 1);
         assert_eq!(c.core.services[0].ports, vec![6379, 80]);
         assert_eq!(c.core.timeouts.failure_detection, Duration::from_millis(50));
     }

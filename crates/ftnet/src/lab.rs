@@ -150,6 +150,9 @@ pub struct UpArgs {
     /// Router failure-detection time in milliseconds.
     #[arg(long, default_value_t = 100)]
     pub failure_ms: u64,
+    /// Router data-plane threads: 1, or 2 (a TUN queue per direction) [default: the router's, 2 on 2+ CPUs].
+    #[arg(long, value_parser = clap::value_parser!(u8).range(1..=2))]
+    pub threads: Option<u8>,
 }
 
 pub fn run(cmd: LabCmd) -> anyhow::Result<i32> {
@@ -211,6 +214,7 @@ pub fn run(cmd: LabCmd) -> anyhow::Result<i32> {
                 ports: vec![6379],
                 server: None,
                 failure_ms: 100,
+                threads: None,
             };
             run_guarded(&args, |lab| demo(lab, replicas))
         }
@@ -450,7 +454,7 @@ fn up(lab: &Lab, args: &UpArgs) -> anyhow::Result<()> {
     let cfg_path = lab.dir().join("ftnet.toml");
     std::fs::write(
         &cfg_path,
-        config::render_lab(VIP, &args.ports, &replicas, args.failure_ms, &lab.socket()),
+        config::render_lab(VIP, &args.ports, &replicas, args.failure_ms, args.threads, &lab.socket()),
     )
     .with_context(|| format!("writing {}", cfg_path.display()))?;
     let mut router = start_router(lab, &cfg_path)?;

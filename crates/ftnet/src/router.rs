@@ -1,25 +1,30 @@
 //! `ftnet router`: the data-plane loop around the sans-IO core.
 //!
-//! One thread moves packets: poll(2) on the TUN, drain a batch into
-//! `handle_packet`, write out everything the core wants sent, run its timers.
-//! A second thread serves status snapshots on a Unix socket; it only reads
-//! a string the data-plane thread refreshes, so it never blocks forwarding.
+//! One thread per TUN queue moves packets: poll(2) on its queue, read a
+//! batch, feed it to the core under the lock, write out what the core
+//! produced after releasing it, run due timers. With two queues the kernel
+//! steers packets by direction ([`ftnet_io::steer`]): packets for a virtual
+//! IP to one thread, replica replies to the other, so the kernel work each
+//! `write` triggers (the client's TCP receive path, the replicas' transmit
+//! path) runs on two cores. A status thread serves snapshots on a Unix
+//! socket; it only reads a string the first data-plane thread refreshes.
 
 use crate::config::FileConfig;
 use crate::sys;
 use anyhow::Context;
-use ftnet_core::{Event, Instant, Router};
-use ftnet_io::{Device, Routing, RoutingSpec, Tun, TunOptions, RECV_BUF_LEN};
+use ftnet_core::{Event, Instant, Packet, Router};
+use ftnet_io::{steer, Device, Routing, RoutingSpec, Tun, TunOptions, RECV_BUF_LEN};
 use std::io::Write;
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use tracing::{error, info, warn};
 
 /// Packets read per wake-up before the replies are flushed: enough to
-/// amortise the poll, few enough to keep latency of the first one low.
+/// amortise the poll and the lock, few enough to keep latency of the first
+/// one low.
 const BATCH: usize = 64;
 /// Longest sleep even when the core wants no timer: the loop also watches
 /// the stop flag and refreshes the status snapshot.
@@ -32,16 +37,32 @@ pub fn run(cfg: FileConfig) -> anyhow::Result<()> {
     sys::keep_heap();
     let started = std::time::Instant::now();
 
-    let tun = Tun::open(&TunOptions {
+    let vips: Vec<_> = cfg.core.services.iter().map(|s| s.vip).collect();
+    let mut queues = Tun::open_queues(&TunOptions {
         name: cfg.tun.clone(),
         mtu: cfg.mtu,
         txqueuelen: 1000,
+        queues: cfg.threads,
     })
     .with_context(|| format!("opening TUN device {}", cfg.tun))?;
+    if queues.len() > 1 {
+        match steer::load(&vips).and_then(|prog| queues[0].set_steering(prog.as_raw_fd())) {
+            Ok(()) => {}
+            Err(e) => {
+                // Without steering the kernel hashes flows over the queues
+                // at random; one queue is then the safer choice.
+                warn!("{e}; falling back to one data-plane thread");
+                queues.truncate(1);
+            }
+        }
+    }
+    let tun_name = queues[0].name().to_string();
     info!(
-        tun = tun.name(),
+        tun = %tun_name,
         mtu = cfg.mtu,
-        "TUN open with IFF_VNET_HDR, offloads CSUM|TSO4|TSO6|TSO_ECN"
+        threads = queues.len(),
+        "TUN open with IFF_VNET_HDR, offloads CSUM|TSO4|TSO6|TSO_ECN{}",
+        if queues.len() > 1 { ", one queue per direction (eBPF steering: VIP-bound packets to queue 0)" } else { "" }
     );
 
     let mut replica_ports = Vec::new();
@@ -58,9 +79,9 @@ pub fn run(cfg: FileConfig) -> anyhow::Result<()> {
         }
     }
     let spec = RoutingSpec {
-        tun: tun.name().to_string(),
+        tun: tun_name.clone(),
         table: cfg.table,
-        vips: cfg.core.services.iter().map(|s| s.vip).collect(),
+        vips,
         replica_ports,
     };
     let routing = Routing::setup(&spec).context("setting up policy routing")?;
@@ -84,12 +105,43 @@ pub fn run(cfg: FileConfig) -> anyhow::Result<()> {
     info!(socket = %cfg.status_socket.display(), "status socket listening");
 
     let secret = sys::random_secret().context("reading 16 random bytes from /dev/urandom")?;
-    let mut router = Router::new(cfg.core.clone(), secret);
-    let result = event_loop(tun, &mut router, started, &snapshot);
+    let shared = Arc::new(Shared {
+        router: Mutex::new(Router::new(cfg.core.clone(), secret)),
+        started,
+        snapshot,
+        tun: tun_name,
+    });
+    let mut workers = Vec::new();
+    let mut first = None;
+    for (i, q) in queues.into_iter().enumerate() {
+        if i == 0 {
+            first = Some(q);
+            continue;
+        }
+        let sh = shared.clone();
+        let h = std::thread::Builder::new()
+            .name(format!("dataplane{i}"))
+            .spawn(move || event_loop(q, &sh, false))
+            .context("starting a data-plane thread")?;
+        workers.push(h);
+    }
+    let mut result = match first {
+        Some(q) => event_loop(q, &shared, true),
+        None => Ok(()),
+    };
+    // The first loop to stop (signal or error) stops the others.
+    sys::request_stop();
+    for h in workers {
+        match h.join() {
+            Ok(Err(e)) if result.is_ok() => result = Err(e),
+            Ok(_) => {}
+            Err(_) => result = Err(anyhow::anyhow!("a data-plane thread panicked")),
+        }
+    }
 
     drop(routing);
     drop(socket);
-    if sys::stop_requested() {
+    if sys::last_signal() != 0 {
         info!(
             signal = sys::last_signal(),
             "stopped by signal; routing and status socket removed"
@@ -98,33 +150,88 @@ pub fn run(cfg: FileConfig) -> anyhow::Result<()> {
     result
 }
 
-fn event_loop(
-    mut tun: Tun,
-    router: &mut Router,
+/// What the data-plane threads share.
+struct Shared {
+    router: Mutex<Router>,
     started: std::time::Instant,
-    snapshot: &Mutex<String>,
-) -> anyhow::Result<()> {
+    snapshot: Arc<Mutex<String>>,
+    tun: String,
+}
+
+impl Shared {
+    fn now(&self) -> Instant {
+        Instant::from_micros(sys::micros_since(self.started))
+    }
+    fn lock(&self) -> MutexGuard<'_, Router> {
+        // A panic aborts the process (release profile), so a poisoned lock
+        // can only be seen in tests; the router inside is still usable.
+        self.router.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// What one pass under the lock produced, written out after it is released.
+#[derive(Default)]
+struct Out {
+    packets: Vec<Packet>,
+    events: Vec<Event>,
+    write_errors: u64,
+}
+
+impl Out {
+    /// Take everything the core queued.
+    fn drain(&mut self, router: &mut Router) {
+        while let Some(p) = router.poll_transmit() {
+            self.packets.push(p);
+        }
+        while let Some(ev) = router.poll_event() {
+            self.events.push(ev);
+        }
+    }
+
+    /// Write the packets (outside the lock) and log the events.
+    fn flush<D: Device>(&mut self, dev: &mut D) {
+        for pkt in self.packets.drain(..) {
+            if let Err(e) = dev.send(&pkt) {
+                self.write_errors += 1;
+                // One line per power of two keeps a persistent error from flooding the log.
+                if self.write_errors.is_power_of_two() {
+                    warn!(errors = self.write_errors, len = pkt.data.len(), "TUN write: {e}");
+                }
+            }
+            dev.recycle(pkt.data);
+        }
+        for ev in self.events.drain(..) {
+            log_event(&ev);
+        }
+    }
+}
+
+fn event_loop(mut tun: Tun, shared: &Shared, main: bool) -> anyhow::Result<()> {
     let mut buf = vec![0u8; RECV_BUF_LEN];
+    let mut batch = Vec::with_capacity(BATCH);
+    let mut out = Out::default();
     let mut last_status = std::time::Instant::now() - STATUS_EVERY;
-    let mut write_errors: u64 = 0;
-    let now = || Instant::from_micros(sys::micros_since(started));
     loop {
         if sys::stop_requested() {
             return Ok(());
         }
-        let t = now();
-        if router.poll_timeout().is_some_and(|due| due <= t) {
-            router.handle_timeout(t);
-        }
-        flush(&mut tun, router, &mut write_errors);
+        let next = {
+            let mut r = shared.lock();
+            let t = shared.now();
+            if r.poll_timeout().is_some_and(|due| due <= t) {
+                r.handle_timeout(t);
+            }
+            out.drain(&mut r);
+            if main && last_status.elapsed() >= STATUS_EVERY {
+                refresh_status(&r, shared.started, &shared.snapshot, &shared.tun);
+                last_status = std::time::Instant::now();
+            }
+            r.poll_timeout()
+        };
+        out.flush(&mut tun);
 
-        if last_status.elapsed() >= STATUS_EVERY {
-            refresh_status(router, started, snapshot, tun.name());
-            last_status = std::time::Instant::now();
-        }
-
-        let sleep = match router.poll_timeout() {
-            Some(due) => Duration::from_micros(due.as_micros().saturating_sub(now().as_micros()))
+        let sleep = match next {
+            Some(due) => Duration::from_micros(due.as_micros().saturating_sub(shared.now().as_micros()))
                 .min(MAX_SLEEP),
             None => MAX_SLEEP,
         };
@@ -148,26 +255,23 @@ fn event_loop(
         if rc == 0 {
             continue;
         }
-        pump(&mut tun, router, now(), &mut buf, &mut write_errors);
+        // Drain the queue a batch at a time before sleeping again.
+        while pump(&mut tun, shared, &mut buf, &mut batch, &mut out) == BATCH {}
     }
 }
 
-/// Read up to [`BATCH`] packets into the core, then write out what it
-/// produced. Returns how many packets were read.
+/// Read up to [`BATCH`] packets, hand them to the core under one lock, then
+/// write out what it produced. Returns how many packets were read.
 fn pump<D: Device>(
     dev: &mut D,
-    router: &mut Router,
-    now: Instant,
+    shared: &Shared,
     buf: &mut [u8],
-    write_errors: &mut u64,
+    batch: &mut Vec<Packet>,
+    out: &mut Out,
 ) -> usize {
-    let mut n = 0;
-    while n < BATCH {
+    while batch.len() < BATCH {
         match dev.recv(buf) {
-            Ok(Some(pkt)) => {
-                router.handle_packet(now, pkt);
-                n += 1;
-            }
+            Ok(Some(pkt)) => batch.push(pkt),
             Ok(None) => break,
             Err(e) => {
                 warn!("TUN read: {e}");
@@ -175,28 +279,17 @@ fn pump<D: Device>(
             }
         }
     }
-    flush(dev, router, write_errors);
-    n
-}
-
-/// Write out every queued packet and log every event.
-fn flush<D: Device>(dev: &mut D, router: &mut Router, write_errors: &mut u64) {
-    while let Some(pkt) = router.poll_transmit() {
-        if let Err(e) = dev.send(&pkt) {
-            *write_errors += 1;
-            // One line per power of two keeps a persistent error from flooding the log.
-            if write_errors.is_power_of_two() {
-                warn!(
-                    errors = *write_errors,
-                    len = pkt.data.len(),
-                    "TUN write: {e}"
-                );
-            }
+    let n = batch.len();
+    if n > 0 {
+        let mut r = shared.lock();
+        let now = shared.now();
+        for pkt in batch.drain(..) {
+            r.handle_packet(now, pkt);
         }
+        out.drain(&mut r);
     }
-    while let Some(ev) = router.poll_event() {
-        log_event(&ev);
-    }
+    out.flush(dev);
+    n
 }
 
 fn log_event(ev: &Event) {
@@ -312,78 +405,56 @@ mod tests {
     use ftnet_core::{Config, Packet};
     use ftnet_io::MemDevice;
 
-    fn router() -> Router {
+    fn shared() -> Shared {
         let cfg = crate::config::parse("t.toml", "[[service]]\nname = \"a\"\nvip = \"198.19.0.1\"\nports = [7]\nreplicas = [\"198.18.11.2\"]\n")
             .expect("test config");
         let core: Config = cfg.core;
-        Router::new(core, [7; 16])
+        Shared {
+            router: Mutex::new(Router::new(core, [7; 16])),
+            started: std::time::Instant::now(),
+            snapshot: Arc::new(Mutex::new(String::new())),
+            tun: "t".into(),
+        }
     }
 
     #[test]
     fn pump_reads_one_batch_per_call() {
-        let mut r = router();
+        let sh = shared();
         let mut dev = MemDevice::default();
         for _ in 0..BATCH + 5 {
             // Garbage is fine: the core must count and drop it.
             dev.rx.push_back(Packet::plain(vec![0x45, 0, 0]));
         }
         let mut buf = vec![0u8; RECV_BUF_LEN];
-        let mut errs = 0;
-        assert_eq!(
-            pump(&mut dev, &mut r, Instant::ZERO, &mut buf, &mut errs),
-            BATCH
-        );
+        let (mut batch, mut out) = (Vec::new(), Out::default());
+        assert_eq!(pump(&mut dev, &sh, &mut buf, &mut batch, &mut out), BATCH);
         assert_eq!(dev.rx.len(), 5);
-        assert_eq!(r.counters().packets_in, BATCH as u64);
-        assert_eq!(
-            pump(&mut dev, &mut r, Instant::ZERO, &mut buf, &mut errs),
-            5
-        );
-        assert_eq!(
-            pump(&mut dev, &mut r, Instant::ZERO, &mut buf, &mut errs),
-            0
-        );
+        assert_eq!(sh.lock().counters().packets_in, BATCH as u64);
+        assert_eq!(pump(&mut dev, &sh, &mut buf, &mut batch, &mut out), 5);
+        assert_eq!(pump(&mut dev, &sh, &mut buf, &mut batch, &mut out), 0);
     }
 
     /// A SYN to the VIP must come out again, addressed to the replica, and a
     /// failing device must be counted rather than stop the loop.
     #[test]
     fn pump_forwards_and_survives_send_errors() {
-        let mut r = router();
+        let sh = shared();
         let mut dev = MemDevice::default();
-        dev.rx.push_back(Packet::plain(syn(
-            [198, 18, 1, 2],
-            [198, 19, 0, 1],
-            40000,
-            7,
-        )));
+        dev.rx.push_back(Packet::plain(syn([198, 18, 1, 2], [198, 19, 0, 1], 40000, 7)));
         let mut buf = vec![0u8; RECV_BUF_LEN];
-        let mut errs = 0;
-        pump(&mut dev, &mut r, Instant::ZERO, &mut buf, &mut errs);
-        assert_eq!(errs, 0);
+        let (mut batch, mut out) = (Vec::new(), Out::default());
+        pump(&mut dev, &sh, &mut buf, &mut batch, &mut out);
+        assert_eq!(out.write_errors, 0);
         assert!(
-            dev.tx
-                .iter()
-                .any(|p| p.data.len() >= 20 && p.data[16..20] == [198, 18, 11, 2]),
+            dev.tx.iter().any(|p| p.data.len() >= 20 && p.data[16..20] == [198, 18, 11, 2]),
             "no packet to the replica: {:?}",
             dev.tx
         );
 
         dev.fail_sends = Some(std::io::ErrorKind::Other);
-        dev.rx.push_back(Packet::plain(syn(
-            [198, 18, 1, 2],
-            [198, 19, 0, 1],
-            40001,
-            7,
-        )));
-        pump(
-            &mut dev,
-            &mut r,
-            Instant::from_micros(1000),
-            &mut buf,
-            &mut errs,
-        );
-        assert!(errs >= 1, "send failure not counted");
+        dev.rx.push_back(Packet::plain(syn([198, 18, 1, 2], [198, 19, 0, 1], 40001, 7)));
+        pump(&mut dev, &sh, &mut buf, &mut batch, &mut out);
+        assert!(out.write_errors >= 1, "send failure not counted");
     }
 
     /// A minimal TCP SYN with valid IPv4 and TCP checksums.

@@ -51,6 +51,12 @@ pub fn stop_requested() -> bool {
     STOP.load(Ordering::SeqCst)
 }
 
+/// Ask every loop that watches [`stop_requested`] to end (the first
+/// data-plane thread to stop takes the others with it).
+pub fn request_stop() {
+    STOP.store(true, Ordering::SeqCst);
+}
+
 pub fn last_signal() -> i32 {
     LAST_SIGNAL.load(Ordering::SeqCst)
 }

@@ -13,6 +13,8 @@ pub trait Device {
     fn recv(&mut self, buf: &mut [u8]) -> io::Result<Option<Packet>>;
     /// Hand one packet to the network.
     fn send(&mut self, pkt: &Packet) -> io::Result<()>;
+    /// Take back a packet buffer that is no longer needed, for reuse.
+    fn recycle(&mut self, _buf: Vec<u8>) {}
 }
 
 impl Device for crate::Tun {
@@ -21,6 +23,9 @@ impl Device for crate::Tun {
     }
     fn send(&mut self, pkt: &Packet) -> io::Result<()> {
         crate::Tun::send(self, pkt)
+    }
+    fn recycle(&mut self, buf: Vec<u8>) {
+        crate::Tun::recycle(self, buf)
     }
 }
 

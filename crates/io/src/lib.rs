@@ -7,6 +7,7 @@
 
 mod device;
 mod routing;
+pub mod steer;
 mod tun;
 
 pub use device::{Device, MemDevice};
@@ -40,6 +41,14 @@ pub enum Error {
     #[error("could not run `{cmd}`: {source} (is iproute2 installed?)")]
     Spawn {
         cmd: String,
+        #[source]
+        source: io::Error,
+    },
+    /// The kernel refused an eBPF program.
+    #[error("{what}: {source}{}", if verifier.is_empty() { String::new() } else { format!(" (verifier: {verifier})") })]
+    Bpf {
+        what: &'static str,
+        verifier: String,
         #[source]
         source: io::Error,
     },

@@ -23,6 +23,9 @@ pub struct TunOptions {
     /// Long enough that a burst of GSO super-packets written to three
     /// replicas does not overflow the queue (the default of 500 did on veth).
     pub txqueuelen: u32,
+    /// Number of queues (file descriptors). More than one opens the device
+    /// with `IFF_MULTI_QUEUE`; each queue is read by its own thread.
+    pub queues: usize,
 }
 
 impl TunOptions {
@@ -31,9 +34,15 @@ impl TunOptions {
             name: name.to_string(),
             mtu: 1500,
             txqueuelen: 1000,
+            queues: 1,
         }
     }
 }
+
+/// Read buffers kept for reuse per queue: a GSO super-packet buffer is 64 KB,
+/// and allocating (and faulting in) a fresh one for every read showed up in
+/// profiles as a second copy of every packet.
+const POOL_MAX: usize = 256;
 
 /// An open, non-blocking TUN device. The interface disappears when this is
 /// dropped (it is not made persistent), taking its routes with it.
@@ -41,6 +50,7 @@ impl TunOptions {
 pub struct Tun {
     fd: OwnedFd,
     name: String,
+    pool: Vec<Vec<u8>>,
 }
 
 /// `struct ifreq` as far as `TUNSETIFF` uses it: the name, then the flags
@@ -56,7 +66,46 @@ impl Tun {
     /// Create (or attach to) the TUN interface `opts.name`, switch on the
     /// virtio-net header and the offloads, and bring the link up.
     pub fn open(opts: &TunOptions) -> Result<Tun, Error> {
-        let name = &opts.name;
+        let mut q = Tun::open_queues(&TunOptions { queues: 1, ..opts.clone() })?;
+        Ok(q.remove(0))
+    }
+
+    /// Create the interface with `opts.queues` queues (at least one) and
+    /// return one [`Tun`] per queue; the kernel spreads the packets it sends
+    /// into the device over them (see [`crate::steer`] to choose how).
+    pub fn open_queues(opts: &TunOptions) -> Result<Vec<Tun>, Error> {
+        let n = opts.queues.max(1);
+        let first = Tun::open_one(opts, n > 1, &opts.name)?;
+        let name = first.name.clone();
+        let mut all = vec![first];
+        for _ in 1..n {
+            all.push(Tun::open_one(opts, true, &name)?);
+        }
+        // Before the link goes up: an IPv6-enabled TUN sends router
+        // solicitations and MLD reports into our own read path, and the
+        // router is IPv4 only. The setting dies with the device.
+        let v6 = format!("/proc/sys/net/ipv6/conf/{name}/disable_ipv6");
+        if std::path::Path::new(&v6).exists() {
+            std::fs::write(&v6, "1").map_err(|source| Error::Sysctl { path: v6.clone(), source })?;
+        }
+        crate::ip(&[
+            "link",
+            "set",
+            "dev",
+            &name,
+            "up",
+            "mtu",
+            &opts.mtu.to_string(),
+            "txqueuelen",
+            &opts.txqueuelen.to_string(),
+        ])?;
+        Ok(all)
+    }
+
+    /// Open one queue of the device `name` (creating it if it is the first).
+    fn open_one(opts: &TunOptions, multi: bool, name: &str) -> Result<Tun, Error> {
+        let _ = opts;
+        let name = &name.to_string();
         if name.is_empty()
             || name.len() >= libc::IFNAMSIZ
             || name
@@ -92,7 +141,8 @@ impl Tun {
         for (d, s) in req.name.iter_mut().zip(name.bytes()) {
             *d = s as libc::c_char;
         }
-        req.flags = (libc::IFF_TUN | libc::IFF_NO_PI | libc::IFF_VNET_HDR) as libc::c_short;
+        let mq = if multi { libc::IFF_MULTI_QUEUE } else { 0 };
+        req.flags = (libc::IFF_TUN | libc::IFF_NO_PI | libc::IFF_VNET_HDR | mq) as libc::c_short;
         // SAFETY: TUNSETIFF reads and writes a `struct ifreq`; `req` has its
         // layout (16-byte name, then a 24-byte union starting with the flags)
         // and lives across the call.
@@ -147,26 +197,32 @@ impl Tun {
             });
         }
 
-        let tun = Tun { fd, name };
-        // Before the link goes up: an IPv6-enabled TUN sends router
-        // solicitations and MLD reports into our own read path, and the
-        // router is IPv4 only. The setting dies with the device.
-        let v6 = format!("/proc/sys/net/ipv6/conf/{}/disable_ipv6", tun.name);
-        if std::path::Path::new(&v6).exists() {
-            std::fs::write(&v6, "1").map_err(|source| Error::Sysctl { path: v6.clone(), source })?;
+        Ok(Tun { fd, name, pool: Vec::new() })
+    }
+
+    /// Attach a steering program (an eBPF socket-filter program whose return
+    /// value, modulo the number of queues, picks the queue of each packet).
+    pub fn set_steering(&self, prog_fd: RawFd) -> Result<(), Error> {
+        let fd: libc::c_int = prog_fd;
+        // SAFETY: TUNSETSTEERINGEBPF reads one `int` (the program fd) through
+        // the pointer, which points to a live local.
+        if unsafe { libc::ioctl(self.fd.as_raw_fd(), TUNSETSTEERINGEBPF, &fd as *const libc::c_int) } < 0 {
+            return Err(Error::Tun {
+                op: "ioctl TUNSETSTEERINGEBPF",
+                name: self.name.clone(),
+                source: io::Error::last_os_error(),
+            });
         }
-        crate::ip(&[
-            "link",
-            "set",
-            "dev",
-            &tun.name,
-            "up",
-            "mtu",
-            &opts.mtu.to_string(),
-            "txqueuelen",
-            &opts.txqueuelen.to_string(),
-        ])?;
-        Ok(tun)
+        Ok(())
+    }
+
+    /// Give a packet buffer back for a later read (buffers too small for a
+    /// super-packet are dropped).
+    pub fn recycle(&mut self, mut buf: Vec<u8>) {
+        if buf.capacity() >= RECV_BUF_LEN - vnet::LEN && self.pool.len() < POOL_MAX {
+            buf.clear();
+            self.pool.push(buf);
+        }
     }
 
     /// The interface name the kernel gave the device.
@@ -174,14 +230,24 @@ impl Tun {
         &self.name
     }
 
-    /// Read one packet. `buf` must be at least [`RECV_BUF_LEN`] long so that
-    /// a super-packet is never truncated. `Ok(None)` when nothing is queued.
-    pub fn recv(&mut self, buf: &mut [u8]) -> io::Result<Option<Packet>> {
-        // SAFETY: `buf` is a valid writable region of `buf.len()` bytes for the
-        // duration of the call.
-        let n = unsafe { libc::read(self.fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+    /// Read one packet straight into a pooled buffer (the virtio-net header
+    /// into a stack array, the IP packet into the buffer: no second copy).
+    /// `Ok(None)` when nothing is queued. `_scratch` is unused and kept for
+    /// the [`crate::Device`] signature.
+    pub fn recv(&mut self, _scratch: &mut [u8]) -> io::Result<Option<Packet>> {
+        let mut data = self.pool.pop().unwrap_or_else(|| Vec::with_capacity(RECV_BUF_LEN - vnet::LEN));
+        let cap = data.capacity();
+        let mut hdr = [0u8; vnet::LEN];
+        let iov = [
+            libc::iovec { iov_base: hdr.as_mut_ptr().cast(), iov_len: hdr.len() },
+            libc::iovec { iov_base: data.as_mut_ptr().cast(), iov_len: cap },
+        ];
+        // SAFETY: both iovecs point to writable memory of the given lengths
+        // (`hdr` on the stack, `data`'s spare capacity) for the whole call.
+        let n = unsafe { libc::readv(self.fd.as_raw_fd(), iov.as_ptr(), iov.len() as libc::c_int) };
         if n < 0 {
             let e = io::Error::last_os_error();
+            self.pool.push(data);
             return match e.kind() {
                 io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(None),
                 _ => Err(e),
@@ -190,16 +256,14 @@ impl Tun {
         let n = n as usize;
         // Every read starts with the virtio-net header; anything shorter is a
         // kernel/ABI mismatch, not a packet.
-        let vnet = VnetHdr::parse(&buf[..n]).map_err(|_| {
-            io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!("TUN read of {n} bytes has no virtio-net header"),
-            )
+        let vnet = VnetHdr::parse(&hdr).ok().filter(|_| n >= vnet::LEN).ok_or_else(|| {
+            io::Error::new(io::ErrorKind::InvalidData, format!("TUN read of {n} bytes has no virtio-net header"))
         })?;
-        Ok(Some(Packet {
-            vnet,
-            data: buf[vnet::LEN..n].to_vec(),
-        }))
+        let len = (n - vnet::LEN).min(cap);
+        // SAFETY: the kernel wrote `len` bytes (at most `cap`) into the spare
+        // capacity; u8 has no invalid bit patterns.
+        unsafe { data.set_len(len) };
+        Ok(Some(Packet { vnet, data }))
     }
 
     /// Write one packet: the virtio-net header and the IPv4 packet in one
@@ -235,6 +299,9 @@ impl Tun {
         }
     }
 }
+
+/// `_IOW('T', 224, int)`: not in the libc crate.
+const TUNSETSTEERINGEBPF: libc::c_ulong = 0x800454e0;
 
 impl AsRawFd for Tun {
     fn as_raw_fd(&self) -> RawFd {

@@ -170,3 +170,53 @@ fn bad_tun_name_is_rejected() {
     let e = Tun::open(&TunOptions::new("abcdefghijklmnop")).expect_err("too long");
     assert!(e.to_string().contains("invalid interface name"), "{e}");
 }
+
+/// Two queues with the steering program: every packet the kernel sends to
+/// the virtual IP arrives on queue 0, every other packet on queue 1, for
+/// many flows. The kernel's default (a flow hash) would scatter these 16
+/// flows over both queues.
+#[test]
+fn steering_splits_queues_by_direction() {
+    if !is_root() {
+        eprintln!("\n*** SKIPPED steering_splits_queues_by_direction: needs root (TUN, eBPF, network namespace) ***\n");
+        return;
+    }
+    in_netns(|| {
+        let mut opts = TunOptions::new("fttest2");
+        opts.queues = 2;
+        let mut q = Tun::open_queues(&opts).expect("open 2 queues");
+        assert_eq!(q.len(), 2);
+        let vip = Ipv4Addr::new(10, 9, 0, 77);
+        let prog = ftnet_io::steer::load(&[Ipv4Addr::new(192, 0, 2, 1), vip]).expect("load steering program");
+        use std::os::fd::AsRawFd;
+        q[0].set_steering(prog.as_raw_fd()).expect("attach");
+        drop(prog); // the device holds its own reference
+        ip(&["addr", "add", "10.9.0.1/24", "dev", "fttest2"]).expect("ip addr");
+        let sock = std::net::UdpSocket::bind("10.9.0.1:0").expect("udp");
+        for port in 1000..1008u16 {
+            sock.send_to(b"x", (vip, port)).expect("send to vip");
+            sock.send_to(b"y", (Ipv4Addr::new(10, 9, 0, 88), port)).expect("send to other");
+        }
+        let mut buf = vec![0u8; RECV_BUF_LEN];
+        let deadline = Instant::now() + Duration::from_secs(2);
+        let (mut on0, mut on1) = (Vec::new(), Vec::new());
+        while on0.len() + on1.len() < 16 {
+            let mut got = false;
+            for (i, t) in q.iter_mut().enumerate() {
+                while let Some(p) = t.recv(&mut buf).expect("recv") {
+                    got = true;
+                    if p.data.len() >= 20 && p.data[9] == 17 {
+                        let dst = Ipv4Addr::new(p.data[16], p.data[17], p.data[18], p.data[19]);
+                        if i == 0 { on0.push(dst) } else { on1.push(dst) }
+                    }
+                }
+            }
+            if !got {
+                assert!(Instant::now() < deadline, "only {} of 16 packets within 2 s", on0.len() + on1.len());
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+        assert!(on0.iter().all(|&d| d == vip) && on0.len() == 8, "queue 0 got {on0:?}");
+        assert!(on1.iter().all(|&d| d != vip) && on1.len() == 8, "queue 1 got {on1:?}");
+    });
+}

@@ -1,15 +1,20 @@
 #!/usr/bin/env python3
 """ftnet benchmark helpers (python3 stdlib only). Each client subcommand prints one JSON object.
 
-  echo-server --port P            threaded TCP echo server (deterministic, so replicable)
+  echo-server --port P            TCP echo server, one thread, non-blocking (deterministic, so replicable)
   rr   --host H --port P          1-byte request/response round trips on one connection (lat_tcp)
   cps  --host H --port P          new connections per second: connect, 1 byte out, 1 byte back, close
   dl   --url U --streams S        S parallel curls to /dev/null; aggregate bytes / wall time
   up   --host H --port P --mb M   send M MiB to a sink, half-close, wait for the sink's close
+  idle --host H --port P --conns N --rss-pid PID
+                                  open N connections (1 byte echoed on each), keep them idle, and
+                                  sample the resident memory of process PID along the way
 """
 import argparse
 import json
 import os
+import resource
+import selectors
 import socket
 import subprocess
 import sys
@@ -17,28 +22,123 @@ import threading
 import time
 
 
+def raise_nofile():
+    """Thousands of sockets need more than the usual 1024 descriptors (root may raise the cap)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = 1 << 20
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (want, want))
+    except (ValueError, OSError):
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
 def echo_server(args):
+    """One thread, one selector: cheap per connection (a thread per connection made the server,
+    not the middle box, the bottleneck of `cps`), and many thousands of idle connections are fine.
+    Each replica reads and echoes the same bytes; the chunking of the echo may differ between
+    replicas, which the router's first-copy-wins merge absorbs."""
+    raise_nofile()
     ls = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     ls.bind(("0.0.0.0", args.port))
-    ls.listen(1024)
+    ls.listen(4096)
+    ls.setblocking(False)
+    sel = selectors.DefaultSelector()
+    sel.register(ls, selectors.EVENT_READ, None)
+    pending = {}  # socket -> bytes not yet written back
 
-    def serve(c):
-        try:
-            c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            while True:
-                d = c.recv(65536)
-                if not d:
-                    break
-                c.sendall(d)
-        except OSError:
-            pass
-        finally:
-            c.close()
+    def close(c):
+        sel.unregister(c)
+        pending.pop(c, None)
+        c.close()
 
     while True:
-        c, _ = ls.accept()
-        threading.Thread(target=serve, args=(c,), daemon=True).start()
+        for key, ev in sel.select():
+            c = key.fileobj
+            if c is ls:
+                while True:
+                    try:
+                        n, _ = ls.accept()
+                    except (BlockingIOError, InterruptedError):
+                        break
+                    except OSError:
+                        break
+                    n.setblocking(False)
+                    n.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                    sel.register(n, selectors.EVENT_READ, None)
+                continue
+            try:
+                if ev & selectors.EVENT_WRITE:
+                    buf = pending[c]
+                    k = c.send(buf)
+                    buf = buf[k:]
+                    if buf:
+                        pending[c] = buf
+                    else:
+                        del pending[c]
+                        sel.modify(c, selectors.EVENT_READ)
+                    continue
+                d = c.recv(65536)
+                if not d:
+                    close(c)
+                    continue
+                k = c.send(d)
+                if k < len(d):
+                    # The peer is slow: stop reading until this is written (bounded memory).
+                    pending[c] = d[k:]
+                    sel.modify(c, selectors.EVENT_WRITE)
+            except (BlockingIOError, InterruptedError):
+                continue
+            except OSError:
+                close(c)
+
+
+def rss_kb(pid):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise SystemExit("idle: no VmRSS for pid %d" % pid)
+
+
+def idle(args):
+    """Open --conns connections, one at a time, each with one echoed byte (so the router has an
+    established connection with data seen both ways), keep all of them open and idle, and
+    sample the router's resident set size at checkpoints and once more after --hold seconds."""
+    raise_nofile()
+    steps = sorted({int(x) for x in args.steps.split(",") if 0 < int(x) < args.conns} | {args.conns})
+    time.sleep(0.5)
+    points = [[0, rss_kb(args.rss_pid)]]
+    socks, fails = [], 0
+    t0 = time.monotonic()
+    for target in steps:
+        while len(socks) < target:
+            if time.monotonic() - t0 > args.max_seconds:
+                break
+            try:
+                s = socket.create_connection((args.host, args.port), timeout=5)
+                s.sendall(b"x")
+                if s.recv(1) != b"x":
+                    fails += 1
+                socks.append(s)
+            except OSError:
+                fails += 1
+                if fails > 50:
+                    break
+        if target and len(socks) == target:
+            time.sleep(0.5)  # the router's status snapshot and allocator settle
+            points.append([target, rss_kb(args.rss_pid)])
+    time.sleep(args.hold)
+    held = [len(socks), rss_kb(args.rss_pid)]
+    for s in socks:
+        s.close()
+    n, kb0 = points[-1][0], points[0][1]
+    per = round((points[-1][1] - kb0) * 1024 / n) if n else None
+    # Per connection between consecutive checkpoints: flat if the cost does not grow with the count.
+    slopes = [round((b[1] - a[1]) * 1024 / (b[0] - a[0])) for a, b in zip(points, points[1:]) if b[0] > a[0]]
+    print(json.dumps({"ok": fails == 0 and n == args.conns, "conns": n, "fails": fails,
+                      "points_kb": points, "held_kb": held, "hold_s": args.hold,
+                      "bytes_per_conn": per, "slopes_bytes_per_conn": slopes}))
 
 
 def pct(sorted_vals, p):
@@ -164,6 +264,15 @@ def main():
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--mb", type=int, default=100)
     p.set_defaults(fn=up)
+    p = sub.add_parser("idle")
+    p.add_argument("--host", required=True)
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--conns", type=int, default=10000)
+    p.add_argument("--steps", default="0,1000,2500,5000,7500")
+    p.add_argument("--rss-pid", type=int, required=True)
+    p.add_argument("--hold", type=float, default=5)
+    p.add_argument("--max-seconds", type=float, default=120)
+    p.set_defaults(fn=idle)
     a = ap.parse_args()
     a.fn(a)
 

@@ -141,11 +141,17 @@ def main():
         if per:
             crash[fid] = {"label": label.format(**sz), "unit": unit, "higher_is_better": hib, "setups": per}
 
+    mem = {}
+    for s in setups:
+        for r in raw:
+            if r["setup"] == s and r["figure"] == "mem-idle":
+                mem[s] = r["data"]
+
     now = datetime.datetime.now(datetime.timezone.utc)
     meta = {"date": now.strftime("%Y-%m-%dT%H:%M:%SZ"), "commit": a.sha, "machine": machine(),
             "reps": a.reps, "quick": bool(a.quick), "runtime_s": a.runtime, "setups": setups,
             "sizes_mib": sz, "rr_count": a.rr_count, "cps_seconds": a.cps_seconds}
-    doc = {"meta": meta, "figures": results, "crashed": crash, "raw": raw}
+    doc = {"meta": meta, "figures": results, "crashed": crash, "memory_idle": mem, "raw": raw}
     with open(a.out + ".json", "w") as f:
         json.dump(doc, f, indent=1)
 
@@ -219,6 +225,26 @@ def main():
                  "setup; the kill is timed at 40 % of this run's fault-free duration (so ~40 % of the bytes), "
                  "which is a larger share of the faulted transfer's time because it speeds up with fewer replicas. Stall = the longest gap between echo receipts that was open at the fault or began "
                  "within 2 s after it (stallmeter: 4 KiB every 1 ms, fault at ~1.5 s of 4 s).")
+        L.append("")
+    if mem:
+        L.append("## Router memory per idle connection")
+        L.append("")
+        L.append("Connections opened one by one through the echo service (1 byte echoed on each), then all "
+                 "held open and idle; the router's resident set size (VmRSS) sampled at each count and again "
+                 "after the hold. Per connection = (RSS at the last count − RSS before) / count; the step "
+                 "slopes show whether the cost per connection stays flat as the table grows.")
+        L.append("")
+        L.append("| setup | connections | RSS before | RSS at count | RSS after hold | bytes / connection | slope per step (bytes / conn.) | ok |")
+        L.append("|---|---:|---:|---:|---:|---:|---|---|")
+        for s, d in mem.items():
+            pts = d.get("points_kb") or []
+            if not pts:
+                L.append("| %s | – | – | – | – | – | %s | no |" % (s, str(d.get("error"))[:80]))
+                continue
+            held = d.get("held_kb") or [None, None]
+            L.append("| %s | %s | %d KiB | %d KiB | %s KiB (%s s) | %s | %s | %s |" % (
+                s, d.get("conns"), pts[0][1], pts[-1][1], held[1], d.get("hold_s"), d.get("bytes_per_conn"),
+                ", ".join(str(x) for x in d.get("slopes_bytes_per_conn") or []), "yes" if d.get("ok") else "NO"))
         L.append("")
     with open(a.out + ".md", "w") as f:
         f.write("\n".join(L))

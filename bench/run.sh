@@ -33,10 +33,10 @@ done
 
 # Sizes. --quick: smaller files and fewer round trips; repetitions as given (default 3 → 2).
 if ((QUICK)); then
-	BIG_MB=256 SMALL_MB=10 UP_MB=50 RR_COUNT=2000 CPS_SECONDS=2
+	BIG_MB=256 SMALL_MB=10 UP_MB=50 RR_COUNT=2000 CPS_SECONDS=2 IDLE_CONNS=2000
 	[[ $REPS == 3 ]] && REPS=2
 else
-	BIG_MB=1024 SMALL_MB=10 UP_MB=100 RR_COUNT=5000 CPS_SECONDS=3
+	BIG_MB=1024 SMALL_MB=10 UP_MB=100 RR_COUNT=5000 CPS_SECONDS=3 IDLE_CONNS=10000
 fi
 CRASH_REPS=$REPS
 HTTP=8080 ECHO=7000 SINK=9000
@@ -248,6 +248,15 @@ for s in "${UP[@]}"; do nb "$s" dl --url "http://${TARGET[$s]}:$HTTP/big.bin" --
 # Repetitions interleaved across setups, so slow drift of the noisy machine hits all alike.
 for ((r = 1; r <= REPS; r++)); do
 	for s in "${UP[@]}"; do measure "$s" "$r"; done
+done
+# Router memory per idle connection (ftnet only): IDLE_CONNS connections held open through the echo
+# service, the router's resident set sampled on the way (once per setup, after the repetitions).
+for s in "${UP[@]}"; do
+	[[ -n ${LABNAME[$s]:-} ]] || continue
+	rpid=$(cat "/run/ftnet/lab/${LABNAME[$s]}/router.pid" 2>/dev/null)
+	out=$(nb "$s" idle --host "${TARGET[$s]}" --port $ECHO --conns $IDLE_CONNS --rss-pid "${rpid:-0}" --hold 5)
+	record "$s" mem-idle 1 "$out"
+	say "  $s mem-idle: $(echo "$out" | tail -n 1 | cut -c1-200)"
 done
 for s in "${UP[@]}"; do [[ -n ${LABNAME[$s]:-} ]] && lab_down "${LABNAME[$s]}"; done
 

@@ -42,7 +42,7 @@ impl TunOptions {
 /// Read buffers kept for reuse per queue: a GSO super-packet buffer is 64 KB,
 /// and allocating (and faulting in) a fresh one for every read showed up in
 /// profiles as a second copy of every packet.
-const POOL_MAX: usize = 256;
+const POOL_MAX: usize = 128;
 
 /// An open, non-blocking TUN device. The interface disappears when this is
 /// dropped (it is not made persistent), taking its routes with it.

@@ -249,16 +249,23 @@ for s in "${UP[@]}"; do nb "$s" dl --url "http://${TARGET[$s]}:$HTTP/big.bin" --
 for ((r = 1; r <= REPS; r++)); do
 	for s in "${UP[@]}"; do measure "$s" "$r"; done
 done
-# Router memory per idle connection (ftnet only): IDLE_CONNS connections held open through the echo
-# service, the router's resident set sampled on the way (once per setup, after the repetitions).
-for s in "${UP[@]}"; do
-	[[ -n ${LABNAME[$s]:-} ]] || continue
-	rpid=$(cat "/run/ftnet/lab/${LABNAME[$s]}/router.pid" 2>/dev/null)
-	out=$(nb "$s" idle --host "${TARGET[$s]}" --port $ECHO --conns $IDLE_CONNS --rss-pid "${rpid:-0}" --hold 5)
-	record "$s" mem-idle 1 "$out"
-	say "  $s mem-idle: $(echo "$out" | tail -n 1 | cut -c1-200)"
-done
 for s in "${UP[@]}"; do [[ -n ${LABNAME[$s]:-} ]] && lab_down "${LABNAME[$s]}"; done
+
+# ---------------------------------------------------------------- router memory per idle connection
+# ftnet only, a fresh lab each (a used lab's table already holds thousands of closed connections):
+# IDLE_CONNS connections held open through the echo service, the router's RSS sampled on the way.
+for s in "${UP[@]}"; do
+	[[ $s == ftnet-N* ]] || continue
+	n=${s#ftnet-N} l="fb${TAG}m${s#ftnet-N}"
+	lab_up "$l" "$n" || { record "$s" mem-idle 1 "lab up failed"; lab_down "$l"; continue; }
+	LABNAME[mem]=$l TARGET[mem]=198.19.0.1
+	rpid=$(cat "/run/ftnet/lab/$l/router.pid" 2>/dev/null)
+	out=$(nb mem idle --host 198.19.0.1 --port $ECHO --conns $IDLE_CONNS --rss-pid "${rpid:-0}" --hold 5)
+	record "$s" mem-idle 1 "$out"
+	say "  $s mem-idle: $(echo "$out" | tail -n 1 | cut -c1-240)"
+	lab_down "$l"
+	unset 'LABNAME[mem]'
+done
 
 # ---------------------------------------------------------------- crashed rows (fresh lab each)
 # big_time N — median wall time of the no-fault 1-stream big download through ftnet-N in this run.

@@ -10,6 +10,20 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 use toml::Spanned;
 
+/// Most data-plane threads (and TUN queues) a router runs.
+pub const MAX_THREADS: u32 = 16;
+
+/// The default number of data-plane threads: the CPUs rounded down to even,
+/// at most 8; 1 on a single CPU.
+pub fn default_threads() -> usize {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if cpus < 2 {
+        1
+    } else {
+        (cpus - cpus % 2).min(8)
+    }
+}
+
 /// A validated configuration file.
 #[derive(Debug, Clone)]
 pub struct FileConfig {
@@ -17,9 +31,9 @@ pub struct FileConfig {
     pub table: u32,
     pub mtu: u32,
     pub status_socket: PathBuf,
-    /// Data-plane threads: 1 (one thread, one TUN queue) or 2 (a TUN queue
-    /// and a thread per direction). Default: 2 when the machine has two or
-    /// more CPUs.
+    /// Data-plane threads, one TUN queue each: 1, or an even number split
+    /// evenly between the two directions. Default: the number of CPUs
+    /// rounded down to even, at most 8 (1 on a single CPU).
     pub threads: usize,
     pub core: ftnet_core::Config,
 }
@@ -180,12 +194,12 @@ pub fn parse(file: &str, text: &str) -> Result<FileConfig, ConfigError> {
     let threads = match router.threads {
         Some(t) => {
             let v = *t.get_ref();
-            if !(1..=2).contains(&v) {
-                return Err(err(Some(t.span()), format!("threads = {v} is not supported — use 1 (one thread for both directions) or 2 (one per direction, the default on 2+ CPUs)")));
+            if !(v == 1 || (v % 2 == 0 && (2..=MAX_THREADS).contains(&v))) {
+                return Err(err(Some(t.span()), format!("threads = {v} is not supported — use 1, or an even number from 2 to {MAX_THREADS} (half the threads read client packets, half replica replies)")));
             }
             v as usize
         }
-        None => std::thread::available_parallelism().map_or(1, |n| n.get().min(2)),
+        None => default_threads(),
     };
 
     // [limits]

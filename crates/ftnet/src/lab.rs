@@ -150,8 +150,8 @@ pub struct UpArgs {
     /// Router failure-detection time in milliseconds.
     #[arg(long, default_value_t = 100)]
     pub failure_ms: u64,
-    /// Router data-plane threads: 1, or 2 (a TUN queue per direction) [default: the router's, 2 on 2+ CPUs].
-    #[arg(long, value_parser = clap::value_parser!(u8).range(1..=2))]
+    /// Router data-plane threads: 1, or an even number up to 16 (half per direction) [default: the router's, the CPUs rounded down to even, at most 8].
+    #[arg(long, value_parser = clap::value_parser!(u8).range(1..=16))]
     pub threads: Option<u8>,
 }
 
@@ -388,6 +388,11 @@ fn up(lab: &Lab, args: &UpArgs) -> anyhow::Result<()> {
     }
     if args.failure_ms == 0 {
         bail!("--failure-ms must be at least 1");
+    }
+    if let Some(t) = args.threads {
+        if t != 1 && t % 2 == 1 {
+            bail!("--threads {t}: use 1 or an even number (half the threads read client packets, half replica replies)");
+        }
     }
     ensure_not_up(lab)?;
     let mut guard = UpGuard { lab, armed: true };

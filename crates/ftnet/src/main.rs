@@ -86,7 +86,7 @@ const ROUTER_HELP: &str = r#"Configuration format (every key but the [[service]]
   table = 7000                               # policy routing table, also the rules' priority
   mtu = 1500
   status_socket = "/run/ftnet/ftnet0.sock"   # default /run/ftnet/<tun>.sock
-  threads = 2                                # 1, or 2 = a TUN queue and thread per direction (default on 2+ CPUs)
+  threads = 2                                # 1, or even: half read client packets, half replies (default: CPUs, ≤ 8)
   [limits]
   max_connections = 65536
   max_half_open = 8192

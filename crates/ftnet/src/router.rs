@@ -46,7 +46,7 @@ pub fn run(cfg: FileConfig) -> anyhow::Result<()> {
     })
     .with_context(|| format!("opening TUN device {}", cfg.tun))?;
     if queues.len() > 1 {
-        match steer::load(&vips).and_then(|prog| queues[0].set_steering(prog.as_raw_fd())) {
+        match steer::load(&vips, queues.len() / 2).and_then(|prog| queues[0].set_steering(prog.as_raw_fd())) {
             Ok(()) => {}
             Err(e) => {
                 // Without steering the kernel hashes flows over the queues
@@ -62,7 +62,7 @@ pub fn run(cfg: FileConfig) -> anyhow::Result<()> {
         mtu = cfg.mtu,
         threads = queues.len(),
         "TUN open with IFF_VNET_HDR, offloads CSUM|TSO4|TSO6|TSO_ECN{}",
-        if queues.len() > 1 { ", one queue per direction (eBPF steering: VIP-bound packets to queue 0)" } else { "" }
+        if queues.len() > 1 { ", queues split by direction and hashed by client (eBPF steering)" } else { "" }
     );
 
     let mut replica_ports = Vec::new();

@@ -1,16 +1,19 @@
-//! Queue steering for a multi-queue TUN: a ten-odd-instruction eBPF program,
-//! assembled here (no compiler, no object file), that sends every packet
-//! addressed to a virtual IP to queue 0 and everything else (replies of the
-//! replicas, ICMP) to queue 1.
+//! Queue steering for a multi-queue TUN: a short eBPF program, assembled
+//! here (no compiler, no object file), that splits the queues into two
+//! halves: packets addressed to a virtual IP (from clients) go to the first
+//! half, everything else (replica replies, ICMP) to the second. Within a half
+//! the queue is a hash of the *client* end of the connection — the source of
+//! a VIP-bound packet, the destination of a reply — so every packet of one
+//! connection, whichever replica sent it, meets the same thread.
 //!
-//! Why by direction and not by flow: the router's work for one connection
-//! is split over both directions. A client's ACK, written to the replicas,
-//! makes their kernels send more data from inside that `write` (the replicas'
-//! TCP transmit path runs in the writer's softirq); a replica's data, written
-//! to the client, runs the client's TCP receive path. With one thread per
+//! Why by direction: the router's work for one connection is split over
+//! both directions. A client's ACK, written to the replicas, makes their
+//! kernels send more data from inside that `write` (the replicas' TCP
+//! transmit path runs in the writer's softirq); a replica's data, written to
+//! the client, runs the client's TCP receive path. With a thread per
 //! direction these run on two cores even for a single connection, and the
-//! order of each direction is kept: every byte the client receives is
-//! written by the replica-side thread, every byte a replica receives by the
+//! order of each direction is kept: every byte the client receives is written
+//! by one replica-side thread, every byte a replica receives by one
 //! client-side thread. The kernel's default (a hash of the flow) would put a
 //! connection's client flow and its replicas' flows on queues at random.
 
@@ -18,11 +21,6 @@ use crate::Error;
 use std::io;
 use std::net::Ipv4Addr;
 use std::os::fd::{FromRawFd, OwnedFd};
-
-/// Queue of packets addressed to a virtual IP (from clients).
-pub const QUEUE_CLIENT: usize = 0;
-/// Queue of every other packet (replica replies, ICMP).
-pub const QUEUE_REPLICA: usize = 1;
 
 /// At most this many VIPs are compared in the program (one instruction each).
 pub const MAX_VIPS: usize = 512;
@@ -38,34 +36,83 @@ pub struct Insn {
     pub imm: i32,
 }
 
-const BPF_LD_ABS_W: u8 = 0x20; // BPF_LD | BPF_ABS | BPF_W
-const BPF_MOV64_X: u8 = 0xbf; // BPF_ALU64 | BPF_MOV | BPF_X
-const BPF_MOV64_K: u8 = 0xb7; // BPF_ALU64 | BPF_MOV | BPF_K
-const BPF_JEQ32_K: u8 = 0x16; // BPF_JMP32 | BPF_JEQ | BPF_K
-const BPF_EXIT: u8 = 0x95;
+const LD_ABS_W: u8 = 0x20; // BPF_LD | BPF_ABS | BPF_W
+const LD_ABS_H: u8 = 0x28; // BPF_LD | BPF_ABS | BPF_H
+const MOV64_X: u8 = 0xbf; // BPF_ALU64 | BPF_MOV | BPF_X
+const MOV64_K: u8 = 0xb7; // BPF_ALU64 | BPF_MOV | BPF_K
+const XOR64_X: u8 = 0xaf; // BPF_ALU64 | BPF_XOR | BPF_X
+const MUL32_K: u8 = 0x24; // BPF_ALU | BPF_MUL | BPF_K
+const RSH32_K: u8 = 0x74; // BPF_ALU | BPF_RSH | BPF_K
+const MOD32_K: u8 = 0x94; // BPF_ALU | BPF_MOD | BPF_K
+const ADD32_X: u8 = 0x0c; // BPF_ALU | BPF_ADD | BPF_X
+const JEQ32_K: u8 = 0x16; // BPF_JMP32 | BPF_JEQ | BPF_K
+const JA: u8 = 0x05; // BPF_JMP | BPF_JA
+const EXIT: u8 = 0x95;
 
-/// The program: `r0 = ntohl(ip.dst); if r0 == vip_k: return 0; ...; return 1`.
-/// A packet too short for an IPv4 header makes `LD_ABS` end the program
-/// with 0, i.e. queue 0; the core drops it as malformed either way.
-pub fn program(vips: &[Ipv4Addr]) -> Vec<Insn> {
+const fn ins(code: u8, dst: u8, src: u8, off: i16, imm: i32) -> Insn {
+    Insn { code, regs: dst | (src << 4), off, imm }
+}
+
+/// The program for `per_side` queues per direction (2 × `per_side` queues):
+///
+/// ```text
+///   dst = ip.dst; if dst in VIPs: key = ip.src ^ tcp.sport, base = 0
+///                 else:           key = ip.dst ^ tcp.dport, base = per_side
+///   return base + (key * 0x9E3779B1 >> 16) % per_side
+/// ```
+///
+/// Ports are read at offset 20, i.e. assuming a 20-byte IPv4 header; a
+/// packet with IP options is still steered consistently, just by other
+/// bytes. A packet too short for the loads makes `LD_ABS` end the program
+/// with 0 (queue 0); the core drops it as malformed either way.
+pub fn program(vips: &[Ipv4Addr], per_side: usize) -> Vec<Insn> {
     let vips = &vips[..vips.len().min(MAX_VIPS)];
+    let k = per_side.max(1) as i32;
     let mut p = vec![
         // LD_ABS reads relative to the context in r6.
-        Insn { code: BPF_MOV64_X, regs: 6 | (1 << 4), off: 0, imm: 0 },
+        ins(MOV64_X, 6, 1, 0, 0),
         // Destination address, offset 16 of the IPv4 header, host order.
-        Insn { code: BPF_LD_ABS_W, regs: 0, off: 0, imm: 16 },
+        ins(LD_ABS_W, 0, 0, 0, 16),
     ];
     let n = vips.len();
-    for (k, v) in vips.iter().enumerate() {
-        // Jump over the remaining compares and the "return 1" pair.
-        let skip = (n - k - 1) + 2;
-        p.push(Insn { code: BPF_JEQ32_K, regs: 0, off: skip as i16, imm: u32::from(*v) as i32 });
+    // After the compares: the replica side (5 instructions), then the client side.
+    for (i, v) in vips.iter().enumerate() {
+        let skip = (n - i - 1) + 5;
+        p.push(ins(JEQ32_K, 0, 0, skip as i16, u32::from(*v) as i32));
     }
-    p.push(Insn { code: BPF_MOV64_K, regs: 0, off: 0, imm: QUEUE_REPLICA as i32 });
-    p.push(Insn { code: BPF_EXIT, regs: 0, off: 0, imm: 0 });
-    p.push(Insn { code: BPF_MOV64_K, regs: 0, off: 0, imm: QUEUE_CLIENT as i32 });
-    p.push(Insn { code: BPF_EXIT, regs: 0, off: 0, imm: 0 });
+    // Replica side: key = dst ^ dport (the client's address and port).
+    p.push(ins(MOV64_X, 7, 0, 0, 0));
+    p.push(ins(LD_ABS_H, 0, 0, 0, 22));
+    p.push(ins(XOR64_X, 0, 7, 0, 0));
+    p.push(ins(MOV64_K, 8, 0, 0, k));
+    p.push(ins(JA, 0, 0, 5, 0));
+    // Client side: key = src ^ sport.
+    p.push(ins(LD_ABS_W, 0, 0, 0, 12));
+    p.push(ins(MOV64_X, 7, 0, 0, 0));
+    p.push(ins(LD_ABS_H, 0, 0, 0, 20));
+    p.push(ins(XOR64_X, 0, 7, 0, 0));
+    p.push(ins(MOV64_K, 8, 0, 0, 0));
+    // Hash: Fibonacci multiply, upper bits, modulo the side's queues, plus its base.
+    p.push(ins(MUL32_K, 0, 0, 0, 0x9E37_79B1_u32 as i32));
+    p.push(ins(RSH32_K, 0, 0, 0, 16));
+    p.push(ins(MOD32_K, 0, 0, 0, k));
+    p.push(ins(ADD32_X, 0, 8, 0, 0));
+    p.push(ins(EXIT, 0, 0, 0, 0));
     p
+}
+
+/// The queue [`program`] picks, computed in Rust: the reference the tests
+/// hold the kernel's answer to.
+pub fn queue_of(packet: &[u8], vips: &[Ipv4Addr], per_side: usize) -> usize {
+    let k = per_side.max(1) as u32;
+    if packet.len() < 24 {
+        return 0;
+    }
+    let w = |o: usize| u32::from_be_bytes([packet[o], packet[o + 1], packet[o + 2], packet[o + 3]]);
+    let h = |o: usize| u16::from_be_bytes([packet[o], packet[o + 1]]) as u32;
+    let dst = w(16);
+    let (key, base) = if vips.iter().any(|v| u32::from(*v) == dst) { (w(12) ^ h(20), 0) } else { (dst ^ h(22), k) };
+    (base + (key.wrapping_mul(0x9E37_79B1) >> 16) % k) as usize
 }
 
 /// `union bpf_attr` as far as `BPF_PROG_LOAD` uses it (kernel ≥ 5.x layout).
@@ -91,8 +138,8 @@ const BPF_PROG_TYPE_SOCKET_FILTER: u32 = 1;
 
 /// Load the steering program for `vips` into the kernel; the returned fd
 /// keeps it alive until the TUN holds its own reference.
-pub fn load(vips: &[Ipv4Addr]) -> Result<OwnedFd, Error> {
-    let insns = program(vips);
+pub fn load(vips: &[Ipv4Addr], per_side: usize) -> Result<OwnedFd, Error> {
+    let insns = program(vips, per_side);
     let license = b"GPL\0";
     let mut log = vec![0u8; 4096];
     let mut name = [0u8; 16];
@@ -132,21 +179,52 @@ pub fn load(vips: &[Ipv4Addr]) -> Result<OwnedFd, Error> {
 mod tests {
     use super::*;
 
+    /// Walk the program's jumps for a VIP hit and a miss: each lands on the
+    /// instruction the layout promises.
     #[test]
-    fn program_jumps_land_on_return_zero() {
+    fn program_jumps_land_where_intended() {
         let vips = [Ipv4Addr::new(198, 19, 0, 1), Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::new(203, 0, 113, 9)];
-        let p = program(&vips);
-        assert_eq!(p.len(), 2 + vips.len() + 4);
-        let ret0 = p.len() - 2;
-        for k in 0..vips.len() {
-            let at = 2 + k;
-            assert_eq!(p[at].code, BPF_JEQ32_K);
-            assert_eq!(p[at].imm as u32, u32::from(vips[k]));
+        let p = program(&vips, 3);
+        let n = vips.len();
+        assert_eq!(p.len(), 2 + n + 5 + 5 + 5);
+        let client_side = 2 + n + 5;
+        for (i, v) in vips.iter().enumerate() {
+            let at = 2 + i;
+            assert_eq!(p[at].code, JEQ32_K);
+            assert_eq!(p[at].imm as u32, u32::from(*v));
             // eBPF jump targets are relative to the next instruction.
-            assert_eq!(at + 1 + p[at].off as usize, ret0, "compare {k}");
+            assert_eq!(at + 1 + p[at].off as usize, client_side, "compare {i}");
         }
-        assert_eq!(p[ret0].imm, QUEUE_CLIENT as i32);
-        assert_eq!(p[ret0 - 2].imm, QUEUE_REPLICA as i32);
+        let ja = 2 + n + 4;
+        assert_eq!(p[ja].code, JA);
+        assert_eq!(ja + 1 + p[ja].off as usize, client_side + 5, "replica side joins the hash");
+        assert_eq!(p[2 + n + 3].imm, 3, "replica side base = per_side");
+        assert_eq!(p[client_side + 4].imm, 0, "client side base = 0");
         assert_eq!(std::mem::size_of::<Insn>(), 8);
+    }
+
+    #[test]
+    fn reference_keeps_a_connection_on_one_queue_per_side() {
+        let vip = Ipv4Addr::new(198, 19, 0, 1);
+        let pkt = |src: [u8; 4], dst: [u8; 4], sp: u16, dp: u16| {
+            let mut b = vec![0u8; 40];
+            b[0] = 0x45;
+            b[12..16].copy_from_slice(&src);
+            b[16..20].copy_from_slice(&dst);
+            b[20..22].copy_from_slice(&sp.to_be_bytes());
+            b[22..24].copy_from_slice(&dp.to_be_bytes());
+            b
+        };
+        for per_side in 1..=4 {
+            for cport in 40000..40050u16 {
+                let up = queue_of(&pkt([198, 18, 1, 2], [198, 19, 0, 1], cport, 80), &[vip], per_side);
+                assert!(up < per_side);
+                // The replies of three replicas to that client port share a queue.
+                let downs: Vec<usize> = (11..14)
+                    .map(|r| queue_of(&pkt([198, 18, r, 2], [198, 18, 1, 2], 80, cport), &[vip], per_side))
+                    .collect();
+                assert!(downs.iter().all(|&q| q == downs[0] && q >= per_side && q < 2 * per_side), "{downs:?}");
+            }
+        }
     }
 }

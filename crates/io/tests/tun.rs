@@ -171,52 +171,56 @@ fn bad_tun_name_is_rejected() {
     assert!(e.to_string().contains("invalid interface name"), "{e}");
 }
 
-/// Two queues with the steering program: every packet the kernel sends to
-/// the virtual IP arrives on queue 0, every other packet on queue 1, for
-/// many flows. The kernel's default (a flow hash) would scatter these 16
-/// flows over both queues.
+/// Four queues with the steering program (two per direction): every
+/// packet the kernel sends into the device arrives on the queue the
+/// reference computation names — VIP-bound ones on 0–1 by source, the rest on
+/// 2–3 by destination — for 32 flows. The kernel's default steering (a flow
+/// hash of its own) would agree by chance with probability 4^-32.
 #[test]
-fn steering_splits_queues_by_direction() {
+fn steering_splits_queues_by_direction_and_client() {
     if !is_root() {
-        eprintln!("\n*** SKIPPED steering_splits_queues_by_direction: needs root (TUN, eBPF, network namespace) ***\n");
+        eprintln!("\n*** SKIPPED steering_splits_queues_by_direction_and_client: needs root (TUN, eBPF, network namespace) ***\n");
         return;
     }
     in_netns(|| {
         let mut opts = TunOptions::new("fttest2");
-        opts.queues = 2;
-        let mut q = Tun::open_queues(&opts).expect("open 2 queues");
-        assert_eq!(q.len(), 2);
+        opts.queues = 4;
+        let mut q = Tun::open_queues(&opts).expect("open 4 queues");
+        assert_eq!(q.len(), 4);
         let vip = Ipv4Addr::new(10, 9, 0, 77);
-        let prog = ftnet_io::steer::load(&[Ipv4Addr::new(192, 0, 2, 1), vip]).expect("load steering program");
+        let vips = [Ipv4Addr::new(192, 0, 2, 1), vip];
+        let prog = ftnet_io::steer::load(&vips, 2).expect("load steering program");
         use std::os::fd::AsRawFd;
         q[0].set_steering(prog.as_raw_fd()).expect("attach");
         drop(prog); // the device holds its own reference
         ip(&["addr", "add", "10.9.0.1/24", "dev", "fttest2"]).expect("ip addr");
-        let sock = std::net::UdpSocket::bind("10.9.0.1:0").expect("udp");
-        for port in 1000..1008u16 {
-            sock.send_to(b"x", (vip, port)).expect("send to vip");
-            sock.send_to(b"y", (Ipv4Addr::new(10, 9, 0, 88), port)).expect("send to other");
+        for i in 0..16u16 {
+            // A fresh source port for each VIP-bound flow, a fresh destination port for the others.
+            let sock = std::net::UdpSocket::bind("10.9.0.1:0").expect("udp");
+            sock.send_to(b"x", (vip, 1000)).expect("send to vip");
+            sock.send_to(b"y", (Ipv4Addr::new(10, 9, 0, 88), 2000 + i)).expect("send to other");
         }
         let mut buf = vec![0u8; RECV_BUF_LEN];
         let deadline = Instant::now() + Duration::from_secs(2);
-        let (mut on0, mut on1) = (Vec::new(), Vec::new());
-        while on0.len() + on1.len() < 16 {
+        let mut seen = [0usize; 4];
+        while seen.iter().sum::<usize>() < 32 {
             let mut got = false;
             for (i, t) in q.iter_mut().enumerate() {
                 while let Some(p) = t.recv(&mut buf).expect("recv") {
                     got = true;
-                    if p.data.len() >= 20 && p.data[9] == 17 {
-                        let dst = Ipv4Addr::new(p.data[16], p.data[17], p.data[18], p.data[19]);
-                        if i == 0 { on0.push(dst) } else { on1.push(dst) }
+                    if p.data.len() >= 28 && p.data[9] == 17 {
+                        let want = ftnet_io::steer::queue_of(&p.data, &vips, 2);
+                        assert_eq!(i, want, "packet to {:?} on queue {i}", &p.data[16..20]);
+                        seen[i] += 1;
                     }
                 }
             }
             if !got {
-                assert!(Instant::now() < deadline, "only {} of 16 packets within 2 s", on0.len() + on1.len());
+                assert!(Instant::now() < deadline, "only {seen:?} of 32 packets within 2 s");
                 std::thread::sleep(Duration::from_millis(5));
             }
         }
-        assert!(on0.iter().all(|&d| d == vip) && on0.len() == 8, "queue 0 got {on0:?}");
-        assert!(on1.iter().all(|&d| d != vip) && on1.len() == 8, "queue 1 got {on1:?}");
+        assert_eq!(seen[0] + seen[1], 16, "{seen:?}");
+        assert_eq!(seen[2] + seen[3], 16, "{seen:?}");
     });
 }

@@ -177,17 +177,21 @@ setup_up() {
 			TARGET[$s]=10.250.9.1 ;;
 		esac ;;
 	ftnet-N*)
-		local n=${s#ftnet-N} l="fb${TAG}n${s#ftnet-N}"
-		lab_up "$l" "$n" || return 1
+		# ftnet-N<k>, or ftnet-N<k>-poll: the router busy-polls 100 µs after each packet
+		local n=${s#ftnet-N} extra=() l
+		if [[ $n == *-poll ]]; then n=${n%-poll} extra=(--busy-poll-us 100); fi
+		[[ $n =~ ^[1-9][0-9]?$ ]] || { echo "unknown setup $s" >&2; return 1; }
+		l="fb${TAG}n${n}"; ((${#extra[@]})) && l="fb${TAG}q${n}"
+		lab_up "$l" "$n" "${extra[@]}" || return 1
 		LABNAME[$s]=$l TARGET[$s]=198.19.0.1 ;;
 	*) echo "unknown setup $s" >&2; return 1 ;;
 	esac
 }
 
-lab_up() { # lab_up NAME N
+lab_up() { # lab_up NAME N [extra lab-up options...]
 	LABS+=("$1")
 	timeout 120 "$FTNET" lab up --name "$1" --replicas "$2" --port $HTTP --port $ECHO --port $SINK \
-		--server "$SERVER_CMD" >"$WORK/lab-$1.log" 2>&1 || { cat "$WORK/lab-$1.log" >&2; return 1; }
+		--server "$SERVER_CMD" "${@:3}" >"$WORK/lab-$1.log" 2>&1 || { cat "$WORK/lab-$1.log" >&2; return 1; }
 	"$FTNET" lab exec --name "$1" client -- sysctl -qw net.ipv4.tcp_tw_reuse=1 net.ipv4.ip_local_port_range="1024 65000"
 }
 lab_down() { timeout 60 "$FTNET" lab down --name "$1" >/dev/null 2>&1; }
@@ -255,7 +259,7 @@ for s in "${UP[@]}"; do [[ -n ${LABNAME[$s]:-} ]] && lab_down "${LABNAME[$s]}"; 
 # ftnet only, a fresh lab each (a used lab's table already holds thousands of closed connections):
 # IDLE_CONNS connections held open through the echo service, the router's RSS sampled on the way.
 for s in "${UP[@]}"; do
-	[[ $s == ftnet-N* ]] || continue
+	[[ $s =~ ^ftnet-N[0-9]+$ ]] || continue
 	n=${s#ftnet-N} l="fb${TAG}m${s#ftnet-N}"
 	lab_up "$l" "$n" || { record "$s" mem-idle 1 "lab up failed"; lab_down "$l"; continue; }
 	LABNAME[mem]=$l TARGET[mem]=198.19.0.1

@@ -35,6 +35,9 @@ pub struct FileConfig {
     /// evenly between the two directions. Default: the number of CPUs
     /// rounded down to even, at most 8 (1 on a single CPU).
     pub threads: usize,
+    /// How long a data-plane thread keeps polling its queue after the last
+    /// packet before it sleeps (0 = never spin).
+    pub busy_poll: Duration,
     pub core: ftnet_core::Config,
 }
 
@@ -77,6 +80,7 @@ struct RawRouter {
     mtu: Option<Spanned<u32>>,
     status_socket: Option<Spanned<String>>,
     threads: Option<Spanned<u32>>,
+    busy_poll_us: Option<Spanned<u64>>,
 }
 
 #[derive(Deserialize, Default)]
@@ -200,6 +204,16 @@ pub fn parse(file: &str, text: &str) -> Result<FileConfig, ConfigError> {
             v as usize
         }
         None => default_threads(),
+    };
+    let busy_poll = match router.busy_poll_us {
+        Some(b) => {
+            let v = *b.get_ref();
+            if v > 100_000 {
+                return Err(err(Some(b.span()), format!("busy_poll_us = {v} is too long — use 0 (off) to 100000; 50 to 200 covers a request/response turn-around")));
+            }
+            Duration::from_micros(v)
+        }
+        None => Duration::ZERO,
     };
 
     // [limits]
@@ -369,6 +383,7 @@ pub fn parse(file: &str, text: &str) -> Result<FileConfig, ConfigError> {
         mtu,
         status_socket,
         threads,
+        busy_poll,
         core: ftnet_core::Config {
             services,
             timeouts,
@@ -414,17 +429,27 @@ impl FloorCharBoundary for str {
     }
 }
 
+/// Data-plane settings a lab passes through to its router (`None` = the router's default).
+#[derive(Debug, Clone, Default)]
+pub struct LabTuning {
+    pub threads: Option<u8>,
+    pub busy_poll_us: Option<u64>,
+}
+
 /// Write a lab configuration (used by `ftnet lab up`).
 pub fn render_lab(
     vip: Ipv4Addr,
     ports: &[u16],
     replicas: &[Ipv4Addr],
     failure_ms: u64,
-    threads: Option<u8>,
+    tuning: &LabTuning,
     socket: &Path,
 ) -> String {
     let q = |v: &[String]| v.join(", ");
-    let threads = threads.map(|t| format!("threads = {t}\n")).unwrap_or_default();
+    let mut threads = tuning.threads.map(|t| format!("threads = {t}\n")).unwrap_or_default();
+    if let Some(b) = tuning.busy_poll_us {
+        threads.push_str(&format!("busy_poll_us = {b}\n"));
+    }
     format!(
         "# written by `ftnet lab up`\n[router]\ntun = \"ftnet0\"\ntable = 7000\nstatus_socket = \"{}\"\n{threads}\n[timeouts]\nfailure_detection_ms = {failure_ms}\n\n[[service]]\nname = \"lab\"\nvip = \"{vip}\"\nports = [{}]\nreplicas = [{}]\n",
         socket.display(),
@@ -507,11 +532,12 @@ replicas = ["198.18.11.2", "198.18.12.2", "198.18.13.2"]
             &[6379, 80],
             &r,
             50,
-            Some(1),
+            &LabTuning { threads: Some(1), busy_poll_us: Some(70) },
             Path::new("/run/x.sock"),
         );
         let c = parse("lab.toml", &t).unwrap();
         assert_eq!(c.threads, 1);
+        assert_eq!(c.busy_poll, Duration::from_micros(70));
         assert_eq!(c.core.services[0].ports, vec![6379, 80]);
         assert_eq!(c.core.timeouts.failure_detection, Duration::from_millis(50));
     }

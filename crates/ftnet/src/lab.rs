@@ -153,6 +153,9 @@ pub struct UpArgs {
     /// Router data-plane threads: 1, or an even number up to 16 (half per direction) [default: the router's, the CPUs rounded down to even, at most 8].
     #[arg(long, value_parser = clap::value_parser!(u8).range(1..=16))]
     pub threads: Option<u8>,
+    /// Router busy polling in µs after the last packet (0 = sleep at once) [default: the router's, 0].
+    #[arg(long, value_name = "US")]
+    pub busy_poll_us: Option<u64>,
 }
 
 pub fn run(cmd: LabCmd) -> anyhow::Result<i32> {
@@ -215,6 +218,7 @@ pub fn run(cmd: LabCmd) -> anyhow::Result<i32> {
                 server: None,
                 failure_ms: 100,
                 threads: None,
+                busy_poll_us: None,
             };
             run_guarded(&args, |lab| demo(lab, replicas))
         }
@@ -459,7 +463,7 @@ fn up(lab: &Lab, args: &UpArgs) -> anyhow::Result<()> {
     let cfg_path = lab.dir().join("ftnet.toml");
     std::fs::write(
         &cfg_path,
-        config::render_lab(VIP, &args.ports, &replicas, args.failure_ms, args.threads, &lab.socket()),
+        config::render_lab(VIP, &args.ports, &replicas, args.failure_ms, &config::LabTuning { threads: args.threads, busy_poll_us: args.busy_poll_us }, &lab.socket()),
     )
     .with_context(|| format!("writing {}", cfg_path.display()))?;
     let mut router = start_router(lab, &cfg_path)?;

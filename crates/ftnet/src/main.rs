@@ -87,6 +87,8 @@ const ROUTER_HELP: &str = r#"Configuration format (every key but the [[service]]
   mtu = 1500
   status_socket = "/run/ftnet/ftnet0.sock"   # default /run/ftnet/<tun>.sock
   threads = 2                                # 1, or even: half read client packets, half replies (default: CPUs, ≤ 8)
+  busy_poll_us = 0                           # keep polling this long after a packet instead of sleeping:
+                                             # lower latency for a CPU per thread while traffic flows
   [limits]
   max_connections = 65536
   max_half_open = 8192

@@ -111,6 +111,7 @@ pub fn run(cfg: FileConfig) -> anyhow::Result<()> {
         snapshot,
         tun: tun_name,
     });
+    let busy_poll = cfg.busy_poll;
     let mut workers = Vec::new();
     let mut first = None;
     for (i, q) in queues.into_iter().enumerate() {
@@ -121,12 +122,12 @@ pub fn run(cfg: FileConfig) -> anyhow::Result<()> {
         let sh = shared.clone();
         let h = std::thread::Builder::new()
             .name(format!("dataplane{i}"))
-            .spawn(move || event_loop(q, &sh, false))
+            .spawn(move || event_loop(q, &sh, false, busy_poll))
             .context("starting a data-plane thread")?;
         workers.push(h);
     }
     let mut result = match first {
-        Some(q) => event_loop(q, &shared, true),
+        Some(q) => event_loop(q, &shared, true, busy_poll),
         None => Ok(()),
     };
     // The first loop to stop (signal or error) stops the others.
@@ -206,7 +207,7 @@ impl Out {
     }
 }
 
-fn event_loop(mut tun: Tun, shared: &Shared, main: bool) -> anyhow::Result<()> {
+fn event_loop(mut tun: Tun, shared: &Shared, main: bool, busy_poll: Duration) -> anyhow::Result<()> {
     let mut buf = vec![0u8; RECV_BUF_LEN];
     let mut batch = Vec::with_capacity(BATCH);
     let mut out = Out::default();
@@ -256,7 +257,24 @@ fn event_loop(mut tun: Tun, shared: &Shared, main: bool) -> anyhow::Result<()> {
             continue;
         }
         // Drain the queue a batch at a time before sleeping again.
-        while pump(&mut tun, shared, &mut buf, &mut batch, &mut out) == BATCH {}
+        // Drain the queue a batch at a time; with busy polling keep reading
+        // for `busy_poll` after the last packet instead of sleeping, so the
+        // next packet does not wait for a wake-up (on a VM, waking a halted
+        // vCPU costs tens of µs). Due timers end the spin.
+        let mut last = std::time::Instant::now();
+        loop {
+            let n = pump(&mut tun, shared, &mut buf, &mut batch, &mut out);
+            if n == BATCH {
+                continue;
+            }
+            if n > 0 {
+                last = std::time::Instant::now();
+            }
+            if last.elapsed() >= busy_poll || sys::stop_requested() || next.is_some_and(|due| due <= shared.now()) {
+                break;
+            }
+            std::hint::spin_loop();
+        }
     }
 }
 

@@ -72,6 +72,7 @@ for sc in "${scenarios[@]}"; do
 	done
 done
 [[ -z $only || hygiene/n2-none =~ $only ]] && tests+=(hygiene/n2-none)
+[[ -z $only || agents/n3-cut =~ $only ]] && tests+=(agents/n3-cut)
 if ((list)); then printf '%s\n' "${tests[@]}"; exit 0; fi
 ((${#tests[@]})) || { echo "run.sh: no test matches '$only'" >&2; exit 2; }
 

@@ -61,7 +61,10 @@ pub struct Limits {
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits { max_connections: 65536, max_half_open: 8192 }
+        Limits {
+            max_connections: 65536,
+            max_half_open: 8192,
+        }
     }
 }
 

@@ -11,7 +11,7 @@
 
 use crate::config::Timeouts;
 use crate::metrics::{Counters, DropReason};
-use crate::router::{EvictReason, Event, Packet};
+use crate::router::{Event, EvictReason, Packet};
 use crate::time::Instant;
 use ftnet_wire::tcp::{self, flags, CsumMode, Repr};
 use ftnet_wire::vnet::VnetHdr;
@@ -20,7 +20,7 @@ use std::collections::VecDeque;
 use std::net::Ipv4Addr;
 
 /// The four-tuple as the client sees it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
 pub struct ConnKey {
     pub client: Ipv4Addr,
     pub cport: u16,
@@ -30,7 +30,11 @@ pub struct ConnKey {
 
 impl std::fmt::Display for ConnKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}:{}->{}:{}", self.client, self.cport, self.vip, self.vport)
+        write!(
+            f,
+            "{}:{}->{}:{}",
+            self.client, self.cport, self.vip, self.vport
+        )
     }
 }
 
@@ -194,6 +198,8 @@ pub struct Conn {
     pub counted_half_open: bool,
     /// Queued in the router's closed list.
     pub counted_closed: bool,
+    /// `Event::Established` was emitted (so `Forgotten` follows).
+    pub announced: bool,
     /// The client's SYN as the replicas get it, kept during the handshake
     /// to probe a replica whose copy may have been lost.
     pub syn_copy: Option<Packet>,
@@ -206,7 +212,14 @@ pub struct Conn {
 const MAX_WIN: i32 = 1 << 30;
 
 impl Conn {
-    pub fn new(key: ConnKey, svc: usize, now: Instant, syn: &Seg, router_isn: SeqNum, ts_base: u32) -> Conn {
+    pub fn new(
+        key: ConnKey,
+        svc: usize,
+        now: Instant,
+        syn: &Seg,
+        router_isn: SeqNum,
+        ts_base: u32,
+    ) -> Conn {
         Conn {
             key,
             svc,
@@ -234,8 +247,26 @@ impl Conn {
             timer_at: None,
             counted_half_open: true,
             counted_closed: false,
+            announced: false,
             syn_copy: None,
             syn_at: now,
+        }
+    }
+
+    /// What the replicas' agents keep of this connection (see `SetupRecord`).
+    pub fn setup_record(&self) -> crate::router::SetupRecord {
+        crate::router::SetupRecord {
+            key: self.key,
+            client_isn: self.client_isn.0,
+            router_isn: self.router_isn.0,
+            wscale_out: self.ws_out,
+            ts_base: self.ts_on.then_some(self.ts_base),
+            replicas: self
+                .legs
+                .iter()
+                .filter(|l| l.live())
+                .map(|l| (l.addr, self.router_isn.unshift(l.off).0))
+                .collect(),
         }
     }
 
@@ -283,12 +314,20 @@ impl Conn {
     /// answered (COSCANet-FT §III-C: the client is acknowledged only for
     /// what every replica acknowledged).
     fn group_ack(&self) -> Option<SeqNum> {
-        self.legs.iter().filter(|l| l.open()).map(|l| l.ack).reduce(|a, b| a.min(b))
+        self.legs
+            .iter()
+            .filter(|l| l.open())
+            .map(|l| l.ack)
+            .reduce(|a, b| a.min(b))
     }
 
     /// Group window right edge: the minimum (§III-D).
     fn group_edge(&self) -> Option<SeqNum> {
-        self.legs.iter().filter(|l| l.open()).map(|l| l.edge).reduce(|a, b| a.min(b))
+        self.legs
+            .iter()
+            .filter(|l| l.open())
+            .map(|l| l.edge)
+            .reduce(|a, b| a.min(b))
     }
 
     /// The window field for the client given the group edge and ack.
@@ -373,12 +412,20 @@ impl Conn {
             return;
         }
         // RFC 9293 §3.10.7.4 / RFC 5961: sequence and ACK plausibility.
-        let lo = self.legs.iter().filter(|l| l.open()).map(|l| l.ack).reduce(|a, b| a.min(b)).unwrap_or(self.client_hi);
+        let lo = self
+            .legs
+            .iter()
+            .filter(|l| l.open())
+            .map(|l| l.ack)
+            .reduce(|a, b| a.min(b))
+            .unwrap_or(self.client_hi);
         if seg.seq.diff(lo) < -MAX_WIN || seg.seq.diff(self.client_hi) > MAX_WIN {
             ctx.counters.drop(DropReason::OutOfWindow);
             return;
         }
-        if seg.has(flags::ACK) && (seg.ack.is_after(self.sent_hi) || seg.ack.diff(self.client_ack) < -MAX_WIN) {
+        if seg.has(flags::ACK)
+            && (seg.ack.is_after(self.sent_hi) || seg.ack.diff(self.client_ack) < -MAX_WIN)
+        {
             ctx.counters.drop(DropReason::OutOfWindow);
             return;
         }
@@ -413,7 +460,10 @@ impl Conn {
         // not get our ACK. The replicas will only repeat theirs, which change
         // nothing and are absorbed, so the router answers (RFC 9293 §3.10.7.4:
         // a duplicate segment is acknowledged).
-        if (seg.payload_len > 0 || seg.has(flags::FIN)) && !end.is_after(self.adv_ack) && self.phase == Phase::Established {
+        if (seg.payload_len > 0 || seg.has(flags::FIN))
+            && !end.is_after(self.adv_ack)
+            && self.phase == Phase::Established
+        {
             self.emit_ack(ctx, false);
         }
         self.check_closed(ctx);
@@ -421,12 +471,18 @@ impl Conn {
 
     /// Send one client segment to every open replica, translated for each.
     fn fan_out(&mut self, ctx: &mut Ctx, pkt: Packet, seg: &Seg) {
-        let targets: Vec<usize> = (0..self.legs.len()).filter(|&i| self.legs[i].open()).collect();
+        let targets: Vec<usize> = (0..self.legs.len())
+            .filter(|&i| self.legs[i].open())
+            .collect();
         let mut pkt = Some(pkt);
         for (n, &i) in targets.iter().enumerate() {
             let l = &self.legs[i];
             // The last copy reuses the buffer: one fewer copy per fan-out.
-            let copy = if n + 1 == targets.len() { pkt.take() } else { pkt.clone() };
+            let copy = if n + 1 == targets.len() {
+                pkt.take()
+            } else {
+                pkt.clone()
+            };
             let Some(mut p) = copy else { break };
             // §III-D: never acknowledge to a replica bytes it has not sent
             // (Linux discards an ACK beyond its snd_nxt and stalls).
@@ -537,7 +593,11 @@ impl Conn {
         }
         // The first replica to answer sets the group's option profile;
         // one that differs cannot share the client's connection.
-        let reference = self.legs.iter().find(|l| l.open()).map(|l| (l.has_ts, l.has_ws));
+        let reference = self
+            .legs
+            .iter()
+            .find(|l| l.open())
+            .map(|l| (l.has_ts, l.has_ws));
         let mine = (seg.ts.is_some(), seg.wscale.is_some());
         if let Some(r) = reference {
             if r != mine {
@@ -558,7 +618,11 @@ impl Conn {
         l.has_ts = seg.ts.is_some();
         l.has_ws = seg.wscale.is_some();
         // RFC 7323 §2.2: the scale applies only if both sides sent it.
-        l.wscale = if client_ws { seg.wscale.unwrap_or(0).min(14) } else { 0 };
+        l.wscale = if client_ws {
+            seg.wscale.unwrap_or(0).min(14)
+        } else {
+            0
+        };
         l.edge = seg.ack.add(seg.window as u32);
         l.mss = seg.mss.unwrap_or(536);
         l.syn_window = seg.window;
@@ -580,10 +644,21 @@ impl Conn {
         let mss = open.iter().map(|l| l.mss).min().unwrap_or(536);
         let win = open.iter().map(|l| l.syn_window).min().unwrap_or(0);
         let ts_on = self.client_ts && first.has_ts;
-        let ws = if self.client_ws && first.has_ws { Some(open.iter().map(|l| l.wscale).max().unwrap_or(0)) } else { None };
+        let ws = if self.client_ws && first.has_ws {
+            Some(open.iter().map(|l| l.wscale).max().unwrap_or(0))
+        } else {
+            None
+        };
         self.ts_on = ts_on;
         self.ws_out = ws.unwrap_or(0);
-        let mut r = Repr::new(self.key.vport, self.key.cport, self.router_isn, self.client_isn.add(1), flags::SYN | flags::ACK, win);
+        let mut r = Repr::new(
+            self.key.vport,
+            self.key.cport,
+            self.router_isn,
+            self.client_isn.add(1),
+            flags::SYN | flags::ACK,
+            win,
+        );
         r.mss = Some(mss);
         r.wscale = ws;
         if ts_on {
@@ -693,18 +768,28 @@ impl Conn {
         if let Some(f) = self.legs[i].fin {
             // This replica's FIN is itself contradicted by another that has
             // sent beyond it.
-            if self.legs.iter().any(|l| l.live() && l.hi.is_after(f.add(1))) {
+            if self
+                .legs
+                .iter()
+                .any(|l| l.live() && l.hi.is_after(f.add(1)))
+            {
                 self.evict(ctx, i, EvictReason::Fin, false);
                 self.settle(ctx);
                 return;
             }
-            fin_agreed = self.legs.iter().filter(|l| l.live()).all(|l| l.fin == Some(f));
+            fin_agreed = self
+                .legs
+                .iter()
+                .filter(|l| l.live())
+                .all(|l| l.fin == Some(f));
         }
         let end_for_client = if fin_agreed { e.add(1) } else { e };
         let new_data = e.is_after(self.sent_hi);
         // The replica repeats what it sent before and the client still
         // lacks it: the copy that went first may have been lost.
-        let retx_needed = s.is_before(prev_hi) && end_for_client.is_after(self.client_ack) && (seg.payload_len > 0 || self.fin_sent);
+        let retx_needed = s.is_before(prev_hi)
+            && end_for_client.is_after(self.client_ack)
+            && (seg.payload_len > 0 || self.fin_sent);
         if new_data || retx_needed {
             self.forward_to_client(ctx, i, pkt, seg, None, seg.has(flags::FIN) && !fin_agreed);
             self.sent_hi = self.sent_hi.max(end_for_client);
@@ -732,7 +817,15 @@ impl Conn {
     }
 
     /// Rewrite a replica's segment for the client and queue it.
-    fn forward_to_client(&mut self, ctx: &mut Ctx, i: usize, mut p: Packet, seg: &Seg, seq_override: Option<SeqNum>, strip_fin: bool) {
+    fn forward_to_client(
+        &mut self,
+        ctx: &mut Ctx,
+        i: usize,
+        mut p: Packet,
+        seg: &Seg,
+        seq_override: Option<SeqNum>,
+        strip_fin: bool,
+    ) {
         let ack = self.group_ack().unwrap_or(self.client_hi);
         let edge = self.group_edge().unwrap_or(ack);
         let win = self.window_field(ack, edge);
@@ -770,11 +863,19 @@ impl Conn {
     fn ack_on_behalf(&mut self, ctx: &mut Ctx, i: usize) {
         let l = &self.legs[i];
         let ack = self.client_ack.min(l.hi).unshift(l.off);
-        let mut r = Repr::new(self.key.cport, self.key.vport, self.client_hi, ack, flags::ACK, self.client_win);
+        let mut r = Repr::new(
+            self.key.cport,
+            self.key.vport,
+            self.client_hi,
+            ack,
+            flags::ACK,
+            self.client_win,
+        );
         if self.ts_on {
             r.timestamps = Some((self.client_tsval, l.ts_last));
         }
-        ctx.tx.push_back(Packet::plain(r.emit_ipv4(self.key.client, l.addr, &[])));
+        ctx.tx
+            .push_back(Packet::plain(r.emit_ipv4(self.key.client, l.addr, &[])));
         ctx.counters.packets_out += 1;
         ctx.counters.acks_on_behalf += 1;
     }
@@ -791,7 +892,12 @@ impl Conn {
             self.legs[i].state = LegState::Evicted;
             ctx.counters.evictions += 1;
             let remaining = self.live_legs();
-            ctx.events.push_back(Event::Evicted { conn: self.key.to_string(), replica: self.legs[i].addr, reason, remaining });
+            ctx.events.push_back(Event::Evicted {
+                conn: self.key.to_string(),
+                replica: self.legs[i].addr,
+                reason,
+                remaining,
+            });
             return;
         }
         if !self.legs[i].live() {
@@ -804,14 +910,24 @@ impl Conn {
         };
         // RFC 5961 §3.2: a RST is accepted only at exactly RCV.NXT; the
         // replica's RCV.NXT is at most what it acknowledged of client_hi.
-        let seq = if l.state == LegState::Open { l.ack.min(seq) } else { seq };
+        let seq = if l.state == LegState::Open {
+            l.ack.min(seq)
+        } else {
+            seq
+        };
         let r = Repr::new(self.key.cport, self.key.vport, seq, ack, fl, 0);
-        ctx.tx.push_back(Packet::plain(r.emit_ipv4(self.key.client, l.addr, &[])));
+        ctx.tx
+            .push_back(Packet::plain(r.emit_ipv4(self.key.client, l.addr, &[])));
         ctx.counters.packets_out += 1;
         self.legs[i].state = LegState::Evicted;
         ctx.counters.evictions += 1;
         let remaining = self.live_legs();
-        ctx.events.push_back(Event::Evicted { conn: self.key.to_string(), replica: self.legs[i].addr, reason, remaining });
+        ctx.events.push_back(Event::Evicted {
+            conn: self.key.to_string(),
+            replica: self.legs[i].addr,
+            reason,
+            remaining,
+        });
         if service_wide {
             ctx.down.push((self.svc, self.legs[i].replica, reason));
         }
@@ -819,7 +935,11 @@ impl Conn {
 
     /// Evict the leg of replica `replica` (service index) if it has one.
     pub fn evict_replica(&mut self, ctx: &mut Ctx, replica: usize, reason: EvictReason) {
-        if let Some(i) = self.legs.iter().position(|l| l.replica == replica && l.live()) {
+        if let Some(i) = self
+            .legs
+            .iter()
+            .position(|l| l.replica == replica && l.live())
+        {
             self.evict(ctx, i, reason, false);
             self.settle(ctx);
         }
@@ -828,14 +948,35 @@ impl Conn {
     /// A pure ACK (or FIN-ACK) to the client with the group's ACK and
     /// window.
     fn emit_ack(&mut self, ctx: &mut Ctx, fin: bool) {
-        let (Some(ack), Some(edge)) = (self.group_ack(), self.group_edge()) else { return };
-        let seq = if fin { self.sent_hi.sub(1) } else { self.sent_hi };
-        let fl = if fin { flags::ACK | flags::FIN } else { flags::ACK };
-        let mut r = Repr::new(self.key.vport, self.key.cport, seq, ack, fl, self.window_field(ack, edge));
+        let (Some(ack), Some(edge)) = (self.group_ack(), self.group_edge()) else {
+            return;
+        };
+        let seq = if fin {
+            self.sent_hi.sub(1)
+        } else {
+            self.sent_hi
+        };
+        let fl = if fin {
+            flags::ACK | flags::FIN
+        } else {
+            flags::ACK
+        };
+        let mut r = Repr::new(
+            self.key.vport,
+            self.key.cport,
+            seq,
+            ack,
+            fl,
+            self.window_field(ack, edge),
+        );
         if self.ts_on {
             r.timestamps = Some((self.router_ts(ctx.now), self.client_tsval));
         }
-        ctx.tx.push_back(Packet::plain(r.emit_ipv4(self.key.vip, self.key.client, &[])));
+        ctx.tx.push_back(Packet::plain(r.emit_ipv4(
+            self.key.vip,
+            self.key.client,
+            &[],
+        )));
         ctx.counters.packets_out += 1;
         self.adv_ack = self.adv_ack.max(ack);
         self.adv_edge = self.adv_edge.max(edge);
@@ -848,7 +989,8 @@ impl Conn {
         if self.phase == Phase::Dead || self.phase == Phase::Closed {
             return;
         }
-        if self.phase == Phase::Handshake && !self.legs.iter().any(|l| l.state == LegState::SynSent) {
+        if self.phase == Phase::Handshake && !self.legs.iter().any(|l| l.state == LegState::SynSent)
+        {
             let open = self.legs.iter().any(|l| l.open());
             for i in 0..self.legs.len() {
                 if self.legs[i].state == LegState::Refused {
@@ -867,15 +1009,39 @@ impl Conn {
         if self.live_legs() == 0 {
             if self.phase == Phase::Handshake {
                 // Nobody takes the connection: refuse it.
-                let r = Repr::new(self.key.vport, self.key.cport, SeqNum(0), self.client_isn.add(1), flags::RST | flags::ACK, 0);
-                ctx.tx.push_back(Packet::plain(r.emit_ipv4(self.key.vip, self.key.client, &[])));
+                let r = Repr::new(
+                    self.key.vport,
+                    self.key.cport,
+                    SeqNum(0),
+                    self.client_isn.add(1),
+                    flags::RST | flags::ACK,
+                    0,
+                );
+                ctx.tx.push_back(Packet::plain(r.emit_ipv4(
+                    self.key.vip,
+                    self.key.client,
+                    &[],
+                )));
             } else {
                 // RFC 5961: exactly the client's RCV.NXT, which is what it
                 // last acknowledged.
-                let r = Repr::new(self.key.vport, self.key.cport, self.client_ack, self.client_hi, flags::RST | flags::ACK, 0);
-                ctx.tx.push_back(Packet::plain(r.emit_ipv4(self.key.vip, self.key.client, &[])));
+                let r = Repr::new(
+                    self.key.vport,
+                    self.key.cport,
+                    self.client_ack,
+                    self.client_hi,
+                    flags::RST | flags::ACK,
+                    0,
+                );
+                ctx.tx.push_back(Packet::plain(r.emit_ipv4(
+                    self.key.vip,
+                    self.key.client,
+                    &[],
+                )));
                 if !self.legs.iter().any(|l| l.state == LegState::Aborted) {
-                    ctx.events.push_back(Event::ConnectionLost { conn: self.key.to_string() });
+                    ctx.events.push_back(Event::ConnectionLost {
+                        conn: self.key.to_string(),
+                    });
                     ctx.counters.connections_lost += 1;
                 }
             }
@@ -893,14 +1059,22 @@ impl Conn {
         let mut fin_now = false;
         if !self.fin_sent {
             if let Some(f) = self.legs.iter().find(|l| l.live()).and_then(|l| l.fin) {
-                if self.legs.iter().filter(|l| l.live()).all(|l| l.fin == Some(f)) && !self.sent_hi.is_before(f) {
+                if self
+                    .legs
+                    .iter()
+                    .filter(|l| l.live())
+                    .all(|l| l.fin == Some(f))
+                    && !self.sent_hi.is_before(f)
+                {
                     self.sent_hi = f.add(1);
                     self.fin_sent = true;
                     fin_now = true;
                 }
             }
         }
-        let (Some(ack), Some(edge)) = (self.group_ack(), self.group_edge()) else { return };
+        let (Some(ack), Some(edge)) = (self.group_ack(), self.group_edge()) else {
+            return;
+        };
         if fin_now || ack.is_after(self.adv_ack) || edge.is_after(self.adv_edge) {
             self.emit_ack(ctx, fin_now);
         }
@@ -914,7 +1088,12 @@ impl Conn {
             return;
         }
         let Some(cf) = self.client_fin else { return };
-        if self.legs.iter().filter(|l| l.open()).all(|l| !l.ack.is_before(cf.add(1))) {
+        if self
+            .legs
+            .iter()
+            .filter(|l| l.open())
+            .all(|l| !l.ack.is_before(cf.add(1)))
+        {
             // The others completed the connection: any reset still awaiting
             // its verdict was a crash.
             self.confirm_aborts(ctx);
@@ -927,8 +1106,16 @@ impl Conn {
         for i in 0..self.legs.len() {
             if self.legs[i].live() || self.legs[i].state == LegState::Refused {
                 let l = &self.legs[i];
-                let r = Repr::new(self.key.cport, self.key.vport, self.client_isn.add(1), SeqNum(0), flags::RST, 0);
-                ctx.tx.push_back(Packet::plain(r.emit_ipv4(self.key.client, l.addr, &[])));
+                let r = Repr::new(
+                    self.key.cport,
+                    self.key.vport,
+                    self.client_isn.add(1),
+                    SeqNum(0),
+                    flags::RST,
+                    0,
+                );
+                ctx.tx
+                    .push_back(Packet::plain(r.emit_ipv4(self.key.client, l.addr, &[])));
                 ctx.counters.packets_out += 1;
                 self.legs[i].state = LegState::Evicted;
             }
@@ -962,7 +1149,9 @@ impl Conn {
                     // Data only: a FIN the others did not send is no output
                     // they owe; alone it is the evidence of a crash that the
                     // next bytes from the others will confirm.
-                    (LegState::Open, LegState::Open) => o.ack.is_after(l.ack) || o.data_hi().is_after(l.data_hi()),
+                    (LegState::Open, LegState::Open) => {
+                        o.ack.is_after(l.ack) || o.data_hi().is_after(l.data_hi())
+                    }
                     _ => false,
                 }
         })
@@ -995,7 +1184,13 @@ impl Conn {
             return None;
         }
         let since = l.behind_since.unwrap_or(l.seen_at);
-        let others = || self.legs.iter().enumerate().filter(move |&(j, o)| j != i && o.live()).map(|(_, o)| o);
+        let others = || {
+            self.legs
+                .iter()
+                .enumerate()
+                .filter(move |&(j, o)| j != i && o.live())
+                .map(|(_, o)| o)
+        };
         let silent_from = l.seen_at.max(since);
         let others_spoke = others().any(|o| o.seen_at > silent_from);
         let silent = if others_spoke {
@@ -1006,7 +1201,8 @@ impl Conn {
         let stuck_from = l.progress_at.max(since);
         let others_progressed = others().any(|o| o.progress_at > stuck_from);
         if others_progressed {
-            let stuck = stuck_from + (t.failure_detection * 10).max(core::time::Duration::from_secs(1));
+            let stuck =
+                stuck_from + (t.failure_detection * 10).max(core::time::Duration::from_secs(1));
             if stuck < silent {
                 return Some((stuck, true));
             }
@@ -1020,7 +1216,10 @@ impl Conn {
     fn probe_deadline(&self, i: usize, t: &Timeouts) -> Instant {
         let l = &self.legs[i];
         let since = l.behind_since.unwrap_or(l.seen_at);
-        let last = l.seen_at.max(since).max(l.probe_at.unwrap_or(Instant::ZERO));
+        let last = l
+            .seen_at
+            .max(since)
+            .max(l.probe_at.unwrap_or(Instant::ZERO));
         last + t.failure_detection / 4
     }
 
@@ -1041,7 +1240,9 @@ impl Conn {
     pub fn next_deadline(&self, t: &Timeouts) -> Instant {
         let mut d = match self.phase {
             Phase::Closed => self.closed_at.unwrap_or(self.last_activity) + t.time_wait,
-            Phase::Handshake | Phase::SynAckSent => (self.created + t.handshake).min(self.last_activity + t.idle),
+            Phase::Handshake | Phase::SynAckSent => {
+                (self.created + t.handshake).min(self.last_activity + t.idle)
+            }
             _ => self.last_activity + t.idle,
         };
         if self.phase != Phase::Closed {
@@ -1088,14 +1289,24 @@ impl Conn {
         }
         // A reset that the others did not follow: that replica crashed.
         for i in 0..self.legs.len() {
-            if self.legs[i].state == LegState::Aborted && self.legs[i].aborted_at.is_some_and(|a| a + t.failure_detection <= now) {
+            if self.legs[i].state == LegState::Aborted
+                && self.legs[i]
+                    .aborted_at
+                    .is_some_and(|a| a + t.failure_detection <= now)
+            {
                 self.evict(ctx, i, EvictReason::Reset, false);
             }
         }
         for i in 0..self.legs.len() {
-            let Some((due, service_wide)) = self.fail_deadline(i, t) else { continue };
+            let Some((due, service_wide)) = self.fail_deadline(i, t) else {
+                continue;
+            };
             if due <= now {
-                let reason = if self.legs[i].state == LegState::SynSent { EvictReason::NoSynAck } else { EvictReason::Stalled };
+                let reason = if self.legs[i].state == LegState::SynSent {
+                    EvictReason::NoSynAck
+                } else {
+                    EvictReason::Stalled
+                };
                 self.evict(ctx, i, reason, service_wide);
             } else if self.probe_deadline(i, t) <= now {
                 self.probe(ctx, i);
@@ -1121,11 +1332,19 @@ impl Conn {
         let l = &self.legs[i];
         let seq = l.ack.sub(1);
         let ack = self.client_ack.min(l.hi).unshift(l.off);
-        let mut r = Repr::new(self.key.cport, self.key.vport, seq, ack, flags::ACK, self.client_win);
+        let mut r = Repr::new(
+            self.key.cport,
+            self.key.vport,
+            seq,
+            ack,
+            flags::ACK,
+            self.client_win,
+        );
         if self.ts_on {
             r.timestamps = Some((self.client_tsval, l.ts_last));
         }
-        ctx.tx.push_back(Packet::plain(r.emit_ipv4(self.key.client, l.addr, &[0])));
+        ctx.tx
+            .push_back(Packet::plain(r.emit_ipv4(self.key.client, l.addr, &[0])));
         ctx.counters.packets_out += 1;
     }
 
@@ -1136,8 +1355,17 @@ impl Conn {
     /// (output lag, input lag) of leg `i` in bytes.
     pub fn lag(&self, i: usize) -> (u64, u64) {
         let l = &self.legs[i];
-        let max_ack = self.legs.iter().filter(|o| o.open()).map(|o| o.ack).reduce(|a, b| a.max(b)).unwrap_or(l.ack);
-        (self.sent_hi.diff(l.hi).max(0) as u64, max_ack.diff(l.ack).max(0) as u64)
+        let max_ack = self
+            .legs
+            .iter()
+            .filter(|o| o.open())
+            .map(|o| o.ack)
+            .reduce(|a, b| a.max(b))
+            .unwrap_or(l.ack);
+        (
+            self.sent_hi.diff(l.hi).max(0) as u64,
+            max_ack.diff(l.ack).max(0) as u64,
+        )
     }
 }
 
@@ -1157,14 +1385,21 @@ fn translate_tsecr(e: u32, l: &Leg) -> u32 {
 
 /// Apply header edits to a packet that passed classification. The views
 /// were validated then; should they fail now the packet is left alone.
-pub fn rewrite(p: &mut Packet, f: impl FnOnce(&mut ipv4::Packet<&mut [u8]>, &mut tcp::Segment<&mut [u8]>)) {
+pub fn rewrite(
+    p: &mut Packet,
+    f: impl FnOnce(&mut ipv4::Packet<&mut [u8]>, &mut tcp::Segment<&mut [u8]>),
+) {
     let data = &mut p.data[..];
-    let Ok(ip) = ipv4::Packet::new_checked(&mut data[..]) else { return };
+    let Ok(ip) = ipv4::Packet::new_checked(&mut data[..]) else {
+        return;
+    };
     let hl = ip.header_len();
     let total = ip.total_len();
     let (h, rest) = data.split_at_mut(hl);
     let mut ip = ipv4::Packet::new_unchecked(h);
-    let Ok(mut t) = tcp::Segment::new_checked(&mut rest[..total - hl]) else { return };
+    let Ok(mut t) = tcp::Segment::new_checked(&mut rest[..total - hl]) else {
+        return;
+    };
     f(&mut ip, &mut t);
 }
 

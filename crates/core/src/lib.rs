@@ -13,6 +13,9 @@ mod router;
 mod time;
 
 pub use config::{Config, Limits, Service, Timeouts};
+pub use conn::ConnKey;
 pub use metrics::{Counters, DropReason};
-pub use router::{Event, EvictReason, Packet, ReplicaStatus, Router, ServiceStatus, Status};
+pub use router::{
+    Event, EvictReason, Packet, ReplicaStatus, Router, ServiceStatus, SetupRecord, Status,
+};
 pub use time::Instant;

@@ -90,7 +90,10 @@ impl Counters {
     }
     /// (name, count) for every reason, in declaration order.
     pub fn drop_table(&self) -> Vec<(&'static str, u64)> {
-        DropReason::ALL.iter().map(|r| (r.name(), self.dropped(*r))).collect()
+        DropReason::ALL
+            .iter()
+            .map(|r| (r.name(), self.dropped(*r)))
+            .collect()
     }
 }
 

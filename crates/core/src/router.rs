@@ -4,10 +4,10 @@ use crate::config::Config;
 use crate::conn::{csum_mode, Conn, ConnKey, Ctx, LegState, Phase, Seg};
 use crate::metrics::{Counters, DropReason};
 use crate::time::Instant;
-use ftnet_wire::vnet::VnetHdr;
-use serde::Serialize;
 use ftnet_wire::tcp::{self, flags, Repr};
+use ftnet_wire::vnet::VnetHdr;
 use ftnet_wire::{icmp, ipv4, SeqNum};
+use serde::Serialize;
 use siphasher::sip::SipHasher24;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
@@ -25,7 +25,10 @@ pub struct Packet {
 impl Packet {
     /// A plain packet with a complete checksum and no GSO.
     pub fn plain(data: Vec<u8>) -> Packet {
-        Packet { vnet: VnetHdr::NONE, data }
+        Packet {
+            vnet: VnetHdr::NONE,
+            data,
+        }
     }
 }
 
@@ -48,17 +51,50 @@ pub enum EvictReason {
     OptionMismatch,
     /// The replica was marked down for the whole service.
     ReplicaDown,
+    /// Its host's agent stopped heartbeating (active failure detection).
+    HostLost,
+}
+
+/// What a replica's agent keeps of a connection for a recovering router:
+/// the facts the next packets cannot tell (see `ftnet-control`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SetupRecord {
+    pub key: ConnKey,
+    pub client_isn: u32,
+    pub router_isn: u32,
+    pub wscale_out: u8,
+    pub ts_base: Option<u32>,
+    /// Each replica of the connection and its ISN.
+    pub replicas: Vec<(Ipv4Addr, u32)>,
 }
 
 /// Something an operator wants in the log.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub enum Event {
     /// A replica left one connection; the rest carry on.
-    Evicted { conn: String, replica: Ipv4Addr, reason: EvictReason, remaining: usize },
+    Evicted {
+        conn: String,
+        replica: Ipv4Addr,
+        reason: EvictReason,
+        remaining: usize,
+    },
     /// A replica was declared down for its service: new connections skip it.
-    ReplicaDown { service: String, replica: Ipv4Addr, reason: EvictReason },
+    ReplicaDown {
+        service: String,
+        replica: Ipv4Addr,
+        reason: EvictReason,
+    },
     /// The last replica of a connection left; the client was sent a RST.
     ConnectionLost { conn: String },
+    /// A connection reached ESTABLISHED: what its replicas' agents store.
+    /// Frequent (one per connection): not for the log.
+    Established { record: SetupRecord },
+    /// A connection announced with `Established` left the table.
+    /// Frequent: not for the log.
+    Forgotten {
+        key: ConnKey,
+        replicas: Vec<Ipv4Addr>,
+    },
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -177,7 +213,10 @@ impl Router {
         let mode = csum_mode(&pkt.vnet);
         // The kernel vouches for partial (locally produced) and validated
         // checksums; anything else is verified here.
-        if !pkt.vnet.needs_csum() && pkt.vnet.flags & ftnet_wire::vnet::F_DATA_VALID == 0 && !t.verify_checksum(src, dst) {
+        if !pkt.vnet.needs_csum()
+            && pkt.vnet.flags & ftnet_wire::vnet::F_DATA_VALID == 0
+            && !t.verify_checksum(src, dst)
+        {
             return Err(DropReason::BadChecksum);
         }
         let seg = Seg {
@@ -205,8 +244,16 @@ impl Router {
             // A VIP, but no service on that port: answer a SYN like a closed
             // port would (RST), so the client fails fast.
             if seg.has(flags::SYN) && !seg.has(flags::ACK) && !seg.has(flags::RST) {
-                let r = Repr::new(seg.dport, seg.sport, SeqNum(0), seg.seq.add(1 + seg.payload_len), flags::RST | flags::ACK, 0);
-                self.transmit.push_back(Packet::plain(r.emit_ipv4(dst, src, &[])));
+                let r = Repr::new(
+                    seg.dport,
+                    seg.sport,
+                    SeqNum(0),
+                    seg.seq.add(1 + seg.payload_len),
+                    flags::RST | flags::ACK,
+                    0,
+                );
+                self.transmit
+                    .push_back(Packet::plain(r.emit_ipv4(dst, src, &[])));
                 self.counters.packets_out += 1;
             }
             return Err(DropReason::UnknownPort);
@@ -222,11 +269,29 @@ impl Router {
         config: &'a Config,
         down: &'a mut Vec<(usize, usize, EvictReason)>,
     ) -> Ctx<'a> {
-        Ctx { now, tx, counters, events, timeouts: &config.timeouts, down }
+        Ctx {
+            now,
+            tx,
+            counters,
+            events,
+            timeouts: &config.timeouts,
+            down,
+        }
     }
 
-    fn on_client(&mut self, now: Instant, svc: usize, pkt: Packet, seg: &Seg) -> Result<(), DropReason> {
-        let key = ConnKey { client: seg.src, cport: seg.sport, vip: seg.dst, vport: seg.dport };
+    fn on_client(
+        &mut self,
+        now: Instant,
+        svc: usize,
+        pkt: Packet,
+        seg: &Seg,
+    ) -> Result<(), DropReason> {
+        let key = ConnKey {
+            client: seg.src,
+            cport: seg.sport,
+            vip: seg.dst,
+            vport: seg.dport,
+        };
         let is_syn = seg.has(flags::SYN) && !seg.has(flags::ACK) && !seg.has(flags::RST);
         if is_syn {
             if let Some(c) = self.conns.get(&key) {
@@ -235,8 +300,18 @@ impl Router {
                     if c.client_isn != seg.seq {
                         return Err(DropReason::BadState);
                     }
-                    let c = self.conns.get_mut(&key).ok_or(DropReason::UnknownConnection)?;
-                    let mut ctx = Self::ctx(now, &mut self.transmit, &mut self.counters, &mut self.events, &self.config, &mut self.down);
+                    let c = self
+                        .conns
+                        .get_mut(&key)
+                        .ok_or(DropReason::UnknownConnection)?;
+                    let mut ctx = Self::ctx(
+                        now,
+                        &mut self.transmit,
+                        &mut self.counters,
+                        &mut self.events,
+                        &self.config,
+                        &mut self.down,
+                    );
                     c.client_syn_again(&mut ctx, &pkt, seg);
                     self.after(now, key);
                     return Ok(());
@@ -248,27 +323,57 @@ impl Router {
         let Some(c) = self.conns.get_mut(&key) else {
             return Err(DropReason::UnknownConnection);
         };
-        let mut ctx = Self::ctx(now, &mut self.transmit, &mut self.counters, &mut self.events, &self.config, &mut self.down);
+        let mut ctx = Self::ctx(
+            now,
+            &mut self.transmit,
+            &mut self.counters,
+            &mut self.events,
+            &self.config,
+            &mut self.down,
+        );
         c.client_segment(&mut ctx, pkt, seg);
         self.after(now, key);
         Ok(())
     }
 
     /// A new connection: SYN to every live replica (§III-E).
-    fn open(&mut self, now: Instant, svc: usize, key: ConnKey, pkt: Packet, seg: &Seg) -> Result<(), DropReason> {
-        let live: Vec<usize> = (0..self.alive[svc].len()).filter(|&r| self.alive[svc][r]).collect();
+    fn open(
+        &mut self,
+        now: Instant,
+        svc: usize,
+        key: ConnKey,
+        pkt: Packet,
+        seg: &Seg,
+    ) -> Result<(), DropReason> {
+        let live: Vec<usize> = (0..self.alive[svc].len())
+            .filter(|&r| self.alive[svc][r])
+            .collect();
         if live.is_empty() {
             // Nothing can serve it: refuse at once rather than let the
             // client time out.
-            let r = Repr::new(seg.dport, seg.sport, SeqNum(0), seg.seq.add(1), flags::RST | flags::ACK, 0);
-            self.transmit.push_back(Packet::plain(r.emit_ipv4(seg.dst, seg.src, &[])));
+            let r = Repr::new(
+                seg.dport,
+                seg.sport,
+                SeqNum(0),
+                seg.seq.add(1),
+                flags::RST | flags::ACK,
+                0,
+            );
+            self.transmit
+                .push_back(Packet::plain(r.emit_ipv4(seg.dst, seg.src, &[])));
             self.counters.packets_out += 1;
             return Err(DropReason::NoReplica);
         }
         while self.conns.len() >= self.config.limits.max_connections {
             // Full: a connection in its post-close quiet period gives way.
-            let Some((k, t)) = self.closed.pop_front() else { return Err(DropReason::TableFull) };
-            if self.conns.get(&k).is_some_and(|c| c.phase == Phase::Closed && c.closed_at == Some(t)) {
+            let Some((k, t)) = self.closed.pop_front() else {
+                return Err(DropReason::TableFull);
+            };
+            if self
+                .conns
+                .get(&k)
+                .is_some_and(|c| c.phase == Phase::Closed && c.closed_at == Some(t))
+            {
                 self.remove(k);
             }
         }
@@ -276,7 +381,9 @@ impl Router {
             // SYN flood: make room by dropping the oldest half-open
             // connection. Spoofed SYNs never complete, so the oldest are the
             // likeliest to be junk; a real client retries its SYN.
-            let Some((k, t)) = self.half_open.pop_front() else { break };
+            let Some((k, t)) = self.half_open.pop_front() else {
+                break;
+            };
             let stale = match self.conns.get(&k) {
                 Some(c) => c.created != t || !c.counted_half_open,
                 None => true,
@@ -285,7 +392,14 @@ impl Router {
                 continue;
             }
             if let Some(c) = self.conns.get_mut(&k) {
-                let mut ctx = Self::ctx(now, &mut self.transmit, &mut self.counters, &mut self.events, &self.config, &mut self.down);
+                let mut ctx = Self::ctx(
+                    now,
+                    &mut self.transmit,
+                    &mut self.counters,
+                    &mut self.events,
+                    &self.config,
+                    &mut self.down,
+                );
                 c.discard_half_open(&mut ctx);
             }
             self.counters.drop(DropReason::HalfOpenEvicted);
@@ -298,7 +412,14 @@ impl Router {
         for r in live {
             c.add_leg(r, addrs[r], now);
         }
-        let mut ctx = Self::ctx(now, &mut self.transmit, &mut self.counters, &mut self.events, &self.config, &mut self.down);
+        let mut ctx = Self::ctx(
+            now,
+            &mut self.transmit,
+            &mut self.counters,
+            &mut self.events,
+            &self.config,
+            &mut self.down,
+        );
         c.forward_syn(&mut ctx, &pkt, seg);
         self.counters.connections_opened += 1;
         self.conns.insert(key, c);
@@ -307,22 +428,45 @@ impl Router {
         if self.half_open.len() > 2 * self.half_open_count + 1024 {
             // Entries of connections that completed or went away.
             let conns = &self.conns;
-            self.half_open.retain(|(k, t)| conns.get(k).is_some_and(|c| c.created == *t && c.counted_half_open));
+            self.half_open.retain(|(k, t)| {
+                conns
+                    .get(k)
+                    .is_some_and(|c| c.created == *t && c.counted_half_open)
+            });
         }
         self.after(now, key);
         Ok(())
     }
 
-    fn on_replica(&mut self, now: Instant, svc: usize, replica: usize, pkt: Packet, seg: &Seg) -> Result<(), DropReason> {
+    fn on_replica(
+        &mut self,
+        now: Instant,
+        svc: usize,
+        replica: usize,
+        pkt: Packet,
+        seg: &Seg,
+    ) -> Result<(), DropReason> {
         let vip = self.config.services[svc].vip;
-        let key = ConnKey { client: seg.dst, cport: seg.dport, vip, vport: seg.sport };
+        let key = ConnKey {
+            client: seg.dst,
+            cport: seg.dport,
+            vip,
+            vport: seg.sport,
+        };
         let Some(c) = self.conns.get_mut(&key) else {
             return Err(DropReason::UnknownConnection);
         };
         let Some(i) = c.legs.iter().position(|l| l.replica == replica) else {
             return Err(DropReason::EvictedReplica);
         };
-        let mut ctx = Self::ctx(now, &mut self.transmit, &mut self.counters, &mut self.events, &self.config, &mut self.down);
+        let mut ctx = Self::ctx(
+            now,
+            &mut self.transmit,
+            &mut self.counters,
+            &mut self.events,
+            &self.config,
+            &mut self.down,
+        );
         if seg.has(flags::RST) && c.legs[i].state == LegState::SynSent {
             // A RST to the SYN: nothing listens there; the replica's server
             // is gone for every new connection too.
@@ -338,14 +482,24 @@ impl Router {
     /// that replica cannot be reached (COSCANet-FT §III-D, passive
     /// detection).
     fn handle_icmp(&mut self, _now: Instant, payload: &[u8]) -> Result<(), DropReason> {
-        let u = icmp::parse_unreachable(payload).map_err(wire_reason)?.ok_or(DropReason::IcmpIgnored)?;
+        let u = icmp::parse_unreachable(payload)
+            .map_err(wire_reason)?
+            .ok_or(DropReason::IcmpIgnored)?;
         // Codes 0, 1 (net, host unreachable) and 9, 10, 13 (prohibited) say
         // the host is gone; 4 (fragmentation needed) is path MTU news.
         if !matches!(u.code, 0 | 1 | 9 | 10 | 13) {
             return Err(DropReason::IcmpIgnored);
         }
-        let &(svc, replica) = self.by_replica.get(&(u.dst, u.dst_port)).ok_or(DropReason::IcmpIgnored)?;
-        let key = ConnKey { client: u.src, cport: u.src_port, vip: self.config.services[svc].vip, vport: u.dst_port };
+        let &(svc, replica) = self
+            .by_replica
+            .get(&(u.dst, u.dst_port))
+            .ok_or(DropReason::IcmpIgnored)?;
+        let key = ConnKey {
+            client: u.src,
+            cport: u.src_port,
+            vip: self.config.services[svc].vip,
+            vport: u.dst_port,
+        };
         if !self.conns.contains_key(&key) {
             return Err(DropReason::IcmpIgnored);
         }
@@ -357,7 +511,9 @@ impl Router {
     /// every connection.
     fn apply_down(&mut self, now: Instant) {
         while let Some((svc, replica, reason)) = self.down.pop() {
-            let Some(v) = self.alive.get_mut(svc) else { continue };
+            let Some(v) = self.alive.get_mut(svc) else {
+                continue;
+            };
             // The last live replica of a service is never marked down: there
             // is nothing to fail over to, and a replica that was only slow
             // (or a path that was only cut for a while) must still get new
@@ -367,11 +523,27 @@ impl Router {
             }
             v[replica] = false;
             let s = &self.config.services[svc];
-            self.events.push_back(Event::ReplicaDown { service: s.name.clone(), replica: s.replicas[replica], reason });
-            let keys: Vec<ConnKey> = self.conns.iter().filter(|(_, c)| c.svc == svc).map(|(k, _)| *k).collect();
+            self.events.push_back(Event::ReplicaDown {
+                service: s.name.clone(),
+                replica: s.replicas[replica],
+                reason,
+            });
+            let keys: Vec<ConnKey> = self
+                .conns
+                .iter()
+                .filter(|(_, c)| c.svc == svc)
+                .map(|(k, _)| *k)
+                .collect();
             for k in keys {
                 if let Some(c) = self.conns.get_mut(&k) {
-                    let mut ctx = Self::ctx(now, &mut self.transmit, &mut self.counters, &mut self.events, &self.config, &mut self.down);
+                    let mut ctx = Self::ctx(
+                        now,
+                        &mut self.transmit,
+                        &mut self.counters,
+                        &mut self.events,
+                        &self.config,
+                        &mut self.down,
+                    );
                     c.evict_replica(&mut ctx, replica, EvictReason::ReplicaDown);
                 }
                 self.after(now, k);
@@ -382,7 +554,9 @@ impl Router {
     /// Bookkeeping after a connection handled an input: forget it if dead,
     /// leave the half-open count, schedule its next timer.
     fn after(&mut self, now: Instant, key: ConnKey) {
-        let Some(c) = self.conns.get_mut(&key) else { return };
+        let Some(c) = self.conns.get_mut(&key) else {
+            return;
+        };
         c.update_behind(now);
         if c.phase == Phase::Dead {
             self.remove(key);
@@ -391,6 +565,12 @@ impl Router {
         if c.counted_half_open && !c.half_open() {
             c.counted_half_open = false;
             self.half_open_count = self.half_open_count.saturating_sub(1);
+        }
+        if !c.announced && c.phase == Phase::Established {
+            c.announced = true;
+            self.events.push_back(Event::Established {
+                record: c.setup_record(),
+            });
         }
         let newly_closed = (c.phase == Phase::Closed && !c.counted_closed).then(|| {
             c.counted_closed = true;
@@ -405,7 +585,11 @@ impl Router {
             self.closed.push_back((key, t));
             if self.closed.len() > 2 * self.conns.len() + 1024 {
                 let conns = &self.conns;
-                self.closed.retain(|(k, t)| conns.get(k).is_some_and(|c| c.phase == Phase::Closed && c.closed_at == Some(*t)));
+                self.closed.retain(|(k, t)| {
+                    conns
+                        .get(k)
+                        .is_some_and(|c| c.phase == Phase::Closed && c.closed_at == Some(*t))
+                });
             }
         }
         if schedule {
@@ -422,7 +606,11 @@ impl Router {
         if self.timers.len() <= 2 * self.conns.len() + 1024 {
             return;
         }
-        self.timers = self.conns.iter().filter_map(|(k, c)| c.timer_at.map(|t| Reverse((t, *k)))).collect();
+        self.timers = self
+            .conns
+            .iter()
+            .filter_map(|(k, c)| c.timer_at.map(|t| Reverse((t, *k))))
+            .collect();
     }
 
     /// (connections, timer entries, half-open queue entries): what the
@@ -436,7 +624,31 @@ impl Router {
             if c.counted_half_open {
                 self.half_open_count = self.half_open_count.saturating_sub(1);
             }
+            if c.announced {
+                self.events.push_back(Event::Forgotten {
+                    key,
+                    replicas: c.legs.iter().map(|l| l.addr).collect(),
+                });
+            }
         }
+    }
+
+    /// A replica's host is gone (its agent stopped heartbeating): mark it
+    /// down in every service that lists it and take it out of every
+    /// connection, even idle ones that passive detection cannot judge.
+    /// Returns how many services it was marked down in.
+    pub fn host_lost(&mut self, now: Instant, addr: Ipv4Addr) -> usize {
+        let mut n = 0;
+        for (svc, s) in self.config.services.iter().enumerate() {
+            for (i, r) in s.replicas.iter().enumerate() {
+                if *r == addr && self.alive.get(svc).and_then(|v| v.get(i)) == Some(&true) {
+                    self.down.push((svc, i, EvictReason::HostLost));
+                    n += 1;
+                }
+            }
+        }
+        self.apply_down(now);
+        n
     }
 
     /// Run timers due at `now`.
@@ -446,12 +658,21 @@ impl Router {
                 break;
             }
             self.timers.pop();
-            let Some(c) = self.conns.get_mut(&key) else { continue };
+            let Some(c) = self.conns.get_mut(&key) else {
+                continue;
+            };
             if c.timer_at != Some(t) {
                 continue;
             }
             c.timer_at = None;
-            let mut ctx = Self::ctx(now, &mut self.transmit, &mut self.counters, &mut self.events, &self.config, &mut self.down);
+            let mut ctx = Self::ctx(
+                now,
+                &mut self.transmit,
+                &mut self.counters,
+                &mut self.events,
+                &self.config,
+                &mut self.down,
+            );
             c.on_timer(&mut ctx);
             self.after(now, key);
         }
@@ -510,7 +731,13 @@ impl Router {
                 .replicas
                 .iter()
                 .enumerate()
-                .map(|(ri, &addr)| ReplicaStatus { addr, alive: self.alive[si][ri], connections: 0, lag_out_bytes: 0, lag_in_bytes: 0 })
+                .map(|(ri, &addr)| ReplicaStatus {
+                    addr,
+                    alive: self.alive[si][ri],
+                    connections: 0,
+                    lag_out_bytes: 0,
+                    lag_in_bytes: 0,
+                })
                 .collect();
             let mut n = 0;
             for c in self.conns.values().filter(|c| c.svc == si) {
@@ -526,7 +753,13 @@ impl Router {
                     r.lag_in_bytes = r.lag_in_bytes.max(inn);
                 }
             }
-            services.push(ServiceStatus { name: s.name.clone(), vip: s.vip, ports: s.ports.clone(), replicas, connections: n });
+            services.push(ServiceStatus {
+                name: s.name.clone(),
+                vip: s.vip,
+                ports: s.ports.clone(),
+                replicas,
+                connections: n,
+            });
         }
         Status {
             services,

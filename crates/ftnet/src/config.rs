@@ -38,6 +38,8 @@ pub struct FileConfig {
     /// How long a data-plane thread keeps polling its queue after the last
     /// packet before it sleeps (0 = never spin).
     pub busy_poll: Duration,
+    /// `[control]`: agents register here; `None` = no agents.
+    pub control: Option<ControlConfig>,
     pub core: ftnet_core::Config,
 }
 
@@ -69,7 +71,47 @@ struct RawConfig {
     #[serde(default)]
     timeouts: Option<RawTimeouts>,
     #[serde(default)]
+    control: Option<Spanned<RawControl>>,
+    #[serde(default)]
     service: Vec<RawService>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawControl {
+    listen: Option<Spanned<String>>,
+    secret_file: Option<Spanned<String>>,
+    heartbeat_ms: Option<Spanned<u64>>,
+    dead_after_ms: Option<Spanned<u64>>,
+}
+
+/// The agents' control channel (`[control]`): where the router listens,
+/// the shared secret, the heartbeat timing.
+#[derive(Debug, Clone)]
+pub struct ControlConfig {
+    pub listen: std::net::SocketAddrV4,
+    pub secret: Vec<u8>,
+    pub secret_file: PathBuf,
+    pub heartbeat: Duration,
+    pub dead_after: Duration,
+}
+
+/// Read a shared secret file: its bytes, trailing whitespace removed; at
+/// least 16 bytes. The error says how to make one.
+pub fn read_secret(path: &Path) -> Result<Vec<u8>, String> {
+    let raw = std::fs::read(path).map_err(|e| format!("cannot read secret file {}: {e} — create one with `head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \\n' > {}`", path.display(), path.display()))?;
+    let mut s = raw;
+    while s.last().is_some_and(|b| b.is_ascii_whitespace()) {
+        s.pop();
+    }
+    if s.len() < 16 {
+        return Err(format!(
+            "secret file {} holds {} bytes — use at least 16 random bytes (e.g. 64 hex digits)",
+            path.display(),
+            s.len()
+        ));
+    }
+    Ok(s)
 }
 
 #[derive(Deserialize, Default)]
@@ -214,6 +256,52 @@ pub fn parse(file: &str, text: &str) -> Result<FileConfig, ConfigError> {
             Duration::from_micros(v)
         }
         None => Duration::ZERO,
+    };
+
+    // [control]
+    let control = match raw.control {
+        None => None,
+        Some(c) => {
+            let whole = c.span();
+            let c = c.into_inner();
+            let listen = match c.listen {
+                Some(l) => l.get_ref().parse::<std::net::SocketAddrV4>().map_err(|_| err(Some(l.span()), format!("listen = {:?} is not an IPv4 address and port — use e.g. \"0.0.0.0:7400\"", l.get_ref())))?,
+                None => return Err(err(Some(whole), "[control] needs listen = \"ADDR:PORT\" (where agents connect, e.g. \"0.0.0.0:7400\")".into())),
+            };
+            let (secret_file, secret) = match c.secret_file {
+                Some(f) => {
+                    let p = PathBuf::from(f.get_ref());
+                    let secret = read_secret(&p).map_err(|m| err(Some(f.span()), m))?;
+                    (p, secret)
+                }
+                None => return Err(err(Some(whole), "[control] needs secret_file = \"PATH\" (the secret shared with the agents, at least 16 bytes)".into())),
+            };
+            let heartbeat = match c.heartbeat_ms {
+                Some(h) if !(10..=60_000).contains(h.get_ref()) => {
+                    return Err(err(
+                        Some(h.span()),
+                        format!(
+                            "heartbeat_ms = {} out of range — use 10 to 60000",
+                            h.get_ref()
+                        ),
+                    ))
+                }
+                Some(h) => Duration::from_millis(*h.get_ref()),
+                None => Duration::from_millis(100),
+            };
+            let dead_after = match c.dead_after_ms {
+                Some(d) if *d.get_ref() < 2 * heartbeat.as_millis() as u64 => return Err(err(Some(d.span()), format!("dead_after_ms = {} is shorter than two heartbeats ({} ms) — one lost heartbeat would evict a healthy host", d.get_ref(), 2 * heartbeat.as_millis()))),
+                Some(d) => Duration::from_millis(*d.get_ref()),
+                None => heartbeat * 5,
+            };
+            Some(ControlConfig {
+                listen,
+                secret,
+                secret_file,
+                heartbeat,
+                dead_after,
+            })
+        }
     };
 
     // [limits]
@@ -384,6 +472,7 @@ pub fn parse(file: &str, text: &str) -> Result<FileConfig, ConfigError> {
         status_socket,
         threads,
         busy_poll,
+        control,
         core: ftnet_core::Config {
             services,
             timeouts,
@@ -434,6 +523,8 @@ impl FloorCharBoundary for str {
 pub struct LabTuning {
     pub threads: Option<u8>,
     pub busy_poll_us: Option<u64>,
+    /// Write a `[control]` section with this secret file.
+    pub control_secret: Option<PathBuf>,
 }
 
 /// Write a lab configuration (used by `ftnet lab up`).
@@ -446,9 +537,18 @@ pub fn render_lab(
     socket: &Path,
 ) -> String {
     let q = |v: &[String]| v.join(", ");
-    let mut threads = tuning.threads.map(|t| format!("threads = {t}\n")).unwrap_or_default();
+    let mut threads = tuning
+        .threads
+        .map(|t| format!("threads = {t}\n"))
+        .unwrap_or_default();
     if let Some(b) = tuning.busy_poll_us {
         threads.push_str(&format!("busy_poll_us = {b}\n"));
+    }
+    if let Some(f) = &tuning.control_secret {
+        threads.push_str(&format!(
+            "\n[control]\nlisten = \"0.0.0.0:7400\"\nsecret_file = \"{}\"\n",
+            f.display()
+        ));
     }
     format!(
         "# written by `ftnet lab up`\n[router]\ntun = \"ftnet0\"\ntable = 7000\nstatus_socket = \"{}\"\n{threads}\n[timeouts]\nfailure_detection_ms = {failure_ms}\n\n[[service]]\nname = \"lab\"\nvip = \"{vip}\"\nports = [{}]\nreplicas = [{}]\n",
@@ -532,7 +632,11 @@ replicas = ["198.18.11.2", "198.18.12.2", "198.18.13.2"]
             &[6379, 80],
             &r,
             50,
-            &LabTuning { threads: Some(1), busy_poll_us: Some(70) },
+            &LabTuning {
+                threads: Some(1),
+                busy_poll_us: Some(70),
+                control_secret: None,
+            },
             Path::new("/run/x.sock"),
         );
         let c = parse("lab.toml", &t).unwrap();

@@ -156,6 +156,10 @@ pub struct UpArgs {
     /// Router busy polling in µs after the last packet (0 = sleep at once) [default: the router's, 0].
     #[arg(long, value_name = "US")]
     pub busy_poll_us: Option<u64>,
+    /// Run `ftnet agent` in every replica namespace (control channel on the router's
+    /// 198.18.(10+i).1:7400, secret in /run/ftnet/lab/<name>/secret) and wait until all registered.
+    #[arg(long)]
+    pub agents: bool,
 }
 
 pub fn run(cmd: LabCmd) -> anyhow::Result<i32> {
@@ -219,6 +223,7 @@ pub fn run(cmd: LabCmd) -> anyhow::Result<i32> {
                 failure_ms: 100,
                 threads: None,
                 busy_poll_us: None,
+                agents: false,
             };
             run_guarded(&args, |lab| demo(lab, replicas))
         }
@@ -461,16 +466,109 @@ fn up(lab: &Lab, args: &UpArgs) -> anyhow::Result<()> {
     check_interrupt()?;
     let replicas: Vec<Ipv4Addr> = (1..=n).map(replica_ip).collect();
     let cfg_path = lab.dir().join("ftnet.toml");
+    let secret = lab.dir().join("secret");
+    if args.agents {
+        let key = sys::random_secret().context("reading /dev/urandom")?;
+        let hex: String = key
+            .iter()
+            .chain(sys::random_secret()?.iter())
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        std::fs::write(&secret, hex + "\n")
+            .with_context(|| format!("writing {}", secret.display()))?;
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600))?;
+    }
+    let tuning = config::LabTuning {
+        threads: args.threads,
+        busy_poll_us: args.busy_poll_us,
+        control_secret: args.agents.then(|| secret.clone()),
+    };
     std::fs::write(
         &cfg_path,
-        config::render_lab(VIP, &args.ports, &replicas, args.failure_ms, &config::LabTuning { threads: args.threads, busy_poll_us: args.busy_poll_us }, &lab.socket()),
+        config::render_lab(
+            VIP,
+            &args.ports,
+            &replicas,
+            args.failure_ms,
+            &tuning,
+            &lab.socket(),
+        ),
     )
     .with_context(|| format!("writing {}", cfg_path.display()))?;
     let mut router = start_router(lab, &cfg_path)?;
 
     wait_ready(lab, args, &mut router, &mut servers)?;
+    if args.agents {
+        for i in 1..=n {
+            check_interrupt()?;
+            start_agent(lab, i, &secret)?;
+        }
+        wait_agents(lab, n)?;
+    }
     guard.armed = false;
     Ok(())
+}
+
+/// The lab's control-channel port on the router.
+pub const CONTROL_PORT: u16 = 7400;
+
+fn start_agent(lab: &Lab, i: usize, secret: &Path) -> anyhow::Result<()> {
+    let exe = std::env::current_exe().context("finding the ftnet executable")?;
+    let dir = lab.replica_dir(i);
+    let (out, err) = log_file(&dir.join("agent.log"))?;
+    let mut cmd = Command::new("ip");
+    cmd.args(["netns", "exec", &lab.ns_replica(i)])
+        .arg(&exe)
+        .args([
+            "agent",
+            "--router",
+            &format!("198.18.{}.1:{CONTROL_PORT}", 10 + i),
+        ])
+        .args([
+            "--replica",
+            &replica_ip(i).to_string(),
+            "--host",
+            &format!("{}-r{i}", lab.name),
+            "--secret-file",
+        ])
+        .arg(secret)
+        .stdin(Stdio::null())
+        .stdout(out)
+        .stderr(err);
+    sys::detach(&mut cmd);
+    let child = cmd
+        .spawn()
+        .with_context(|| format!("starting the agent of replica {i}"))?;
+    std::fs::write(dir.join("agent.pid"), format!("{}\n", child.id()))?;
+    Ok(())
+}
+
+/// Wait until the router reports `n` registered agents.
+fn wait_agents(lab: &Lab, n: usize) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        check_interrupt()?;
+        let registered = status::fetch(&lab.socket())
+            .ok()
+            .and_then(|v| {
+                v["control"]["agents"]
+                    .as_array()
+                    .map(|a| a.iter().filter(|x| x["state"] == "registered").count())
+            })
+            .unwrap_or(0);
+        if registered >= n {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "only {registered} of {n} agents registered within 10 s — read {}/r<i>/agent.log and {}/router.log",
+                lab.dir().display(),
+                lab.dir().display()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 /// Open `path` for a child's stdout and stderr.
@@ -856,7 +954,12 @@ fn run_in(ns: &str, cmd: &[String]) -> anyhow::Result<i32> {
 fn ensure_not_up(lab: &Lab) -> anyhow::Result<()> {
     let existing = lab.namespaces()?;
     if let Some(ns) = existing.first() {
-        bail!("lab {:?} is already up (namespace {} exists) — run `ftnet lab down --name {}` first", lab.name, ns, lab.name);
+        bail!(
+            "lab {:?} is already up (namespace {} exists) — run `ftnet lab down --name {}` first",
+            lab.name,
+            ns,
+            lab.name
+        );
     }
     Ok(())
 }

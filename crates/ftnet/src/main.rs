@@ -1,7 +1,9 @@
 //! `ftnet`: run the fault-tolerance router, inspect it, and run a local
 //! testbed of network namespaces (`ftnet lab`).
 
+mod agent;
 mod config;
+mod control;
 mod lab;
 mod router;
 mod status;
@@ -72,6 +74,25 @@ Examples:
         #[arg(long)]
         json: bool,
     },
+    /// Run on a replica host: register the replica with the router (shared secret), heartbeat, keep connection records.
+    #[command(after_help = AGENT_HELP)]
+    Agent {
+        /// The router's control channel ([control] listen in its config), as seen from this host.
+        #[arg(long, value_name = "ADDR:PORT")]
+        router: std::net::SocketAddrV4,
+        /// This host's replica address, as listed in the router's [[service]] replicas.
+        #[arg(long, value_name = "IP")]
+        replica: std::net::Ipv4Addr,
+        /// File holding the secret shared with the router (at least 16 bytes).
+        #[arg(long, value_name = "PATH")]
+        secret_file: PathBuf,
+        /// Name reported to the router [default: the host name].
+        #[arg(long)]
+        host: Option<String>,
+        /// Log filter (as for `router`).
+        #[arg(long, default_value = "info", value_name = "LEVEL")]
+        log_level: String,
+    },
     /// Local testbed: client, router and replica network namespaces joined by veth pairs.
     Lab {
         #[command(subcommand)]
@@ -98,6 +119,12 @@ const ROUTER_HELP: &str = r#"Configuration format (every key but the [[service]]
   idle_s = 600
   handshake_s = 20
   time_wait_ms = 2000
+  [control]                                  # optional: agents on the replica hosts
+  listen = "0.0.0.0:7400"                    # where `ftnet agent --router` connects
+  secret_file = "/etc/ftnet/secret"          # shared with the agents, at least 16 bytes
+  heartbeat_ms = 100                         # agents send one heartbeat per interval
+  dead_after_ms = 500                        # a silent agent's host is lost: its replica is marked
+                                             # down and leaves every connection, idle ones too
   [[service]]                                # one block per service
   name = "redis"
   vip = "198.19.0.1"                         # the virtual IP clients connect to
@@ -113,6 +140,20 @@ What the router changes in its network namespace (all undone on exit):
 
 Example:
   ftnet router --config /etc/ftnet/ftnet.toml --log-level debug"#;
+
+const AGENT_HELP: &str = r#"The agent opens a TCP connection to the router's [control] listen address and both sides prove
+they hold the shared secret (HMAC-SHA256 over fresh nonces of both; nothing secret crosses the wire).
+Then it heartbeats at the router's pace. If the router hears nothing for dead_after_ms, it declares
+the replica's host lost: the replica leaves every connection at once and gets no new ones. An agent
+that is stopped cleanly closes its connection; that does not mark the replica down.
+
+The router sends the agent a record of every connection its replica serves (ISNs, sequence offset,
+timestamp base) and a notice when it ends; the agent keeps them across reconnections, for a router
+that has to rebuild its connection table.
+
+Example (replica host 198.18.11.2, router reachable at 198.18.11.1):
+  head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > /etc/ftnet/secret   # same file on the router
+  ftnet agent --router 198.18.11.1:7400 --replica 198.18.11.2 --secret-file /etc/ftnet/secret"#;
 
 fn main() {
     let cli = Cli::parse();
@@ -149,6 +190,24 @@ fn dispatch(cli: Cli) -> anyhow::Result<i32> {
             router::run(cfg)?;
             Ok(0)
         }
+        Cmd::Agent {
+            router,
+            replica,
+            secret_file,
+            host,
+            log_level,
+        } => {
+            init_logging(&log_level);
+            let secret = config::read_secret(&secret_file).map_err(anyhow::Error::msg)?;
+            let host = host.unwrap_or_else(sys::hostname);
+            agent::run(agent::AgentArgs {
+                router,
+                replica,
+                secret,
+                host,
+            })?;
+            Ok(0)
+        }
         Cmd::CheckConfig { file } => {
             let cfg = config::load(&file)?;
             println!("{}: ok", file.display());
@@ -167,6 +226,20 @@ fn dispatch(cli: Cli) -> anyhow::Result<i32> {
             println!(
                 "  limits: {} connections, {} half-open",
                 cfg.core.limits.max_connections, cfg.core.limits.max_half_open
+            );
+            if let Some(c) = &cfg.control {
+                println!(
+                    "  control: agents connect to {}, secret {} ({} bytes), heartbeat {:?}, host lost after {:?}",
+                    c.listen,
+                    c.secret_file.display(),
+                    c.secret.len(),
+                    c.heartbeat,
+                    c.dead_after
+                );
+            }
+            println!(
+                "  data plane: {} thread(s), busy poll {:?}",
+                cfg.threads, cfg.busy_poll
             );
             for s in &cfg.core.services {
                 let ports: Vec<String> = s.ports.iter().map(|p| p.to_string()).collect();

@@ -10,15 +10,16 @@
 //! socket; it only reads a string the first data-plane thread refreshes.
 
 use crate::config::FileConfig;
+use crate::control::{self, Registry, RouterHandle};
 use crate::sys;
 use anyhow::Context;
 use ftnet_core::{Event, Instant, Packet, Router};
 use ftnet_io::{steer, Device, Routing, RoutingSpec, Tun, TunOptions, RECV_BUF_LEN};
 use std::io::Write;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 use tracing::{error, info, warn};
 
@@ -46,7 +47,9 @@ pub fn run(cfg: FileConfig) -> anyhow::Result<()> {
     })
     .with_context(|| format!("opening TUN device {}", cfg.tun))?;
     if queues.len() > 1 {
-        match steer::load(&vips, queues.len() / 2).and_then(|prog| queues[0].set_steering(prog.as_raw_fd())) {
+        match steer::load(&vips, queues.len() / 2)
+            .and_then(|prog| queues[0].set_steering(prog.as_raw_fd()))
+        {
             Ok(()) => {}
             Err(e) => {
                 // Without steering the kernel hashes flows over the queues
@@ -110,7 +113,19 @@ pub fn run(cfg: FileConfig) -> anyhow::Result<()> {
         started,
         snapshot,
         tun: tun_name,
+        kick: eventfd().context("creating an eventfd")?,
+        registry: OnceLock::new(),
     });
+    if let Some(c) = &cfg.control {
+        let known = cfg
+            .core
+            .services
+            .iter()
+            .flat_map(|s| s.replicas.iter().copied())
+            .collect();
+        let reg = control::start(c, known, shared.clone())?;
+        let _ = shared.registry.set(reg);
+    }
     let busy_poll = cfg.busy_poll;
     let mut workers = Vec::new();
     let mut first = None;
@@ -157,6 +172,32 @@ struct Shared {
     started: std::time::Instant,
     snapshot: Arc<Mutex<String>>,
     tun: String,
+    /// Written when something outside the data plane (the control channel)
+    /// changed the core, so the first data-plane thread sends what it queued
+    /// now rather than at its next packet or timer.
+    kick: OwnedFd,
+    /// The agents, when `[control]` is configured.
+    registry: OnceLock<Arc<Registry>>,
+}
+
+impl RouterHandle for Shared {
+    fn host_lost(&self, addr: std::net::Ipv4Addr) -> usize {
+        let n = self.lock().host_lost(self.now(), addr);
+        let one: u64 = 1;
+        // SAFETY: writes 8 bytes from a live u64 to an eventfd we own.
+        unsafe { libc::write(self.kick.as_raw_fd(), (&one as *const u64).cast(), 8) };
+        n
+    }
+}
+
+fn eventfd() -> std::io::Result<OwnedFd> {
+    // SAFETY: eventfd(2) takes no pointers; the fd is checked and then owned.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: a fresh fd returned by the kernel, owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
 impl Shared {
@@ -190,24 +231,36 @@ impl Out {
     }
 
     /// Write the packets (outside the lock) and log the events.
-    fn flush<D: Device>(&mut self, dev: &mut D) {
+    fn flush<D: Device>(&mut self, dev: &mut D, registry: Option<&Registry>) {
         for pkt in self.packets.drain(..) {
             if let Err(e) = dev.send(&pkt) {
                 self.write_errors += 1;
                 // One line per power of two keeps a persistent error from flooding the log.
                 if self.write_errors.is_power_of_two() {
-                    warn!(errors = self.write_errors, len = pkt.data.len(), "TUN write: {e}");
+                    warn!(
+                        errors = self.write_errors,
+                        len = pkt.data.len(),
+                        "TUN write: {e}"
+                    );
                 }
             }
             dev.recycle(pkt.data);
         }
         for ev in self.events.drain(..) {
+            if registry.is_some_and(|r| r.route(&ev)) {
+                continue;
+            }
             log_event(&ev);
         }
     }
 }
 
-fn event_loop(mut tun: Tun, shared: &Shared, main: bool, busy_poll: Duration) -> anyhow::Result<()> {
+fn event_loop(
+    mut tun: Tun,
+    shared: &Shared,
+    main: bool,
+    busy_poll: Duration,
+) -> anyhow::Result<()> {
     let mut buf = vec![0u8; RECV_BUF_LEN];
     let mut batch = Vec::with_capacity(BATCH);
     let mut out = Out::default();
@@ -224,28 +277,39 @@ fn event_loop(mut tun: Tun, shared: &Shared, main: bool, busy_poll: Duration) ->
             }
             out.drain(&mut r);
             if main && last_status.elapsed() >= STATUS_EVERY {
-                refresh_status(&r, shared.started, &shared.snapshot, &shared.tun);
+                refresh_status(&r, shared);
                 last_status = std::time::Instant::now();
             }
             r.poll_timeout()
         };
-        out.flush(&mut tun);
+        out.flush(&mut tun, shared.registry.get().map(|r| r.as_ref()));
 
         let sleep = match next {
-            Some(due) => Duration::from_micros(due.as_micros().saturating_sub(shared.now().as_micros()))
-                .min(MAX_SLEEP),
+            Some(due) => {
+                Duration::from_micros(due.as_micros().saturating_sub(shared.now().as_micros()))
+                    .min(MAX_SLEEP)
+            }
             None => MAX_SLEEP,
         };
         // Round up so a timer 300 µs away does not turn into a busy loop of
         // zero-millisecond polls.
         let ms = sleep.as_micros().div_ceil(1000) as libc::c_int;
-        let mut pfd = libc::pollfd {
-            fd: tun.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: `pfd` is one valid pollfd that lives across the call.
-        let rc = unsafe { libc::poll(&mut pfd, 1, ms) };
+        let mut pfd = [
+            libc::pollfd {
+                fd: tun.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: shared.kick.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        // Only the first thread answers kicks.
+        let nfds = if main { 2 } else { 1 };
+        // SAFETY: `pfd` holds `nfds` valid pollfds that live across the call.
+        let rc = unsafe { libc::poll(pfd.as_mut_ptr(), nfds, ms) };
         if rc < 0 {
             let e = std::io::Error::last_os_error();
             if e.kind() == std::io::ErrorKind::Interrupted {
@@ -255,6 +319,12 @@ fn event_loop(mut tun: Tun, shared: &Shared, main: bool, busy_poll: Duration) ->
         }
         if rc == 0 {
             continue;
+        }
+        if main && pfd[1].revents != 0 {
+            let mut v = 0u64;
+            // SAFETY: reads 8 bytes into a live u64 from our eventfd.
+            unsafe { libc::read(shared.kick.as_raw_fd(), (&mut v as *mut u64).cast(), 8) };
+            continue; // the top of the loop sends what the core queued
         }
         // Drain the queue a batch at a time before sleeping again.
         // Drain the queue a batch at a time; with busy polling keep reading
@@ -270,7 +340,10 @@ fn event_loop(mut tun: Tun, shared: &Shared, main: bool, busy_poll: Duration) ->
             if n > 0 {
                 last = std::time::Instant::now();
             }
-            if last.elapsed() >= busy_poll || sys::stop_requested() || next.is_some_and(|due| due <= shared.now()) {
+            if last.elapsed() >= busy_poll
+                || sys::stop_requested()
+                || next.is_some_and(|due| due <= shared.now())
+            {
                 break;
             }
             std::hint::spin_loop();
@@ -306,7 +379,7 @@ fn pump<D: Device>(
         }
         out.drain(&mut r);
     }
-    out.flush(dev);
+    out.flush(dev, shared.registry.get().map(|r| r.as_ref()));
     n
 }
 
@@ -345,22 +418,23 @@ fn log_event(ev: &Event) {
         Event::ConnectionLost { conn } => {
             error!("connection {conn}: no replica left, client reset")
         }
+        // One per connection: records for the agents, not log lines.
+        Event::Established { .. } | Event::Forgotten { .. } => {}
         other => info!("{other:?}"),
     }
 }
 
-fn refresh_status(
-    router: &Router,
-    started: std::time::Instant,
-    snapshot: &Mutex<String>,
-    tun: &str,
-) {
-    let doc = serde_json::json!({
-        "uptime_s": started.elapsed().as_secs_f64(),
-        "tun": tun,
+fn refresh_status(router: &Router, shared: &Shared) {
+    let mut doc = serde_json::json!({
+        "uptime_s": shared.started.elapsed().as_secs_f64(),
+        "tun": shared.tun,
         "pid": std::process::id(),
         "status": router.status(),
     });
+    if let Some(reg) = shared.registry.get() {
+        doc["control"] = reg.status();
+    }
+    let snapshot = &shared.snapshot;
     let text = doc.to_string();
     match snapshot.lock() {
         Ok(mut s) => *s = text,
@@ -432,6 +506,8 @@ mod tests {
             started: std::time::Instant::now(),
             snapshot: Arc::new(Mutex::new(String::new())),
             tun: "t".into(),
+            kick: eventfd().expect("eventfd"),
+            registry: OnceLock::new(),
         }
     }
 
@@ -458,19 +534,31 @@ mod tests {
     fn pump_forwards_and_survives_send_errors() {
         let sh = shared();
         let mut dev = MemDevice::default();
-        dev.rx.push_back(Packet::plain(syn([198, 18, 1, 2], [198, 19, 0, 1], 40000, 7)));
+        dev.rx.push_back(Packet::plain(syn(
+            [198, 18, 1, 2],
+            [198, 19, 0, 1],
+            40000,
+            7,
+        )));
         let mut buf = vec![0u8; RECV_BUF_LEN];
         let (mut batch, mut out) = (Vec::new(), Out::default());
         pump(&mut dev, &sh, &mut buf, &mut batch, &mut out);
         assert_eq!(out.write_errors, 0);
         assert!(
-            dev.tx.iter().any(|p| p.data.len() >= 20 && p.data[16..20] == [198, 18, 11, 2]),
+            dev.tx
+                .iter()
+                .any(|p| p.data.len() >= 20 && p.data[16..20] == [198, 18, 11, 2]),
             "no packet to the replica: {:?}",
             dev.tx
         );
 
         dev.fail_sends = Some(std::io::ErrorKind::Other);
-        dev.rx.push_back(Packet::plain(syn([198, 18, 1, 2], [198, 19, 0, 1], 40001, 7)));
+        dev.rx.push_back(Packet::plain(syn(
+            [198, 18, 1, 2],
+            [198, 19, 0, 1],
+            40001,
+            7,
+        )));
         pump(&mut dev, &sh, &mut buf, &mut batch, &mut out);
         assert!(out.write_errors >= 1, "send failure not counted");
     }

@@ -88,6 +88,33 @@ pub fn render(v: &Value) -> String {
             );
         }
     }
+    if let Some(agents) = v["control"]["agents"].as_array() {
+        let _ = writeln!(
+            o,
+            "\nagents ({} registered)",
+            agents.iter().filter(|a| a["state"] == "registered").count()
+        );
+        let _ = writeln!(
+            o,
+            "  {:<16} {:<11} {:<20} {:>8} {:>8}",
+            "replica", "state", "host", "for s", "records"
+        );
+        for a in agents {
+            let _ = writeln!(
+                o,
+                "  {:<16} {:<11} {:<20} {:>8.1} {:>8}",
+                a["replica"].as_str().unwrap_or("?"),
+                a["state"].as_str().unwrap_or("?"),
+                a["host"].as_str().unwrap_or("?"),
+                a["for_s"].as_f64().unwrap_or(0.0),
+                u(&a["records"]),
+            );
+        }
+        let dropped = u(&v["control"]["dropped_records"]);
+        if dropped > 0 {
+            let _ = writeln!(o, "  records not delivered (agent queue full): {dropped}");
+        }
+    }
     let c = &st["counters"];
     let _ = writeln!(o, "\ncounters:");
     for k in [

@@ -50,7 +50,12 @@ const JA: u8 = 0x05; // BPF_JMP | BPF_JA
 const EXIT: u8 = 0x95;
 
 const fn ins(code: u8, dst: u8, src: u8, off: i16, imm: i32) -> Insn {
-    Insn { code, regs: dst | (src << 4), off, imm }
+    Insn {
+        code,
+        regs: dst | (src << 4),
+        off,
+        imm,
+    }
 }
 
 /// The program for `per_side` queues per direction (2 × `per_side` queues):
@@ -111,7 +116,11 @@ pub fn queue_of(packet: &[u8], vips: &[Ipv4Addr], per_side: usize) -> usize {
     let w = |o: usize| u32::from_be_bytes([packet[o], packet[o + 1], packet[o + 2], packet[o + 3]]);
     let h = |o: usize| u16::from_be_bytes([packet[o], packet[o + 1]]) as u32;
     let dst = w(16);
-    let (key, base) = if vips.iter().any(|v| u32::from(*v) == dst) { (w(12) ^ h(20), 0) } else { (dst ^ h(22), k) };
+    let (key, base) = if vips.iter().any(|v| u32::from(*v) == dst) {
+        (w(12) ^ h(20), 0)
+    } else {
+        (dst ^ h(22), k)
+    };
     (base + (key.wrapping_mul(0x9E37_79B1) >> 16) % k) as usize
 }
 
@@ -168,8 +177,15 @@ pub fn load(vips: &[Ipv4Addr], per_side: usize) -> Result<OwnedFd, Error> {
     };
     if fd < 0 {
         let source = io::Error::last_os_error();
-        let verifier = String::from_utf8_lossy(&log[..log.iter().position(|&b| b == 0).unwrap_or(0)]).trim().to_string();
-        return Err(Error::Bpf { what: "loading the TUN steering program", verifier, source });
+        let verifier =
+            String::from_utf8_lossy(&log[..log.iter().position(|&b| b == 0).unwrap_or(0)])
+                .trim()
+                .to_string();
+        return Err(Error::Bpf {
+            what: "loading the TUN steering program",
+            verifier,
+            source,
+        });
     }
     // SAFETY: the kernel just returned this fd and nobody else owns it.
     Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
@@ -183,7 +199,11 @@ mod tests {
     /// instruction the layout promises.
     #[test]
     fn program_jumps_land_where_intended() {
-        let vips = [Ipv4Addr::new(198, 19, 0, 1), Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::new(203, 0, 113, 9)];
+        let vips = [
+            Ipv4Addr::new(198, 19, 0, 1),
+            Ipv4Addr::new(10, 0, 0, 1),
+            Ipv4Addr::new(203, 0, 113, 9),
+        ];
         let p = program(&vips, 3);
         let n = vips.len();
         assert_eq!(p.len(), 2 + n + 5 + 5 + 5);
@@ -197,7 +217,11 @@ mod tests {
         }
         let ja = 2 + n + 4;
         assert_eq!(p[ja].code, JA);
-        assert_eq!(ja + 1 + p[ja].off as usize, client_side + 5, "replica side joins the hash");
+        assert_eq!(
+            ja + 1 + p[ja].off as usize,
+            client_side + 5,
+            "replica side joins the hash"
+        );
         assert_eq!(p[2 + n + 3].imm, 3, "replica side base = per_side");
         assert_eq!(p[client_side + 4].imm, 0, "client side base = 0");
         assert_eq!(std::mem::size_of::<Insn>(), 8);
@@ -217,13 +241,28 @@ mod tests {
         };
         for per_side in 1..=4 {
             for cport in 40000..40050u16 {
-                let up = queue_of(&pkt([198, 18, 1, 2], [198, 19, 0, 1], cport, 80), &[vip], per_side);
+                let up = queue_of(
+                    &pkt([198, 18, 1, 2], [198, 19, 0, 1], cport, 80),
+                    &[vip],
+                    per_side,
+                );
                 assert!(up < per_side);
                 // The replies of three replicas to that client port share a queue.
                 let downs: Vec<usize> = (11..14)
-                    .map(|r| queue_of(&pkt([198, 18, r, 2], [198, 18, 1, 2], 80, cport), &[vip], per_side))
+                    .map(|r| {
+                        queue_of(
+                            &pkt([198, 18, r, 2], [198, 18, 1, 2], 80, cport),
+                            &[vip],
+                            per_side,
+                        )
+                    })
                     .collect();
-                assert!(downs.iter().all(|&q| q == downs[0] && q >= per_side && q < 2 * per_side), "{downs:?}");
+                assert!(
+                    downs
+                        .iter()
+                        .all(|&q| q == downs[0] && q >= per_side && q < 2 * per_side),
+                    "{downs:?}"
+                );
             }
         }
     }

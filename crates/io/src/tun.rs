@@ -66,7 +66,10 @@ impl Tun {
     /// Create (or attach to) the TUN interface `opts.name`, switch on the
     /// virtio-net header and the offloads, and bring the link up.
     pub fn open(opts: &TunOptions) -> Result<Tun, Error> {
-        let mut q = Tun::open_queues(&TunOptions { queues: 1, ..opts.clone() })?;
+        let mut q = Tun::open_queues(&TunOptions {
+            queues: 1,
+            ..opts.clone()
+        })?;
         Ok(q.remove(0))
     }
 
@@ -86,7 +89,10 @@ impl Tun {
         // router is IPv4 only. The setting dies with the device.
         let v6 = format!("/proc/sys/net/ipv6/conf/{name}/disable_ipv6");
         if std::path::Path::new(&v6).exists() {
-            std::fs::write(&v6, "1").map_err(|source| Error::Sysctl { path: v6.clone(), source })?;
+            std::fs::write(&v6, "1").map_err(|source| Error::Sysctl {
+                path: v6.clone(),
+                source,
+            })?;
         }
         crate::ip(&[
             "link",
@@ -197,7 +203,11 @@ impl Tun {
             });
         }
 
-        Ok(Tun { fd, name, pool: Vec::new() })
+        Ok(Tun {
+            fd,
+            name,
+            pool: Vec::new(),
+        })
     }
 
     /// Attach a steering program (an eBPF socket-filter program whose return
@@ -206,7 +216,14 @@ impl Tun {
         let fd: libc::c_int = prog_fd;
         // SAFETY: TUNSETSTEERINGEBPF reads one `int` (the program fd) through
         // the pointer, which points to a live local.
-        if unsafe { libc::ioctl(self.fd.as_raw_fd(), TUNSETSTEERINGEBPF, &fd as *const libc::c_int) } < 0 {
+        if unsafe {
+            libc::ioctl(
+                self.fd.as_raw_fd(),
+                TUNSETSTEERINGEBPF,
+                &fd as *const libc::c_int,
+            )
+        } < 0
+        {
             return Err(Error::Tun {
                 op: "ioctl TUNSETSTEERINGEBPF",
                 name: self.name.clone(),
@@ -235,12 +252,21 @@ impl Tun {
     /// `Ok(None)` when nothing is queued. `_scratch` is unused and kept for
     /// the [`crate::Device`] signature.
     pub fn recv(&mut self, _scratch: &mut [u8]) -> io::Result<Option<Packet>> {
-        let mut data = self.pool.pop().unwrap_or_else(|| Vec::with_capacity(RECV_BUF_LEN - vnet::LEN));
+        let mut data = self
+            .pool
+            .pop()
+            .unwrap_or_else(|| Vec::with_capacity(RECV_BUF_LEN - vnet::LEN));
         let cap = data.capacity();
         let mut hdr = [0u8; vnet::LEN];
         let iov = [
-            libc::iovec { iov_base: hdr.as_mut_ptr().cast(), iov_len: hdr.len() },
-            libc::iovec { iov_base: data.as_mut_ptr().cast(), iov_len: cap },
+            libc::iovec {
+                iov_base: hdr.as_mut_ptr().cast(),
+                iov_len: hdr.len(),
+            },
+            libc::iovec {
+                iov_base: data.as_mut_ptr().cast(),
+                iov_len: cap,
+            },
         ];
         // SAFETY: both iovecs point to writable memory of the given lengths
         // (`hdr` on the stack, `data`'s spare capacity) for the whole call.
@@ -256,9 +282,15 @@ impl Tun {
         let n = n as usize;
         // Every read starts with the virtio-net header; anything shorter is a
         // kernel/ABI mismatch, not a packet.
-        let vnet = VnetHdr::parse(&hdr).ok().filter(|_| n >= vnet::LEN).ok_or_else(|| {
-            io::Error::new(io::ErrorKind::InvalidData, format!("TUN read of {n} bytes has no virtio-net header"))
-        })?;
+        let vnet = VnetHdr::parse(&hdr)
+            .ok()
+            .filter(|_| n >= vnet::LEN)
+            .ok_or_else(|| {
+                io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("TUN read of {n} bytes has no virtio-net header"),
+                )
+            })?;
         let len = (n - vnet::LEN).min(cap);
         // SAFETY: the kernel wrote `len` bytes (at most `cap`) into the spare
         // capacity; u8 has no invalid bit patterns.

@@ -198,7 +198,8 @@ fn steering_splits_queues_by_direction_and_client() {
             // A fresh source port for each VIP-bound flow, a fresh destination port for the others.
             let sock = std::net::UdpSocket::bind("10.9.0.1:0").expect("udp");
             sock.send_to(b"x", (vip, 1000)).expect("send to vip");
-            sock.send_to(b"y", (Ipv4Addr::new(10, 9, 0, 88), 2000 + i)).expect("send to other");
+            sock.send_to(b"y", (Ipv4Addr::new(10, 9, 0, 88), 2000 + i))
+                .expect("send to other");
         }
         let mut buf = vec![0u8; RECV_BUF_LEN];
         let deadline = Instant::now() + Duration::from_secs(2);
@@ -216,7 +217,10 @@ fn steering_splits_queues_by_direction_and_client() {
                 }
             }
             if !got {
-                assert!(Instant::now() < deadline, "only {seen:?} of 32 packets within 2 s");
+                assert!(
+                    Instant::now() < deadline,
+                    "only {seen:?} of 32 packets within 2 s"
+                );
                 std::thread::sleep(Duration::from_millis(5));
             }
         }

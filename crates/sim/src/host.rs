@@ -39,7 +39,9 @@ fn ts2() -> u32 {
 }
 /// A 10 kHz clock.
 fn ts3() -> u32 {
-    NOW_US.with(|c| (c.get() / 100) as u32).wrapping_add(123_456_789)
+    NOW_US
+        .with(|c| (c.get() / 100) as u32)
+        .wrapping_add(123_456_789)
 }
 fn ts4() -> u32 {
     now_ms().wrapping_add(3_000_000_000)
@@ -126,7 +128,11 @@ impl ClientConn {
             && unacked == 0
             && match close {
                 Close::Never => true,
-                _ => self.close_called && matches!(state, State::TimeWait | State::Closed) && !self.reset,
+                _ => {
+                    self.close_called
+                        && matches!(state, State::TimeWait | State::Closed)
+                        && !self.reset
+                }
             }
     }
 }
@@ -168,7 +174,10 @@ pub(crate) struct Host {
 }
 
 fn new_socket(p: &HostParams) -> tcp::Socket<'static> {
-    let mut s = tcp::Socket::new(tcp::SocketBuffer::new(vec![0u8; p.rx_buf]), tcp::SocketBuffer::new(vec![0u8; p.tx_buf]));
+    let mut s = tcp::Socket::new(
+        tcp::SocketBuffer::new(vec![0u8; p.rx_buf]),
+        tcp::SocketBuffer::new(vec![0u8; p.tx_buf]),
+    );
     s.set_tsval_generator(p.ts_gen.map(|i| TS_GENS[i]));
     s.set_nagle_enabled(p.nagle);
     s.set_ack_delay(p.ack_delay_ms.map(SDuration::from_millis));
@@ -177,7 +186,10 @@ fn new_socket(p: &HostParams) -> tcp::Socket<'static> {
 
 impl Host {
     fn new(name: String, ip: Ipv4Addr, params: HostParams, seed: u64, app: App) -> Host {
-        let mut dev = SimDevice { rx: VecDeque::new(), tx: Vec::new() };
+        let mut dev = SimDevice {
+            rx: VecDeque::new(),
+            tx: Vec::new(),
+        };
         let mut cfg = IfConfig::new(HardwareAddress::Ip);
         cfg.random_seed = seed;
         let mut iface = Interface::new(cfg, &mut dev, SInstant::from_micros(0));
@@ -186,7 +198,16 @@ impl Host {
         iface.update_ip_addrs(|a| {
             let _ = a.push(IpCidr::new(IpAddress::Ipv4(ip), 15));
         });
-        Host { name, ip, iface, dev, sockets: SocketSet::new(Vec::new()), alive: true, params, app }
+        Host {
+            name,
+            ip,
+            iface,
+            dev,
+            sockets: SocketSet::new(Vec::new()),
+            alive: true,
+            params,
+            app,
+        }
     }
 
     /// A client with `conns` connections to `server`, each carrying its own
@@ -204,23 +225,54 @@ impl Host {
         refused_conns: usize,
         rng: &mut SmallRng,
     ) -> Host {
-        let mut h = Host::new("client".into(), ip, params, seed, App::Client { conns: Vec::new(), close, max_write, refused: Vec::new() });
+        let mut h = Host::new(
+            "client".into(),
+            ip,
+            params,
+            seed,
+            App::Client {
+                conns: Vec::new(),
+                close,
+                max_write,
+                refused: Vec::new(),
+            },
+        );
         let base: u16 = rng.gen_range(20000..60000);
         let mut list = Vec::new();
         for i in 0..conns {
             let port = base + i as u16 * 7;
             let mut s = new_socket(&h.params);
-            s.connect(h.iface.context(), IpEndpoint::new(IpAddress::Ipv4(server.0), server.1), port).expect("connect");
+            s.connect(
+                h.iface.context(),
+                IpEndpoint::new(IpAddress::Ipv4(server.0), server.1),
+                port,
+            )
+            .expect("connect");
             let handle = h.sockets.add(s);
             let mut data = vec![0u8; bytes];
             rng.fill(&mut data[..]);
-            list.push(ClientConn { handle, port, data, sent: 0, recvd: Vec::new(), close_called: false, orderly: false, established: false, reset: false });
+            list.push(ClientConn {
+                handle,
+                port,
+                data,
+                sent: 0,
+                recvd: Vec::new(),
+                close_called: false,
+                orderly: false,
+                established: false,
+                reset: false,
+            });
         }
         let mut refused_list = Vec::new();
         for i in 0..refused_conns {
             let port = base + 3 + i as u16 * 7;
             let mut s = new_socket(&h.params);
-            s.connect(h.iface.context(), IpEndpoint::new(IpAddress::Ipv4(server.0), server.1 + 1), port).expect("connect");
+            s.connect(
+                h.iface.context(),
+                IpEndpoint::new(IpAddress::Ipv4(server.0), server.1 + 1),
+                port,
+            )
+            .expect("connect");
             refused_list.push((h.sockets.add(s), port));
         }
         if let App::Client { conns, refused, .. } = &mut h.app {
@@ -230,8 +282,24 @@ impl Host {
         h
     }
 
-    pub fn server(name: String, ip: Ipv4Addr, params: HostParams, seed: u64, port: u16, listeners: usize) -> Host {
-        let mut h = Host::new(name, ip, params, seed, App::Server { socks: Vec::new(), port });
+    pub fn server(
+        name: String,
+        ip: Ipv4Addr,
+        params: HostParams,
+        seed: u64,
+        port: u16,
+        listeners: usize,
+    ) -> Host {
+        let mut h = Host::new(
+            name,
+            ip,
+            params,
+            seed,
+            App::Server {
+                socks: Vec::new(),
+                port,
+            },
+        );
         for _ in 0..listeners {
             h.add_listener();
         }
@@ -239,11 +307,20 @@ impl Host {
     }
 
     fn add_listener(&mut self) {
-        let App::Server { socks, port } = &mut self.app else { return };
+        let App::Server { socks, port } = &mut self.app else {
+            return;
+        };
         let mut s = new_socket(&self.params);
         s.listen(*port).expect("listen");
         let handle = self.sockets.add(s);
-        socks.push(ServerSock { handle, peer_port: None, rx: Vec::new(), pending: VecDeque::new(), saw_fin: false, close_called: false });
+        socks.push(ServerSock {
+            handle,
+            peer_port: None,
+            rx: Vec::new(),
+            pending: VecDeque::new(),
+            saw_fin: false,
+            close_called: false,
+        });
     }
 
     /// Let the stack process input and timers, then the application, until
@@ -264,13 +341,22 @@ impl Host {
     fn run_app(&mut self, rng: &mut SmallRng) -> Result<bool, String> {
         let mut progressed = false;
         match &mut self.app {
-            App::Client { conns, close, max_write, .. } => {
+            App::Client {
+                conns,
+                close,
+                max_write,
+                ..
+            } => {
                 for (ci, c) in conns.iter_mut().enumerate() {
                     let s = self.sockets.get_mut::<tcp::Socket>(c.handle);
                     let st = s.state();
                     match st {
                         State::SynSent | State::Closed | State::Listen => {}
-                        State::FinWait1 | State::FinWait2 | State::Closing | State::TimeWait | State::LastAck => {
+                        State::FinWait1
+                        | State::FinWait2
+                        | State::Closing
+                        | State::TimeWait
+                        | State::LastAck => {
                             c.established = true;
                             if c.close_called {
                                 c.orderly = true;
@@ -315,14 +401,22 @@ impl Host {
                             return Err(format!("client conn {ci} (port {}): received {after} bytes, more than the {} sent", c.port, c.data.len()));
                         }
                         if c.recvd[before..] != c.data[before..after] {
-                            let off = before + c.recvd[before..].iter().zip(&c.data[before..after]).position(|(a, b)| a != b).unwrap_or(0);
+                            let off = before
+                                + c.recvd[before..]
+                                    .iter()
+                                    .zip(&c.data[before..after])
+                                    .position(|(a, b)| a != b)
+                                    .unwrap_or(0);
                             return Err(format!(
                                 "client conn {ci} (port {}): echo differs from the sent stream at byte {off}: got {:#04x}, sent {:#04x}",
                                 c.port, c.recvd[off], c.data[off]
                             ));
                         }
                     }
-                    if *close == Close::AfterEcho && c.recvd.len() == c.data.len() && !c.close_called {
+                    if *close == Close::AfterEcho
+                        && c.recvd.len() == c.data.len()
+                        && !c.close_called
+                    {
                         s.close();
                         c.close_called = true;
                         progressed = true;
@@ -366,7 +460,10 @@ impl Host {
                     if k.peer_port.is_some()
                         && !s.may_recv()
                         && !k.saw_fin
-                        && matches!(s.state(), State::CloseWait | State::LastAck | State::Closing | State::TimeWait)
+                        && matches!(
+                            s.state(),
+                            State::CloseWait | State::LastAck | State::Closing | State::TimeWait
+                        )
                     {
                         k.saw_fin = true;
                         progressed = true;
@@ -380,7 +477,10 @@ impl Host {
                 // Keep two sockets listening so that later (and bogus)
                 // connections still find one; bounded so a SYN flood in the
                 // fuzz test cannot grow it without limit.
-                let listening = socks.iter().filter(|k| self.sockets.get::<tcp::Socket>(k.handle).state() == State::Listen).count();
+                let listening = socks
+                    .iter()
+                    .filter(|k| self.sockets.get::<tcp::Socket>(k.handle).state() == State::Listen)
+                    .count();
                 if listening < 2 && socks.len() < 64 {
                     self.add_listener();
                     progressed = true;
@@ -401,10 +501,14 @@ impl Host {
     /// Clamp the MSS option of an outgoing SYN to what this host's link
     /// MTU carries with 12 bytes of timestamp option (see `capabilities`).
     pub fn clamp_mss(&self, pkt: &mut [u8]) {
-        let Ok(ip) = ftnet_wire::ipv4::Packet::new_checked(&mut pkt[..]) else { return };
+        let Ok(ip) = ftnet_wire::ipv4::Packet::new_checked(&mut pkt[..]) else {
+            return;
+        };
         let hl = ip.header_len();
         let tl = ip.total_len();
-        let Ok(mut seg) = ftnet_wire::tcp::Segment::new_checked(&mut pkt[hl..tl]) else { return };
+        let Ok(mut seg) = ftnet_wire::tcp::Segment::new_checked(&mut pkt[hl..tl]) else {
+            return;
+        };
         let want = (self.params.mtu - 52) as u16;
         if seg.syn() && seg.mss().is_some_and(|m| m > want) {
             seg.set_mss(want, ftnet_wire::tcp::CsumMode::Complete);
@@ -413,7 +517,9 @@ impl Host {
 
     pub fn poll_at(&mut self, now_us: u64) -> Option<u64> {
         let t = SInstant::from_micros(now_us as i64);
-        self.iface.poll_at(t, &self.sockets).map(|i| i.total_micros().max(0) as u64)
+        self.iface
+            .poll_at(t, &self.sockets)
+            .map(|i| i.total_micros().max(0) as u64)
     }
 
     pub fn state(&self, h: SocketHandle) -> State {
@@ -428,7 +534,10 @@ impl Host {
     /// connection).
     pub fn by_peer(&self) -> HashMap<u16, &ServerSock> {
         match &self.app {
-            App::Server { socks, .. } => socks.iter().filter_map(|k| k.peer_port.map(|p| (p, k))).collect(),
+            App::Server { socks, .. } => socks
+                .iter()
+                .filter_map(|k| k.peer_port.map(|p| (p, k)))
+                .collect(),
             _ => HashMap::new(),
         }
     }

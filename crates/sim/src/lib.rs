@@ -105,7 +105,9 @@ mod host;
 
 pub use params::{Close, Crash, CrashKind, CrashWhen, HostParams, Inject, Mode, NetParams, Params};
 
-use ftnet_core::{Config, Counters, Event, EvictReason, Instant, Packet, Router, Service, Timeouts};
+use ftnet_core::{
+    Config, Counters, Event, EvictReason, Instant, Packet, Router, Service, Timeouts,
+};
 use ftnet_wire::{ipv4, tcp};
 use host::Host;
 use rand::rngs::SmallRng;
@@ -201,10 +203,24 @@ fn seg_info(data: &[u8]) -> Option<SegInfo> {
     }
     let src = ip.src();
     let s = tcp::Segment::new_checked(ip.payload()).ok()?;
-    let cport = if src == CLIENT_IP { s.src_port() } else { s.dst_port() };
+    let cport = if src == CLIENT_IP {
+        s.src_port()
+    } else {
+        s.dst_port()
+    };
     let f = s.flags();
-    let pure_ack = f & (tcp::flags::SYN | tcp::flags::FIN | tcp::flags::RST) == 0 && f & tcp::flags::ACK != 0;
-    Some(SegInfo { cport, seq: s.seq().0, ack: s.ack().0, len: s.payload_len() as u32, win: s.window(), pure_ack, fin: f & tcp::flags::FIN != 0, has_ack: f & tcp::flags::ACK != 0 })
+    let pure_ack =
+        f & (tcp::flags::SYN | tcp::flags::FIN | tcp::flags::RST) == 0 && f & tcp::flags::ACK != 0;
+    Some(SegInfo {
+        cport,
+        seq: s.seq().0,
+        ack: s.ack().0,
+        len: s.payload_len() as u32,
+        win: s.window(),
+        pure_ack,
+        fin: f & tcp::flags::FIN != 0,
+        has_ack: f & tcp::flags::ACK != 0,
+    })
 }
 
 /// What became of a segment of old data (every octet already received)
@@ -335,14 +351,33 @@ impl Sim {
             &mut app_rng,
         )];
         for i in 0..p.replicas {
-            let hp = p.replica.get(i).cloned().unwrap_or_else(HostParams::default_host);
-            hosts.push(Host::server(format!("replica{i}"), replica_ip(i), hp, setup.gen(), PORT, p.conns + 2));
+            let hp = p
+                .replica
+                .get(i)
+                .cloned()
+                .unwrap_or_else(HostParams::default_host);
+            hosts.push(Host::server(
+                format!("replica{i}"),
+                replica_ip(i),
+                hp,
+                setup.gen(),
+                PORT,
+                p.conns + 2,
+            ));
         }
         let middle = match p.mode {
             Mode::Router => {
                 let cfg = Config {
-                    services: vec![Service { name: "echo".into(), vip: VIP, ports: vec![PORT, PORT + 1], replicas: (0..p.replicas).map(replica_ip).collect() }],
-                    timeouts: Timeouts { failure_detection: Duration::from_millis(p.failure_detection_ms), ..Timeouts::default() },
+                    services: vec![Service {
+                        name: "echo".into(),
+                        vip: VIP,
+                        ports: vec![PORT, PORT + 1],
+                        replicas: (0..p.replicas).map(replica_ip).collect(),
+                    }],
+                    timeouts: Timeouts {
+                        failure_detection: Duration::from_millis(p.failure_detection_ms),
+                        ..Timeouts::default()
+                    },
                     limits: Default::default(),
                 };
                 let mut secret = [0u8; 16];
@@ -359,9 +394,13 @@ impl Sim {
             }
         }
         let mut fuzz_rng = SmallRng::seed_from_u64(seed ^ 0xf022);
-        let mut fuzz_times: Vec<u64> = (0..p.fuzz_packets).map(|_| fuzz_rng.gen_range(0..50_000)).collect();
+        let mut fuzz_times: Vec<u64> = (0..p.fuzz_packets)
+            .map(|_| fuzz_rng.gen_range(0..50_000))
+            .collect();
         fuzz_times.sort_unstable();
-        let pcap = std::env::var("FTNET_SIM_PCAP").ok().and_then(|path| pcap::PcapWriter::create(&path).ok());
+        let pcap = std::env::var("FTNET_SIM_PCAP")
+            .ok()
+            .and_then(|path| pcap::PcapWriter::create(&path).ok());
         Sim {
             seed,
             now: 0,
@@ -428,7 +467,11 @@ impl Sim {
                     Mode::Router => {
                         self.done_at = self.now;
                         self.settle_until = Some(self.now + self.settle_us());
-                        self.log(format!("{:>10} WORKLOAD DONE; settling until {}", self.now, self.now + self.settle_us()));
+                        self.log(format!(
+                            "{:>10} WORKLOAD DONE; settling until {}",
+                            self.now,
+                            self.now + self.settle_us()
+                        ));
                     }
                 }
             }
@@ -451,7 +494,11 @@ impl Sim {
                     next = next.min(t);
                 }
             }
-            if let Some(Crash { when: CrashWhen::AtTime(t), .. }) = self.p.crash {
+            if let Some(Crash {
+                when: CrashWhen::AtTime(t),
+                ..
+            }) = self.p.crash
+            {
                 if self.crashed.is_none() {
                     next = next.min(t);
                 }
@@ -476,7 +523,11 @@ impl Sim {
                 if let Some(e) = self.smoltcp_stall(next == u64::MAX) {
                     return Err(e);
                 }
-                return Err(format!("hang: workload not complete at the virtual-time deadline of {} s{}", self.p.deadline_us / 1_000_000, self.hang_hint()));
+                return Err(format!(
+                    "hang: workload not complete at the virtual-time deadline of {} s{}",
+                    self.p.deadline_us / 1_000_000,
+                    self.hang_hint()
+                ));
             }
             if self.steps > 50_000_000 {
                 return Err("harness: too many steps".into());
@@ -499,7 +550,13 @@ impl Sim {
         // doing, whatever state the replicas are in.
         let c = &self.hosts[0];
         if let host::App::Client { conns, .. } = &c.app {
-            if conns.iter().any(|k| c.send_queue(k.handle) > 0 || matches!(c.state(k.handle), State::FinWait1 | State::Closing | State::LastAck)) {
+            if conns.iter().any(|k| {
+                c.send_queue(k.handle) > 0
+                    || matches!(
+                        c.state(k.handle),
+                        State::FinWait1 | State::Closing | State::LastAck
+                    )
+            }) {
                 return None;
             }
         }
@@ -512,7 +569,8 @@ impl Sim {
                 let smoltcp::socket::Socket::Tcp(t) = s;
                 // A FIN outstanding, or data outstanding after the peer's
                 // FIN: either way a retransmit timer must be running.
-                matches!(t.state(), State::LastAck | State::Closing | State::FinWait1) || (t.state() == State::CloseWait && t.send_queue() > 0)
+                matches!(t.state(), State::LastAck | State::Closing | State::FinWait1)
+                    || (t.state() == State::CloseWait && t.send_queue() > 0)
             });
             if stuck {
                 return Some(format!(
@@ -530,7 +588,8 @@ impl Sim {
         }
         let now = self.now;
         let host = &mut self.hosts[h];
-        host.step(now, &mut self.app_rng).map_err(|e| format!("{}: {e}", host.name))?;
+        host.step(now, &mut self.app_rng)
+            .map_err(|e| format!("{}: {e}", host.name))?;
         let out: Vec<Vec<u8>> = std::mem::take(&mut host.dev.tx);
         // Per connection: (packets out, of which lost).
         let mut outs: HashMap<u16, (u64, u64)> = HashMap::new();
@@ -561,7 +620,9 @@ impl Sim {
                 },
                 (_, 1) => {
                     w.last_answer.insert(cport, now);
-                    ProbeOutcome::Answered { lost: n_lost == n_out }
+                    ProbeOutcome::Answered {
+                        lost: n_lost == n_out,
+                    }
                 }
                 _ => ProbeOutcome::Ambiguous,
             };
@@ -586,7 +647,13 @@ impl Sim {
         } else {
             ""
         };
-        self.log(format!("{:>10} {}->{} {mark}{note}{}", self.now, self.node_name(from), self.node_name(to), describe(&data)));
+        self.log(format!(
+            "{:>10} {}->{} {mark}{note}{}",
+            self.now,
+            self.node_name(from),
+            self.node_name(to),
+            describe(&data)
+        ));
         if note != "fuzz" {
             if let Some(si) = seg_info(&data) {
                 match (from, to) {
@@ -596,7 +663,11 @@ impl Sim {
                             self.watch[h].ack_out.insert(si.cport, si.ack);
                         }
                         if si.len > 0 && h > 0 {
-                            self.watch[h].data_out.entry(si.cport).or_default().push((si.seq, si.len, lost));
+                            self.watch[h]
+                                .data_out
+                                .entry(si.cport)
+                                .or_default()
+                                .push((si.seq, si.len, lost));
                         }
                         if si.fin {
                             self.watch[h].fin_sent_at.insert(si.cport, self.now);
@@ -611,7 +682,11 @@ impl Sim {
                     }
                     (Node::Middle, Node::Host(h)) if si.len > 0 || si.fin => {
                         // A FIN takes the sequence number after the data.
-                        self.watch[h].data_in.entry(si.cport).or_default().push((si.seq, si.len + si.fin as u32, lost));
+                        self.watch[h].data_in.entry(si.cport).or_default().push((
+                            si.seq,
+                            si.len + si.fin as u32,
+                            lost,
+                        ));
                     }
                     _ => {}
                 }
@@ -623,15 +698,29 @@ impl Sim {
         }
         let base = self.link_delay.get(&(from, to)).copied().unwrap_or(1);
         for _ in 0..if dup { 2 } else { 1 } {
-            let extra = if net.reorder > 0.0 && self.net_rng.gen_bool(net.reorder) { self.net_rng.gen_range(0..=net.reorder_max_us) } else { 0 };
+            let extra = if net.reorder > 0.0 && self.net_rng.gen_bool(net.reorder) {
+                self.net_rng.gen_range(0..=net.reorder_max_us)
+            } else {
+                0
+            };
             self.flight_seq += 1;
-            self.queue.push(Reverse(Flight { at: self.now + base + extra, seq: self.flight_seq, to, data: data.clone(), from, sent_at: self.now }));
+            self.queue.push(Reverse(Flight {
+                at: self.now + base + extra,
+                seq: self.flight_seq,
+                to,
+                data: data.clone(),
+                from,
+                sent_at: self.now,
+            }));
         }
     }
 
     fn deliver(&mut self, f: Flight) -> Result<(), String> {
         if let (Node::Host(h), Node::Middle, Some(si)) = (f.from, f.to, seg_info(&f.data)) {
-            let t = self.watch[h].heard_sent_at.entry(si.cport).or_insert(f.sent_at);
+            let t = self.watch[h]
+                .heard_sent_at
+                .entry(si.cport)
+                .or_insert(f.sent_at);
             *t = (*t).max(f.sent_at);
             if si.fin {
                 self.watch[h].fin_heard.insert(si.cport, true);
@@ -717,12 +806,19 @@ impl Sim {
     /// Checks on (and the corruption self-test for) packets reaching the
     /// client.
     fn inspect_to_client(&mut self, data: &mut [u8]) -> Result<(), String> {
-        let Ok(ip) = ipv4::Packet::new_checked(&data[..]) else { return Ok(()) };
+        let Ok(ip) = ipv4::Packet::new_checked(&data[..]) else {
+            return Ok(());
+        };
         let (src, dst, hl) = (ip.src(), ip.dst(), ip.header_len());
-        let Ok(seg) = tcp::Segment::new_checked(ip.payload()) else { return Ok(()) };
+        let Ok(seg) = tcp::Segment::new_checked(ip.payload()) else {
+            return Ok(());
+        };
         let ours = self.client_ports().contains(&seg.dst_port());
         if ours && seg.rst() && !self.client_closing(seg.dst_port()) {
-            return Err(format!("invariant 4 (no reset): the client's connection (port {}) received a RST", seg.dst_port()));
+            return Err(format!(
+                "invariant 4 (no reset): the client's connection (port {}) received a RST",
+                seg.dst_port()
+            ));
         }
         if ours && seg.payload_len() > 0 {
             self.data_segments_to_client += 1;
@@ -730,10 +826,16 @@ impl Sim {
                 if self.data_segments_to_client == nth {
                     let off = hl + seg.header_len();
                     data[off] ^= 0x5a;
-                    let tl = ipv4::Packet::new_checked(&data[..]).map(|p| p.total_len()).unwrap_or(data.len());
-                    let mut s = tcp::Segment::new_checked(&mut data[hl..tl]).map_err(|e| format!("{e}"))?;
+                    let tl = ipv4::Packet::new_checked(&data[..])
+                        .map(|p| p.total_len())
+                        .unwrap_or(data.len());
+                    let mut s =
+                        tcp::Segment::new_checked(&mut data[hl..tl]).map_err(|e| format!("{e}"))?;
                     s.fill_checksum(src, dst);
-                    self.log(format!("{:>10} INJECTED corruption of one payload byte", self.now));
+                    self.log(format!(
+                        "{:>10} INJECTED corruption of one payload byte",
+                        self.now
+                    ));
                 }
             }
         }
@@ -745,9 +847,11 @@ impl Sim {
     fn client_closing(&self, port: u16) -> bool {
         let c = &self.hosts[0];
         match &c.app {
-            host::App::Client { conns, .. } => {
-                conns.iter().any(|k| k.port == port && k.close_called && matches!(c.state(k.handle), State::TimeWait | State::Closed))
-            }
+            host::App::Client { conns, .. } => conns.iter().any(|k| {
+                k.port == port
+                    && k.close_called
+                    && matches!(c.state(k.handle), State::TimeWait | State::Closed)
+            }),
             _ => false,
         }
     }
@@ -767,7 +871,9 @@ impl Sim {
     /// is well formed and addressed as COSCANet-FT §III requires.
     fn drain_middle(&mut self) -> Result<(), String> {
         loop {
-            let Middle::Router(r) = &mut self.middle else { return Ok(()) };
+            let Middle::Router(r) = &mut self.middle else {
+                return Ok(());
+            };
             let mut evs = Vec::new();
             while let Some(ev) = r.poll_event() {
                 evs.push(ev);
@@ -777,18 +883,29 @@ impl Sim {
                 self.log(format!("{:>10} EVENT {:?}", self.now, ev));
                 self.check_event(&ev)?;
             }
-            let Middle::Router(r) = &mut self.middle else { return Ok(()) };
-            let Some(pkt) = r.poll_transmit() else { return Ok(()) };
+            let Middle::Router(r) = &mut self.middle else {
+                return Ok(());
+            };
+            let Some(pkt) = r.poll_transmit() else {
+                return Ok(());
+            };
             if let Inject::DropMiddleOutput = self.p.inject {
                 continue;
             }
             let mut data = pkt.data;
             let fuzzing = self.p.fuzz_packets > 0;
             let (src, dst, sport, dport) = {
-                let ip = ipv4::Packet::new_checked(&data[..])
-                    .map_err(|e| format!("router emitted an unparsable IPv4 packet ({e}): {:02x?}", &data[..data.len().min(40)]))?;
+                let ip = ipv4::Packet::new_checked(&data[..]).map_err(|e| {
+                    format!(
+                        "router emitted an unparsable IPv4 packet ({e}): {:02x?}",
+                        &data[..data.len().min(40)]
+                    )
+                })?;
                 if !ip.verify_checksum() {
-                    return Err(format!("router emitted a bad IPv4 header checksum: {}", describe(&data)));
+                    return Err(format!(
+                        "router emitted a bad IPv4 header checksum: {}",
+                        describe(&data)
+                    ));
                 }
                 let (src, dst) = (ip.src(), ip.dst());
                 if ip.protocol() != ipv4::PROTO_TCP {
@@ -797,16 +914,24 @@ impl Sim {
                 } else {
                     let tl = ip.total_len();
                     let hl = ip.header_len();
-                    let seg =
-                        tcp::Segment::new_checked(ip.payload()).map_err(|e| format!("router emitted an unparsable TCP segment ({e}): {}", describe(&data)))?;
+                    let seg = tcp::Segment::new_checked(ip.payload()).map_err(|e| {
+                        format!(
+                            "router emitted an unparsable TCP segment ({e}): {}",
+                            describe(&data)
+                        )
+                    })?;
                     let (sp, dp) = (seg.src_port(), seg.dst_port());
                     if !seg.verify_checksum(src, dst) {
                         if pkt.vnet.needs_csum() {
                             // A partial checksum: finish it like a NIC would.
-                            let mut s = tcp::Segment::new_checked(&mut data[hl..tl]).map_err(|e| format!("{e}"))?;
+                            let mut s = tcp::Segment::new_checked(&mut data[hl..tl])
+                                .map_err(|e| format!("{e}"))?;
                             s.fill_checksum(src, dst);
                         } else {
-                            return Err(format!("router emitted a bad TCP checksum: {}", describe(&data)));
+                            return Err(format!(
+                                "router emitted a bad TCP checksum: {}",
+                                describe(&data)
+                            ));
                         }
                     }
                     (src, dst, sp, dp)
@@ -817,17 +942,27 @@ impl Sim {
                     self.unroutable += 1;
                     continue;
                 }
-                return Err(format!("router emitted a packet to {dst}, which is no host: {}", describe(&data)));
+                return Err(format!(
+                    "router emitted a packet to {dst}, which is no host: {}",
+                    describe(&data)
+                ));
             };
             if self.p.mode == Mode::Router && !fuzzing {
                 // Transparency: the client only ever hears from VIP:PORT,
                 // a replica only from the client's own address.
                 let svc_port = |p: u16| p == PORT || p == PORT + 1 || p == 0;
                 if h == 0 && (src != VIP || !svc_port(sport)) {
-                    return Err(format!("router sent the client a packet not from {VIP}:{PORT}: {}", describe(&data)));
+                    return Err(format!(
+                        "router sent the client a packet not from {VIP}:{PORT}: {}",
+                        describe(&data)
+                    ));
                 }
                 if h > 0 && (src != CLIENT_IP || !svc_port(dport)) {
-                    return Err(format!("router sent replica {} a packet not from the client to port {PORT}: {}", h - 1, describe(&data)));
+                    return Err(format!(
+                        "router sent replica {} a packet not from the client to port {PORT}: {}",
+                        h - 1,
+                        describe(&data)
+                    ));
                 }
             }
             if data.len() > self.hosts[h].params.mtu {
@@ -849,18 +984,28 @@ impl Sim {
         }
         let crashed_ip = self.crashed.map(|(i, _, _)| replica_ip(i));
         match ev {
-            Event::Evicted { replica, reason, .. } | Event::ReplicaDown { replica, reason, .. } if Some(*replica) != crashed_ip => {
+            Event::Evicted {
+                replica, reason, ..
+            }
+            | Event::ReplicaDown {
+                replica, reason, ..
+            } if Some(*replica) != crashed_ip => {
                 let bug = format!("healthy replica {replica} evicted ({reason:?}): invariant 2 (every surviving replica gets the whole stream) cannot hold");
                 let h = self.host_by_ip(*replica).unwrap_or(0);
                 match (reason, h) {
-                    (EvictReason::Stalled, 1..) => match self.probes_rate_limited(h, ev).or_else(|| self.fin_never_retransmitted(h, ev)) {
+                    (EvictReason::Stalled, 1..) => match self
+                        .probes_rate_limited(h, ev)
+                        .or_else(|| self.fin_never_retransmitted(h, ev))
+                    {
                         Some(why) => Err(format!("{INCONCLUSIVE}: {bug}; {why}")),
                         None => Err(bug),
                     },
                     _ => Err(bug),
                 }
             }
-            Event::ConnectionLost { conn } => Err(format!("router lost connection {conn} (no replica left) although a replica is alive")),
+            Event::ConnectionLost { conn } => Err(format!(
+                "router lost connection {conn} (no replica left) although a replica is alive"
+            )),
             _ => Ok(()),
         }
     }
@@ -877,28 +1022,48 @@ impl Sim {
     /// explain it, or whose fate is unclear, and this returns `None`.
     fn probes_rate_limited(&self, h: usize, ev: &Event) -> Option<String> {
         // "198.18.1.2:PORT->198.19.0.1:7000"
-        let Event::Evicted { conn, .. } = ev else { return None };
+        let Event::Evicted { conn, .. } = ev else {
+            return None;
+        };
         let cport: u16 = conn.split("->").next()?.rsplit(':').next()?.parse().ok()?;
         let w = &self.watch[h];
         let since = w.heard_sent_at.get(&cport).copied().unwrap_or(0);
-        let window: Vec<(u64, ProbeOutcome)> = w.probes.iter().filter(|(c, t, _)| *c == cport && *t > since).map(|&(_, t, o)| (t, o)).collect();
+        let window: Vec<(u64, ProbeOutcome)> = w
+            .probes
+            .iter()
+            .filter(|(c, t, _)| *c == cport && *t > since)
+            .map(|&(_, t, o)| (t, o))
+            .collect();
         let limited: Vec<String> = window
             .iter()
             .filter_map(|(t, o)| match o {
-                ProbeOutcome::RateLimited { prev_answer } => Some(format!("{t} (previous answer {prev_answer})")),
+                ProbeOutcome::RateLimited { prev_answer } => {
+                    Some(format!("{t} (previous answer {prev_answer})"))
+                }
                 _ => None,
             })
             .collect();
-        let lost = window.iter().filter(|(_, o)| *o == ProbeOutcome::Answered { lost: true }).count();
-        let flying = window.iter().filter(|(_, o)| *o == ProbeOutcome::Answered { lost: false }).count();
-        let other = window.iter().any(|(_, o)| matches!(o, ProbeOutcome::Unexplained | ProbeOutcome::Ambiguous));
+        let lost = window
+            .iter()
+            .filter(|(_, o)| *o == ProbeOutcome::Answered { lost: true })
+            .count();
+        let flying = window
+            .iter()
+            .filter(|(_, o)| *o == ProbeOutcome::Answered { lost: false })
+            .count();
+        let other = window
+            .iter()
+            .any(|(_, o)| matches!(o, ProbeOutcome::Unexplained | ProbeOutcome::Ambiguous));
         if limited.is_empty() || other {
             return None;
         }
         // And what it owes the router was lost on the way, or what the
         // router owes it was: had the router never sent the input the
         // replica waits for, that would be the router's fault.
-        let cause = self.input_lost(h, cport).or_else(|| self.output_lost(h, cport)).or_else(|| self.probes_lost(h, cport, window.len()))?;
+        let cause = self
+            .input_lost(h, cport)
+            .or_else(|| self.output_lost(h, cport))
+            .or_else(|| self.probes_lost(h, cport, window.len()))?;
         Some(format!(
             "{} {cause}; it sent nothing on this connection (client port {cport}) that reached the router after {since} us; since then it got {} old-data segments (liveness probes): {} unanswered within 1 s of its previous answer at µs {} (smoltcp 0.12 rate-limits challenge ACKs to 1/s; Linux answers every probe), {lost} answered but the answer was lost, {flying} answered with the answer still in flight",
             self.hosts[h].name,
@@ -911,8 +1076,17 @@ impl Sim {
     /// Liveness probes (one old octet) to the replica were lost on the link:
     /// with one answerable probe per second, losing those is enough.
     fn probes_lost(&self, h: usize, cport: u16, delivered: usize) -> Option<String> {
-        let lost = self.watch[h].data_in.get(&cport)?.iter().filter(|(_, len, lost)| *len == 1 && *lost).count();
-        (lost > 0).then(|| format!("lost {lost} of the router's liveness probes on the link ({delivered} delivered)"))
+        let lost = self.watch[h]
+            .data_in
+            .get(&cport)?
+            .iter()
+            .filter(|(_, len, lost)| *len == 1 && *lost)
+            .count();
+        (lost > 0).then(|| {
+            format!(
+                "lost {lost} of the router's liveness probes on the link ({delivered} delivered)"
+            )
+        })
     }
 
     /// The replica waits for input that the router did send it: the next
@@ -922,7 +1096,12 @@ impl Sim {
     fn input_lost(&self, h: usize, cport: u16) -> Option<String> {
         let w = &self.watch[h];
         let next = *w.ack_out.get(&cport)?;
-        let covering: Vec<&(u32, u32, bool)> = w.data_in.get(&cport)?.iter().filter(|(seq, len, _)| next.wrapping_sub(*seq) < *len).collect();
+        let covering: Vec<&(u32, u32, bool)> = w
+            .data_in
+            .get(&cport)?
+            .iter()
+            .filter(|(seq, len, _)| next.wrapping_sub(*seq) < *len)
+            .collect();
         if covering.is_empty() {
             return None;
         }
@@ -946,16 +1125,32 @@ impl Sim {
             // segment carrying it was lost.
             let out = w.data_out.get(&cport)?;
             let una = *w.ack_in.get(&cport)?;
-            let hole = out.iter().filter(|x| x.2 && (x.0.wrapping_add(x.1).wrapping_sub(una) as i32) > 0).map(|x| if (una.wrapping_sub(x.0) as i32) > 0 { una } else { x.0 }).find(|&o| {
-                !out.iter().any(|(seq, len, lost)| !lost && o.wrapping_sub(*seq) < *len)
-            });
+            let hole = out
+                .iter()
+                .filter(|x| x.2 && (x.0.wrapping_add(x.1).wrapping_sub(una) as i32) > 0)
+                .map(|x| {
+                    if (una.wrapping_sub(x.0) as i32) > 0 {
+                        una
+                    } else {
+                        x.0
+                    }
+                })
+                .find(|&o| {
+                    !out.iter()
+                        .any(|(seq, len, lost)| !lost && o.wrapping_sub(*seq) < *len)
+                });
             if let Some(o) = hole {
-                let n = out.iter().filter(|(seq, len, _)| o.wrapping_sub(*seq) < *len).count();
+                let n = out
+                    .iter()
+                    .filter(|(seq, len, _)| o.wrapping_sub(*seq) < *len)
+                    .count();
                 return Some(format!("sent its octet {o} {n} times, every one lost on the link, and has not retransmitted it since"));
             }
             return None;
         }
-        if matches!(state, State::LastAck | State::Closing | State::FinWait1) && !w.fin_heard.get(&cport).copied().unwrap_or(false) {
+        if matches!(state, State::LastAck | State::Closing | State::FinWait1)
+            && !w.fin_heard.get(&cport).copied().unwrap_or(false)
+        {
             let at = w.fin_sent_at.get(&cport)?;
             return Some(format!("is in {state:?} and its FIN (last sent at {at} us) was lost on the link every time"));
         }
@@ -972,7 +1167,9 @@ impl Sim {
     /// agreed on, then evicts the replica that never sends it.
     fn fin_never_retransmitted(&self, h: usize, ev: &Event) -> Option<String> {
         const QUIET_US: u64 = 10_000_000;
-        let Event::Evicted { conn, .. } = ev else { return None };
+        let Event::Evicted { conn, .. } = ev else {
+            return None;
+        };
         let cport: u16 = conn.split("->").next()?.rsplit(':').next()?.parse().ok()?;
         let host = &self.hosts[h];
         let sock = host.by_peer().get(&cport).map(|s| s.handle)?;
@@ -1010,8 +1207,13 @@ impl Sim {
                 continue;
             }
             let conns: Vec<(u16, smoltcp::iface::SocketHandle)> = match &host.app {
-                host::App::Client { conns, .. } => conns.iter().map(|k| (k.port, k.handle)).collect(),
-                host::App::Server { socks, .. } => socks.iter().filter_map(|s| s.peer_port.map(|p| (p, s.handle))).collect(),
+                host::App::Client { conns, .. } => {
+                    conns.iter().map(|k| (k.port, k.handle)).collect()
+                }
+                host::App::Server { socks, .. } => socks
+                    .iter()
+                    .filter_map(|s| s.peer_port.map(|p| (p, s.handle)))
+                    .collect(),
             };
             for (cport, handle) in conns {
                 let queued = host.send_queue(handle);
@@ -1019,7 +1221,9 @@ impl Sim {
                     continue;
                 }
                 let w = &self.watch[h];
-                let Some(&(0, zero_at)) = w.win_in.get(&cport) else { continue };
+                let Some(&(0, zero_at)) = w.win_in.get(&cport) else {
+                    continue;
+                };
                 let quiet_since = zero_at.max(w.last_tx.get(&cport).copied().unwrap_or(0));
                 if !no_timer_left && self.now < quiet_since + QUIET_US {
                     continue;
@@ -1032,7 +1236,9 @@ impl Sim {
                 } else {
                     (client_win(cport), "the client")
                 };
-                let Some(open) = opened.filter(|&x| x > 0) else { continue };
+                let Some(open) = opened.filter(|&x| x > 0) else {
+                    continue;
+                };
                 return Some(format!(
                     "{INCONCLUSIVE}: {} (connection from client port {cport}) holds {queued} bytes to send, the last acceptable segment it received (at {zero_at} us) advertised a zero window, {by} then advertised window {open} but no acceptable segment carried that to it (lost, or on old data or below SND.UNA, which a receiver does not take a window from), and {} sent no zero-window probe {} (RFC 9293 §3.8.6.1; smoltcp 0.12 has no persist timer)",
                     host.name,
@@ -1052,16 +1258,28 @@ impl Sim {
     /// a pattern seen before: a replica in LAST-ACK retransmitting a FIN
     /// that reaches a router which no longer tracks the connection.
     fn hang_hint(&self) -> String {
-        let Middle::Router(r) = &self.middle else { return String::new() };
+        let Middle::Router(r) = &self.middle else {
+            return String::new();
+        };
         let st = r.status();
-        let unknown = st.drops.iter().find(|d| d.0 == "unknown_connection").map_or(0, |d| d.1);
+        let unknown = st
+            .drops
+            .iter()
+            .find(|d| d.0 == "unknown_connection")
+            .map_or(0, |d| d.1);
         for h in 1..self.hosts.len() {
             let host = &self.hosts[h];
             if !host.alive {
                 continue;
             }
             for (cport, s) in host.by_peer() {
-                if host.state(s.handle) != State::LastAck || !self.watch[h].fin_heard.get(&cport).copied().unwrap_or(false) {
+                if host.state(s.handle) != State::LastAck
+                    || !self.watch[h]
+                        .fin_heard
+                        .get(&cport)
+                        .copied()
+                        .unwrap_or(false)
+                {
                     continue;
                 }
                 if st.connections == 0 && unknown > 0 {
@@ -1080,7 +1298,10 @@ impl Sim {
         let c = &self.hosts[0];
         match &c.app {
             host::App::Client { conns, .. } => {
-                let acked = conns.iter().map(|k| k.sent - c.send_queue(k.handle).min(k.sent)).sum();
+                let acked = conns
+                    .iter()
+                    .map(|k| k.sent - c.send_queue(k.handle).min(k.sent))
+                    .sum();
                 let total = conns.iter().map(|k| k.data.len()).sum();
                 (acked, total)
             }
@@ -1089,7 +1310,9 @@ impl Sim {
     }
 
     fn maybe_crash(&mut self) -> Result<(), String> {
-        let Some(c) = self.p.crash.clone() else { return Ok(()) };
+        let Some(c) = self.p.crash.clone() else {
+            return Ok(());
+        };
         if self.crashed.is_some() || self.p.mode != Mode::Router || c.replica >= self.p.replicas {
             return Ok(());
         }
@@ -1122,7 +1345,10 @@ impl Sim {
             });
         let effective = missing_bytes || missing_fin;
         self.crashed = Some((c.replica, self.now, effective));
-        self.log(format!("{:>10} CRASH replica{} {:?} (client acked {acked}/{total})", self.now, c.replica, c.kind));
+        self.log(format!(
+            "{:>10} CRASH replica{} {:?} (client acked {acked}/{total})",
+            self.now, c.replica, c.kind
+        ));
         if c.kind == CrashKind::Abort {
             self.hosts[h].abort_all();
             self.step_host(h)?;
@@ -1145,7 +1371,9 @@ impl Sim {
     fn live_replicas(&self) -> Vec<usize> {
         match self.p.mode {
             Mode::Direct => vec![1],
-            Mode::Router => (1..self.hosts.len()).filter(|&h| self.hosts[h].alive).collect(),
+            Mode::Router => (1..self.hosts.len())
+                .filter(|&h| self.hosts[h].alive)
+                .collect(),
         }
     }
 
@@ -1154,8 +1382,13 @@ impl Sim {
             return false;
         }
         let c = &self.hosts[0];
-        let host::App::Client { conns, close, .. } = &c.app else { return false };
-        if !conns.iter().all(|k| k.done(*close, c.state(k.handle), c.send_queue(k.handle))) {
+        let host::App::Client { conns, close, .. } = &c.app else {
+            return false;
+        };
+        if !conns
+            .iter()
+            .all(|k| k.done(*close, c.state(k.handle), c.send_queue(k.handle)))
+        {
             return false;
         }
         self.live_replicas().into_iter().all(|h| {
@@ -1166,7 +1399,9 @@ impl Sim {
                     s.rx.len() == k.data.len()
                         && s.pending.is_empty()
                         && r.send_queue(s.handle) == 0
-                        && (*close == Close::Never || (s.saw_fin && matches!(r.state(s.handle), State::Closed | State::TimeWait)))
+                        && (*close == Close::Never
+                            || (s.saw_fin
+                                && matches!(r.state(s.handle), State::Closed | State::TimeWait)))
                 })
             })
         })
@@ -1174,13 +1409,22 @@ impl Sim {
 
     fn final_checks(&mut self) -> Result<(), String> {
         let c = &self.hosts[0];
-        let host::App::Client { conns, .. } = &c.app else { return Err("harness: host 0 is not the client".into()) };
+        let host::App::Client { conns, .. } = &c.app else {
+            return Err("harness: host 0 is not the client".into());
+        };
         for (i, k) in conns.iter().enumerate() {
             if k.recvd != k.data {
-                return Err(format!("invariant 1 (exact echo): conn {i} received {} of {} bytes or different bytes", k.recvd.len(), k.data.len()));
+                return Err(format!(
+                    "invariant 1 (exact echo): conn {i} received {} of {} bytes or different bytes",
+                    k.recvd.len(),
+                    k.data.len()
+                ));
             }
             if k.reset {
-                return Err(format!("invariant 4 (no reset): conn {i} (port {}) was reset", k.port));
+                return Err(format!(
+                    "invariant 4 (no reset): conn {i} (port {}) was reset",
+                    k.port
+                ));
             }
         }
         for h in self.live_replicas() {
@@ -1188,7 +1432,10 @@ impl Sim {
             for (i, k) in conns.iter().enumerate() {
                 let ok = by.get(&k.port).is_some_and(|s| s.rx == k.data);
                 if !ok {
-                    return Err(format!("invariant 2: {} did not receive exactly conn {i}'s stream", self.hosts[h].name));
+                    return Err(format!(
+                        "invariant 2: {} did not receive exactly conn {i}'s stream",
+                        self.hosts[h].name
+                    ));
                 }
             }
         }
@@ -1207,14 +1454,24 @@ impl Sim {
             let st = r.status();
             if self.p.fuzz_packets == 0 {
                 for reason in ["bad_checksum", "malformed"] {
-                    let n = st.drops.iter().find(|(name, _)| *name == reason).map_or(0, |x| x.1);
+                    let n = st
+                        .drops
+                        .iter()
+                        .find(|(name, _)| *name == reason)
+                        .map_or(0, |x| x.1);
                     if n != 0 {
-                        return Err(format!("invariant 5: router counted {n} `{reason}` drops on a clean network"));
+                        return Err(format!(
+                            "invariant 5: router counted {n} `{reason}` drops on a clean network"
+                        ));
                     }
                 }
             }
             if let Some((i, _, true)) = self.crashed {
-                let down = st.services.iter().flat_map(|s| s.replicas.iter()).any(|rs| rs.addr == replica_ip(i) && !rs.alive);
+                let down = st
+                    .services
+                    .iter()
+                    .flat_map(|s| s.replicas.iter())
+                    .any(|rs| rs.addr == replica_ip(i) && !rs.alive);
                 if st.counters.evictions == 0 && !down {
                     return Err(format!("invariant 5: replica{i} crashed while still needed, but the router shows no eviction"));
                 }
@@ -1286,7 +1543,13 @@ impl Sim {
                             );
                         }
                         None => {
-                            let _ = writeln!(s, "  {}{} port {}: no connection", r.name, if r.alive { "" } else { " (crashed)" }, k.port);
+                            let _ = writeln!(
+                                s,
+                                "  {}{} port {}: no connection",
+                                r.name,
+                                if r.alive { "" } else { " (crashed)" },
+                                k.port
+                            );
                         }
                     }
                 }
@@ -1295,7 +1558,12 @@ impl Sim {
         if let Middle::Router(r) = &self.middle {
             let st = r.status();
             let k = &st.counters;
-            let drops: Vec<String> = st.drops.iter().filter(|d| d.1 > 0).map(|(n, v)| format!("{n}={v}")).collect();
+            let drops: Vec<String> = st
+                .drops
+                .iter()
+                .filter(|d| d.1 > 0)
+                .map(|(n, v)| format!("{n}={v}"))
+                .collect();
             let _ = writeln!(
                 s,
                 "  router: in {} out {} conns {} evictions {} lost {} acks_on_behalf {} suppressed_bytes {}; drops: {}",
@@ -1350,7 +1618,11 @@ impl Sim {
                 break p;
             }
         };
-        let base = if self.recent.is_empty() { None } else { Some(self.recent[r.gen_range(0..self.recent.len())].clone()) };
+        let base = if self.recent.is_empty() {
+            None
+        } else {
+            Some(self.recent[r.gen_range(0..self.recent.len())].clone())
+        };
         let kind = if base.is_some() { r.gen_range(0..7) } else { 0 };
         let mut b = base.unwrap_or_default();
         match kind {
@@ -1434,7 +1706,14 @@ impl Sim {
             // A SYN flood burst from fresh ports.
             _ => {
                 let port = fresh_port(r);
-                let mut rep = tcp::Repr::new(port, PORT, ftnet_wire::SeqNum(r.gen()), ftnet_wire::SeqNum(0), tcp::flags::SYN, r.gen());
+                let mut rep = tcp::Repr::new(
+                    port,
+                    PORT,
+                    ftnet_wire::SeqNum(r.gen()),
+                    ftnet_wire::SeqNum(0),
+                    tcp::flags::SYN,
+                    r.gen(),
+                );
                 if r.gen_bool(0.5) {
                     rep.mss = Some(r.gen());
                     rep.wscale = Some(r.gen_range(0..20));
@@ -1454,7 +1733,10 @@ fn refill(b: &mut [u8]) {
         return;
     }
     ip_csum(b);
-    let (src, dst) = (Ipv4Addr::new(b[12], b[13], b[14], b[15]), Ipv4Addr::new(b[16], b[17], b[18], b[19]));
+    let (src, dst) = (
+        Ipv4Addr::new(b[12], b[13], b[14], b[15]),
+        Ipv4Addr::new(b[16], b[17], b[18], b[19]),
+    );
     let tl = (u16::from_be_bytes([b[2], b[3]]) as usize).min(b.len());
     if tl < 40 {
         return;
@@ -1483,12 +1765,22 @@ fn ip_csum(b: &mut [u8]) {
 
 /// One line about a packet for the trace.
 pub fn describe(data: &[u8]) -> String {
-    let Ok(ip) = ipv4::Packet::new_checked(data) else { return format!("<{} bytes, not IPv4>", data.len()) };
+    let Ok(ip) = ipv4::Packet::new_checked(data) else {
+        return format!("<{} bytes, not IPv4>", data.len());
+    };
     let (src, dst) = (ip.src(), ip.dst());
-    let Ok(s) = tcp::Segment::new_checked(ip.payload()) else { return format!("{src} > {dst} proto {} len {}", ip.protocol(), data.len()) };
+    let Ok(s) = tcp::Segment::new_checked(ip.payload()) else {
+        return format!("{src} > {dst} proto {} len {}", ip.protocol(), data.len());
+    };
     let f = s.flags();
     let mut fl = String::new();
-    for (bit, c) in [(tcp::flags::SYN, 'S'), (tcp::flags::FIN, 'F'), (tcp::flags::RST, 'R'), (tcp::flags::PSH, 'P'), (tcp::flags::ACK, '.')] {
+    for (bit, c) in [
+        (tcp::flags::SYN, 'S'),
+        (tcp::flags::FIN, 'F'),
+        (tcp::flags::RST, 'R'),
+        (tcp::flags::PSH, 'P'),
+        (tcp::flags::ACK, '.'),
+    ] {
         if f & bit != 0 {
             fl.push(c);
         }
@@ -1503,5 +1795,13 @@ pub fn describe(data: &[u8]) -> String {
     if let Some((v, e)) = s.timestamps() {
         o += &format!(" ts {v}/{e}");
     }
-    format!("{src}:{} > {dst}:{} [{fl}] seq {} ack {} win {} len {}{o}", s.src_port(), s.dst_port(), s.seq().0, s.ack().0, s.window(), s.payload_len())
+    format!(
+        "{src}:{} > {dst}:{} [{fl}] seq {} ack {} win {} len {}{o}",
+        s.src_port(),
+        s.dst_port(),
+        s.seq().0,
+        s.ack().0,
+        s.window(),
+        s.payload_len()
+    )
 }

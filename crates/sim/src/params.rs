@@ -35,7 +35,13 @@ pub struct NetParams {
 impl NetParams {
     /// No loss, no duplication, no reordering, 100 µs per link.
     pub fn perfect() -> NetParams {
-        NetParams { delay_us: (100, 100), loss: 0.0, dup: 0.0, reorder: 0.0, reorder_max_us: 0 }
+        NetParams {
+            delay_us: (100, 100),
+            loss: 0.0,
+            dup: 0.0,
+            reorder: 0.0,
+            reorder_max_us: 0,
+        }
     }
     pub fn is_perfect(&self) -> bool {
         self.loss == 0.0 && self.dup == 0.0 && self.reorder == 0.0
@@ -110,7 +116,14 @@ pub struct HostParams {
 
 impl HostParams {
     pub fn default_host() -> HostParams {
-        HostParams { mtu: 1500, rx_buf: 65536, tx_buf: 65536, ts_gen: Some(0), nagle: true, ack_delay_ms: Some(10) }
+        HostParams {
+            mtu: 1500,
+            rx_buf: 65536,
+            tx_buf: 65536,
+            ts_gen: Some(0),
+            nagle: true,
+            ack_delay_ms: Some(10),
+        }
     }
 }
 
@@ -160,7 +173,12 @@ impl Params {
             close: Close::Never,
             crash: None,
             client: HostParams::default_host(),
-            replica: (0..replicas).map(|i| HostParams { ts_gen: Some(1 + i % (TS_GEN_COUNT - 1)), ..HostParams::default_host() }).collect(),
+            replica: (0..replicas)
+                .map(|i| HostParams {
+                    ts_gen: Some(1 + i % (TS_GEN_COUNT - 1)),
+                    ..HostParams::default_host()
+                })
+                .collect(),
             failure_detection_ms: 100,
             deadline_us: 60_000_000,
             inject: Inject::None,
@@ -171,7 +189,10 @@ impl Params {
 
     /// The harness self-check: one replica reached directly.
     pub fn direct() -> Params {
-        Params { mode: Mode::Direct, ..Params::basic(1) }
+        Params {
+            mode: Mode::Direct,
+            ..Params::basic(1)
+        }
     }
 
     /// Everything drawn from `seed`: N, faults, stack settings, workload,
@@ -186,13 +207,29 @@ impl Params {
             let lo = r.gen_range(50..=500u64);
             NetParams {
                 delay_us: (lo, r.gen_range(lo..=500)),
-                loss: if r.gen_bool(0.8) { r.gen_range(0.0..0.05) } else { 0.0 },
-                dup: if r.gen_bool(0.5) { r.gen_range(0.0..0.02) } else { 0.0 },
-                reorder: if r.gen_bool(0.5) { r.gen_range(0.0..0.1) } else { 0.0 },
+                loss: if r.gen_bool(0.8) {
+                    r.gen_range(0.0..0.05)
+                } else {
+                    0.0
+                },
+                dup: if r.gen_bool(0.5) {
+                    r.gen_range(0.0..0.02)
+                } else {
+                    0.0
+                },
+                reorder: if r.gen_bool(0.5) {
+                    r.gen_range(0.0..0.1)
+                } else {
+                    0.0
+                },
                 reorder_max_us: r.gen_range(100..=3000),
             }
         };
-        let conns = if r.gen_bool(0.6) { 1 } else { r.gen_range(2..=4) };
+        let conns = if r.gen_bool(0.6) {
+            1
+        } else {
+            r.gen_range(2..=4)
+        };
         let total = r.gen_range(20_000..=200_000usize);
         let bytes_per_conn = (total / conns).max(1000);
         let close = match r.gen_range(0..3) {
@@ -208,8 +245,16 @@ impl Params {
         let crash = if replicas >= 2 && r.gen_bool(0.5) {
             Some(Crash {
                 replica: r.gen_range(0..replicas),
-                kind: if r.gen_bool(0.5) { CrashKind::Silent } else { CrashKind::Abort },
-                when: if r.gen_bool(0.15) { CrashWhen::AtTime(r.gen_range(0..3_000)) } else { CrashWhen::AtProgress(r.gen_range(0.0..0.9)) },
+                kind: if r.gen_bool(0.5) {
+                    CrashKind::Silent
+                } else {
+                    CrashKind::Abort
+                },
+                when: if r.gen_bool(0.15) {
+                    CrashWhen::AtTime(r.gen_range(0..3_000))
+                } else {
+                    CrashWhen::AtProgress(r.gen_range(0.0..0.9))
+                },
             })
         } else {
             None
@@ -221,9 +266,16 @@ impl Params {
         let replica_ts = r.gen_bool(0.7);
         let host = |r: &mut SmallRng, ts: bool| HostParams {
             mtu: *pick(r, &[1500, 1500, 1280, 576, 9000]),
-            rx_buf: *pick(r, &[16 * 1024, 65535, 65536, 128 * 1024, 256 * 1024, 1024 * 1024]),
+            rx_buf: *pick(
+                r,
+                &[16 * 1024, 65535, 65536, 128 * 1024, 256 * 1024, 1024 * 1024],
+            ),
             tx_buf: *pick(r, &[16 * 1024, 65536, 256 * 1024]),
-            ts_gen: if ts { Some(r.gen_range(0..TS_GEN_COUNT)) } else { None },
+            ts_gen: if ts {
+                Some(r.gen_range(0..TS_GEN_COUNT))
+            } else {
+                None
+            },
             nagle: r.gen_bool(0.5),
             ack_delay_ms: if r.gen_bool(0.5) { Some(10) } else { None },
         };

@@ -9,16 +9,27 @@ use ftnet_sim::{run, Params};
 
 #[test]
 fn garbage_interleaved_with_a_valid_connection() {
-    let n: u64 = std::env::var("FTNET_SIM_FUZZ_SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(6);
+    let n: u64 = std::env::var("FTNET_SIM_FUZZ_SEEDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(6);
     let mut failures = Vec::new();
     for seed in 0..n {
         let replicas = 1 + (seed % 3) as usize;
-        let p = Params { fuzz_packets: 3000, ..Params::basic(replicas) };
+        let p = Params {
+            fuzz_packets: 3000,
+            ..Params::basic(replicas)
+        };
         if let Err(e) = run(seed, &p) {
             failures.push(e);
         }
     }
-    assert!(failures.is_empty(), "{} fuzz runs failed:\n{}", failures.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} fuzz runs failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
 }
 
 /// Same, through the plain forwarder: proves the fuzz generator itself
@@ -26,7 +37,10 @@ fn garbage_interleaved_with_a_valid_connection() {
 #[test]
 fn garbage_through_forwarder() {
     for seed in 0..3 {
-        let p = Params { fuzz_packets: 3000, ..Params::direct() };
+        let p = Params {
+            fuzz_packets: 3000,
+            ..Params::direct()
+        };
         run(seed, &p).unwrap_or_else(|e| panic!("{e}"));
     }
 }

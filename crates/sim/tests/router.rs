@@ -56,41 +56,99 @@ fn three_replicas_perfect() {
 
 #[test]
 fn concurrent_connections() {
-    check(4, &Params { conns: 4, bytes_per_conn: 30_000, ..Params::basic(3) });
+    check(
+        4,
+        &Params {
+            conns: 4,
+            bytes_per_conn: 30_000,
+            ..Params::basic(3)
+        },
+    );
 }
 
 #[test]
 fn client_close_reaches_every_replica() {
     for (seed, close) in [(5, Close::AfterEcho), (6, Close::AfterSend)] {
-        check(seed, &Params { close, conns: 2, ..Params::basic(3) });
+        check(
+            seed,
+            &Params {
+                close,
+                conns: 2,
+                ..Params::basic(3)
+            },
+        );
     }
 }
 
 #[test]
 fn lossy_network() {
-    let net = NetParams { delay_us: (50, 400), loss: 0.03, dup: 0.01, reorder: 0.05, reorder_max_us: 1500 };
+    let net = NetParams {
+        delay_us: (50, 400),
+        loss: 0.03,
+        dup: 0.01,
+        reorder: 0.05,
+        reorder_max_us: 1500,
+    };
     // Loss on the replica links: smoltcp answers the router's liveness
     // probes at most once a second (see `Params::fd_for`).
-    check(7, &Params { failure_detection_ms: Params::fd_for(&net), net, ..Params::basic(3) });
+    check(
+        7,
+        &Params {
+            failure_detection_ms: Params::fd_for(&net),
+            net,
+            ..Params::basic(3)
+        },
+    );
 }
 
 #[test]
 fn silent_crash_mid_transfer() {
-    let crash = Some(Crash { replica: 1, kind: CrashKind::Silent, when: CrashWhen::AtProgress(0.3) });
-    check(8, &Params { crash, ..Params::basic(3) });
+    let crash = Some(Crash {
+        replica: 1,
+        kind: CrashKind::Silent,
+        when: CrashWhen::AtProgress(0.3),
+    });
+    check(
+        8,
+        &Params {
+            crash,
+            ..Params::basic(3)
+        },
+    );
 }
 
 #[test]
 fn abort_crash_mid_transfer() {
-    let crash = Some(Crash { replica: 0, kind: CrashKind::Abort, when: CrashWhen::AtProgress(0.5) });
-    check(9, &Params { crash, close: Close::AfterEcho, ..Params::basic(2) });
+    let crash = Some(Crash {
+        replica: 0,
+        kind: CrashKind::Abort,
+        when: CrashWhen::AtProgress(0.5),
+    });
+    check(
+        9,
+        &Params {
+            crash,
+            close: Close::AfterEcho,
+            ..Params::basic(2)
+        },
+    );
 }
 
 #[test]
 fn crash_during_handshake() {
     for (seed, kind) in [(10, CrashKind::Silent), (11, CrashKind::Abort)] {
-        let crash = Some(Crash { replica: 1, kind, when: CrashWhen::AtTime(150) });
-        check(seed, &Params { crash, ..Params::basic(3) });
+        let crash = Some(Crash {
+            replica: 1,
+            kind,
+            when: CrashWhen::AtTime(150),
+        });
+        check(
+            seed,
+            &Params {
+                crash,
+                ..Params::basic(3)
+            },
+        );
     }
 }
 
@@ -101,7 +159,14 @@ fn crash_during_handshake() {
 /// crash (COSCANet-FT §III-D says a RST from one replica *alone*).
 #[test]
 fn connection_refused_by_every_replica() {
-    check(12, &Params { refused_conns: 1, conns: 2, ..Params::basic(3) });
+    check(
+        12,
+        &Params {
+            refused_conns: 1,
+            conns: 2,
+            ..Params::basic(3)
+        },
+    );
 }
 
 /// A thousand seeds, each drawing N, faults, stack settings, workload and
@@ -138,25 +203,65 @@ fn seed_loop() {
         match out {
             Ok(Ok(r)) => {
                 if seeds.len() == 1 {
-                    eprintln!("seed {seed} ok: {} us virtual, {} packets, events {:?}", r.virtual_us, r.packets_sent, r.events);
+                    eprintln!(
+                        "seed {seed} ok: {} us virtual, {} packets, events {:?}",
+                        r.virtual_us, r.packets_sent, r.events
+                    );
                 }
             }
             Ok(Err(e)) if e.contains(INCONCLUSIVE) => inconclusive.push((seed, e)),
             Ok(Err(e)) => failures.push((seed, e)),
             Err(panic) => {
-                let msg = panic.downcast_ref::<String>().cloned().or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string())).unwrap_or_default();
-                failures.push((seed, format!("seed {seed}: PANIC: {msg}\n  params: {}\n", p.summary())));
+                let msg = panic
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                    .unwrap_or_default();
+                failures.push((
+                    seed,
+                    format!("seed {seed}: PANIC: {msg}\n  params: {}\n", p.summary()),
+                ));
             }
         }
     }
     for (seed, e) in &inconclusive {
-        eprintln!("SKIPPED seed {seed} (smoltcp defect, not the router): {}\n  direct mode: {}\n  {}", e.lines().next().unwrap_or(""), direct(*seed), repro(*seed));
+        eprintln!(
+            "SKIPPED seed {seed} (smoltcp defect, not the router): {}\n  direct mode: {}\n  {}",
+            e.lines().next().unwrap_or(""),
+            direct(*seed),
+            repro(*seed)
+        );
     }
     for (seed, e) in &failures {
-        eprintln!("FAILED {e}  direct mode: {}\n  {}\n", direct(*seed), repro(*seed));
+        eprintln!(
+            "FAILED {e}  direct mode: {}\n  {}\n",
+            direct(*seed),
+            repro(*seed)
+        );
     }
-    eprintln!("seed loop: {} seeds, {} failed, {} inconclusive, {:.1} s wall", seeds.len(), failures.len(), inconclusive.len(), start.elapsed().as_secs_f64());
-    let first: Vec<String> = failures.iter().take(30).map(|(s, e)| format!("{s}: {}", e.lines().next().unwrap_or(""))).collect();
-    assert!(failures.is_empty(), "{} of {} seeds failed through the router:\n{}", failures.len(), seeds.len(), first.join("\n"));
-    assert!(inconclusive.len() * 20 <= seeds.len(), "{} of {} seeds hit a smoltcp defect: too many to trust the loop", inconclusive.len(), seeds.len());
+    eprintln!(
+        "seed loop: {} seeds, {} failed, {} inconclusive, {:.1} s wall",
+        seeds.len(),
+        failures.len(),
+        inconclusive.len(),
+        start.elapsed().as_secs_f64()
+    );
+    let first: Vec<String> = failures
+        .iter()
+        .take(30)
+        .map(|(s, e)| format!("{s}: {}", e.lines().next().unwrap_or("")))
+        .collect();
+    assert!(
+        failures.is_empty(),
+        "{} of {} seeds failed through the router:\n{}",
+        failures.len(),
+        seeds.len(),
+        first.join("\n")
+    );
+    assert!(
+        inconclusive.len() * 20 <= seeds.len(),
+        "{} of {} seeds hit a smoltcp defect: too many to trust the loop",
+        inconclusive.len(),
+        seeds.len()
+    );
 }

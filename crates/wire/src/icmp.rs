@@ -60,7 +60,14 @@ mod tests {
     fn parses_embedded_tcp() {
         let mut m = vec![3u8, 1, 0, 0, 0, 0, 0, 0];
         let mut ip = [0u8; 20];
-        crate::ipv4::emit_header(&mut ip, Ipv4Addr::new(198, 18, 1, 2), Ipv4Addr::new(198, 18, 11, 2), 6, 60, 64);
+        crate::ipv4::emit_header(
+            &mut ip,
+            Ipv4Addr::new(198, 18, 1, 2),
+            Ipv4Addr::new(198, 18, 11, 2),
+            6,
+            60,
+            64,
+        );
         m.extend_from_slice(&ip);
         m.extend_from_slice(&[0x9c, 0x40, 0x18, 0xeb, 0, 0, 0, 42]);
         let u = parse_unreachable(&m).unwrap().unwrap();

@@ -357,8 +357,26 @@ pub struct Repr {
 
 impl Repr {
     /// A bare segment with the given ports, numbers and flags.
-    pub fn new(src_port: u16, dst_port: u16, seq: SeqNum, ack: SeqNum, flags: u8, window: u16) -> Repr {
-        Repr { src_port, dst_port, seq, ack, flags, window, mss: None, wscale: None, sack_permitted: false, timestamps: None }
+    pub fn new(
+        src_port: u16,
+        dst_port: u16,
+        seq: SeqNum,
+        ack: SeqNum,
+        flags: u8,
+        window: u16,
+    ) -> Repr {
+        Repr {
+            src_port,
+            dst_port,
+            seq,
+            ack,
+            flags,
+            window,
+            mss: None,
+            wscale: None,
+            sack_permitted: false,
+            timestamps: None,
+        }
     }
 
     pub fn header_len(&self) -> usize {
@@ -428,7 +446,10 @@ impl Repr {
             t[i + 8..i + 12].copy_from_slice(&e.to_be_bytes());
         }
         t[hl..].copy_from_slice(payload);
-        let mut seg = Segment { buffer: t, opts: OptionOffsets::default() };
+        let mut seg = Segment {
+            buffer: t,
+            opts: OptionOffsets::default(),
+        };
         seg.fill_checksum(src, dst);
         buf
     }
@@ -445,7 +466,14 @@ mod tests {
     }
 
     fn syn() -> Vec<u8> {
-        let mut r = Repr::new(40000, 6379, SeqNum(0xfffffff0), SeqNum(0), flags::SYN, 64240);
+        let mut r = Repr::new(
+            40000,
+            6379,
+            SeqNum(0xfffffff0),
+            SeqNum(0),
+            flags::SYN,
+            64240,
+        );
         r.mss = Some(1460);
         r.wscale = Some(7);
         r.sack_permitted = true;
@@ -478,15 +506,24 @@ mod tests {
         // MSS option length 0: must not loop or panic.
         pkt[20 + 21] = 0;
         let ip = ipv4::Packet::new_checked(&pkt[..]).unwrap();
-        assert_eq!(Segment::new_checked(ip.payload()).unwrap_err(), Error::Malformed);
+        assert_eq!(
+            Segment::new_checked(ip.payload()).unwrap_err(),
+            Error::Malformed
+        );
         let mut pkt = syn();
         pkt[20 + 12] = 0xf0; // data offset 60 > segment
         let ip = ipv4::Packet::new_checked(&pkt[..]).unwrap();
-        assert_eq!(Segment::new_checked(ip.payload()).unwrap_err(), Error::Truncated);
+        assert_eq!(
+            Segment::new_checked(ip.payload()).unwrap_err(),
+            Error::Truncated
+        );
         let mut pkt = syn();
         pkt[20 + 12] = 0x10; // data offset 4 < 20
         let ip = ipv4::Packet::new_checked(&pkt[..]).unwrap();
-        assert_eq!(Segment::new_checked(ip.payload()).unwrap_err(), Error::Malformed);
+        assert_eq!(
+            Segment::new_checked(ip.payload()).unwrap_err(),
+            Error::Malformed
+        );
     }
 
     proptest! {

@@ -30,14 +30,28 @@ pub struct VnetHdr {
 
 impl VnetHdr {
     /// A plain packet: no GSO, checksum complete in the packet.
-    pub const NONE: VnetHdr = VnetHdr { flags: 0, gso_type: GSO_NONE, hdr_len: 0, gso_size: 0, csum_start: 0, csum_offset: 0 };
+    pub const NONE: VnetHdr = VnetHdr {
+        flags: 0,
+        gso_type: GSO_NONE,
+        hdr_len: 0,
+        gso_size: 0,
+        csum_start: 0,
+        csum_offset: 0,
+    };
 
     pub fn parse(b: &[u8]) -> Result<VnetHdr, Error> {
         if b.len() < LEN {
             return Err(Error::Truncated);
         }
         let u = |i: usize| u16::from_ne_bytes([b[i], b[i + 1]]);
-        Ok(VnetHdr { flags: b[0], gso_type: b[1], hdr_len: u(2), gso_size: u(4), csum_start: u(6), csum_offset: u(8) })
+        Ok(VnetHdr {
+            flags: b[0],
+            gso_type: b[1],
+            hdr_len: u(2),
+            gso_size: u(4),
+            csum_start: u(6),
+            csum_offset: u(8),
+        })
     }
 
     pub fn emit(&self, b: &mut [u8]) {
@@ -66,7 +80,14 @@ mod tests {
 
     #[test]
     fn round_trip() {
-        let h = VnetHdr { flags: F_NEEDS_CSUM, gso_type: GSO_TCPV4, hdr_len: 66, gso_size: 1448, csum_start: 34, csum_offset: 16 };
+        let h = VnetHdr {
+            flags: F_NEEDS_CSUM,
+            gso_type: GSO_TCPV4,
+            hdr_len: 66,
+            gso_size: 1448,
+            csum_start: 34,
+            csum_offset: 16,
+        };
         let mut b = [0u8; LEN];
         h.emit(&mut b);
         assert_eq!(VnetHdr::parse(&b).unwrap(), h);

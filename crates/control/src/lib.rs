@@ -1,0 +1,795 @@
+//! The router–agent control protocol, sans-IO.
+//!
+//! One TCP connection per agent, opened by the agent. Frames are a 4-byte
+//! big-endian length and a JSON message (easy to read in a capture; the rate
+//! is tens of messages per second per agent plus one record per connection).
+//!
+//! ```text
+//! agent                                   router
+//!   Hello{replica, agent_nonce}  ───────▶  replica configured?
+//!                                ◀───────  Challenge{router_nonce}
+//!   Auth{mac_a}                  ───────▶  mac_a = HMAC(secret, "agent"|rn|an|replica)?
+//!                                ◀───────  Welcome{mac_r, heartbeat_ms, dead_after_ms}
+//!   (mac_r = HMAC(secret, "router"|an|rn|replica): the agent checks the router too)
+//!   Heartbeat{seq} every heartbeat_ms ──▶  silent for dead_after_ms ⇒ the replica's host is lost
+//!                                ◀───────  HeartbeatAck{seq}; ConnOpen{record}; ConnClose{key}
+//! ```
+//!
+//! Both sides keep a nonce of their own in the MAC, so a recorded exchange
+//! cannot be replayed to either. A peer that fails any step gets
+//! `Reject{reason}` and the connection is closed; the reason is what the
+//! router logs. The sessions take the time and the nonces as arguments and
+//! return messages to send: no I/O, no clock, no randomness here (the
+//! same pattern as `ftnet-core`).
+//!
+//! Designed for the router's recovery (issue "Router high availability"):
+//! the agent keeps every [`ConnRecord`] the router sent it, which is what a
+//! new router needs to rebuild a connection that the next packets alone
+//! cannot tell it (ISNs, the replica's sequence offset, timestamp bases).
+
+use hmac::{Hmac, Mac};
+use serde::{Deserialize, Serialize};
+use sha2::Sha256;
+use std::collections::HashMap;
+use std::net::Ipv4Addr;
+use std::time::Duration;
+
+/// Protocol version; a different one is rejected with a clear reason.
+pub const VERSION: u32 = 1;
+/// Largest frame accepted (a connection record is ~300 bytes).
+pub const MAX_FRAME: usize = 64 * 1024;
+
+/// The key of a replicated connection, as the client sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ConnId {
+    pub client: Ipv4Addr,
+    pub cport: u16,
+    pub vip: Ipv4Addr,
+    pub vport: u16,
+}
+
+impl std::fmt::Display for ConnId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}:{}→{}:{}",
+            self.client, self.cport, self.vip, self.vport
+        )
+    }
+}
+
+/// What the router stores at a replica's agent when a connection is set up:
+/// the facts a new router cannot learn from later packets.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConnRecord {
+    pub id: ConnId,
+    /// The client's initial sequence number.
+    pub client_isn: u32,
+    /// The ISN the router gave the client.
+    pub router_isn: u32,
+    /// This replica's ISN (its offset to the client's space follows).
+    pub replica_isn: u32,
+    /// Window scale the router announced to the client.
+    pub wscale_out: u8,
+    /// The router's TSval base, if timestamps were agreed.
+    pub ts_base: Option<u32>,
+    /// The other replicas of the connection at set-up.
+    pub replicas: Vec<Ipv4Addr>,
+}
+
+/// Every message on the control connection.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Msg {
+    Hello {
+        version: u32,
+        replica: Ipv4Addr,
+        host: String,
+        nonce: String,
+    },
+    Challenge {
+        nonce: String,
+    },
+    Auth {
+        mac: String,
+    },
+    Welcome {
+        mac: String,
+        heartbeat_ms: u64,
+        dead_after_ms: u64,
+    },
+    Reject {
+        reason: String,
+    },
+    Heartbeat {
+        seq: u64,
+        records: u64,
+    },
+    HeartbeatAck {
+        seq: u64,
+    },
+    ConnOpen {
+        record: ConnRecord,
+    },
+    ConnClose {
+        id: ConnId,
+    },
+}
+
+/// Framing errors: the peer is broken or hostile; close the connection.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum FrameError {
+    #[error("frame of {0} bytes is larger than {MAX_FRAME}")]
+    TooLarge(usize),
+    #[error("malformed message: {0}")]
+    Malformed(String),
+}
+
+/// Encode one message as a frame.
+pub fn encode(msg: &Msg) -> Vec<u8> {
+    let body = serde_json::to_vec(msg).unwrap_or_default();
+    let mut out = Vec::with_capacity(4 + body.len());
+    out.extend_from_slice(&(body.len() as u32).to_be_bytes());
+    out.extend_from_slice(&body);
+    out
+}
+
+/// Accumulates bytes from the socket and yields whole messages.
+#[derive(Debug, Default)]
+pub struct Decoder {
+    buf: Vec<u8>,
+}
+
+impl Decoder {
+    pub fn push(&mut self, bytes: &[u8]) {
+        self.buf.extend_from_slice(bytes);
+    }
+
+    /// The next complete message, `Ok(None)` if more bytes are needed.
+    pub fn next_msg(&mut self) -> Result<Option<Msg>, FrameError> {
+        if self.buf.len() < 4 {
+            return Ok(None);
+        }
+        let len = u32::from_be_bytes([self.buf[0], self.buf[1], self.buf[2], self.buf[3]]) as usize;
+        if len > MAX_FRAME {
+            return Err(FrameError::TooLarge(len));
+        }
+        if self.buf.len() < 4 + len {
+            return Ok(None);
+        }
+        let msg = serde_json::from_slice(&self.buf[4..4 + len])
+            .map_err(|e| FrameError::Malformed(e.to_string()));
+        self.buf.drain(..4 + len);
+        msg.map(Some)
+    }
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn unhex(s: &str) -> Option<Vec<u8>> {
+    if s.len() & 1 == 1 || s.len() > 128 {
+        return None;
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
+fn mac(secret: &[u8], role: &str, first: &str, second: &str, replica: Ipv4Addr) -> Hmac<Sha256> {
+    // new_from_slice accepts keys of any length for HMAC.
+    let mut m = <Hmac<Sha256> as Mac>::new_from_slice(secret).expect("HMAC takes any key length");
+    for part in [
+        "ftnet-control-v1",
+        role,
+        first,
+        second,
+        &replica.to_string(),
+    ] {
+        m.update(&(part.len() as u32).to_be_bytes());
+        m.update(part.as_bytes());
+    }
+    m
+}
+
+fn sign(secret: &[u8], role: &str, first: &str, second: &str, replica: Ipv4Addr) -> String {
+    hex(&mac(secret, role, first, second, replica)
+        .finalize()
+        .into_bytes())
+}
+
+/// Constant-time check of a peer's MAC.
+fn verify(
+    secret: &[u8],
+    role: &str,
+    first: &str,
+    second: &str,
+    replica: Ipv4Addr,
+    given: &str,
+) -> bool {
+    match unhex(given) {
+        Some(b) => mac(secret, role, first, second, replica)
+            .verify_slice(&b)
+            .is_ok(),
+        None => false,
+    }
+}
+
+/// Timing of the heartbeats, chosen by the router and told to the agent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Heartbeats {
+    pub every: Duration,
+    pub dead_after: Duration,
+}
+
+impl Default for Heartbeats {
+    fn default() -> Self {
+        Heartbeats {
+            every: Duration::from_millis(100),
+            dead_after: Duration::from_millis(500),
+        }
+    }
+}
+
+/// What happened on a router-side session, for the router to act on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RouterEvent {
+    /// The agent proved the secret; its replica is registered.
+    Registered { replica: Ipv4Addr, host: String },
+    /// The peer was refused (reason logged); close the connection.
+    Rejected { reason: String },
+    /// An authenticated agent fell silent: its host is lost.
+    Lost { replica: Ipv4Addr, silent: Duration },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum RState {
+    AwaitHello,
+    AwaitAuth {
+        replica: Ipv4Addr,
+        host: String,
+        agent_nonce: String,
+    },
+    Live {
+        replica: Ipv4Addr,
+    },
+    Closed,
+}
+
+/// The router's side of one agent connection. Time is milliseconds on any
+/// monotonic clock the caller keeps.
+#[derive(Debug)]
+pub struct RouterSession {
+    secret: Vec<u8>,
+    nonce: String,
+    hb: Heartbeats,
+    state: RState,
+    last_heard_ms: u64,
+    opened_ms: u64,
+}
+
+impl RouterSession {
+    /// `nonce`: 16 fresh random bytes from the caller.
+    pub fn new(secret: &[u8], nonce: [u8; 16], hb: Heartbeats, now_ms: u64) -> RouterSession {
+        RouterSession {
+            secret: secret.to_vec(),
+            nonce: hex(&nonce),
+            hb,
+            state: RState::AwaitHello,
+            last_heard_ms: now_ms,
+            opened_ms: now_ms,
+        }
+    }
+
+    /// The registered replica, once authenticated.
+    pub fn replica(&self) -> Option<Ipv4Addr> {
+        match self.state {
+            RState::Live { replica } => Some(replica),
+            _ => None,
+        }
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.state == RState::Closed
+    }
+
+    fn reject(&mut self, reason: String, out: &mut Vec<Msg>) -> Option<RouterEvent> {
+        self.state = RState::Closed;
+        out.push(Msg::Reject {
+            reason: reason.clone(),
+        });
+        Some(RouterEvent::Rejected { reason })
+    }
+
+    /// Handle one message from the agent; messages to send go to `out`.
+    /// `known(replica)` says whether the replica is configured.
+    pub fn handle(
+        &mut self,
+        msg: Msg,
+        now_ms: u64,
+        known: impl Fn(Ipv4Addr) -> bool,
+        out: &mut Vec<Msg>,
+    ) -> Option<RouterEvent> {
+        self.last_heard_ms = now_ms;
+        match (std::mem::replace(&mut self.state, RState::Closed), msg) {
+            (
+                RState::AwaitHello,
+                Msg::Hello {
+                    version,
+                    replica,
+                    host,
+                    nonce,
+                },
+            ) => {
+                if version != VERSION {
+                    return self.reject(format!("protocol version {version}, router speaks {VERSION} — run the same ftnet version on router and agents"), out);
+                }
+                if !known(replica) {
+                    return self.reject(format!("replica {replica} is not in the router's configuration — add it to a [[service]] or fix the agent's --replica"), out);
+                }
+                if unhex(&nonce).is_none_or(|n| n.len() < 16) {
+                    return self.reject("malformed nonce".into(), out);
+                }
+                self.state = RState::AwaitAuth {
+                    replica,
+                    host,
+                    agent_nonce: nonce,
+                };
+                out.push(Msg::Challenge {
+                    nonce: self.nonce.clone(),
+                });
+                None
+            }
+            (
+                RState::AwaitAuth {
+                    replica,
+                    host,
+                    agent_nonce,
+                },
+                Msg::Auth { mac },
+            ) => {
+                if !verify(
+                    &self.secret,
+                    "agent",
+                    &self.nonce,
+                    &agent_nonce,
+                    replica,
+                    &mac,
+                ) {
+                    return self.reject(format!("authentication failed for replica {replica} (host {host:?}): wrong shared secret"), out);
+                }
+                let mac = sign(&self.secret, "router", &agent_nonce, &self.nonce, replica);
+                out.push(Msg::Welcome {
+                    mac,
+                    heartbeat_ms: self.hb.every.as_millis() as u64,
+                    dead_after_ms: self.hb.dead_after.as_millis() as u64,
+                });
+                self.state = RState::Live { replica };
+                Some(RouterEvent::Registered { replica, host })
+            }
+            (RState::Live { replica }, Msg::Heartbeat { seq, .. }) => {
+                self.state = RState::Live { replica };
+                out.push(Msg::HeartbeatAck { seq });
+                None
+            }
+            (RState::Closed, _) => None,
+            (_, other) => self.reject(
+                format!(
+                    "unexpected {} message at this point of the exchange",
+                    kind(&other)
+                ),
+                out,
+            ),
+        }
+    }
+
+    /// When [`RouterSession::on_timeout`] next has something to do.
+    pub fn poll_timeout_ms(&self) -> Option<u64> {
+        match self.state {
+            RState::Closed => None,
+            RState::Live { .. } => Some(self.last_heard_ms + self.hb.dead_after.as_millis() as u64),
+            // An unauthenticated peer gets the same time to finish the exchange.
+            _ => Some(self.opened_ms + self.hb.dead_after.as_millis().max(1000) as u64),
+        }
+    }
+
+    /// Time passes: an authenticated agent silent for `dead_after` is lost;
+    /// a peer that never finished authenticating is dropped.
+    pub fn on_timeout(&mut self, now_ms: u64, out: &mut Vec<Msg>) -> Option<RouterEvent> {
+        let due = self.poll_timeout_ms()?;
+        if now_ms < due {
+            return None;
+        }
+        match self.state.clone() {
+            RState::Live { replica } => {
+                self.state = RState::Closed;
+                Some(RouterEvent::Lost {
+                    replica,
+                    silent: Duration::from_millis(now_ms - self.last_heard_ms),
+                })
+            }
+            _ => self.reject("did not complete authentication in time".into(), out),
+        }
+    }
+}
+
+fn kind(m: &Msg) -> &'static str {
+    match m {
+        Msg::Hello { .. } => "hello",
+        Msg::Challenge { .. } => "challenge",
+        Msg::Auth { .. } => "auth",
+        Msg::Welcome { .. } => "welcome",
+        Msg::Reject { .. } => "reject",
+        Msg::Heartbeat { .. } => "heartbeat",
+        Msg::HeartbeatAck { .. } => "heartbeat_ack",
+        Msg::ConnOpen { .. } => "conn_open",
+        Msg::ConnClose { .. } => "conn_close",
+    }
+}
+
+/// What happened on the agent's side.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AgentEvent {
+    /// The router proved the secret and accepted us.
+    Registered {
+        heartbeat: Duration,
+        dead_after: Duration,
+    },
+    /// The router refused us, or failed to prove the secret; do not retry
+    /// faster than a back-off.
+    Rejected { reason: String },
+    /// The router fell silent: reconnect.
+    RouterLost,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum AState {
+    AwaitChallenge,
+    AwaitWelcome { router_nonce: String },
+    Live { every_ms: u64, dead_ms: u64 },
+    Closed,
+}
+
+/// The agent's side of one control connection, and the connection records
+/// it keeps for a recovering router.
+#[derive(Debug)]
+pub struct AgentSession {
+    secret: Vec<u8>,
+    replica: Ipv4Addr,
+    nonce: String,
+    state: AState,
+    last_heard_ms: u64,
+    next_beat_ms: u64,
+    seq: u64,
+    /// Records of live connections, by client-side key.
+    pub records: HashMap<ConnId, ConnRecord>,
+}
+
+impl AgentSession {
+    /// Start a session; the returned `Hello` must be sent first.
+    pub fn new(
+        secret: &[u8],
+        replica: Ipv4Addr,
+        host: &str,
+        nonce: [u8; 16],
+        now_ms: u64,
+    ) -> (AgentSession, Msg) {
+        let s = AgentSession {
+            secret: secret.to_vec(),
+            replica,
+            nonce: hex(&nonce),
+            state: AState::AwaitChallenge,
+            last_heard_ms: now_ms,
+            next_beat_ms: u64::MAX,
+            seq: 0,
+            records: HashMap::new(),
+        };
+        let hello = Msg::Hello {
+            version: VERSION,
+            replica,
+            host: host.to_string(),
+            nonce: s.nonce.clone(),
+        };
+        (s, hello)
+    }
+
+    pub fn is_live(&self) -> bool {
+        matches!(self.state, AState::Live { .. })
+    }
+
+    fn reject(&mut self, reason: String) -> Option<AgentEvent> {
+        self.state = AState::Closed;
+        Some(AgentEvent::Rejected { reason })
+    }
+
+    pub fn handle(&mut self, msg: Msg, now_ms: u64, out: &mut Vec<Msg>) -> Option<AgentEvent> {
+        self.last_heard_ms = now_ms;
+        match (self.state.clone(), msg) {
+            (_, Msg::Reject { reason }) => self.reject(format!("router refused: {reason}")),
+            (AState::AwaitChallenge, Msg::Challenge { nonce }) => {
+                out.push(Msg::Auth {
+                    mac: sign(&self.secret, "agent", &nonce, &self.nonce, self.replica),
+                });
+                self.state = AState::AwaitWelcome {
+                    router_nonce: nonce,
+                };
+                None
+            }
+            (
+                AState::AwaitWelcome { router_nonce },
+                Msg::Welcome {
+                    mac,
+                    heartbeat_ms,
+                    dead_after_ms,
+                },
+            ) => {
+                if !verify(
+                    &self.secret,
+                    "router",
+                    &self.nonce,
+                    &router_nonce,
+                    self.replica,
+                    &mac,
+                ) {
+                    return self.reject("the router could not prove the shared secret — wrong router address or secret".into());
+                }
+                let every = heartbeat_ms.clamp(10, 60_000);
+                let dead = dead_after_ms.clamp(every * 2, 600_000);
+                self.state = AState::Live {
+                    every_ms: every,
+                    dead_ms: dead,
+                };
+                self.next_beat_ms = now_ms;
+                Some(AgentEvent::Registered {
+                    heartbeat: Duration::from_millis(every),
+                    dead_after: Duration::from_millis(dead),
+                })
+            }
+            (AState::Live { .. }, Msg::HeartbeatAck { .. }) => None,
+            (AState::Live { .. }, Msg::ConnOpen { record }) => {
+                self.records.insert(record.id, record);
+                None
+            }
+            (AState::Live { .. }, Msg::ConnClose { id }) => {
+                self.records.remove(&id);
+                None
+            }
+            (AState::Closed, _) => None,
+            (_, other) => self.reject(format!(
+                "unexpected {} message from the router",
+                kind(&other)
+            )),
+        }
+    }
+
+    pub fn poll_timeout_ms(&self) -> Option<u64> {
+        match self.state {
+            AState::Live { dead_ms, .. } => {
+                Some(self.next_beat_ms.min(self.last_heard_ms + dead_ms))
+            }
+            AState::Closed => None,
+            _ => Some(self.last_heard_ms + 5_000),
+        }
+    }
+
+    /// Time passes: send a heartbeat when due; report a silent router.
+    pub fn on_timeout(&mut self, now_ms: u64, out: &mut Vec<Msg>) -> Option<AgentEvent> {
+        match self.state {
+            AState::Live { every_ms, dead_ms } => {
+                if now_ms >= self.last_heard_ms + dead_ms {
+                    self.state = AState::Closed;
+                    return Some(AgentEvent::RouterLost);
+                }
+                if now_ms >= self.next_beat_ms {
+                    self.seq += 1;
+                    out.push(Msg::Heartbeat {
+                        seq: self.seq,
+                        records: self.records.len() as u64,
+                    });
+                    self.next_beat_ms = now_ms + every_ms;
+                }
+                None
+            }
+            AState::Closed => None,
+            _ if now_ms >= self.last_heard_ms + 5_000 => {
+                self.reject("the router did not answer the authentication in 5 s".into())
+            }
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const R: Ipv4Addr = Ipv4Addr::new(198, 18, 11, 2);
+
+    /// Run messages between the two sessions until neither has anything to say.
+    fn converse(
+        a: &mut AgentSession,
+        r: &mut RouterSession,
+        first: Msg,
+        now: u64,
+    ) -> (Vec<AgentEvent>, Vec<RouterEvent>) {
+        let (mut ae, mut re) = (Vec::new(), Vec::new());
+        let mut to_router = vec![first];
+        while !to_router.is_empty() {
+            let mut to_agent = Vec::new();
+            for m in to_router.drain(..) {
+                // Through the codec, as on the wire.
+                let mut d = Decoder::default();
+                d.push(&encode(&m));
+                let m = d.next_msg().unwrap().unwrap();
+                re.extend(r.handle(m, now, |x| x == R, &mut to_agent));
+            }
+            for m in to_agent {
+                ae.extend(a.handle(m, now, &mut to_router));
+            }
+        }
+        (ae, re)
+    }
+
+    #[test]
+    fn right_secret_registers_both_ways() {
+        let (mut a, hello) = AgentSession::new(b"s3cret", R, "host1", [1; 16], 0);
+        let mut r = RouterSession::new(b"s3cret", [2; 16], Heartbeats::default(), 0);
+        let (ae, re) = converse(&mut a, &mut r, hello, 0);
+        assert_eq!(
+            re,
+            vec![RouterEvent::Registered {
+                replica: R,
+                host: "host1".into()
+            }]
+        );
+        assert!(matches!(ae[..], [AgentEvent::Registered { .. }]));
+        assert_eq!(r.replica(), Some(R));
+        assert!(a.is_live());
+    }
+
+    #[test]
+    fn wrong_secret_is_rejected_with_a_reason() {
+        let (mut a, hello) = AgentSession::new(b"guess", R, "h", [1; 16], 0);
+        let mut r = RouterSession::new(b"s3cret", [2; 16], Heartbeats::default(), 0);
+        let (ae, re) = converse(&mut a, &mut r, hello, 0);
+        assert!(
+            matches!(&re[..], [RouterEvent::Rejected { reason }] if reason.contains("wrong shared secret")),
+            "{re:?}"
+        );
+        assert!(matches!(&ae[..], [AgentEvent::Rejected { .. }]), "{ae:?}");
+        assert!(r.is_closed() && r.replica().is_none());
+    }
+
+    #[test]
+    fn unknown_replica_and_skipped_steps_are_rejected() {
+        let (_, hello) = AgentSession::new(b"s", Ipv4Addr::new(10, 0, 0, 9), "h", [1; 16], 0);
+        let mut r = RouterSession::new(b"s", [2; 16], Heartbeats::default(), 0);
+        let mut out = Vec::new();
+        let ev = r.handle(hello, 0, |x| x == R, &mut out);
+        assert!(
+            matches!(ev, Some(RouterEvent::Rejected { ref reason }) if reason.contains("not in the router's configuration"))
+        );
+
+        // A heartbeat without authenticating first.
+        let mut r = RouterSession::new(b"s", [2; 16], Heartbeats::default(), 0);
+        let ev = r.handle(Msg::Heartbeat { seq: 1, records: 0 }, 0, |_| true, &mut out);
+        assert!(matches!(ev, Some(RouterEvent::Rejected { .. })));
+    }
+
+    /// A router that does not know the secret cannot fake a welcome.
+    #[test]
+    fn agent_checks_the_router() {
+        let (mut a, _hello) = AgentSession::new(b"s3cret", R, "h", [1; 16], 0);
+        let mut out = Vec::new();
+        a.handle(
+            Msg::Challenge {
+                nonce: hex(&[9; 16]),
+            },
+            0,
+            &mut out,
+        );
+        let ev = a.handle(
+            Msg::Welcome {
+                mac: hex(&[0; 32]),
+                heartbeat_ms: 100,
+                dead_after_ms: 500,
+            },
+            0,
+            &mut out,
+        );
+        assert!(matches!(ev, Some(AgentEvent::Rejected { .. })), "{ev:?}");
+    }
+
+    #[test]
+    fn silence_means_lost_heartbeats_keep_alive() {
+        let hb = Heartbeats {
+            every: Duration::from_millis(100),
+            dead_after: Duration::from_millis(500),
+        };
+        let (mut a, hello) = AgentSession::new(b"k", R, "h", [1; 16], 0);
+        let mut r = RouterSession::new(b"k", [2; 16], hb, 0);
+        converse(&mut a, &mut r, hello, 0);
+        // Heartbeats flow for 2 s: nobody is lost.
+        for t in (0..2000).step_by(10) {
+            let mut to_r = Vec::new();
+            assert_eq!(a.on_timeout(t, &mut to_r), None);
+            let mut to_a = Vec::new();
+            for m in to_r {
+                assert_eq!(r.handle(m, t, |_| true, &mut to_a), None);
+            }
+            assert_eq!(r.on_timeout(t, &mut to_a), None, "lost at {t} ms");
+            for m in to_a {
+                a.handle(m, t, &mut Vec::new());
+            }
+        }
+        // Then the agent falls silent (host lost) after its heartbeat at
+        // 1900 ms: the router notices 500 ms later, not before.
+        let mut out = Vec::new();
+        assert_eq!(r.on_timeout(2399, &mut out), None);
+        assert_eq!(
+            r.on_timeout(2400, &mut out),
+            Some(RouterEvent::Lost {
+                replica: R,
+                silent: Duration::from_millis(500)
+            })
+        );
+        // And the agent notices the router's silence too (last ack at 1900 ms).
+        assert_eq!(a.on_timeout(2399, &mut out), None);
+        assert_eq!(a.on_timeout(2400, &mut out), Some(AgentEvent::RouterLost));
+    }
+
+    #[test]
+    fn records_are_kept_until_closed() {
+        let (mut a, hello) = AgentSession::new(b"k", R, "h", [1; 16], 0);
+        let mut r = RouterSession::new(b"k", [2; 16], Heartbeats::default(), 0);
+        converse(&mut a, &mut r, hello, 0);
+        let id = ConnId {
+            client: Ipv4Addr::new(198, 18, 1, 2),
+            cport: 40000,
+            vip: Ipv4Addr::new(198, 19, 0, 1),
+            vport: 6379,
+        };
+        let rec = ConnRecord {
+            id,
+            client_isn: 1,
+            router_isn: 2,
+            replica_isn: 3,
+            wscale_out: 7,
+            ts_base: Some(5),
+            replicas: vec![R],
+        };
+        let mut out = Vec::new();
+        a.handle(
+            Msg::ConnOpen {
+                record: rec.clone(),
+            },
+            1,
+            &mut out,
+        );
+        assert_eq!(a.records.get(&id), Some(&rec));
+        a.handle(Msg::ConnClose { id }, 2, &mut out);
+        assert!(a.records.is_empty());
+    }
+
+    #[test]
+    fn decoder_handles_split_and_hostile_frames() {
+        let f = encode(&Msg::HeartbeatAck { seq: 7 });
+        let mut d = Decoder::default();
+        for b in &f[..f.len() - 1] {
+            d.push(&[*b]);
+            assert_eq!(d.next_msg(), Ok(None));
+        }
+        d.push(&f[f.len() - 1..]);
+        assert_eq!(d.next_msg(), Ok(Some(Msg::HeartbeatAck { seq: 7 })));
+
+        let mut d = Decoder::default();
+        d.push(&u32::MAX.to_be_bytes());
+        assert_eq!(d.next_msg(), Err(FrameError::TooLarge(u32::MAX as usize)));
+        let mut d = Decoder::default();
+        d.push(&3u32.to_be_bytes());
+        d.push(b"{x}");
+        assert!(matches!(d.next_msg(), Err(FrameError::Malformed(_))));
+    }
+}

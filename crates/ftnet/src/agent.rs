@@ -1,0 +1,145 @@
+//! `ftnet agent`: runs on each replica host. Registers its replica with the
+//! router over the authenticated control channel, heartbeats, and keeps the
+//! connection records the router sends (what a recovering router needs).
+//! Reconnects with back-off whenever the router is unreachable or silent;
+//! the records survive reconnections.
+
+use crate::sys;
+use anyhow::Context;
+use ftnet_control::{AgentEvent, AgentSession, ConnId, ConnRecord, Decoder, Msg};
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, SocketAddrV4, TcpStream};
+use std::time::Duration;
+use tracing::{info, warn};
+
+pub struct AgentArgs {
+    pub router: SocketAddrV4,
+    pub replica: Ipv4Addr,
+    pub secret: Vec<u8>,
+    pub host: String,
+}
+
+const BACKOFF_MIN: Duration = Duration::from_millis(100);
+const BACKOFF_MAX: Duration = Duration::from_secs(2);
+
+pub fn run(args: AgentArgs) -> anyhow::Result<()> {
+    sys::install_stop_handler();
+    sys::ignore_sigpipe();
+    let origin = std::time::Instant::now();
+    let now_ms = || origin.elapsed().as_millis() as u64;
+    let mut records: HashMap<ConnId, ConnRecord> = HashMap::new();
+    let mut backoff = BACKOFF_MIN;
+    let mut last_problem = String::new();
+    info!(router = %args.router, replica = %args.replica, host = %args.host, "agent starting");
+    while !sys::stop_requested() {
+        let stream = match TcpStream::connect_timeout(&args.router.into(), Duration::from_secs(1)) {
+            Ok(s) => s,
+            Err(e) => {
+                let p = format!("cannot reach the router at {}: {e}", args.router);
+                if p != last_problem {
+                    warn!("{p}; retrying every {} ms at most", BACKOFF_MAX.as_millis());
+                    last_problem = p;
+                }
+                std::thread::sleep(backoff);
+                backoff = (backoff * 2).min(BACKOFF_MAX);
+                continue;
+            }
+        };
+        let nonce = sys::random_secret().context("reading a nonce from /dev/urandom")?;
+        let (mut s, hello) =
+            AgentSession::new(&args.secret, args.replica, &args.host, nonce, now_ms());
+        s.records = std::mem::take(&mut records);
+        let outcome = session(stream, &mut s, hello, &now_ms);
+        records = std::mem::take(&mut s.records);
+        match outcome {
+            Ok(AgentEvent::Registered { .. }) | Ok(AgentEvent::RouterLost) => {
+                let p = format!("router {} fell silent", args.router);
+                warn!(
+                    "{p}; keeping {} connection record(s); reconnecting",
+                    records.len()
+                );
+                last_problem = p;
+                backoff = BACKOFF_MIN;
+            }
+            Ok(AgentEvent::Rejected { reason }) => {
+                let p = format!("refused: {reason}");
+                if p != last_problem {
+                    warn!("{p}");
+                    last_problem = p;
+                }
+                backoff = BACKOFF_MAX;
+            }
+            Err(e) => {
+                let p = format!("control connection to {}: {e:#}", args.router);
+                if p != last_problem {
+                    warn!("{p}; reconnecting");
+                    last_problem = p;
+                }
+            }
+        }
+        if !sys::stop_requested() {
+            std::thread::sleep(backoff);
+            backoff = (backoff * 2).min(BACKOFF_MAX);
+        }
+    }
+    info!(records = records.len(), "agent stopped");
+    Ok(())
+}
+
+/// One control connection, until it ends; returns why it ended.
+fn session(
+    mut stream: TcpStream,
+    s: &mut AgentSession,
+    hello: Msg,
+    now_ms: &dyn Fn() -> u64,
+) -> anyhow::Result<AgentEvent> {
+    stream.set_nodelay(true)?;
+    stream.set_read_timeout(Some(Duration::from_millis(10)))?;
+    stream.set_write_timeout(Some(Duration::from_secs(2)))?;
+    stream.write_all(&ftnet_control::encode(&hello))?;
+    let mut dec = Decoder::default();
+    let mut buf = [0u8; 16384];
+    let mut out = Vec::new();
+    loop {
+        if sys::stop_requested() {
+            return Ok(AgentEvent::RouterLost);
+        }
+        let mut events = Vec::new();
+        match stream.read(&mut buf) {
+            Ok(0) => anyhow::bail!("the router closed the connection"),
+            Ok(n) => dec.push(&buf[..n]),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock
+                        | std::io::ErrorKind::TimedOut
+                        | std::io::ErrorKind::Interrupted
+                ) => {}
+            Err(e) => return Err(e.into()),
+        }
+        while let Some(m) = dec.next_msg()? {
+            events.extend(s.handle(m, now_ms(), &mut out));
+        }
+        events.extend(s.on_timeout(now_ms(), &mut out));
+        for m in out.drain(..) {
+            stream.write_all(&ftnet_control::encode(&m))?;
+        }
+        for ev in events {
+            match ev {
+                AgentEvent::Registered {
+                    heartbeat,
+                    dead_after,
+                } => {
+                    info!(
+                        heartbeat_ms = heartbeat.as_millis() as u64,
+                        dead_after_ms = dead_after.as_millis() as u64,
+                        records = s.records.len(),
+                        "registered with the router (both sides proved the shared secret)"
+                    );
+                }
+                other => return Ok(other),
+            }
+        }
+    }
+}

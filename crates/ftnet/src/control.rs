@@ -1,0 +1,331 @@
+//! The router's end of the agents' control channel: a TCP listener, one
+//! thread per agent connection running [`ftnet_control::RouterSession`].
+//!
+//! - An agent that proves the shared secret registers its replica; one that
+//!   does not is refused, and the router logs who and why.
+//! - An agent silent for `dead_after` means its host is lost: the replica is
+//!   marked down and taken out of every connection at once (active failure
+//!   detection; idle connections included, which passive detection cannot
+//!   judge).
+//! - Every connection that reaches ESTABLISHED is recorded at the agents of
+//!   its replicas ([`ftnet_control::ConnRecord`]), and forgotten when the
+//!   router forgets it, for a router that has to rebuild its table.
+
+use crate::config::ControlConfig;
+use crate::sys;
+use anyhow::Context;
+use ftnet_control::{ConnId, ConnRecord, Decoder, Heartbeats, Msg, RouterEvent, RouterSession};
+use ftnet_core::{ConnKey, Event};
+use std::collections::{HashMap, HashSet};
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+use tracing::{info, warn};
+
+/// Records queued per agent before new ones are dropped (and counted): an
+/// agent that cannot keep up must not slow the data plane down.
+const QUEUE: usize = 65536;
+
+/// What the control plane needs from the router process.
+pub trait RouterHandle: Send + Sync + 'static {
+    /// Mark a replica's host lost; returns the services it was marked down in.
+    fn host_lost(&self, addr: Ipv4Addr) -> usize;
+}
+
+/// The agents currently registered, by replica address.
+#[derive(Default)]
+pub struct Registry {
+    agents: Mutex<HashMap<Ipv4Addr, Agent>>,
+    dropped_records: std::sync::atomic::AtomicU64,
+}
+
+struct Agent {
+    host: String,
+    peer: SocketAddr,
+    since: std::time::Instant,
+    tx: SyncSender<Msg>,
+    /// Connection records the agent said it holds (from its heartbeats).
+    records: u64,
+    lost: Option<std::time::Instant>,
+    /// Which connection thread owns this entry (a newer registration replaces it).
+    session: u64,
+}
+
+impl Registry {
+    fn lock(&self) -> MutexGuard<'_, HashMap<Ipv4Addr, Agent>> {
+        self.agents.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Route a core event to the agents: `Established` and `Forgotten`
+    /// become records; returns false for events that are not records.
+    pub fn route(&self, ev: &Event) -> bool {
+        let (replicas, msg_for): (Vec<Ipv4Addr>, Box<dyn Fn(Ipv4Addr) -> Msg>) = match ev {
+            Event::Established { record } => {
+                let r = record.clone();
+                let addrs = r.replicas.iter().map(|(a, _)| *a).collect();
+                (
+                    addrs,
+                    Box::new(move |a| Msg::ConnOpen {
+                        record: ConnRecord {
+                            id: conn_id(&r.key),
+                            client_isn: r.client_isn,
+                            router_isn: r.router_isn,
+                            replica_isn: r
+                                .replicas
+                                .iter()
+                                .find(|(x, _)| *x == a)
+                                .map_or(0, |(_, i)| *i),
+                            wscale_out: r.wscale_out,
+                            ts_base: r.ts_base,
+                            replicas: r.replicas.iter().map(|(x, _)| *x).collect(),
+                        },
+                    }),
+                )
+            }
+            Event::Forgotten { key, replicas } => {
+                let id = conn_id(key);
+                (replicas.clone(), Box::new(move |_| Msg::ConnClose { id }))
+            }
+            _ => return false,
+        };
+        let agents = self.lock();
+        for a in replicas {
+            if let Some(agent) = agents.get(&a).filter(|x| x.lost.is_none()) {
+                match agent.tx.try_send(msg_for(a)) {
+                    Ok(()) | Err(TrySendError::Disconnected(_)) => {}
+                    Err(TrySendError::Full(_)) => {
+                        self.dropped_records
+                            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
+                }
+            }
+        }
+        true
+    }
+
+    /// For the status snapshot.
+    pub fn status(&self) -> serde_json::Value {
+        let agents = self.lock();
+        let mut list: Vec<_> = agents
+            .iter()
+            .map(|(addr, a)| {
+                serde_json::json!({
+                    "replica": addr,
+                    "host": a.host,
+                    "peer": a.peer.to_string(),
+                    "state": if a.lost.is_some() { "lost" } else { "registered" },
+                    "for_s": (a.lost.unwrap_or_else(std::time::Instant::now) - a.since).as_secs_f64(),
+                    "records": a.records,
+                })
+            })
+            .collect();
+        list.sort_by_key(|v| v["replica"].as_str().map(str::to_string));
+        serde_json::json!({
+            "agents": list,
+            "dropped_records": self.dropped_records.load(std::sync::atomic::Ordering::Relaxed),
+        })
+    }
+}
+
+fn conn_id(k: &ConnKey) -> ConnId {
+    ConnId {
+        client: k.client,
+        cport: k.cport,
+        vip: k.vip,
+        vport: k.vport,
+    }
+}
+
+/// Start listening; agents are served on threads of their own.
+pub fn start(
+    cfg: &ControlConfig,
+    known: HashSet<Ipv4Addr>,
+    router: Arc<dyn RouterHandle>,
+) -> anyhow::Result<Arc<Registry>> {
+    let listener = TcpListener::bind(cfg.listen)
+        .with_context(|| format!("[control] listen {}: cannot bind", cfg.listen))?;
+    info!(listen = %cfg.listen, heartbeat_ms = cfg.heartbeat.as_millis() as u64, dead_after_ms = cfg.dead_after.as_millis() as u64, "control channel listening for agents");
+    let registry = Arc::new(Registry::default());
+    let reg = registry.clone();
+    let (secret, hb) = (
+        cfg.secret.clone(),
+        Heartbeats {
+            every: cfg.heartbeat,
+            dead_after: cfg.dead_after,
+        },
+    );
+    let known = Arc::new(known);
+    std::thread::Builder::new()
+        .name("control".into())
+        .spawn(move || {
+            let mut session = 0u64;
+            for conn in listener.incoming() {
+                let Ok(stream) = conn else { continue };
+                session += 1;
+                let (reg, secret, known, router) =
+                    (reg.clone(), secret.clone(), known.clone(), router.clone());
+                let id = session;
+                let _ = std::thread::Builder::new()
+                    .name(format!("agent{id}"))
+                    .spawn(move || {
+                        if let Err(e) =
+                            serve(stream, id, &secret, hb, &known, &reg, router.as_ref())
+                        {
+                            warn!("control connection {id}: {e:#}");
+                        }
+                    });
+            }
+        })
+        .context("starting the control thread")?;
+    Ok(registry)
+}
+
+fn serve(
+    mut stream: TcpStream,
+    id: u64,
+    secret: &[u8],
+    hb: Heartbeats,
+    known: &HashSet<Ipv4Addr>,
+    reg: &Registry,
+    router: &dyn RouterHandle,
+) -> anyhow::Result<()> {
+    let peer = stream.peer_addr()?;
+    stream.set_nodelay(true)?;
+    // Short reads so timers and queued records are served promptly.
+    stream.set_read_timeout(Some(Duration::from_millis(10)))?;
+    let origin = std::time::Instant::now();
+    let now_ms = || origin.elapsed().as_millis() as u64;
+    let nonce = sys::random_secret().context("reading a nonce from /dev/urandom")?;
+    let mut s = RouterSession::new(secret, nonce, hb, now_ms());
+    let mut dec = Decoder::default();
+    let mut buf = [0u8; 4096];
+    let mut out = Vec::new();
+    let mut rx: Option<Receiver<Msg>> = None;
+    let mut registered: Option<Ipv4Addr> = None;
+    loop {
+        let mut events = Vec::new();
+        match stream.read(&mut buf) {
+            Ok(0) => {
+                // The agent closed the connection: a stopped agent, not a lost host
+                // (a lost host cannot close anything). Its replica stays in service.
+                if let Some(r) = registered {
+                    info!(replica = %r, %peer, "agent disconnected; the replica stays in service (passive detection still applies)");
+                    forget(reg, r, id);
+                }
+                return Ok(());
+            }
+            Ok(n) => dec.push(&buf[..n]),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock
+                        | std::io::ErrorKind::TimedOut
+                        | std::io::ErrorKind::Interrupted
+                ) => {}
+            Err(e) => {
+                // A reset or unreachable peer: treat like silence, let the timer decide.
+                if registered.is_none() {
+                    return Err(e.into());
+                }
+            }
+        }
+        loop {
+            match dec.next_msg() {
+                Ok(Some(m)) => {
+                    if let (Some(r), Msg::Heartbeat { records, .. }) = (registered, &m) {
+                        if let Some(a) = reg.lock().get_mut(&r).filter(|a| a.session == id) {
+                            a.records = *records;
+                        }
+                    }
+                    events.extend(s.handle(m, now_ms(), |r| known.contains(&r), &mut out));
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    warn!(%peer, "control connection {id}: {e}; closing");
+                    if let Some(r) = registered {
+                        forget(reg, r, id);
+                    }
+                    return Ok(());
+                }
+            }
+        }
+        events.extend(s.on_timeout(now_ms(), &mut out));
+        if let Some(rx) = &rx {
+            while let Ok(m) = rx.try_recv() {
+                out.push(m);
+                if out.len() >= 256 {
+                    break;
+                }
+            }
+        }
+        let mut wire = Vec::new();
+        for m in out.drain(..) {
+            wire.extend(ftnet_control::encode(&m));
+        }
+        if !wire.is_empty() {
+            stream.set_write_timeout(Some(hb.dead_after))?;
+            if let Err(e) = stream.write_all(&wire) {
+                if registered.is_none() {
+                    return Err(e.into());
+                }
+            }
+        }
+        for ev in events {
+            match ev {
+                RouterEvent::Registered { replica, host } => {
+                    let (tx, r) = mpsc::sync_channel(QUEUE);
+                    rx = Some(r);
+                    registered = Some(replica);
+                    let prev = reg.lock().insert(
+                        replica,
+                        Agent {
+                            host: host.clone(),
+                            peer,
+                            since: std::time::Instant::now(),
+                            tx,
+                            records: 0,
+                            lost: None,
+                            session: id,
+                        },
+                    );
+                    let again = if prev.is_some() {
+                        " (replaces an earlier registration)"
+                    } else {
+                        ""
+                    };
+                    info!(%replica, %host, %peer, "agent registered{again}");
+                }
+                RouterEvent::Rejected { reason } => {
+                    warn!(%peer, "agent refused: {reason}");
+                    let _ = stream.shutdown(std::net::Shutdown::Both);
+                    return Ok(());
+                }
+                RouterEvent::Lost { replica, silent } => {
+                    let n = router.host_lost(replica);
+                    warn!(
+                        %replica, %peer,
+                        "agent silent for {} ms: host lost; replica marked down in {n} service(s) and taken out of its connections",
+                        silent.as_millis()
+                    );
+                    if let Some(a) = reg.lock().get_mut(&replica).filter(|a| a.session == id) {
+                        a.lost = Some(std::time::Instant::now());
+                    }
+                    let _ = stream.shutdown(std::net::Shutdown::Both);
+                    return Ok(());
+                }
+            }
+        }
+        if s.is_closed() {
+            return Ok(());
+        }
+    }
+}
+
+fn forget(reg: &Registry, replica: Ipv4Addr, session: u64) {
+    let mut agents = reg.lock();
+    if agents.get(&replica).is_some_and(|a| a.session == session) {
+        agents.remove(&replica);
+    }
+}

@@ -114,6 +114,42 @@ pub enum Msg {
     ConnClose {
         id: ConnId,
     },
+    /// The sequencer's `seq`-th input event of a service (router → agent →
+    /// the replica's shim): `kind` accept or data (then `end` is the chunk's
+    /// end offset in the client's stream).
+    Input {
+        seq: u64,
+        id: ConnId,
+        kind: InputKind,
+        end: u32,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum InputKind {
+    Accept,
+    Data,
+}
+
+/// Size of one input record on the agent → shim Unix socket.
+pub const SHIM_RECORD: usize = 24;
+
+/// The agent → shim record (the shim's `order::decode` reads it): `seq` u64
+/// LE, client IPv4 in network order, client port u16 LE, service port u16
+/// LE, kind u8 (1 accept, 2 data), 3 zero bytes, end u32 LE.
+pub fn shim_record(seq: u64, id: &ConnId, kind: InputKind, end: u32) -> [u8; SHIM_RECORD] {
+    let mut b = [0u8; SHIM_RECORD];
+    b[0..8].copy_from_slice(&seq.to_le_bytes());
+    b[8..12].copy_from_slice(&id.client.octets());
+    b[12..14].copy_from_slice(&id.cport.to_le_bytes());
+    b[14..16].copy_from_slice(&id.vport.to_le_bytes());
+    b[16] = match kind {
+        InputKind::Accept => 1,
+        InputKind::Data => 2,
+    };
+    b[20..24].copy_from_slice(&end.to_le_bytes());
+    b
 }
 
 /// Framing errors: the peer is broken or hostile; close the connection.
@@ -426,6 +462,7 @@ fn kind(m: &Msg) -> &'static str {
         Msg::HeartbeatAck { .. } => "heartbeat_ack",
         Msg::ConnOpen { .. } => "conn_open",
         Msg::ConnClose { .. } => "conn_close",
+        Msg::Input { .. } => "input",
     }
 }
 
@@ -442,6 +479,13 @@ pub enum AgentEvent {
     Rejected { reason: String },
     /// The router fell silent: reconnect.
     RouterLost,
+    /// An input event for the replica's shim.
+    Input {
+        seq: u64,
+        id: ConnId,
+        kind: InputKind,
+        end: u32,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -555,6 +599,9 @@ impl AgentSession {
             (AState::Live { .. }, Msg::ConnClose { id }) => {
                 self.records.remove(&id);
                 None
+            }
+            (AState::Live { .. }, Msg::Input { seq, id, kind, end }) => {
+                Some(AgentEvent::Input { seq, id, kind, end })
             }
             (AState::Closed, _) => None,
             (_, other) => self.reject(format!(
@@ -771,6 +818,25 @@ mod tests {
         assert_eq!(a.records.get(&id), Some(&rec));
         a.handle(Msg::ConnClose { id }, 2, &mut out);
         assert!(a.records.is_empty());
+    }
+
+    /// The same vector as the shim's `record_format_is_fixed` test: the two
+    /// ends of the Unix socket agree byte for byte.
+    #[test]
+    fn shim_record_matches_the_shims_format() {
+        let id = ConnId {
+            client: Ipv4Addr::new(0xc6, 0x12, 0x01, 0x02),
+            cport: 40000,
+            vip: Ipv4Addr::new(198, 19, 0, 1),
+            vport: 6379,
+        };
+        assert_eq!(
+            shim_record(0x0102_0304_0506_0708, &id, InputKind::Data, 0xaabb_ccdd),
+            [
+                8, 7, 6, 5, 4, 3, 2, 1, 0xc6, 0x12, 0x01, 0x02, 0x40, 0x9c, 0xeb, 0x18, 2, 0, 0, 0,
+                0xdd, 0xcc, 0xbb, 0xaa
+            ]
+        );
     }
 
     #[test]

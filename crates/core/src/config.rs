@@ -73,4 +73,7 @@ pub struct Config {
     pub services: Vec<Service>,
     pub timeouts: Timeouts,
     pub limits: Limits,
+    /// Emit `Event::Input` (the sequencer's total order of client input
+    /// per service) for the replicas' shims.
+    pub sequencer: bool,
 }

@@ -11,7 +11,7 @@
 
 use crate::config::Timeouts;
 use crate::metrics::{Counters, DropReason};
-use crate::router::{Event, EvictReason, Packet};
+use crate::router::{Event, EvictReason, InputKind, Packet};
 use crate::time::Instant;
 use ftnet_wire::tcp::{self, flags, CsumMode, Repr};
 use ftnet_wire::vnet::VnetHdr;
@@ -74,6 +74,8 @@ pub struct Ctx<'a> {
     /// (service, replica) pairs that this input proved dead for the whole
     /// service; the router marks them down after the call.
     pub down: &'a mut Vec<(usize, usize, EvictReason)>,
+    /// Emit `Event::Input` for the sequencer.
+    pub sequencer: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -175,6 +177,8 @@ pub struct Conn {
     pub legs: Vec<Leg>,
     /// Client stream: end of what the client sent (its FIN counted).
     pub client_hi: SeqNum,
+    /// Client stream: end of the data announced to the sequencer.
+    pub input_hi: SeqNum,
     pub client_fin: Option<SeqNum>,
     pub client_win: u16,
     pub client_tsval: u32,
@@ -231,6 +235,7 @@ impl Conn {
             router_isn,
             legs: Vec::new(),
             client_hi: syn.seq.add(1),
+            input_hi: syn.seq.add(1),
             client_fin: None,
             client_win: syn.window,
             client_tsval: syn.ts.map(|t| t.0).unwrap_or(0),
@@ -251,6 +256,22 @@ impl Conn {
             syn_copy: None,
             syn_at: now,
         }
+    }
+
+    /// One input event for the sequencer (numbered by the router).
+    fn input(&self, ctx: &mut Ctx, kind: InputKind) {
+        let replicas = self
+            .legs
+            .iter()
+            .filter(|l| l.live())
+            .map(|l| l.addr)
+            .collect();
+        ctx.events.push_back(Event::Input {
+            seq: 0,
+            key: self.key,
+            kind,
+            replicas,
+        });
     }
 
     /// What the replicas' agents keep of this connection (see `SetupRecord`).
@@ -441,6 +462,9 @@ impl Conn {
             if self.phase == Phase::SynAckSent && !seg.ack.is_before(self.router_isn.add(1)) {
                 self.phase = Phase::Established;
                 self.syn_copy = None;
+                if ctx.sequencer {
+                    self.input(ctx, InputKind::Accept);
+                }
             }
         }
         if let Some((tsval, _)) = seg.ts {
@@ -450,6 +474,19 @@ impl Conn {
         }
         self.client_win = seg.window;
         let end = seg.seq.add(seg.payload_len + seg.has(flags::FIN) as u32);
+        let data_end = seg.seq.add(seg.payload_len);
+        if ctx.sequencer
+            && seg.payload_len > 0
+            && data_end.is_after(self.input_hi)
+            && matches!(self.phase, Phase::Established | Phase::Closed)
+        {
+            // New client bytes: the next chunk of this connection ends here
+            // (offsets count from the byte after the client's SYN). Not
+            // `client_hi`: a FIN that overtook the last data would hide it.
+            let off = data_end.diff(self.client_isn.add(1)) as u32;
+            self.input_hi = data_end;
+            self.input(ctx, InputKind::Data { end: off });
+        }
         self.client_hi = self.client_hi.max(end);
         if seg.has(flags::FIN) {
             self.client_fin = Some(seg.seq.add(seg.payload_len));

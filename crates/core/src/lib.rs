@@ -16,6 +16,7 @@ pub use config::{Config, Limits, Service, Timeouts};
 pub use conn::ConnKey;
 pub use metrics::{Counters, DropReason};
 pub use router::{
-    Event, EvictReason, Packet, ReplicaStatus, Router, ServiceStatus, SetupRecord, Status,
+    Event, EvictReason, InputKind, Packet, ReplicaStatus, Router, ServiceStatus, SetupRecord,
+    Status,
 };
 pub use time::Instant;

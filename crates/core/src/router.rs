@@ -95,6 +95,27 @@ pub enum Event {
         key: ConnKey,
         replicas: Vec<Ipv4Addr>,
     },
+    /// The sequencer's total order of input for one service (only with
+    /// `Config::sequencer`): the `seq`-th input event of the service is
+    /// `kind` on connection `key`. Every replica's shim hands the server
+    /// its input in exactly this order. Frequent: not for the log.
+    Input {
+        seq: u64,
+        key: ConnKey,
+        kind: InputKind,
+        replicas: Vec<Ipv4Addr>,
+    },
+}
+
+/// One input event of the sequencer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum InputKind {
+    /// The connection is accepted (ESTABLISHED at the router).
+    Accept,
+    /// Client bytes up to stream offset `end` (bytes after the SYN,
+    /// modulo 2^32) are the next chunk: one read returns at most one chunk.
+    Data { end: u32 },
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -156,6 +177,8 @@ pub struct Router {
     /// table is full.
     closed: VecDeque<(ConnKey, Instant)>,
     down: Vec<(usize, usize, EvictReason)>,
+    /// Last input sequence number handed out, per service.
+    input_seq: Vec<u64>,
 }
 
 impl Router {
@@ -188,6 +211,7 @@ impl Router {
             half_open_count: 0,
             closed: VecDeque::new(),
             down: Vec::new(),
+            input_seq: Vec::new(),
         }
     }
 
@@ -273,6 +297,7 @@ impl Router {
             now,
             tx,
             counters,
+            sequencer: config.sequencer,
             events,
             timeouts: &config.timeouts,
             down,
@@ -707,7 +732,19 @@ impl Router {
 
     /// Next event for the log.
     pub fn poll_event(&mut self) -> Option<Event> {
-        self.events.pop_front()
+        let mut ev = self.events.pop_front()?;
+        if let Event::Input { seq, key, .. } = &mut ev {
+            // Numbered as they leave, per service, so the numbers follow the
+            // order the core produced them in and have no gaps.
+            if let Some(&svc) = self.by_vip.get(&(key.vip, key.vport)) {
+                if self.input_seq.len() <= svc {
+                    self.input_seq.resize(svc + 1, 0);
+                }
+                self.input_seq[svc] += 1;
+                *seq = self.input_seq[svc];
+            }
+        }
+        Some(ev)
     }
 
     pub fn counters(&self) -> &Counters {

@@ -10,6 +10,9 @@ use ftnet_control::{AgentEvent, AgentSession, ConnId, ConnRecord, Decoder, Msg};
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddrV4, TcpStream};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tracing::{info, warn};
 
@@ -18,6 +21,86 @@ pub struct AgentArgs {
     pub replica: Ipv4Addr,
     pub secret: Vec<u8>,
     pub host: String,
+    /// Where servers started with `ftnet run` pick up the input order.
+    pub shim_socket: PathBuf,
+}
+
+/// The shims connected to this agent (normally one: the replica's server).
+#[derive(Default)]
+struct Shims {
+    list: Mutex<Vec<UnixStream>>,
+}
+
+impl Shims {
+    /// Serve `path`; every shim that connects gets every input record.
+    fn listen(path: &Path) -> anyhow::Result<Arc<Shims>> {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        }
+        if path.exists() {
+            if UnixStream::connect(path).is_ok() {
+                anyhow::bail!(
+                    "another agent is already serving {} — stop it or pick another --shim-socket",
+                    path.display()
+                );
+            }
+            std::fs::remove_file(path)
+                .with_context(|| format!("removing stale {}", path.display()))?;
+        }
+        let l = UnixListener::bind(path).with_context(|| format!("binding {}", path.display()))?;
+        let shims = Arc::new(Shims::default());
+        let s = shims.clone();
+        std::thread::Builder::new()
+            .name("shims".into())
+            .spawn(move || {
+                for c in l.incoming() {
+                    let Ok(c) = c else { continue };
+                    let _ = c.set_write_timeout(Some(Duration::from_secs(1)));
+                    let pid = peer_pid(&c);
+                    info!(
+                        pid,
+                        "shim connected: the server there now gets its input in the router's order"
+                    );
+                    s.list.lock().unwrap_or_else(|p| p.into_inner()).push(c);
+                }
+            })?;
+        Ok(shims)
+    }
+
+    fn send(&self, rec: &[u8]) {
+        let mut list = self.list.lock().unwrap_or_else(|p| p.into_inner());
+        list.retain_mut(|c| match c.write_all(rec) {
+            Ok(()) => true,
+            Err(e) => {
+                warn!(
+                    pid = peer_pid(c),
+                    "shim dropped ({e}); that server falls back to the kernel's input order"
+                );
+                false
+            }
+        });
+    }
+}
+
+fn peer_pid(c: &UnixStream) -> i32 {
+    use std::os::fd::AsRawFd;
+    let mut cred: libc::ucred = libc::ucred {
+        pid: 0,
+        uid: 0,
+        gid: 0,
+    };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: SO_PEERCRED writes one ucred of `len` bytes.
+    unsafe {
+        libc::getsockopt(
+            c.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    };
+    cred.pid
 }
 
 const BACKOFF_MIN: Duration = Duration::from_millis(100);
@@ -31,7 +114,8 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
     let mut records: HashMap<ConnId, ConnRecord> = HashMap::new();
     let mut backoff = BACKOFF_MIN;
     let mut last_problem = String::new();
-    info!(router = %args.router, replica = %args.replica, host = %args.host, "agent starting");
+    info!(router = %args.router, replica = %args.replica, host = %args.host, shim_socket = %args.shim_socket.display(), "agent starting");
+    let shims = Shims::listen(&args.shim_socket)?;
     while !sys::stop_requested() {
         let stream = match TcpStream::connect_timeout(&args.router.into(), Duration::from_secs(1)) {
             Ok(s) => s,
@@ -50,10 +134,12 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
         let (mut s, hello) =
             AgentSession::new(&args.secret, args.replica, &args.host, nonce, now_ms());
         s.records = std::mem::take(&mut records);
-        let outcome = session(stream, &mut s, hello, &now_ms);
+        let outcome = session(stream, &mut s, hello, &now_ms, &shims);
         records = std::mem::take(&mut s.records);
         match outcome {
-            Ok(AgentEvent::Registered { .. }) | Ok(AgentEvent::RouterLost) => {
+            Ok(
+                AgentEvent::Registered { .. } | AgentEvent::RouterLost | AgentEvent::Input { .. },
+            ) => {
                 let p = format!("router {} fell silent", args.router);
                 warn!(
                     "{p}; keeping {} connection record(s); reconnecting",
@@ -84,6 +170,7 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
         }
     }
     info!(records = records.len(), "agent stopped");
+    let _ = std::fs::remove_file(&args.shim_socket);
     Ok(())
 }
 
@@ -93,6 +180,7 @@ fn session(
     s: &mut AgentSession,
     hello: Msg,
     now_ms: &dyn Fn() -> u64,
+    shims: &Shims,
 ) -> anyhow::Result<AgentEvent> {
     stream.set_nodelay(true)?;
     stream.set_read_timeout(Some(Duration::from_millis(10)))?;
@@ -137,6 +225,9 @@ fn session(
                         records = s.records.len(),
                         "registered with the router (both sides proved the shared secret)"
                     );
+                }
+                AgentEvent::Input { seq, id, kind, end } => {
+                    shims.send(&ftnet_control::shim_record(seq, &id, kind, end))
                 }
                 other => return Ok(other),
             }

@@ -40,6 +40,8 @@ pub struct FileConfig {
     pub busy_poll: Duration,
     /// `[control]`: agents register here; `None` = no agents.
     pub control: Option<ControlConfig>,
+    /// `[fault]`: test-only loss towards one replica.
+    pub fault: Option<FaultConfig>,
     pub core: ftnet_core::Config,
 }
 
@@ -73,7 +75,25 @@ struct RawConfig {
     #[serde(default)]
     control: Option<Spanned<RawControl>>,
     #[serde(default)]
+    fault: Option<Spanned<RawFault>>,
+    #[serde(default)]
     service: Vec<RawService>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawFault {
+    drop_data_to: Option<Spanned<String>>,
+    drop_every: Option<Spanned<u32>>,
+}
+
+/// `[fault]`: a test hook (there is no netem here). Every `every`-th packet
+/// carrying data that the router writes to `replica` is dropped, so that
+/// replica sees loss and retransmissions the others do not.
+#[derive(Debug, Clone, Copy)]
+pub struct FaultConfig {
+    pub drop_data_to: Ipv4Addr,
+    pub every: u32,
 }
 
 #[derive(Deserialize, Default)]
@@ -304,6 +324,46 @@ pub fn parse(file: &str, text: &str) -> Result<FileConfig, ConfigError> {
         }
     };
 
+    // [fault]
+    let fault = match raw.fault {
+        None => None,
+        Some(f) => {
+            let whole = f.span();
+            let f = f.into_inner();
+            let addr = match f.drop_data_to {
+                Some(a) => a.get_ref().parse::<Ipv4Addr>().map_err(|_| {
+                    err(
+                        Some(a.span()),
+                        format!(
+                            "drop_data_to = {:?} is not an IPv4 address — name a replica",
+                            a.get_ref()
+                        ),
+                    )
+                })?,
+                None => {
+                    return Err(err(
+                        Some(whole),
+                        "[fault] needs drop_data_to = \"REPLICA\"".into(),
+                    ))
+                }
+            };
+            let every = match f.drop_every {
+                Some(e) if *e.get_ref() < 2 => {
+                    return Err(err(
+                        Some(e.span()),
+                        "drop_every must be at least 2 (1 would drop everything)".into(),
+                    ))
+                }
+                Some(e) => *e.get_ref(),
+                None => 20,
+            };
+            Some(FaultConfig {
+                drop_data_to: addr,
+                every,
+            })
+        }
+    };
+
     // [limits]
     let rl = raw.limits.unwrap_or_default();
     let mut limits = Limits::default();
@@ -472,12 +532,15 @@ pub fn parse(file: &str, text: &str) -> Result<FileConfig, ConfigError> {
         status_socket,
         threads,
         busy_poll,
-        control,
         core: ftnet_core::Config {
             services,
             timeouts,
             limits,
+            // The input order goes to the replicas' shims through the agents.
+            sequencer: control.is_some(),
         },
+        control,
+        fault,
     })
 }
 
@@ -521,6 +584,8 @@ impl FloorCharBoundary for str {
 /// Data-plane settings a lab passes through to its router (`None` = the router's default).
 #[derive(Debug, Clone, Default)]
 pub struct LabTuning {
+    /// `[fault]` drop_data_to and drop_every.
+    pub fault_drop: Option<(Ipv4Addr, u32)>,
     pub threads: Option<u8>,
     pub busy_poll_us: Option<u64>,
     /// Write a `[control]` section with this secret file.
@@ -543,6 +608,11 @@ pub fn render_lab(
         .unwrap_or_default();
     if let Some(b) = tuning.busy_poll_us {
         threads.push_str(&format!("busy_poll_us = {b}\n"));
+    }
+    if let Some((a, n)) = tuning.fault_drop {
+        threads.push_str(&format!(
+            "\n[fault]\ndrop_data_to = \"{a}\"\ndrop_every = {n}\n"
+        ));
     }
     if let Some(f) = &tuning.control_secret {
         threads.push_str(&format!(
@@ -636,11 +706,15 @@ replicas = ["198.18.11.2", "198.18.12.2", "198.18.13.2"]
                 threads: Some(1),
                 busy_poll_us: Some(70),
                 control_secret: None,
+                fault_drop: Some((r[1], 7)),
             },
             Path::new("/run/x.sock"),
         );
         let c = parse("lab.toml", &t).unwrap();
         assert_eq!(c.threads, 1);
+        assert!(c
+            .fault
+            .is_some_and(|f| f.drop_data_to == r[1] && f.every == 7));
         assert_eq!(c.busy_poll, Duration::from_micros(70));
         assert_eq!(c.core.services[0].ports, vec![6379, 80]);
         assert_eq!(c.core.timeouts.failure_detection, Duration::from_millis(50));

@@ -88,6 +88,22 @@ impl Registry {
                 let id = conn_id(key);
                 (replicas.clone(), Box::new(move |_| Msg::ConnClose { id }))
             }
+            Event::Input {
+                seq,
+                key,
+                kind,
+                replicas,
+            } => {
+                let (id, seq) = (conn_id(key), *seq);
+                let (kind, end) = match kind {
+                    ftnet_core::InputKind::Accept => (ftnet_control::InputKind::Accept, 0),
+                    ftnet_core::InputKind::Data { end } => (ftnet_control::InputKind::Data, *end),
+                };
+                (
+                    replicas.clone(),
+                    Box::new(move |_| Msg::Input { seq, id, kind, end }),
+                )
+            }
             _ => return false,
         };
         let agents = self.lock();
@@ -202,8 +218,16 @@ fn serve(
     let mut dec = Decoder::default();
     let mut buf = [0u8; 4096];
     let mut out = Vec::new();
-    let mut rx: Option<Receiver<Msg>> = None;
     let mut registered: Option<Ipv4Addr> = None;
+    // Writes come from this thread (session messages) and from the record
+    // writer (records as soon as the data plane queues them).
+    let writer = Arc::new(Mutex::new(stream.try_clone()?));
+    writer
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .set_write_timeout(Some(hb.dead_after))?;
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let _stop_writer = StopOnDrop(done.clone());
     loop {
         let mut events = Vec::new();
         match stream.read(&mut buf) {
@@ -252,21 +276,16 @@ fn serve(
             }
         }
         events.extend(s.on_timeout(now_ms(), &mut out));
-        if let Some(rx) = &rx {
-            while let Ok(m) = rx.try_recv() {
-                out.push(m);
-                if out.len() >= 256 {
-                    break;
-                }
-            }
-        }
         let mut wire = Vec::new();
         for m in out.drain(..) {
             wire.extend(ftnet_control::encode(&m));
         }
         if !wire.is_empty() {
-            stream.set_write_timeout(Some(hb.dead_after))?;
-            if let Err(e) = stream.write_all(&wire) {
+            if let Err(e) = writer
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .write_all(&wire)
+            {
                 if registered.is_none() {
                     return Err(e.into());
                 }
@@ -275,8 +294,12 @@ fn serve(
         for ev in events {
             match ev {
                 RouterEvent::Registered { replica, host } => {
-                    let (tx, r) = mpsc::sync_channel(QUEUE);
-                    rx = Some(r);
+                    let (tx, rx) = mpsc::sync_channel(QUEUE);
+                    let (w, d) = (writer.clone(), done.clone());
+                    std::thread::Builder::new()
+                        .name(format!("agent{id}-tx"))
+                        .spawn(move || write_records(&rx, &w, &d))
+                        .context("starting a record writer")?;
                     registered = Some(replica);
                     let prev = reg.lock().insert(
                         replica,
@@ -319,6 +342,43 @@ fn serve(
         }
         if s.is_closed() {
             return Ok(());
+        }
+    }
+}
+
+/// Sets the flag when the session ends, whichever way it returns.
+struct StopOnDrop(Arc<std::sync::atomic::AtomicBool>);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// Send queued records to the agent as soon as they are queued (batched
+/// when several are waiting), until the session ends.
+fn write_records(rx: &Receiver<Msg>, w: &Mutex<TcpStream>, done: &std::sync::atomic::AtomicBool) {
+    let mut wire = Vec::new();
+    while !done.load(std::sync::atomic::Ordering::Relaxed) {
+        let m = match rx.recv_timeout(Duration::from_millis(100)) {
+            Ok(m) => m,
+            Err(mpsc::RecvTimeoutError::Timeout) => continue,
+            Err(mpsc::RecvTimeoutError::Disconnected) => return,
+        };
+        wire.clear();
+        wire.extend(ftnet_control::encode(&m));
+        for _ in 0..255 {
+            match rx.try_recv() {
+                Ok(m) => wire.extend(ftnet_control::encode(&m)),
+                Err(_) => break,
+            }
+        }
+        if w.lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .write_all(&wire)
+            .is_err()
+        {
+            return;
         }
     }
 }

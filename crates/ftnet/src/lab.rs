@@ -160,6 +160,12 @@ pub struct UpArgs {
     /// 198.18.(10+i).1:7400, secret in /run/ftnet/lab/<name>/secret) and wait until all registered.
     #[arg(long)]
     pub agents: bool,
+    /// Start every server under `ftnet run` (the determinism shim), fed by its agent; implies --agents.
+    #[arg(long)]
+    pub shim: bool,
+    /// Test hook (no netem here): the router drops every N-th data packet it writes to replica R.
+    #[arg(long, value_name = "R:N")]
+    pub fault_drop: Option<String>,
 }
 
 pub fn run(cmd: LabCmd) -> anyhow::Result<i32> {
@@ -224,6 +230,8 @@ pub fn run(cmd: LabCmd) -> anyhow::Result<i32> {
                 threads: None,
                 busy_poll_us: None,
                 agents: false,
+                shim: false,
+                fault_drop: None,
             };
             run_guarded(&args, |lab| demo(lab, replicas))
         }
@@ -460,14 +468,18 @@ fn up(lab: &Lab, args: &UpArgs) -> anyhow::Result<()> {
     let mut servers: Vec<Child> = Vec::new();
     for i in 1..=n {
         check_interrupt()?;
-        servers.push(start_server(lab, i, template, args.ports[0])?);
+        servers.push(start_server(lab, i, template, args.ports[0], args.shim)?);
     }
 
     check_interrupt()?;
     let replicas: Vec<Ipv4Addr> = (1..=n).map(replica_ip).collect();
     let cfg_path = lab.dir().join("ftnet.toml");
     let secret = lab.dir().join("secret");
-    if args.agents {
+    let agents = args.agents || args.shim;
+    if args.shim {
+        crate::run::shim_library()?;
+    }
+    if agents {
         let key = sys::random_secret().context("reading /dev/urandom")?;
         let hex: String = key
             .iter()
@@ -479,10 +491,26 @@ fn up(lab: &Lab, args: &UpArgs) -> anyhow::Result<()> {
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600))?;
     }
+    let fault_drop = match &args.fault_drop {
+        None => None,
+        Some(spec) => {
+            let bad = || {
+                anyhow::anyhow!("--fault-drop {spec:?}: use R:N (replica number, drop every N-th data packet to it, N ≥ 2), e.g. 2:20")
+            };
+            let (r, k) = spec.split_once(':').ok_or_else(bad)?;
+            let (r, k): (usize, u32) =
+                (r.parse().map_err(|_| bad())?, k.parse().map_err(|_| bad())?);
+            if r == 0 || r > n || k < 2 {
+                return Err(bad());
+            }
+            Some((replica_ip(r), k))
+        }
+    };
     let tuning = config::LabTuning {
+        fault_drop,
         threads: args.threads,
         busy_poll_us: args.busy_poll_us,
-        control_secret: args.agents.then(|| secret.clone()),
+        control_secret: agents.then(|| secret.clone()),
     };
     std::fs::write(
         &cfg_path,
@@ -499,12 +527,15 @@ fn up(lab: &Lab, args: &UpArgs) -> anyhow::Result<()> {
     let mut router = start_router(lab, &cfg_path)?;
 
     wait_ready(lab, args, &mut router, &mut servers)?;
-    if args.agents {
+    if agents {
         for i in 1..=n {
             check_interrupt()?;
             start_agent(lab, i, &secret)?;
         }
         wait_agents(lab, n)?;
+    }
+    if args.shim {
+        wait_shims(lab, n)?;
     }
     guard.armed = false;
     Ok(())
@@ -533,6 +564,8 @@ fn start_agent(lab: &Lab, i: usize, secret: &Path) -> anyhow::Result<()> {
             "--secret-file",
         ])
         .arg(secret)
+        .arg("--shim-socket")
+        .arg(dir.join("shim.sock"))
         .stdin(Stdio::null())
         .stdout(out)
         .stderr(err);
@@ -542,6 +575,31 @@ fn start_agent(lab: &Lab, i: usize, secret: &Path) -> anyhow::Result<()> {
         .with_context(|| format!("starting the agent of replica {i}"))?;
     std::fs::write(dir.join("agent.pid"), format!("{}\n", child.id()))?;
     Ok(())
+}
+
+/// Wait until every replica's server has its shim connected to its agent.
+fn wait_shims(lab: &Lab, n: usize) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        check_interrupt()?;
+        let missing: Vec<usize> = (1..=n)
+            .filter(|&i| {
+                !std::fs::read_to_string(lab.replica_dir(i).join("agent.log"))
+                    .unwrap_or_default()
+                    .contains("shim connected")
+            })
+            .collect();
+        if missing.is_empty() {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "the shim of replica(s) {missing:?} did not connect within 10 s — read {}/r<i>/server.log and agent.log",
+                lab.dir().display()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 /// Wait until the router reports `n` registered agents.
@@ -580,7 +638,13 @@ fn log_file(path: &Path) -> anyhow::Result<(Stdio, Stdio)> {
     Ok((Stdio::from(f), Stdio::from(g)))
 }
 
-fn start_server(lab: &Lab, i: usize, template: &str, port: u16) -> anyhow::Result<Child> {
+fn start_server(
+    lab: &Lab,
+    i: usize,
+    template: &str,
+    port: u16,
+    shim: bool,
+) -> anyhow::Result<Child> {
     let dir = lab.replica_dir(i);
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let cmdline = template
@@ -589,7 +653,15 @@ fn start_server(lab: &Lab, i: usize, template: &str, port: u16) -> anyhow::Resul
         .replace("{port}", &port.to_string());
     let (out, err) = log_file(&dir.join("server.log"))?;
     let mut cmd = Command::new("ip");
-    cmd.args(["netns", "exec", &lab.ns_replica(i), "sh", "-c", &cmdline])
+    cmd.args(["netns", "exec", &lab.ns_replica(i)]);
+    if shim {
+        let exe = std::env::current_exe().context("finding the ftnet executable")?;
+        cmd.arg(exe)
+            .args(["run", "--socket"])
+            .arg(dir.join("shim.sock"))
+            .arg("--");
+    }
+    cmd.args(["sh", "-c", &cmdline])
         .current_dir(&dir)
         .env("FTNET_REPLICA", i.to_string())
         .stdin(Stdio::null())

@@ -6,6 +6,7 @@ mod config;
 mod control;
 mod lab;
 mod router;
+mod run;
 mod status;
 mod sys;
 
@@ -89,9 +90,27 @@ Examples:
         /// Name reported to the router [default: the host name].
         #[arg(long)]
         host: Option<String>,
+        /// Unix socket where servers started with `ftnet run` get the input order.
+        #[arg(long, value_name = "PATH", default_value = "/run/ftnet/shim.sock")]
+        shim_socket: PathBuf,
         /// Log filter (as for `router`).
         #[arg(long, default_value = "info", value_name = "LEVEL")]
         log_level: String,
+    },
+    /// Start a server under the determinism shim: it gets its input in the router's order.
+    #[command(after_help = RUN_HELP)]
+    Run {
+        /// The agent's shim socket (`ftnet agent --shim-socket`).
+        #[arg(long, value_name = "PATH", default_value = "/run/ftnet/shim.sock")]
+        socket: PathBuf,
+        /// The server command and its arguments.
+        #[arg(
+            required = true,
+            trailing_var_arg = true,
+            allow_hyphen_values = true,
+            value_name = "CMD"
+        )]
+        cmd: Vec<String>,
     },
     /// Local testbed: client, router and replica network namespaces joined by veth pairs.
     Lab {
@@ -155,6 +174,21 @@ Example (replica host 198.18.11.2, router reachable at 198.18.11.1):
   head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > /etc/ftnet/secret   # same file on the router
   ftnet agent --router 198.18.11.1:7400 --replica 198.18.11.2 --secret-file /etc/ftnet/secret"#;
 
+const RUN_HELP: &str = r#"`ftnet run` execs CMD with LD_PRELOAD=libftnet_shim.so (found next to the ftnet executable, or
+at $FTNET_SHIM_LIB) and FTNET_SHIM_SOCKET=<socket>. The shim connects to the agent and exposes the
+server's input one event at a time, in the order the router's sequencer gave the client segments
+of all connections: accepts in that order, epoll readiness in that order, and one read returns at
+most one router-defined chunk. A server that stops reading a connection does not stall the others
+(the order passes over connections not registered for input, and returns to them in place).
+
+Supported: single-threaded event-driven servers on epoll with non-blocking sockets (Redis,
+nginx with one worker, memcached -t 1, asyncio servers). Not yet: multi-threaded servers,
+poll/select loops, blocking sockets; timers still fire at different points on different replicas.
+Without an agent (or if the order breaks) the shim steps aside and says so on stderr.
+
+Example (on a replica host whose agent runs with the default --shim-socket):
+  ftnet run -- redis-server --port 6379 --save ''"#;
+
 fn main() {
     let cli = Cli::parse();
     let code = match dispatch(cli) {
@@ -195,6 +229,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<i32> {
             replica,
             secret_file,
             host,
+            shim_socket,
             log_level,
         } => {
             init_logging(&log_level);
@@ -205,9 +240,11 @@ fn dispatch(cli: Cli) -> anyhow::Result<i32> {
                 replica,
                 secret,
                 host,
+                shim_socket,
             })?;
             Ok(0)
         }
+        Cmd::Run { socket, cmd } => run::exec(&socket, &cmd),
         Cmd::CheckConfig { file } => {
             let cfg = config::load(&file)?;
             println!("{}: ok", file.display());

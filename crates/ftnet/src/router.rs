@@ -115,7 +115,11 @@ pub fn run(cfg: FileConfig) -> anyhow::Result<()> {
         tun: tun_name,
         kick: eventfd().context("creating an eventfd")?,
         registry: OnceLock::new(),
+        fault: cfg.fault,
     });
+    if let Some(f) = cfg.fault {
+        warn!(replica = %f.drop_data_to, every = f.every, "[fault] test hook active: dropping every n-th data packet to this replica");
+    }
     if let Some(c) = &cfg.control {
         let known = cfg
             .core
@@ -178,6 +182,8 @@ struct Shared {
     kick: OwnedFd,
     /// The agents, when `[control]` is configured.
     registry: OnceLock<Arc<Registry>>,
+    /// `[fault]` test hook.
+    fault: Option<crate::config::FaultConfig>,
 }
 
 impl RouterHandle for Shared {
@@ -217,22 +223,53 @@ struct Out {
     packets: Vec<Packet>,
     events: Vec<Event>,
     write_errors: u64,
+    fault: Option<crate::config::FaultConfig>,
+    fault_seen: u32,
+}
+
+/// Destination and TCP payload length of an IPv4/TCP packet.
+fn dst_and_payload(p: &[u8]) -> Option<(std::net::Ipv4Addr, usize)> {
+    if p.len() < 40 || p[9] != 6 {
+        return None;
+    }
+    let ihl = usize::from(p[0] & 0x0f) * 4;
+    let total = usize::from(u16::from_be_bytes([p[2], p[3]]));
+    let doff = usize::from(*p.get(ihl + 12)? >> 4) * 4;
+    Some((
+        std::net::Ipv4Addr::new(p[16], p[17], p[18], p[19]),
+        total.saturating_sub(ihl + doff),
+    ))
 }
 
 impl Out {
-    /// Take everything the core queued.
-    fn drain(&mut self, router: &mut Router) {
+    /// Take everything the core queued. Records for the agents are sent
+    /// here, under the router's lock, so that they reach each agent in the
+    /// order the core numbered them even when several threads drain.
+    fn drain(&mut self, router: &mut Router, registry: Option<&Registry>) {
         while let Some(p) = router.poll_transmit() {
             self.packets.push(p);
         }
         while let Some(ev) = router.poll_event() {
+            if registry.is_some_and(|r| r.route(&ev)) {
+                continue;
+            }
             self.events.push(ev);
         }
     }
 
     /// Write the packets (outside the lock) and log the events.
-    fn flush<D: Device>(&mut self, dev: &mut D, registry: Option<&Registry>) {
+    fn flush<D: Device>(&mut self, dev: &mut D) {
         for pkt in self.packets.drain(..) {
+            if let Some(f) = self.fault {
+                if dst_and_payload(&pkt.data).is_some_and(|(d, n)| d == f.drop_data_to && n > 0) {
+                    self.fault_seen += 1;
+                    if self.fault_seen >= f.every {
+                        self.fault_seen = 0;
+                        dev.recycle(pkt.data);
+                        continue;
+                    }
+                }
+            }
             if let Err(e) = dev.send(&pkt) {
                 self.write_errors += 1;
                 // One line per power of two keeps a persistent error from flooding the log.
@@ -247,9 +284,6 @@ impl Out {
             dev.recycle(pkt.data);
         }
         for ev in self.events.drain(..) {
-            if registry.is_some_and(|r| r.route(&ev)) {
-                continue;
-            }
             log_event(&ev);
         }
     }
@@ -263,7 +297,10 @@ fn event_loop(
 ) -> anyhow::Result<()> {
     let mut buf = vec![0u8; RECV_BUF_LEN];
     let mut batch = Vec::with_capacity(BATCH);
-    let mut out = Out::default();
+    let mut out = Out {
+        fault: shared.fault,
+        ..Out::default()
+    };
     let mut last_status = std::time::Instant::now() - STATUS_EVERY;
     loop {
         if sys::stop_requested() {
@@ -275,14 +312,14 @@ fn event_loop(
             if r.poll_timeout().is_some_and(|due| due <= t) {
                 r.handle_timeout(t);
             }
-            out.drain(&mut r);
+            out.drain(&mut r, shared.registry.get().map(|g| g.as_ref()));
             if main && last_status.elapsed() >= STATUS_EVERY {
                 refresh_status(&r, shared);
                 last_status = std::time::Instant::now();
             }
             r.poll_timeout()
         };
-        out.flush(&mut tun, shared.registry.get().map(|r| r.as_ref()));
+        out.flush(&mut tun);
 
         let sleep = match next {
             Some(due) => {
@@ -377,9 +414,9 @@ fn pump<D: Device>(
         for pkt in batch.drain(..) {
             r.handle_packet(now, pkt);
         }
-        out.drain(&mut r);
+        out.drain(&mut r, shared.registry.get().map(|g| g.as_ref()));
     }
-    out.flush(dev, shared.registry.get().map(|r| r.as_ref()));
+    out.flush(dev);
     n
 }
 
@@ -419,7 +456,7 @@ fn log_event(ev: &Event) {
             error!("connection {conn}: no replica left, client reset")
         }
         // One per connection: records for the agents, not log lines.
-        Event::Established { .. } | Event::Forgotten { .. } => {}
+        Event::Established { .. } | Event::Forgotten { .. } | Event::Input { .. } => {}
         other => info!("{other:?}"),
     }
 }
@@ -508,6 +545,7 @@ mod tests {
             tun: "t".into(),
             kick: eventfd().expect("eventfd"),
             registry: OnceLock::new(),
+            fault: None,
         }
     }
 

@@ -106,7 +106,7 @@ mod host;
 pub use params::{Close, Crash, CrashKind, CrashWhen, HostParams, Inject, Mode, NetParams, Params};
 
 use ftnet_core::{
-    Config, Counters, Event, EvictReason, Instant, Packet, Router, Service, Timeouts,
+    Config, Counters, Event, EvictReason, InputKind, Instant, Packet, Router, Service, Timeouts,
 };
 use ftnet_wire::{ipv4, tcp};
 use host::Host;
@@ -379,6 +379,7 @@ impl Sim {
                         ..Timeouts::default()
                     },
                     limits: Default::default(),
+                    sequencer: true,
                 };
                 let mut secret = [0u8; 16];
                 setup.fill(&mut secret);
@@ -1425,6 +1426,61 @@ impl Sim {
                     "invariant 4 (no reset): conn {i} (port {}) was reset",
                     k.port
                 ));
+            }
+        }
+        // Invariant 6 (sequencer): one gap-free numbering per service; per
+        // connection an Accept first, then chunk ends that only grow and
+        // end exactly where the client's stream ends.
+        if matches!(self.middle, Middle::Router(_)) && self.p.fuzz_packets == 0 {
+            let inputs: Vec<(u64, u16, InputKind)> = self
+                .events
+                .iter()
+                .filter_map(|e| match e {
+                    Event::Input { seq, key, kind, .. } => Some((*seq, key.cport, *kind)),
+                    _ => None,
+                })
+                .collect();
+            for (n, (seq, _, _)) in inputs.iter().enumerate() {
+                if *seq != n as u64 + 1 {
+                    return Err(format!(
+                        "invariant 6 (sequencer): input event {n} has number {seq}, expected {}",
+                        n + 1
+                    ));
+                }
+            }
+            for (i, k) in conns.iter().enumerate() {
+                let mine: Vec<InputKind> = inputs
+                    .iter()
+                    .filter(|x| x.1 == k.port)
+                    .map(|x| x.2)
+                    .collect();
+                if mine.first() != Some(&InputKind::Accept)
+                    || mine.iter().skip(1).any(|x| *x == InputKind::Accept)
+                {
+                    return Err(format!("invariant 6 (sequencer): conn {i} input events do not start with exactly one accept: {mine:?}"));
+                }
+                let ends: Vec<u32> = mine
+                    .iter()
+                    .filter_map(|x| {
+                        if let InputKind::Data { end } = x {
+                            Some(*end)
+                        } else {
+                            None
+                        }
+                    })
+                    .collect();
+                if ends.windows(2).any(|w| w[1] <= w[0]) {
+                    return Err(format!(
+                        "invariant 6 (sequencer): conn {i} chunk ends do not grow: {ends:?}"
+                    ));
+                }
+                if ends.last().copied().unwrap_or(0) != k.data.len() as u32 {
+                    return Err(format!(
+                        "invariant 6 (sequencer): conn {i} chunks end at {:?}, the stream at {}",
+                        ends.last(),
+                        k.data.len()
+                    ));
+                }
             }
         }
         for h in self.live_replicas() {

@@ -1,0 +1,916 @@
+//! `libftnet_shim.so`: loaded with `LD_PRELOAD` into a single-threaded,
+//! event-driven server (Redis, nginx with one worker, memcached `-t 1`,
+//! asyncio servers) by `ftnet run`. It makes every replica see its input
+//! in the same order: the order the router's sequencer gave the client
+//! segments of all connections of the service (AR-TCP §4.1's sequencer,
+//! FT-TCP §5's select/poll replay).
+//!
+//! The router numbers every *accept* and every *chunk* of new client bytes
+//! (the bytes of one client segment as the router saw it) per service and
+//! sends the numbers to each replica's agent; the agent passes them to this
+//! shim over a Unix socket (`FTNET_SHIM_SOCKET`). The shim then exposes to
+//! the server **one event at a time**, the earliest one in that order that
+//! the server can take:
+//!
+//! - `epoll_wait` reports a sequenced connection readable only when its
+//!   next chunk is that event (and has arrived in the local kernel), the
+//!   listening socket only when the event is that connection's accept;
+//! - `read`/`recv`/`readv` return at most the rest of that one chunk (so one
+//!   read never merges chunks that other connections' chunks sat between);
+//!   any other read of a sequenced connection gets `EAGAIN`;
+//! - `accept`/`accept4` hand out connections in the order of their accept
+//!   events, whatever order the kernel queued them in.
+//!
+//! A server that stops reading one connection (flow control: Redis removes
+//! a client's read handler while its output buffer is full or it is
+//! blocked) does not stall the others: an event is only *eligible* while
+//! its connection is registered for input in some epoll set, so the order
+//! passes over it and comes back to it when the server registers it again.
+//! The server's registrations are a deterministic function of the input it
+//! processed, so every replica passes over the same events.
+//!
+//! Anything unexpected — no agent socket, a hole in the numbering, an
+//! internal inconsistency — makes the shim fall through to plain libc
+//! behaviour (and say so once on stderr); it never unwinds across the FFI
+//! boundary. Not supported yet: multi-threaded servers, blocking sockets,
+//! `poll`/`select` servers (epoll only), timers (a server's timers run at
+//! different points of the input on different replicas).
+
+// The interposed functions are libc's own, with libc's contracts (see
+// their man pages); each forwards to the real one.
+#![allow(clippy::missing_safety_doc)]
+
+mod order;
+
+pub use order::{decode, encode, Ev, Key, Kind, Order, RECORD};
+
+use libc::{c_int, c_void, size_t, sockaddr, socklen_t, ssize_t};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
+
+// ---------------------------------------------------------------- real libc
+
+macro_rules! real {
+    ($name:ident, $cname:literal, fn($($arg:ty),*) -> $ret:ty) => {
+        fn $name() -> Option<unsafe extern "C" fn($($arg),*) -> $ret> {
+            static P: AtomicUsize = AtomicUsize::new(0);
+            let mut p = P.load(Ordering::Relaxed);
+            if p == 0 {
+                // SAFETY: dlsym with RTLD_NEXT and a NUL-terminated name has no
+                // other preconditions; it returns the next definition or null.
+                p = unsafe { libc::dlsym(libc::RTLD_NEXT, $cname.as_ptr()) } as usize;
+                P.store(p, Ordering::Relaxed);
+            }
+            if p == 0 {
+                None
+            } else {
+                // SAFETY: the symbol is libc's function of this exact signature.
+                Some(unsafe { std::mem::transmute::<usize, unsafe extern "C" fn($($arg),*) -> $ret>(p) })
+            }
+        }
+    };
+}
+
+real!(
+    real_read,
+    c"read",
+    fn(c_int, *mut c_void, size_t) -> ssize_t
+);
+real!(
+    real_recv,
+    c"recv",
+    fn(c_int, *mut c_void, size_t, c_int) -> ssize_t
+);
+real!(
+    real_readv,
+    c"readv",
+    fn(c_int, *const libc::iovec, c_int) -> ssize_t
+);
+real!(
+    real_accept,
+    c"accept",
+    fn(c_int, *mut sockaddr, *mut socklen_t) -> c_int
+);
+real!(
+    real_accept4,
+    c"accept4",
+    fn(c_int, *mut sockaddr, *mut socklen_t, c_int) -> c_int
+);
+real!(real_close, c"close", fn(c_int) -> c_int);
+real!(real_listen, c"listen", fn(c_int, c_int) -> c_int);
+real!(
+    real_epoll_ctl,
+    c"epoll_ctl",
+    fn(c_int, c_int, c_int, *mut libc::epoll_event) -> c_int
+);
+real!(
+    real_epoll_wait,
+    c"epoll_wait",
+    fn(c_int, *mut libc::epoll_event, c_int, c_int) -> c_int
+);
+
+fn set_errno(e: c_int) {
+    // SAFETY: __errno_location returns this thread's errno slot.
+    unsafe { *libc::__errno_location() = e };
+}
+
+// ---------------------------------------------------------------- state
+
+/// Set in a forked child (Redis' BGSAVE): the child must not touch the
+/// parent's order or its lock (another thread may have held it at the fork).
+static IN_CHILD: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+extern "C" fn after_fork_in_child() {
+    IN_CHILD.store(true, Ordering::Relaxed);
+}
+
+fn in_child() -> bool {
+    IN_CHILD.load(Ordering::Relaxed)
+}
+
+struct Conn {
+    key: Key,
+    /// Stream offset the server has read up to (mod 2^32).
+    consumed: u32,
+}
+
+#[derive(Default)]
+struct State {
+    /// Sequencing is on (the agent socket is connected and the order whole).
+    on: bool,
+    /// Gave up (logged once): plain libc from now on.
+    off: bool,
+    path: Option<std::ffi::CString>,
+    agent: c_int,
+    last_try: Option<Instant>,
+    rx: Vec<u8>,
+    order: Order,
+    /// Sequenced connections the server holds, by fd.
+    conns: HashMap<c_int, Conn>,
+    /// Connections taken from the kernel's accept queue, not yet handed out.
+    pending: HashMap<Key, (c_int, Instant)>,
+    /// Loopback connections (the operator's `redis-cli DEBUG DIGEST` on the
+    /// host itself) taken from the kernel: (listening fd, fd). They are not
+    /// replicated input, so they are handed out at once, unordered.
+    local: Vec<(c_int, c_int)>,
+    /// Listening sockets: fd → local port.
+    listeners: HashMap<c_int, u16>,
+    /// epoll registrations: (epfd, fd) → (events, data).
+    interest: HashMap<(c_int, c_int), (u32, u64)>,
+}
+
+fn state() -> MutexGuard<'static, State> {
+    static S: OnceLock<Mutex<State>> = OnceLock::new();
+    let m = S.get_or_init(|| {
+        // SAFETY: registers a handler that only stores to an atomic.
+        unsafe { libc::pthread_atfork(None, None, Some(after_fork_in_child)) };
+        let path = std::env::var_os("FTNET_SHIM_SOCKET").and_then(|p| {
+            use std::os::unix::ffi::OsStrExt;
+            std::ffi::CString::new(p.as_bytes()).ok()
+        });
+        Mutex::new(State {
+            agent: -1,
+            path,
+            ..State::default()
+        })
+    });
+    // A panic aborts (no unwinding across FFI), so the lock is never poisoned;
+    // take it either way.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Say it once: the shim stops ordering input.
+fn give_up(s: &mut State, why: &str) {
+    if !s.off {
+        eprintln!(
+            "ftnet-shim[{}]: {why}; input now follows the kernel's order (replicas may diverge)",
+            std::process::id()
+        );
+    }
+    s.off = true;
+    s.on = false;
+}
+
+fn sockname(fd: c_int, peer: bool) -> Option<(u32, u16)> {
+    let mut sa: libc::sockaddr_in = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::sockaddr_in>() as socklen_t;
+    let p = (&mut sa as *mut libc::sockaddr_in).cast::<sockaddr>();
+    // SAFETY: `sa` is a writable sockaddr_in of `len` bytes for the call.
+    let rc = unsafe {
+        if peer {
+            libc::getpeername(fd, p, &mut len)
+        } else {
+            libc::getsockname(fd, p, &mut len)
+        }
+    };
+    if rc != 0 || sa.sin_family != libc::AF_INET as libc::sa_family_t {
+        return None;
+    }
+    Some((u32::from_be(sa.sin_addr.s_addr), u16::from_be(sa.sin_port)))
+}
+
+fn unread(fd: c_int) -> u32 {
+    let mut n: c_int = 0;
+    // SAFETY: FIONREAD writes one int through the pointer.
+    if unsafe { libc::ioctl(fd, libc::FIONREAD, &mut n) } < 0 {
+        return 0;
+    }
+    n.max(0) as u32
+}
+
+impl State {
+    /// Connect to the agent (at most every 100 ms) and read what it sent.
+    fn pump(&mut self) {
+        if self.off {
+            return;
+        }
+        if self.agent < 0 {
+            let Some(path) = self.path.clone() else {
+                return;
+            };
+            if self
+                .last_try
+                .is_some_and(|t| t.elapsed() < Duration::from_millis(100))
+            {
+                return;
+            }
+            self.last_try = Some(Instant::now());
+            // SAFETY: plain socket(2).
+            let fd = unsafe {
+                libc::socket(
+                    libc::AF_UNIX,
+                    libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+                    0,
+                )
+            };
+            if fd < 0 {
+                return;
+            }
+            let mut sa: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+            sa.sun_family = libc::AF_UNIX as libc::sa_family_t;
+            let bytes = path.as_bytes();
+            if bytes.len() >= sa.sun_path.len() {
+                give_up(self, "FTNET_SHIM_SOCKET path too long");
+                return;
+            }
+            for (d, s) in sa.sun_path.iter_mut().zip(bytes) {
+                *d = *s as libc::c_char;
+            }
+            let len = std::mem::size_of::<libc::sockaddr_un>() as socklen_t;
+            // SAFETY: `sa` is a valid sockaddr_un for the call.
+            if unsafe { libc::connect(fd, (&sa as *const libc::sockaddr_un).cast(), len) } != 0 {
+                if let Some(c) = real_close() {
+                    // SAFETY: our own fd.
+                    unsafe { c(fd) };
+                }
+                return;
+            }
+            self.agent = fd;
+            self.on = true;
+            eprintln!(
+                "ftnet-shim[{}]: connected to the agent; input follows the router's order",
+                std::process::id()
+            );
+        }
+        let Some(rd) = real_read() else { return };
+        let mut buf = [0u8; 64 * RECORD];
+        loop {
+            // SAFETY: `buf` is writable for its length.
+            let n = unsafe { rd(self.agent, buf.as_mut_ptr().cast(), buf.len()) };
+            if n == 0
+                || (n < 0 && std::io::Error::last_os_error().raw_os_error() != Some(libc::EAGAIN))
+            {
+                give_up(self, "lost the agent's socket");
+                return;
+            }
+            if n < 0 {
+                break;
+            }
+            self.rx.extend_from_slice(&buf[..n as usize]);
+            while self.rx.len() >= RECORD {
+                let mut r = [0u8; RECORD];
+                r.copy_from_slice(&self.rx[..RECORD]);
+                self.rx.drain(..RECORD);
+                let Some(ev) = decode(&r) else {
+                    give_up(self, "malformed record from the agent");
+                    return;
+                };
+                // Only this server's services.
+                if !self.listeners.values().any(|p| *p == ev.key.vport) {
+                    continue;
+                }
+                if let Err(g) = self.order.push(ev) {
+                    give_up(
+                        self,
+                        &format!(
+                            "hole in the router's order (expected {}, got {})",
+                            g.expected, g.got
+                        ),
+                    );
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Take every connection the kernel has queued on sequenced listeners.
+    fn drain_accepts(&mut self) {
+        if !self.on {
+            return;
+        }
+        let Some(acc) = real_accept4() else { return };
+        let fds: Vec<c_int> = self.listeners.keys().copied().collect();
+        for l in fds {
+            loop {
+                // SAFETY: null address pointers are allowed by accept4(2).
+                let fd = unsafe {
+                    acc(
+                        l,
+                        std::ptr::null_mut(),
+                        std::ptr::null_mut(),
+                        libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+                    )
+                };
+                if fd < 0 {
+                    break;
+                }
+                match (sockname(fd, true), sockname(fd, false)) {
+                    (Some((client, _)), Some(_)) if client >> 24 == 127 => self.local.push((l, fd)),
+                    (Some((client, cport)), Some((_, vport))) => {
+                        self.pending.insert(
+                            Key {
+                                client,
+                                cport,
+                                vport,
+                            },
+                            (fd, Instant::now()),
+                        );
+                    }
+                    _ => {
+                        if let Some(c) = real_close() {
+                            // SAFETY: our own fd, never handed out.
+                            unsafe { c(fd) };
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn registered_for_input(&self, fd: c_int) -> bool {
+        self.interest
+            .iter()
+            .any(|((_, f), (ev, _))| *f == fd && ev & libc::EPOLLIN as u32 != 0)
+    }
+
+    /// The event the server may see now, if it is there in the kernel too.
+    fn exposed(&self) -> Option<Ev> {
+        let by_key: HashMap<Key, c_int> = self.conns.iter().map(|(fd, c)| (c.key, *fd)).collect();
+        let head = self.order.head(|e| match e.kind {
+            Kind::Accept => self
+                .listeners
+                .iter()
+                .any(|(fd, p)| *p == e.key.vport && self.registered_for_input(*fd)),
+            Kind::Data { .. } => by_key
+                .get(&e.key)
+                .is_some_and(|fd| self.registered_for_input(*fd)),
+        })?;
+        let ready = match head.kind {
+            Kind::Accept => self.pending.contains_key(&head.key),
+            Kind::Data { end } => match by_key
+                .get(&head.key)
+                .and_then(|fd| Some((*fd, self.conns.get(fd)?)))
+            {
+                Some((fd, c)) => {
+                    let want = end.wrapping_sub(c.consumed);
+                    (want as i32) <= 0 || unread(fd) >= want
+                }
+                None => false,
+            },
+        };
+        ready.then_some(head)
+    }
+
+    /// A connection whose events are all consumed and that the kernel marks
+    /// readable with nothing to read: EOF or an error, which the server may
+    /// see (when is not part of the order).
+    fn at_eof(&self, fd: c_int) -> bool {
+        self.conns
+            .get(&fd)
+            .is_some_and(|c| !self.order.pending_for(&c.key))
+            && unread(fd) == 0
+    }
+
+    /// A connection taken from the kernel that never got an accept event
+    /// (its connection predates the shim, or the router does not sequence
+    /// it): handed out unordered after 2 s rather than never.
+    fn stale_pending(&self, port: Option<u16>) -> Option<Key> {
+        self.pending
+            .iter()
+            .find(|(k, (_, t))| {
+                port.is_none_or(|p| k.vport == p)
+                    && t.elapsed() > Duration::from_secs(2)
+                    && !self.order.pending_for(k)
+            })
+            .map(|(k, _)| *k)
+    }
+
+    fn fd_of(&self, key: &Key) -> Option<c_int> {
+        self.conns
+            .iter()
+            .find(|(_, c)| c.key == *key)
+            .map(|(fd, _)| *fd)
+    }
+}
+
+// ---------------------------------------------------------------- interposed calls
+
+/// How many bytes a read of sequenced `fd` may return now: `Some(n)` with
+/// `n > 0` for the exposed chunk, `Some(0)` to pass through (EOF), `None`
+/// for EAGAIN. Not sequenced: `Some(usize::MAX)`.
+fn read_budget(fd: c_int) -> Option<usize> {
+    if in_child() {
+        return Some(usize::MAX);
+    }
+    let mut s = state();
+    if !s.on || !s.conns.contains_key(&fd) {
+        return Some(usize::MAX);
+    }
+    s.pump();
+    if !s.on {
+        return Some(usize::MAX);
+    }
+    if let Some(Ev {
+        key,
+        kind: Kind::Data { end },
+        ..
+    }) = s.exposed()
+    {
+        if let Some(c) = s.conns.get(&fd).filter(|c| c.key == key) {
+            let left = end.wrapping_sub(c.consumed);
+            if (left as i32) > 0 {
+                return Some(left as usize);
+            }
+        }
+    }
+    if s.at_eof(fd) {
+        return Some(0);
+    }
+    None
+}
+
+/// Account `n` bytes read from sequenced `fd`.
+fn consumed(fd: c_int, n: ssize_t) {
+    if n <= 0 {
+        return;
+    }
+    let mut s = state();
+    let Some(c) = s.conns.get_mut(&fd) else {
+        return;
+    };
+    c.consumed = c.consumed.wrapping_add(n as u32);
+    let (key, at) = (c.key, c.consumed);
+    // Every chunk of this connection that ends at or before `at` is done.
+    while let Some(e) = s.order.head(|e| e.key == key) {
+        match e.kind {
+            Kind::Data { end } if (end.wrapping_sub(at) as i32) <= 0 => s.order.consumed(e.seq),
+            _ => break,
+        }
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, count: size_t) -> ssize_t {
+    let Some(rd) = real_read() else {
+        set_errno(libc::ENOSYS);
+        return -1;
+    };
+    match read_budget(fd) {
+        None => {
+            set_errno(libc::EAGAIN);
+            -1
+        }
+        Some(usize::MAX) => rd(fd, buf, count),
+        Some(b) => {
+            // b == 0: at EOF (expected to read 0); any byte that still
+            // slipped in is accounted so the offsets stay right.
+            let n = rd(fd, buf, if b == 0 { count } else { count.min(b) });
+            consumed(fd, n);
+            n
+        }
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn recv(fd: c_int, buf: *mut c_void, len: size_t, flags: c_int) -> ssize_t {
+    let Some(rv) = real_recv() else {
+        set_errno(libc::ENOSYS);
+        return -1;
+    };
+    match read_budget(fd) {
+        None => {
+            set_errno(libc::EAGAIN);
+            -1
+        }
+        Some(usize::MAX) => rv(fd, buf, len, flags),
+        Some(b) => {
+            let n = rv(fd, buf, if b == 0 { len } else { len.min(b) }, flags);
+            if flags & libc::MSG_PEEK == 0 {
+                consumed(fd, n);
+            }
+            n
+        }
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn readv(fd: c_int, iov: *const libc::iovec, iovcnt: c_int) -> ssize_t {
+    let Some(rv) = real_readv() else {
+        set_errno(libc::ENOSYS);
+        return -1;
+    };
+    match read_budget(fd) {
+        None => {
+            set_errno(libc::EAGAIN);
+            -1
+        }
+        Some(usize::MAX) => rv(fd, iov, iovcnt),
+        Some(b) => {
+            if b == 0 || iov.is_null() || iovcnt <= 0 {
+                return rv(fd, iov, iovcnt);
+            }
+            // Shorten the vector to the budget.
+            let src = std::slice::from_raw_parts(iov, iovcnt as usize);
+            let mut left = b;
+            let mut v = Vec::with_capacity(src.len());
+            for x in src {
+                if left == 0 {
+                    break;
+                }
+                let l = x.iov_len.min(left);
+                v.push(libc::iovec {
+                    iov_base: x.iov_base,
+                    iov_len: l,
+                });
+                left -= l;
+            }
+            let n = rv(fd, v.as_ptr(), v.len() as c_int);
+            consumed(fd, n);
+            n
+        }
+    }
+}
+
+unsafe fn accept_common(
+    fd: c_int,
+    addr: *mut sockaddr,
+    len: *mut socklen_t,
+    flags: c_int,
+    four: bool,
+) -> c_int {
+    let pass = || {
+        if four {
+            real_accept4().map_or(-1, |f| f(fd, addr, len, flags))
+        } else {
+            real_accept().map_or(-1, |f| f(fd, addr, len))
+        }
+    };
+    if in_child() {
+        return pass();
+    }
+    let mut s = state();
+    if !s.listeners.contains_key(&fd) {
+        drop(s);
+        return pass();
+    }
+    s.pump();
+    s.drain_accepts();
+    if let Some(i) = s.local.iter().position(|(l, _)| *l == fd) {
+        let (_, cfd) = s.local.remove(i);
+        drop(s);
+        return finish_accept(cfd, addr, len, flags);
+    }
+    if !s.on {
+        // Hand out what was already taken from the kernel, then plain accept.
+        let Some((&k, _)) = s.pending.iter().next() else {
+            drop(s);
+            return pass();
+        };
+        let (cfd, _) = s.pending.remove(&k).unwrap_or((-1, Instant::now()));
+        return finish_accept(cfd, addr, len, flags);
+    }
+    let port = s.listeners.get(&fd).copied().unwrap_or(0);
+    // A connection that never got an accept event (the router's sequencer
+    // is off for it, or it predates this shim) is handed out after 2 s,
+    // unordered, rather than never.
+    if let Some(k) = s.stale_pending(Some(port)) {
+        let (cfd, _) = s.pending.remove(&k).unwrap_or((-1, Instant::now()));
+        eprintln!("ftnet-shim[{}]: connection from port {} has no accept event after 2 s; handed out unordered", std::process::id(), k.cport);
+        return finish_accept(cfd, addr, len, flags);
+    }
+    match s.exposed() {
+        Some(Ev {
+            seq,
+            key,
+            kind: Kind::Accept,
+        }) if key.vport == port => {
+            let Some((cfd, _)) = s.pending.remove(&key) else {
+                set_errno(libc::EAGAIN);
+                return -1;
+            };
+            s.order.consumed(seq);
+            s.conns.insert(cfd, Conn { key, consumed: 0 });
+            drop(s);
+            finish_accept(cfd, addr, len, flags)
+        }
+        _ => {
+            set_errno(libc::EAGAIN);
+            -1
+        }
+    }
+}
+
+/// Give the caller `cfd` as accept4 would have: its address and flags.
+unsafe fn finish_accept(
+    cfd: c_int,
+    addr: *mut sockaddr,
+    len: *mut socklen_t,
+    flags: c_int,
+) -> c_int {
+    if cfd < 0 {
+        set_errno(libc::EAGAIN);
+        return -1;
+    }
+    if !addr.is_null() && !len.is_null() {
+        libc::getpeername(cfd, addr, len);
+    }
+    // We accepted non-blocking and close-on-exec; give the caller what it asked for.
+    if flags & libc::SOCK_NONBLOCK == 0 {
+        let fl = libc::fcntl(cfd, libc::F_GETFL);
+        libc::fcntl(cfd, libc::F_SETFL, fl & !libc::O_NONBLOCK);
+    }
+    if flags & libc::SOCK_CLOEXEC == 0 {
+        libc::fcntl(cfd, libc::F_SETFD, 0);
+    }
+    cfd
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn accept(fd: c_int, addr: *mut sockaddr, len: *mut socklen_t) -> c_int {
+    accept_common(fd, addr, len, 0, false)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn accept4(
+    fd: c_int,
+    addr: *mut sockaddr,
+    len: *mut socklen_t,
+    flags: c_int,
+) -> c_int {
+    accept_common(fd, addr, len, flags, true)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn listen(fd: c_int, backlog: c_int) -> c_int {
+    let Some(l) = real_listen() else {
+        set_errno(libc::ENOSYS);
+        return -1;
+    };
+    let rc = l(fd, backlog);
+    if rc == 0 && !in_child() {
+        if let Some((_, port)) = sockname(fd, false) {
+            let mut s = state();
+            if s.path.is_some() && !s.off {
+                s.listeners.insert(fd, port);
+            }
+        }
+    }
+    rc
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn close(fd: c_int) -> c_int {
+    if !in_child() {
+        let mut s = state();
+        if let Some(c) = s.conns.remove(&fd) {
+            s.order.close(c.key);
+        }
+        s.listeners.remove(&fd);
+        s.interest.retain(|(e, f), _| *f != fd && *e != fd);
+    }
+    real_close().map_or(-1, |c| c(fd))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn epoll_ctl(
+    epfd: c_int,
+    op: c_int,
+    fd: c_int,
+    ev: *mut libc::epoll_event,
+) -> c_int {
+    let Some(ctl) = real_epoll_ctl() else {
+        set_errno(libc::ENOSYS);
+        return -1;
+    };
+    let rc = ctl(epfd, op, fd, ev);
+    if rc == 0 && !in_child() {
+        let mut s = state();
+        match op {
+            libc::EPOLL_CTL_ADD | libc::EPOLL_CTL_MOD if !ev.is_null() => {
+                let e = std::ptr::read_unaligned(ev);
+                s.interest.insert((epfd, fd), (e.events, e.u64));
+            }
+            libc::EPOLL_CTL_DEL => {
+                s.interest.remove(&(epfd, fd));
+            }
+            _ => {}
+        }
+    }
+    rc
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn epoll_wait(
+    epfd: c_int,
+    events: *mut libc::epoll_event,
+    max: c_int,
+    timeout: c_int,
+) -> c_int {
+    let Some(wait) = real_epoll_wait() else {
+        set_errno(libc::ENOSYS);
+        return -1;
+    };
+    if in_child() {
+        return wait(epfd, events, max, timeout);
+    }
+    {
+        let s = state();
+        if s.listeners.is_empty() || s.off || s.path.is_none() || max <= 0 {
+            drop(s);
+            return wait(epfd, events, max, timeout);
+        }
+    }
+    let deadline = (timeout >= 0).then(|| Instant::now() + Duration::from_millis(timeout as u64));
+    let mut tmp = vec![libc::epoll_event { events: 0, u64: 0 }; max as usize];
+    loop {
+        let n = wait(epfd, tmp.as_mut_ptr(), max, 0);
+        if n < 0 {
+            return n;
+        }
+        let mut out: Vec<libc::epoll_event> = Vec::with_capacity(max as usize);
+        {
+            let mut s = state();
+            s.pump();
+            s.drain_accepts();
+            let gated = |s: &State, fd: c_int| {
+                s.on && (s.conns.contains_key(&fd) || s.listeners.contains_key(&fd))
+            };
+            // data → fd for this epoll set (servers register the fd or a pointer; unique either way).
+            let fd_of: HashMap<u64, c_int> = s
+                .interest
+                .iter()
+                .filter(|((e, _), _)| *e == epfd)
+                .map(|((_, f), (_, d))| (*d, *f))
+                .collect();
+            for e in &tmp[..n as usize] {
+                let (mask, data) = (e.events, e.u64);
+                match fd_of.get(&data) {
+                    Some(&fd) if gated(&s, fd) => {
+                        // Input readiness of sequenced sockets is the shim's to give;
+                        // keep writability and errors.
+                        let mut m = mask & !(libc::EPOLLIN as u32);
+                        if mask & libc::EPOLLIN as u32 != 0
+                            && s.conns.contains_key(&fd)
+                            && s.at_eof(fd)
+                        {
+                            m |= libc::EPOLLIN as u32;
+                        }
+                        if m != 0 {
+                            out.push(libc::epoll_event {
+                                events: m,
+                                u64: data,
+                            });
+                        }
+                    }
+                    _ => out.push(libc::epoll_event {
+                        events: mask,
+                        u64: data,
+                    }),
+                }
+            }
+            if !s.on {
+                // Whatever was taken from the kernel must still be announced.
+                if !s.pending.is_empty() {
+                    for (fd, _) in s.listeners.iter() {
+                        if let Some((ev, data)) = s.interest.get(&(epfd, *fd)) {
+                            if ev & libc::EPOLLIN as u32 != 0 && !out.iter().any(|o| o.u64 == *data)
+                            {
+                                out.push(libc::epoll_event {
+                                    events: libc::EPOLLIN as u32,
+                                    u64: *data,
+                                });
+                            }
+                        }
+                    }
+                }
+            }
+            // Loopback connections wait for nobody.
+            for (l, _) in &s.local {
+                if let Some((ev, data)) = s.interest.get(&(epfd, *l)) {
+                    if ev & libc::EPOLLIN as u32 != 0 && !out.iter().any(|o| o.u64 == *data) {
+                        out.push(libc::epoll_event {
+                            events: libc::EPOLLIN as u32,
+                            u64: *data,
+                        });
+                    }
+                }
+            }
+            if !s.on {
+            } else if let Some(k) = s.stale_pending(None) {
+                if let Some((ev, data)) = s
+                    .listeners
+                    .iter()
+                    .find(|(_, p)| **p == k.vport)
+                    .and_then(|(f, _)| s.interest.get(&(epfd, *f)))
+                {
+                    if ev & libc::EPOLLIN as u32 != 0 && !out.iter().any(|o| o.u64 == *data) {
+                        out.push(libc::epoll_event {
+                            events: libc::EPOLLIN as u32,
+                            u64: *data,
+                        });
+                    }
+                }
+            } else if let Some(head) = s.exposed() {
+                let fd = match head.kind {
+                    Kind::Accept => s
+                        .listeners
+                        .iter()
+                        .find(|(_, p)| **p == head.key.vport)
+                        .map(|(f, _)| *f),
+                    Kind::Data { .. } => s.fd_of(&head.key),
+                };
+                if let Some((ev, data)) = fd.and_then(|f| s.interest.get(&(epfd, f))) {
+                    if ev & libc::EPOLLIN as u32 != 0 {
+                        match out.iter_mut().find(|o| o.u64 == *data) {
+                            Some(o) => o.events |= libc::EPOLLIN as u32,
+                            None => out.insert(
+                                0,
+                                libc::epoll_event {
+                                    events: libc::EPOLLIN as u32,
+                                    u64: *data,
+                                },
+                            ),
+                        }
+                    }
+                }
+            }
+            out.truncate(max as usize);
+        }
+        if !out.is_empty() {
+            std::ptr::copy_nonoverlapping(out.as_ptr(), events, out.len());
+            return out.len() as c_int;
+        }
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            return 0;
+        }
+        // Nothing to give yet. Wait for the order (the agent's socket) or the
+        // kernel (the epoll set). When the set is readable only because of
+        // sequenced sockets whose turn has not come, only the order can
+        // change that: wait on the agent alone, briefly.
+        let agent = state().agent;
+        let left_ms = deadline.map_or(100, |d| {
+            d.saturating_duration_since(Instant::now())
+                .as_millis()
+                .min(100) as c_int
+        });
+        if n > 0 {
+            if agent >= 0 {
+                let mut p = libc::pollfd {
+                    fd: agent,
+                    events: libc::POLLIN,
+                    revents: 0,
+                };
+                libc::poll(&mut p, 1, left_ms.min(1));
+            } else {
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        } else {
+            let mut p = [
+                libc::pollfd {
+                    fd: agent,
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+                libc::pollfd {
+                    fd: epfd,
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+            ];
+            // A negative fd is ignored by poll(2).
+            libc::poll(p.as_mut_ptr(), 2, left_ms);
+        }
+    }
+}

@@ -1,0 +1,245 @@
+//! The input order as the shim sees it: the router's numbered events,
+//! which of them the server may see next, and the wire format the agent
+//! uses to pass them on. Pure logic, tested without a server.
+
+use std::collections::{HashSet, VecDeque};
+
+/// A connection as the replica sees it: the client's address and port and
+/// the local (service) port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Key {
+    pub client: u32,
+    pub cport: u16,
+    pub vport: u16,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Accept,
+    /// The next chunk ends at this stream offset (bytes after the SYN, mod 2^32).
+    Data {
+        end: u32,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ev {
+    pub seq: u64,
+    pub key: Key,
+    pub kind: Kind,
+}
+
+/// Size of one record on the agent → shim socket.
+pub const RECORD: usize = 24;
+
+/// `seq` u64 LE, client IPv4 (network order), cport u16 LE, vport u16 LE,
+/// kind u8 (1 accept, 2 data), 3 bytes zero, end u32 LE.
+pub fn encode(ev: &Ev) -> [u8; RECORD] {
+    let mut b = [0u8; RECORD];
+    b[0..8].copy_from_slice(&ev.seq.to_le_bytes());
+    b[8..12].copy_from_slice(&ev.key.client.to_be_bytes());
+    b[12..14].copy_from_slice(&ev.key.cport.to_le_bytes());
+    b[14..16].copy_from_slice(&ev.key.vport.to_le_bytes());
+    let (k, end) = match ev.kind {
+        Kind::Accept => (1, 0),
+        Kind::Data { end } => (2, end),
+    };
+    b[16] = k;
+    b[20..24].copy_from_slice(&end.to_le_bytes());
+    b
+}
+
+pub fn decode(b: &[u8; RECORD]) -> Option<Ev> {
+    let u16le = |i: usize| u16::from_le_bytes([b[i], b[i + 1]]);
+    let kind = match b[16] {
+        1 => Kind::Accept,
+        2 => Kind::Data {
+            end: u32::from_le_bytes([b[20], b[21], b[22], b[23]]),
+        },
+        _ => return None,
+    };
+    let mut seq = [0u8; 8];
+    seq.copy_from_slice(&b[0..8]);
+    Some(Ev {
+        seq: u64::from_le_bytes(seq),
+        key: Key {
+            client: u32::from_be_bytes([b[8], b[9], b[10], b[11]]),
+            cport: u16le(12),
+            vport: u16le(14),
+        },
+        kind,
+    })
+}
+
+/// The received part of the router's order that the server has not consumed.
+#[derive(Debug, Default)]
+pub struct Order {
+    queue: VecDeque<Ev>,
+    /// Connections the server closed: later events for them are dropped
+    /// (they may still be on their way when the close happens).
+    closed: HashSet<Key>,
+    closed_fifo: VecDeque<Key>,
+    last_seq: Option<u64>,
+}
+
+/// The stream from the router has a hole: the order cannot be trusted.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Gap {
+    pub expected: u64,
+    pub got: u64,
+}
+
+const CLOSED_MAX: usize = 65536;
+
+impl Order {
+    /// Append an event; the numbers must be contiguous (the first one
+    /// received may be any number: the shim may start late).
+    pub fn push(&mut self, ev: Ev) -> Result<(), Gap> {
+        if let Some(last) = self.last_seq {
+            if ev.seq != last + 1 {
+                return Err(Gap {
+                    expected: last + 1,
+                    got: ev.seq,
+                });
+            }
+        }
+        self.last_seq = Some(ev.seq);
+        if ev.kind == Kind::Accept {
+            // A new connection with a key seen before (port reuse).
+            if self.closed.remove(&ev.key) {
+                self.closed_fifo.retain(|k| *k != ev.key);
+            }
+        } else if self.closed.contains(&ev.key) {
+            return Ok(());
+        }
+        self.queue.push_back(ev);
+        Ok(())
+    }
+
+    /// The first event the server may see now: the earliest one that
+    /// `eligible` accepts. Events of connections the server is not reading
+    /// (not registered for input) are passed over, not dropped: they come
+    /// back in their place when the server reads that connection again.
+    pub fn head(&self, eligible: impl Fn(&Ev) -> bool) -> Option<Ev> {
+        self.queue.iter().find(|e| eligible(e)).copied()
+    }
+
+    /// The event `seq` was consumed.
+    pub fn consumed(&mut self, seq: u64) {
+        if let Some(i) = self.queue.iter().position(|e| e.seq == seq) {
+            self.queue.remove(i);
+        }
+    }
+
+    /// Does the server still have events pending for `key`?
+    pub fn pending_for(&self, key: &Key) -> bool {
+        self.queue.iter().any(|e| e.key == *key)
+    }
+
+    /// The server closed `key`: forget its pending events and drop late ones.
+    pub fn close(&mut self, key: Key) {
+        self.queue.retain(|e| e.key != key);
+        if self.closed.insert(key) {
+            self.closed_fifo.push_back(key);
+            if self.closed_fifo.len() > CLOSED_MAX {
+                if let Some(old) = self.closed_fifo.pop_front() {
+                    self.closed.remove(&old);
+                }
+            }
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.queue.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.queue.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const A: Key = Key {
+        client: 0xc612_0102,
+        cport: 40000,
+        vport: 6379,
+    };
+    const B: Key = Key {
+        client: 0xc612_0102,
+        cport: 40001,
+        vport: 6379,
+    };
+
+    fn ev(seq: u64, key: Key, kind: Kind) -> Ev {
+        Ev { seq, key, kind }
+    }
+
+    /// The agent and the shim must agree on these bytes (the agent's
+    /// encoder is tested against the same vector).
+    #[test]
+    fn record_format_is_fixed() {
+        let e = ev(0x0102_0304_0506_0708, A, Kind::Data { end: 0xaabb_ccdd });
+        let b = encode(&e);
+        assert_eq!(
+            b,
+            [
+                8, 7, 6, 5, 4, 3, 2, 1, 0xc6, 0x12, 0x01, 0x02, 0x40, 0x9c, 0xeb, 0x18, 2, 0, 0, 0,
+                0xdd, 0xcc, 0xbb, 0xaa
+            ]
+        );
+        assert_eq!(decode(&b), Some(e));
+        let mut bad = b;
+        bad[16] = 9;
+        assert_eq!(decode(&bad), None);
+    }
+
+    #[test]
+    fn gaps_are_refused() {
+        let mut o = Order::default();
+        assert!(
+            o.push(ev(7, A, Kind::Accept)).is_ok(),
+            "the first number may be any"
+        );
+        assert!(o.push(ev(8, A, Kind::Data { end: 5 })).is_ok());
+        assert_eq!(
+            o.push(ev(10, B, Kind::Accept)),
+            Err(Gap {
+                expected: 9,
+                got: 10
+            })
+        );
+    }
+
+    /// Passing over a connection the server does not read, and its events
+    /// coming back in their place when it reads again.
+    #[test]
+    fn head_skips_ineligible_and_keeps_them() {
+        let mut o = Order::default();
+        o.push(ev(1, A, Kind::Data { end: 10 })).unwrap();
+        o.push(ev(2, B, Kind::Data { end: 3 })).unwrap();
+        o.push(ev(3, A, Kind::Data { end: 20 })).unwrap();
+        assert_eq!(o.head(|_| true).map(|e| e.seq), Some(1));
+        assert_eq!(o.head(|e| e.key != A).map(|e| e.seq), Some(2));
+        o.consumed(2);
+        assert_eq!(o.head(|e| e.key != A), None);
+        assert_eq!(o.head(|_| true).map(|e| e.seq), Some(1));
+        assert!(o.pending_for(&A) && !o.pending_for(&B));
+    }
+
+    #[test]
+    fn closed_connections_drop_late_events_until_reused() {
+        let mut o = Order::default();
+        o.push(ev(1, A, Kind::Accept)).unwrap();
+        o.push(ev(2, A, Kind::Data { end: 1 })).unwrap();
+        o.close(A);
+        assert!(o.is_empty());
+        o.push(ev(3, A, Kind::Data { end: 2 })).unwrap();
+        assert!(o.is_empty(), "late event of a closed connection dropped");
+        o.push(ev(4, A, Kind::Accept)).unwrap();
+        o.push(ev(5, A, Kind::Data { end: 1 })).unwrap();
+        assert_eq!(o.len(), 2, "the port was reused by a new connection");
+    }
+}

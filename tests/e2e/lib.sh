@@ -47,6 +47,7 @@ e2e_init() {
 	FAULT=${3:?usage: $0 N none|kill|cut}
 	[[ $N =~ ^[1-9]$ ]] || die "N must be 1..9, got '$N'"
 	case $FAULT in none | kill | cut) ;; *) die "FAULT must be none|kill|cut, got '$FAULT'" ;; esac
+	[[ ${FTNET_E2E_SHIM:-0} == 1 ]] && E2E_TEST="shim-$E2E_TEST"
 	E2E_TEST="$E2E_TEST/n$N-$FAULT"
 	if [[ $FAULT != none && $N -lt 2 ]]; then
 		die "a $FAULT with N=1 necessarily loses the connection (no replica left); use N>=2"
@@ -134,6 +135,8 @@ collect_evidence() {
 lab_up() {
 	local extra=()
 	[[ -n ${FTNET_E2E_FAILURE_MS:-} ]] && extra+=(--failure-ms "$FTNET_E2E_FAILURE_MS")
+	# shim-* scenarios: every replica under the determinism shim (`ftnet run`), fed by an agent.
+	[[ ${FTNET_E2E_SHIM:-0} == 1 ]] && extra+=(--shim)
 	LAB_STARTED=1
 	local t0; t0=$(now_ms)
 	if ! timeout 180 "$FTNET" lab up --name "$LAB" --replicas "$N" "${extra[@]}" "$@" >"$T/lab-up.log" 2>&1; then
@@ -243,8 +246,12 @@ if [ "$big" != - ]; then
 fi
 extra=""
 [ "$direct" = 1 ] && extra="listen $((port + 1));"
+# Under the determinism shim nginx runs as one process (no master): the supported architecture.
+mp=""
+[ "${FTNET_E2E_SHIM:-0}" = 1 ] && mp="master_process off;"
 cat >"$dir/nginx.conf" <<CONF
 user root;
+$mp
 worker_processes 1;
 daemon off;
 pid $dir/nginx.pid;

@@ -73,7 +73,7 @@ for sc in "${scenarios[@]}"; do
 done
 [[ -z $only || hygiene/n2-none =~ $only ]] && tests+=(hygiene/n2-none)
 [[ -z $only || agents/n3-cut =~ $only ]] && tests+=(agents/n3-cut)
-for id in redis-order/n3-none redis-order/n3-kill; do
+for id in redis-order/n3-none redis-order/n3-kill shim-echo/n3-kill shim-nginx-get/n3-kill shim-nginx-put/n3-cut; do
 	[[ -z $only || $id =~ $only ]] && tests+=("$id")
 done
 if ((list)); then printf '%s\n' "${tests[@]}"; exit 0; fi

@@ -104,7 +104,7 @@ fn peer_pid(c: &UnixStream) -> i32 {
 }
 
 const BACKOFF_MIN: Duration = Duration::from_millis(100);
-const BACKOFF_MAX: Duration = Duration::from_secs(2);
+const BACKOFF_MAX: Duration = Duration::from_secs(1);
 
 pub fn run(args: AgentArgs) -> anyhow::Result<()> {
     sys::install_stop_handler();

@@ -463,17 +463,6 @@ fn up(lab: &Lab, args: &UpArgs) -> anyhow::Result<()> {
         ])?;
     }
 
-    // Servers first: the router's SYNs find them listening sooner.
-    let template = args.server.as_deref().unwrap_or(DEFAULT_SERVER);
-    let mut servers: Vec<Child> = Vec::new();
-    for i in 1..=n {
-        check_interrupt()?;
-        servers.push(start_server(lab, i, template, args.ports[0], args.shim)?);
-    }
-
-    check_interrupt()?;
-    let replicas: Vec<Ipv4Addr> = (1..=n).map(replica_ip).collect();
-    let cfg_path = lab.dir().join("ftnet.toml");
     let secret = lab.dir().join("secret");
     let agents = args.agents || args.shim;
     if args.shim {
@@ -490,7 +479,35 @@ fn up(lab: &Lab, args: &UpArgs) -> anyhow::Result<()> {
             .with_context(|| format!("writing {}", secret.display()))?;
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600))?;
+        // Agents before the servers: a server under the shim connects to its
+        // agent when it starts listening. (They retry until the router is up.)
+        for i in 1..=n {
+            check_interrupt()?;
+            std::fs::create_dir_all(lab.replica_dir(i))?;
+            start_agent(lab, i, &secret)?;
+        }
+        // Their shim sockets exist before any server looks for them.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while (1..=n).any(|i| !lab.replica_dir(i).join("shim.sock").exists()) {
+            check_interrupt()?;
+            if Instant::now() > deadline {
+                bail!("agents did not open their shim sockets within 5 s — read {}/r<i>/agent.log", lab.dir().display());
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
+
+    // Servers before the router: the router's SYNs find them listening sooner.
+    let template = args.server.as_deref().unwrap_or(DEFAULT_SERVER);
+    let mut servers: Vec<Child> = Vec::new();
+    for i in 1..=n {
+        check_interrupt()?;
+        servers.push(start_server(lab, i, template, args.ports[0], args.shim)?);
+    }
+
+    check_interrupt()?;
+    let replicas: Vec<Ipv4Addr> = (1..=n).map(replica_ip).collect();
+    let cfg_path = lab.dir().join("ftnet.toml");
     let fault_drop = match &args.fault_drop {
         None => None,
         Some(spec) => {
@@ -528,10 +545,6 @@ fn up(lab: &Lab, args: &UpArgs) -> anyhow::Result<()> {
 
     wait_ready(lab, args, &mut router, &mut servers)?;
     if agents {
-        for i in 1..=n {
-            check_interrupt()?;
-            start_agent(lab, i, &secret)?;
-        }
         wait_agents(lab, n)?;
     }
     if args.shim {

@@ -323,7 +323,19 @@ impl State {
         let Some(acc) = real_accept4() else { return };
         let fds: Vec<c_int> = self.listeners.keys().copied().collect();
         for l in fds {
+            if is_blocking(l) {
+                // See `accept_common`: a fork-per-connection server.
+                self.listeners.remove(&l);
+                continue;
+            }
             loop {
+                // The server's listening socket may be blocking: only accept
+                // what is already queued.
+                let mut p = libc::pollfd { fd: l, events: libc::POLLIN, revents: 0 };
+                // SAFETY: one valid pollfd, no waiting.
+                if unsafe { libc::poll(&mut p, 1, 0) } <= 0 {
+                    break;
+                }
                 // SAFETY: null address pointers are allowed by accept4(2).
                 let fd = unsafe {
                     acc(
@@ -580,26 +592,56 @@ unsafe fn accept_common(
     if in_child() {
         return pass();
     }
+    // A blocking listening socket belongs to a server that blocks in
+    // accept(2) and (like socat, inetd) forks a process per connection:
+    // connections do not share a process, so there is no cross-connection
+    // order to keep. Such listeners are left alone.
+    if is_blocking(fd) {
+        state().listeners.remove(&fd);
+        return pass();
+    }
+    match try_accept(fd, addr, len, flags, &pass) {
+        Some(r) => r,
+        None => {
+            set_errno(libc::EAGAIN);
+            -1
+        }
+    }
+}
+
+fn is_blocking(fd: c_int) -> bool {
+    // SAFETY: F_GETFL takes no pointer.
+    unsafe { libc::fcntl(fd, libc::F_GETFL) & libc::O_NONBLOCK == 0 }
+}
+
+/// One attempt: `Some(result)` to return, `None` when no connection's turn has come.
+unsafe fn try_accept(
+    fd: c_int,
+    addr: *mut sockaddr,
+    len: *mut socklen_t,
+    flags: c_int,
+    pass: &dyn Fn() -> c_int,
+) -> Option<c_int> {
     let mut s = state();
     if !s.listeners.contains_key(&fd) {
         drop(s);
-        return pass();
+        return Some(pass());
     }
     s.pump();
     s.drain_accepts();
     if let Some(i) = s.local.iter().position(|(l, _)| *l == fd) {
         let (_, cfd) = s.local.remove(i);
         drop(s);
-        return finish_accept(cfd, addr, len, flags);
+        return Some(finish_accept(cfd, addr, len, flags));
     }
     if !s.on {
         // Hand out what was already taken from the kernel, then plain accept.
         let Some((&k, _)) = s.pending.iter().next() else {
             drop(s);
-            return pass();
+            return Some(pass());
         };
         let (cfd, _) = s.pending.remove(&k).unwrap_or((-1, Instant::now()));
-        return finish_accept(cfd, addr, len, flags);
+        return Some(finish_accept(cfd, addr, len, flags));
     }
     let port = s.listeners.get(&fd).copied().unwrap_or(0);
     // A connection that never got an accept event (the router's sequencer
@@ -608,7 +650,7 @@ unsafe fn accept_common(
     if let Some(k) = s.stale_pending(Some(port)) {
         let (cfd, _) = s.pending.remove(&k).unwrap_or((-1, Instant::now()));
         eprintln!("ftnet-shim[{}]: connection from port {} has no accept event after 2 s; handed out unordered", std::process::id(), k.cport);
-        return finish_accept(cfd, addr, len, flags);
+        return Some(finish_accept(cfd, addr, len, flags));
     }
     match s.exposed() {
         Some(Ev {
@@ -616,19 +658,13 @@ unsafe fn accept_common(
             key,
             kind: Kind::Accept,
         }) if key.vport == port => {
-            let Some((cfd, _)) = s.pending.remove(&key) else {
-                set_errno(libc::EAGAIN);
-                return -1;
-            };
+            let (cfd, _) = s.pending.remove(&key)?;
             s.order.consumed(seq);
             s.conns.insert(cfd, Conn { key, consumed: 0 });
             drop(s);
-            finish_accept(cfd, addr, len, flags)
+            Some(finish_accept(cfd, addr, len, flags))
         }
-        _ => {
-            set_errno(libc::EAGAIN);
-            -1
-        }
+        _ => None,
     }
 }
 
@@ -684,6 +720,9 @@ pub unsafe extern "C" fn listen(fd: c_int, backlog: c_int) -> c_int {
             let mut s = state();
             if s.path.is_some() && !s.off {
                 s.listeners.insert(fd, port);
+                // Connect to the agent now: a server blocked in accept(2)
+                // or select(2) may not call us again before clients come.
+                s.pump();
             }
         }
     }

@@ -491,7 +491,10 @@ fn up(lab: &Lab, args: &UpArgs) -> anyhow::Result<()> {
         while (1..=n).any(|i| !lab.replica_dir(i).join("shim.sock").exists()) {
             check_interrupt()?;
             if Instant::now() > deadline {
-                bail!("agents did not open their shim sockets within 5 s — read {}/r<i>/agent.log", lab.dir().display());
+                bail!(
+                    "agents did not open their shim sockets within 5 s — read {}/r<i>/agent.log",
+                    lab.dir().display()
+                );
             }
             std::thread::sleep(Duration::from_millis(10));
         }

@@ -176,7 +176,7 @@ Example (replica host 198.18.11.2, router reachable at 198.18.11.1):
 
 const RUN_HELP: &str = r#"`ftnet run` execs CMD with LD_PRELOAD=libftnet_shim.so (found next to the ftnet executable, or
 at $FTNET_SHIM_LIB) and FTNET_SHIM_SOCKET=<socket>. The shim connects to the agent and exposes the
-server's input one event at a time, in the order the router's sequencer gave the client segments
+server's input in the order the router's sequencer gave the client segments
 of all connections: accepts in that order, epoll readiness in that order, and one read returns at
 most one router-defined chunk. A server that stops reading a connection does not stall the others
 (the order passes over connections not registered for input, and returns to them in place).

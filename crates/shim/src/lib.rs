@@ -9,15 +9,19 @@
 //! (the bytes of one client segment as the router saw it) per service and
 //! sends the numbers to each replica's agent; the agent passes them to this
 //! shim over a Unix socket (`FTNET_SHIM_SOCKET`). The shim then exposes to
-//! the server **one event at a time**, the earliest one in that order that
-//! the server can take:
+//! the server its input **in that order**:
 //!
-//! - `epoll_wait` reports a sequenced connection readable only when its
-//!   next chunk is that event (and has arrived in the local kernel), the
-//!   listening socket only when the event is that connection's accept;
-//! - `read`/`recv`/`readv` return at most the rest of that one chunk (so one
-//!   read never merges chunks that other connections' chunks sat between);
-//!   any other read of a sequenced connection gets `EAGAIN`;
+//! - `epoll_wait` reports, in order, the earliest events the server can
+//!   take that have arrived in the local kernel — at most one per
+//!   connection, stopping before a connection's second chunk or an event
+//!   not yet arrived; the listening socket alone when the next event is an
+//!   accept;
+//! - `read`/`recv`/`readv` return at most the rest of the one chunk that was
+//!   reported for that connection (so one read never merges chunks that
+//!   other connections' chunks sat between); any other read of a sequenced
+//!   connection gets `EAGAIN`. The server must handle the events of one
+//!   `epoll_wait` in the order returned (Redis, nginx and libuv/asyncio
+//!   loops do);
 //! - `accept`/`accept4` hand out connections in the order of their accept
 //!   events, whatever order the kernel queued them in.
 //!
@@ -159,6 +163,9 @@ struct State {
     listeners: HashMap<c_int, u16>,
     /// epoll registrations: (epfd, fd) → (events, data).
     interest: HashMap<(c_int, c_int), (u32, u64)>,
+    /// Chunks the last `epoll_wait` reported, by connection (at most one
+    /// each): a read of that connection may return that chunk.
+    granted: HashMap<Key, u64>,
 }
 
 fn state() -> MutexGuard<'static, State> {
@@ -331,7 +338,11 @@ impl State {
             loop {
                 // The server's listening socket may be blocking: only accept
                 // what is already queued.
-                let mut p = libc::pollfd { fd: l, events: libc::POLLIN, revents: 0 };
+                let mut p = libc::pollfd {
+                    fd: l,
+                    events: libc::POLLIN,
+                    revents: 0,
+                };
                 // SAFETY: one valid pollfd, no waiting.
                 if unsafe { libc::poll(&mut p, 1, 0) } <= 0 {
                     break;
@@ -405,6 +416,54 @@ impl State {
         ready.then_some(head)
     }
 
+    /// The events the server may see now, in order: from the start of the
+    /// order, every eligible event that has arrived, at most one per
+    /// connection, stopping at the first eligible event that has not
+    /// arrived or whose connection is already in the batch (its chunk must
+    /// wait for that connection's earlier one). An accept is exposed alone.
+    /// Reported together, they are processed in the same order as one by
+    /// one: the server handles the events of one `epoll_wait` in the order
+    /// returned, and reads one chunk per reported event.
+    fn batch(&self) -> Vec<Ev> {
+        let by_key: HashMap<Key, c_int> = self.conns.iter().map(|(fd, c)| (c.key, *fd)).collect();
+        let mut out: Vec<Ev> = Vec::new();
+        for e in self.order.iter() {
+            match e.kind {
+                Kind::Accept => {
+                    let eligible = self
+                        .listeners
+                        .iter()
+                        .any(|(fd, p)| *p == e.key.vport && self.registered_for_input(*fd));
+                    if !eligible {
+                        continue;
+                    }
+                    if out.is_empty() && self.pending.contains_key(&e.key) {
+                        out.push(*e);
+                    }
+                    break;
+                }
+                Kind::Data { end } => {
+                    let Some(&fd) = by_key.get(&e.key) else {
+                        continue;
+                    };
+                    if !self.registered_for_input(fd) {
+                        continue;
+                    }
+                    if out.iter().any(|x| x.key == e.key) {
+                        break;
+                    }
+                    let Some(c) = self.conns.get(&fd) else { break };
+                    let want = end.wrapping_sub(c.consumed);
+                    if (want as i32) > 0 && unread(fd) < want {
+                        break;
+                    }
+                    out.push(*e);
+                }
+            }
+        }
+        out
+    }
+
     /// A connection whose events are all consumed and that the kernel marks
     /// readable with nothing to read: EOF or an error, which the server may
     /// see (when is not part of the order).
@@ -454,13 +513,21 @@ fn read_budget(fd: c_int) -> Option<usize> {
     if !s.on {
         return Some(usize::MAX);
     }
-    if let Some(Ev {
-        key,
-        kind: Kind::Data { end },
-        ..
-    }) = s.exposed()
+    let key = s.conns.get(&fd).map(|c| c.key);
+    // This connection's next chunk, if it was reported by the last
+    // epoll_wait (granted) or is the head of the order now.
+    let next = key.and_then(|k| s.order.iter().find(|e| e.key == k).copied());
+    if let (
+        Some(k),
+        Some(Ev {
+            seq,
+            kind: Kind::Data { end },
+            ..
+        }),
+    ) = (key, next)
     {
-        if let Some(c) = s.conns.get(&fd).filter(|c| c.key == key) {
+        let ok = s.granted.get(&k) == Some(&seq) || s.exposed().is_some_and(|h| h.seq == seq);
+        if let Some(c) = s.conns.get(&fd).filter(|_| ok) {
             let left = end.wrapping_sub(c.consumed);
             if (left as i32) > 0 {
                 return Some(left as usize);
@@ -487,7 +554,12 @@ fn consumed(fd: c_int, n: ssize_t) {
     // Every chunk of this connection that ends at or before `at` is done.
     while let Some(e) = s.order.head(|e| e.key == key) {
         match e.kind {
-            Kind::Data { end } if (end.wrapping_sub(at) as i32) <= 0 => s.order.consumed(e.seq),
+            Kind::Data { end } if (end.wrapping_sub(at) as i32) <= 0 => {
+                s.order.consumed(e.seq);
+                if s.granted.get(&key) == Some(&e.seq) {
+                    s.granted.remove(&key);
+                }
+            }
             _ => break,
         }
     }
@@ -881,28 +953,47 @@ pub unsafe extern "C" fn epoll_wait(
                         });
                     }
                 }
-            } else if let Some(head) = s.exposed() {
-                let fd = match head.kind {
-                    Kind::Accept => s
-                        .listeners
-                        .iter()
-                        .find(|(_, p)| **p == head.key.vport)
-                        .map(|(f, _)| *f),
-                    Kind::Data { .. } => s.fd_of(&head.key),
-                };
-                if let Some((ev, data)) = fd.and_then(|f| s.interest.get(&(epfd, f))) {
-                    if ev & libc::EPOLLIN as u32 != 0 {
-                        match out.iter_mut().find(|o| o.u64 == *data) {
-                            Some(o) => o.events |= libc::EPOLLIN as u32,
-                            None => out.insert(
-                                0,
-                                libc::epoll_event {
-                                    events: libc::EPOLLIN as u32,
-                                    u64: *data,
-                                },
-                            ),
-                        }
+            } else {
+                let batch = s.batch();
+                s.granted.clear();
+                let mut at = 0;
+                for e in &batch {
+                    if at >= max as usize {
+                        break;
                     }
+                    let fd = match e.kind {
+                        Kind::Accept => s
+                            .listeners
+                            .iter()
+                            .find(|(_, p)| **p == e.key.vport)
+                            .map(|(f, _)| *f),
+                        Kind::Data { .. } => s.fd_of(&e.key),
+                    };
+                    let Some(&(ev, data)) = fd.and_then(|f| s.interest.get(&(epfd, f))) else {
+                        break;
+                    };
+                    if ev & libc::EPOLLIN as u32 == 0 {
+                        break;
+                    }
+                    if let Kind::Data { .. } = e.kind {
+                        s.granted.insert(e.key, e.seq);
+                    }
+                    // In the order of the batch, ahead of everything else.
+                    match out.iter().position(|o| o.u64 == data) {
+                        Some(i) => {
+                            let mut o = out.remove(i);
+                            o.events |= libc::EPOLLIN as u32;
+                            out.insert(at, o);
+                        }
+                        None => out.insert(
+                            at,
+                            libc::epoll_event {
+                                events: libc::EPOLLIN as u32,
+                                u64: data,
+                            },
+                        ),
+                    }
+                    at += 1;
                 }
             }
             out.truncate(max as usize);

@@ -131,6 +131,11 @@ impl Order {
         }
     }
 
+    /// The received events, in order.
+    pub fn iter(&self) -> impl Iterator<Item = &Ev> {
+        self.queue.iter()
+    }
+
     /// Does the server still have events pending for `key`?
     pub fn pending_for(&self, key: &Key) -> bool {
         self.queue.iter().any(|e| e.key == *key)

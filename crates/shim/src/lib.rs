@@ -956,8 +956,7 @@ pub unsafe extern "C" fn epoll_wait(
             } else {
                 let batch = s.batch();
                 s.granted.clear();
-                let mut at = 0;
-                for e in &batch {
+                for (at, e) in batch.iter().enumerate() {
                     if at >= max as usize {
                         break;
                     }
@@ -993,7 +992,6 @@ pub unsafe extern "C" fn epoll_wait(
                             },
                         ),
                     }
-                    at += 1;
                 }
             }
             out.truncate(max as usize);

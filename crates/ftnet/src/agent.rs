@@ -197,13 +197,7 @@ fn session(
         match stream.read(&mut buf) {
             Ok(0) => anyhow::bail!("the router closed the connection"),
             Ok(n) => dec.push(&buf[..n]),
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock
-                        | std::io::ErrorKind::TimedOut
-                        | std::io::ErrorKind::Interrupted
-                ) => {}
+            Err(e) if sys::is_transient(&e) => {}
             Err(e) => return Err(e.into()),
         }
         while let Some(m) = dec.next_msg()? {

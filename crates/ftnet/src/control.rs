@@ -241,13 +241,7 @@ fn serve(
                 return Ok(());
             }
             Ok(n) => dec.push(&buf[..n]),
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock
-                        | std::io::ErrorKind::TimedOut
-                        | std::io::ErrorKind::Interrupted
-                ) => {}
+            Err(e) if sys::is_transient(&e) => {}
             Err(e) => {
                 // A reset or unreachable peer: treat like silence, let the timer decide.
                 if registered.is_none() {

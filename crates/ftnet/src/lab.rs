@@ -487,17 +487,16 @@ fn up(lab: &Lab, args: &UpArgs) -> anyhow::Result<()> {
             start_agent(lab, i, &secret)?;
         }
         // Their shim sockets exist before any server looks for them.
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while (1..=n).any(|i| !lab.replica_dir(i).join("shim.sock").exists()) {
-            check_interrupt()?;
-            if Instant::now() > deadline {
-                bail!(
+        wait_until(
+            Duration::from_secs(5),
+            || (1..=n).all(|i| lab.replica_dir(i).join("shim.sock").exists()),
+            || {
+                format!(
                     "agents did not open their shim sockets within 5 s — read {}/r<i>/agent.log",
                     lab.dir().display()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
+                )
+            },
+        )?;
     }
 
     // Servers before the router: the router's SYNs find them listening sooner.
@@ -563,7 +562,6 @@ pub const CONTROL_PORT: u16 = 7400;
 fn start_agent(lab: &Lab, i: usize, secret: &Path) -> anyhow::Result<()> {
     let exe = std::env::current_exe().context("finding the ftnet executable")?;
     let dir = lab.replica_dir(i);
-    let (out, err) = log_file(&dir.join("agent.log"))?;
     let mut cmd = Command::new("ip");
     cmd.args(["netns", "exec", &lab.ns_replica(i)])
         .arg(&exe)
@@ -581,68 +579,94 @@ fn start_agent(lab: &Lab, i: usize, secret: &Path) -> anyhow::Result<()> {
         ])
         .arg(secret)
         .arg("--shim-socket")
-        .arg(dir.join("shim.sock"))
-        .stdin(Stdio::null())
-        .stdout(out)
-        .stderr(err);
-    sys::detach(&mut cmd);
-    let child = cmd
-        .spawn()
-        .with_context(|| format!("starting the agent of replica {i}"))?;
-    std::fs::write(dir.join("agent.pid"), format!("{}\n", child.id()))?;
+        .arg(dir.join("shim.sock"));
+    launch(
+        cmd,
+        &dir.join("agent.log"),
+        &dir.join("agent.pid"),
+        &format!("the agent of replica {i}"),
+    )?;
     Ok(())
 }
 
 /// Wait until every replica's server has its shim connected to its agent.
 fn wait_shims(lab: &Lab, n: usize) -> anyhow::Result<()> {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        check_interrupt()?;
-        let missing: Vec<usize> = (1..=n)
+    let missing = || -> Vec<usize> {
+        (1..=n)
             .filter(|&i| {
                 !std::fs::read_to_string(lab.replica_dir(i).join("agent.log"))
                     .unwrap_or_default()
                     .contains("shim connected")
             })
-            .collect();
-        if missing.is_empty() {
-            return Ok(());
-        }
-        if Instant::now() > deadline {
-            bail!(
-                "the shim of replica(s) {missing:?} did not connect within 10 s — read {}/r<i>/server.log and agent.log",
-                lab.dir().display()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+            .collect()
+    };
+    wait_until(
+        Duration::from_secs(10),
+        || missing().is_empty(),
+        || {
+            format!(
+            "the shim of replica(s) {:?} did not connect within 10 s — read {}/r<i>/server.log and agent.log",
+            missing(),
+            lab.dir().display()
+        )
+        },
+    )
 }
 
 /// Wait until the router reports `n` registered agents.
 fn wait_agents(lab: &Lab, n: usize) -> anyhow::Result<()> {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        check_interrupt()?;
-        let registered = status::fetch(&lab.socket())
+    let registered = || {
+        status::fetch(&lab.socket())
             .ok()
             .and_then(|v| {
                 v["control"]["agents"]
                     .as_array()
                     .map(|a| a.iter().filter(|x| x["state"] == "registered").count())
             })
-            .unwrap_or(0);
-        if registered >= n {
+            .unwrap_or(0)
+    };
+    wait_until(
+        Duration::from_secs(10),
+        || registered() >= n,
+        || {
+            format!(
+            "only {} of {n} agents registered within 10 s — read {d}/r<i>/agent.log and {d}/router.log",
+            registered(),
+            d = lab.dir().display()
+        )
+        },
+    )
+}
+
+/// Check `ready` every 20 ms until it holds; after `limit`, fail with `why()`.
+fn wait_until(
+    limit: Duration,
+    mut ready: impl FnMut() -> bool,
+    why: impl Fn() -> String,
+) -> anyhow::Result<()> {
+    let deadline = Instant::now() + limit;
+    loop {
+        check_interrupt()?;
+        if ready() {
             return Ok(());
         }
         if Instant::now() > deadline {
-            bail!(
-                "only {registered} of {n} agents registered within 10 s — read {}/r<i>/agent.log and {}/router.log",
-                lab.dir().display(),
-                lab.dir().display()
-            );
+            bail!("{}", why());
         }
-        std::thread::sleep(Duration::from_millis(50));
+        std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// Start `cmd` detached (its own session: `lab kill` kills its group, a
+/// Ctrl-C here does not reach it), stdin closed, output to `log`, its pid
+/// written to `pid`.
+fn launch(mut cmd: Command, log: &Path, pid: &Path, what: &str) -> anyhow::Result<Child> {
+    let (out, err) = log_file(log)?;
+    cmd.stdin(Stdio::null()).stdout(out).stderr(err);
+    sys::detach(&mut cmd);
+    let child = cmd.spawn().with_context(|| format!("starting {what}"))?;
+    std::fs::write(pid, format!("{}\n", child.id()))?;
+    Ok(child)
 }
 
 /// Open `path` for a child's stdout and stderr.
@@ -667,7 +691,6 @@ fn start_server(
         .replace("{i}", &i.to_string())
         .replace("{dir}", &dir.display().to_string())
         .replace("{port}", &port.to_string());
-    let (out, err) = log_file(&dir.join("server.log"))?;
     let mut cmd = Command::new("ip");
     cmd.args(["netns", "exec", &lab.ns_replica(i)]);
     if shim {
@@ -679,36 +702,30 @@ fn start_server(
     }
     cmd.args(["sh", "-c", &cmdline])
         .current_dir(&dir)
-        .env("FTNET_REPLICA", i.to_string())
-        .stdin(Stdio::null())
-        .stdout(out)
-        .stderr(err);
-    // Own session, so its process group id is its pid: `lab kill` kills the
-    // whole group (sh and the server) and a Ctrl-C here does not reach it.
-    sys::detach(&mut cmd);
-    let child = cmd
-        .spawn()
-        .with_context(|| format!("starting server of replica {i}: {cmdline}"))?;
-    // `ip netns exec` execs the command in place, so this pid is the shell's.
-    std::fs::write(dir.join("server.pid"), format!("{}\n", child.id()))?;
-    Ok(child)
+        .env("FTNET_REPLICA", i.to_string());
+    // `ip netns exec` execs the command in place, so the pid is the shell's
+    // and its process group holds the server.
+    launch(
+        cmd,
+        &dir.join("server.log"),
+        &dir.join("server.pid"),
+        &format!("server of replica {i}: {cmdline}"),
+    )
 }
 
 fn start_router(lab: &Lab, cfg: &Path) -> anyhow::Result<Child> {
     let exe = std::env::current_exe().context("finding the ftnet executable")?;
-    let (out, err) = log_file(&lab.dir().join("router.log"))?;
     let mut cmd = Command::new("ip");
     cmd.args(["netns", "exec", &lab.ns_router()])
         .arg(&exe)
         .args(["router", "--log-level", "info", "--config"])
-        .arg(cfg)
-        .stdin(Stdio::null())
-        .stdout(out)
-        .stderr(err);
-    sys::detach(&mut cmd);
-    let child = cmd.spawn().context("starting ftnet router")?;
-    std::fs::write(lab.dir().join("router.pid"), format!("{}\n", child.id()))?;
-    Ok(child)
+        .arg(cfg);
+    launch(
+        cmd,
+        &lab.dir().join("router.log"),
+        &lab.dir().join("router.pid"),
+        "ftnet router",
+    )
 }
 
 /// Last `n` lines of a log, indented, for error messages.

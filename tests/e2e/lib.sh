@@ -299,3 +299,26 @@ wait_for() {
 # redis_at R ARGS... — redis-cli against replica R's own server, inside its namespace. (The
 # router captures replies from replica IPs on service ports, so this cannot go via the router.)
 redis_at() { local r=$1; shift; timeout 20 "$FTNET" lab exec --name "$LAB" "r$r" -- redis-cli -h 127.0.0.1 -p "${REDIS_PORT:-6379}" "$@"; }
+
+# idle_client_start IDLE_S AFTER — idleclient.py through the VIP in the background (pid in
+# IDLE_PID): one INCR, then $T/ready, IDLE_S seconds idle, then AFTER more INCRs.
+idle_client_start() {
+	timeout 60 "$FTNET" lab exec --name "$LAB" client -- \
+		python3 "$E2E_DIR/idleclient.py" --host "$VIP" --port "$REDIS_PORT" --ready-file "$T/ready" \
+		--idle "$1" --after "$2" >"$T/idle.json" 2>"$T/idle.err" &
+	IDLE_PID=$!
+}
+idle_client_ready() { wait_for 20 test -e "$T/ready" || die "client never became ready: $(cat "$T/idle.err")"; }
+
+# idle_client_finish AFTER DESCRIPTION — wait for the client, check its exit status and that
+# every survivor's counter is AFTER+1.
+idle_client_finish() {
+	local rc=0 r total=$(($1 + 1))
+	wait "$IDLE_PID" || rc=$?
+	say "client: $(cat "$T/idle.json" 2>/dev/null) $(head -c 1000 "$T/idle.err")"
+	check_eq "$2 (client exit status)" 0 "$rc"
+	for r in "${SURVIVORS[@]}"; do
+		wait_for 5 test "$(redis_at "$r" GET idle:counter)" = "$total" || true
+		check_eq "r$r counter" "$total" "$(redis_at "$r" GET idle:counter)"
+	done
+}

@@ -28,13 +28,8 @@ check "router logged the refusal with its reason" grep -q "agent refused: authen
 check "the intruder was told it was refused" grep -q "refused" "$T/intruder.log"
 check_eq "agents still registered after the intruder" "$N" "$(agents_registered)"
 
-ready=$T/ready
-rc=0
-timeout 60 "$FTNET" lab exec --name "$LAB" client -- \
-	python3 "$E2E_DIR/idleclient.py" --host "$VIP" --port "$REDIS_PORT" --ready-file "$ready" \
-	--idle 4 --after "$AFTER" >"$T/idle.json" 2>"$T/idle.err" &
-client=$!
-wait_for 20 test -e "$ready" || die "client never became ready: $(cat "$T/idle.err")"
+idle_client_start 4 "$AFTER"
+idle_client_ready
 sleep 0.5
 records=$(lab status --name "$LAB" --json | python3 -c 'import json,sys; d=json.load(sys.stdin); print(" ".join(str(a["records"]) for a in d["control"]["agents"]))')
 say "connection records held by the agents: $records"
@@ -62,11 +57,5 @@ alive=$(victim_alive)
 check_eq "r$VICTIM marked down while the client is still idle" False "$alive"
 check "client still idle when the host was declared lost" test ! -s "$T/idle.json"
 
-wait "$client" || rc=$?
-say "client: $(cat "$T/idle.json" 2>/dev/null) $(head -c 1000 "$T/idle.err")"
-check_eq "idle connection carried on with the survivors (client exit status)" 0 "$rc"
-for r in "${SURVIVORS[@]}"; do
-	wait_for 5 test "$(redis_at "$r" GET idle:counter)" = "$((AFTER + 1))" || true
-	check_eq "r$r counter" "$((AFTER + 1))" "$(redis_at "$r" GET idle:counter)"
-done
+idle_client_finish "$AFTER" "idle connection carried on with the survivors"
 e2e_finish

@@ -13,14 +13,9 @@ REDIS_PORT=6379
 AFTER=5
 lab_up --port "$REDIS_PORT"
 
-ready=$T/ready
-rc=0
-timeout 60 "$FTNET" lab exec --name "$LAB" client -- \
-	python3 "$E2E_DIR/idleclient.py" --host "$VIP" --port "$REDIS_PORT" --ready-file "$ready" \
-	--idle 2 --after "$AFTER" >"$T/idle.json" 2>"$T/idle.err" &
-client=$!
+idle_client_start 2 "$AFTER"
 if [[ $FAULT != none ]]; then
-	wait_for 20 test -e "$ready" || die "client never became ready: $(cat "$T/idle.err")"
+	idle_client_ready
 	sleep 0.5
 	t=$(now_ms)
 	frc=0
@@ -29,14 +24,7 @@ if [[ $FAULT != none ]]; then
 	say "FAULT injected: lab $FAULT r$VICTIM while the connection is idle (rc=$frc)"
 	check_eq "lab $FAULT exit status" 0 "$frc"
 fi
-wait "$client" || rc=$?
-say "client: $(cat "$T/idle.json" 2>/dev/null) $(head -c 1000 "$T/idle.err")"
-check_eq "idle connection survived, replies in order (client exit status)" 0 "$rc"
-total=$((AFTER + 1))
+idle_client_finish "$AFTER" "idle connection survived, replies in order"
 check_eq "a new connection through the VIP works" PONG \
 	"$(timeout 20 "$FTNET" lab exec --name "$LAB" client -- redis-cli -h "$VIP" -p "$REDIS_PORT" PING 2>&1)"
-for r in "${SURVIVORS[@]}"; do
-	wait_for 5 test "$(redis_at "$r" GET idle:counter)" = "$total" || true
-	check_eq "r$r counter" "$total" "$(redis_at "$r" GET idle:counter)"
-done
 e2e_finish

@@ -13,6 +13,38 @@ pub struct Service {
     pub ports: Vec<u16>,
     /// Real addresses of the replicas; each listens on the same ports.
     pub replicas: Vec<Ipv4Addr>,
+    /// Output voting (see [`Voting`]).
+    pub voting: Voting,
+}
+
+/// How the replicas' replies become the client's stream.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Voting {
+    /// First copy wins: each byte range goes to the client as soon as any
+    /// live replica sent it (COSCANet-FT §III-D). For replicas that are
+    /// deterministic by construction; cheapest and fastest.
+    #[default]
+    Off,
+    /// A byte range goes to the client only once a majority of the live
+    /// replicas sent identical bytes there; a replica that contradicts the
+    /// majority is evicted and marked down for the service. With two live
+    /// replicas (or any split without a majority) `tie` decides.
+    Majority { tie: Tie },
+}
+
+/// What happens when the live replicas disagree and no majority exists
+/// (two replicas, or three that all differ).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Tie {
+    /// The replica listed first in the service (among those that disagree)
+    /// wins; the others are evicted. Availability over certainty.
+    #[default]
+    First,
+    /// The client's connection is reset and no replica is blamed: the
+    /// client never receives bytes that a majority did not vouch for.
+    Reset,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

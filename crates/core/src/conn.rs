@@ -9,10 +9,11 @@
 //! leg's `off` maps replica space onto client space. Unless a name says
 //! otherwise, every `SeqNum` kept here is in client-visible space.
 
-use crate::config::Timeouts;
+use crate::config::{Tie, Timeouts, Voting};
 use crate::metrics::{Counters, DropReason};
 use crate::router::{Event, EvictReason, InputKind, Packet};
 use crate::time::Instant;
+use crate::vote::{self, Offer, Outcome};
 use ftnet_wire::tcp::{self, flags, CsumMode, Repr};
 use ftnet_wire::vnet::VnetHdr;
 use ftnet_wire::{ipv4, SeqDelta, SeqNum};
@@ -209,7 +210,51 @@ pub struct Conn {
     pub syn_copy: Option<Packet>,
     /// When a client SYN last counted as a retry.
     pub syn_at: Instant,
+    /// The MSS the client announced (what one segment to it may carry).
+    pub client_mss: u16,
+    /// Output voting state, for services that vote.
+    pub vote: Option<Box<VoteState>>,
 }
+
+/// Output voting of one connection (MISSION.md #12, `crate::vote`). The
+/// server stream is cut at `decided()`: before it, bytes a majority of the
+/// live replicas agreed on (the client was sent them); after it, what each
+/// replica offered that has no majority yet.
+#[derive(Debug)]
+pub struct VoteState {
+    pub tie: Tie,
+    /// Client-space position of `agreed[0]`.
+    pub base: SeqNum,
+    /// Decided bytes, kept until every live replica has sent past them so
+    /// that a lagging replica is still compared.
+    pub agreed: VecDeque<u8>,
+    /// Per leg: its bytes from `decided()` on (empty while it is behind).
+    pub pending: Vec<Vec<u8>>,
+    /// Per leg: end of the bytes it offered, contiguous from the start.
+    pub seen: Vec<SeqNum>,
+    /// Per leg: segments beyond a hole in what it sent, for when the hole
+    /// is filled.
+    pub stash: Vec<Vec<(SeqNum, Vec<u8>)>>,
+    /// The FIN was decided, at `decided()`.
+    pub fin: bool,
+}
+
+impl VoteState {
+    pub fn decided(&self) -> SeqNum {
+        self.base.add(self.agreed.len() as u32)
+    }
+}
+
+/// What one replica may offer the vote beyond the decided point; more
+/// waits for a retransmission (the replica is that far ahead of the
+/// majority).
+const VOTE_MAX_PENDING: usize = 8 << 20;
+/// Segments kept per replica beyond a hole in what it sent.
+const VOTE_MAX_STASHED: usize = 256;
+/// Decided bytes kept for a lagging replica; one further behind is evicted.
+const VOTE_MAX_AGREED: usize = 16 << 20;
+/// Largest payload of one packet the router builds (IPv4 total length).
+const MAX_BUILT_PAYLOAD: usize = 65535 - 20 - 60;
 
 /// Largest distance two related sequence numbers may have; beyond it a
 /// segment is out of window (RFC 9293 windows are at most 2^30).
@@ -223,6 +268,7 @@ impl Conn {
         syn: &Seg,
         router_isn: SeqNum,
         ts_base: u32,
+        voting: Voting,
     ) -> Conn {
         Conn {
             key,
@@ -255,6 +301,19 @@ impl Conn {
             announced: false,
             syn_copy: None,
             syn_at: now,
+            client_mss: syn.mss.unwrap_or(536).max(64),
+            vote: match voting {
+                Voting::Off => None,
+                Voting::Majority { tie } => Some(Box::new(VoteState {
+                    tie,
+                    base: router_isn.add(1),
+                    agreed: VecDeque::new(),
+                    pending: Vec::new(),
+                    seen: Vec::new(),
+                    stash: Vec::new(),
+                    fin: false,
+                })),
+            },
         }
     }
 
@@ -315,6 +374,12 @@ impl Conn {
             mss: 0,
             syn_window: 0,
         });
+        let start = self.router_isn.add(1);
+        if let Some(v) = &mut self.vote {
+            v.pending.push(Vec::new());
+            v.seen.push(start);
+            v.stash.push(Vec::new());
+        }
     }
 
     pub fn live_legs(&self) -> usize {
@@ -769,6 +834,11 @@ impl Conn {
     }
 
     fn replica_data(&mut self, ctx: &mut Ctx, i: usize, pkt: Packet, seg: &Seg, s: SeqNum) {
+        if self.vote.is_some() {
+            // Where the replicas disagree, the vote decides, FIN included.
+            self.vote_data(ctx, i, &pkt, seg, s);
+            return;
+        }
         let e = s.add(seg.payload_len);
         let prev_hi = self.legs[i].hi;
         let end = e.add(seg.has(flags::FIN) as u32);
@@ -851,6 +921,355 @@ impl Conn {
             self.ack_on_behalf(ctx, i);
         }
         self.settle(ctx);
+    }
+
+    // ------------------------------------------------------------------
+    // Output voting
+    // ------------------------------------------------------------------
+
+    /// Data or a FIN from leg `i` of a voting connection: check what it
+    /// repeats of the decided bytes, offer what is new, let the vote decide
+    /// (`vote_progress`, from `settle`). Nothing goes to the client here
+    /// except a repeat of decided bytes the client may have lost.
+    fn vote_data(&mut self, ctx: &mut Ctx, i: usize, pkt: &Packet, seg: &Seg, s: SeqNum) {
+        let payload = payload_of(pkt);
+        let e = s.add(payload.len() as u32);
+        if seg.has(flags::FIN) {
+            if self.legs[i].fin.is_some_and(|f| f != e) {
+                // The same replica moved its FIN: it cannot be trusted.
+                self.evict(ctx, i, EvictReason::Fin, false);
+                self.settle(ctx);
+                return;
+            }
+            self.legs[i].fin = Some(e);
+        }
+        let client_ack = self.client_ack;
+        let Some(v) = self.vote.as_mut() else { return };
+        let (decided, seen) = (v.decided(), v.seen[i]);
+        if seen.is_before(v.base) {
+            // Behind what the vote still keeps: it cannot be checked.
+            self.evict(ctx, i, EvictReason::Lagging, false);
+            self.settle(ctx);
+            return;
+        }
+        if s.is_after(seen) {
+            // A hole in what this replica sent. Keep the segment for when
+            // the hole is filled, and answer with a duplicate ACK as the
+            // client would: the replica's `hi` stays at the hole, so the ACK
+            // repeats and its fast retransmit fills it.
+            let st = &mut v.stash[i];
+            let bytes: usize = st.iter().map(|(_, b)| b.len()).sum();
+            if st.len() < VOTE_MAX_STASHED && bytes + payload.len() <= VOTE_MAX_PENDING {
+                if !st.iter().any(|(a, b)| *a == s && b.len() >= payload.len()) {
+                    st.push((s, payload.to_vec()));
+                }
+            } else {
+                ctx.counters.drop(DropReason::VoteOutOfOrder);
+            }
+            self.ack_on_behalf(ctx, i);
+            self.settle(ctx);
+            return;
+        }
+        // Bytes it sent before and that matched: a repeat the client may
+        // need (its copy was lost), as TCP repeats the same bytes.
+        let lo = s.max(client_ack);
+        let hi = e.min(seen).min(decided);
+        if hi.is_after(lo) {
+            let (a, b) = (lo.diff(s) as usize, hi.diff(s) as usize);
+            self.send_built(ctx, lo, &payload[a..b]);
+        } else if seg.payload_len > 0 && !e.is_after(seen) {
+            ctx.counters.drop(DropReason::DuplicateSuppressed);
+            ctx.counters.suppressed_bytes += seg.payload_len as u64;
+        }
+        let mut verdict = self.vote_accept(ctx, i, s, payload);
+        // Stashed segments the new bytes reached.
+        while verdict == Ok(true) {
+            let Some(v) = self.vote.as_mut() else { return };
+            let seen = v.seen[i];
+            v.stash[i].retain(|(a, b)| a.add(b.len() as u32).is_after(seen));
+            let Some(k) = v.stash[i].iter().position(|(a, _)| !a.is_after(seen)) else {
+                break;
+            };
+            let (a, b) = v.stash[i].swap_remove(k);
+            verdict = self.vote_accept(ctx, i, a, &b);
+        }
+        let Some(v) = self.vote.as_mut() else { return };
+        let seen = v.seen[i];
+        let decided = v.decided();
+        let mut diverged_at = verdict.err();
+        if diverged_at.is_none()
+            && self.legs[i]
+                .fin
+                .is_some_and(|f| f == seen && f.is_before(decided))
+        {
+            // It closes where the majority's bytes go on.
+            diverged_at = Some(seen);
+        }
+        if let Some(at) = diverged_at {
+            let others = self.live_legs() - 1;
+            self.diverge(ctx, i, at, others, true);
+            self.settle(ctx);
+            return;
+        }
+        // What the vote accepted of this replica is what it has sent.
+        let end = seen.add((self.legs[i].fin == Some(seen)) as u32);
+        if end.is_after(self.legs[i].hi) {
+            self.legs[i].hi = end;
+            self.legs[i].progress_at = ctx.now;
+            self.confirm_aborts(ctx);
+        }
+        if seg.has(flags::FIN) && self.fin_sent && self.client_ack != self.sent_hi {
+            // A repeated FIN the client has not acknowledged.
+            self.emit_ack(ctx, true);
+        }
+        if self.client_ack.is_after(s) {
+            self.ack_on_behalf(ctx, i);
+        }
+        self.settle(ctx);
+    }
+
+    /// Take `bytes` at `s` from leg `i`, where `s` is not after what the
+    /// vote has of it: compare the part below the decided point with the
+    /// decided bytes, offer the rest. `Ok(true)` when it has more of the
+    /// leg than before, `Err(at)` when the leg contradicts the decided
+    /// bytes at `at`.
+    fn vote_accept(
+        &mut self,
+        ctx: &mut Ctx,
+        i: usize,
+        s: SeqNum,
+        bytes: &[u8],
+    ) -> Result<bool, SeqNum> {
+        let Some(v) = self.vote.as_mut() else {
+            return Ok(false);
+        };
+        let (decided, seen) = (v.decided(), v.seen[i]);
+        let e = s.add(bytes.len() as u32);
+        if !e.is_after(seen) {
+            return Ok(false);
+        }
+        let fresh = &bytes[seen.diff(s) as usize..];
+        let upto = e.min(decided);
+        if upto.is_after(seen) {
+            let n = upto.diff(seen) as usize;
+            let from = seen.diff(v.base) as usize;
+            if let Some(k) = v
+                .agreed
+                .range(from..from + n)
+                .zip(&fresh[..n])
+                .position(|(a, b)| a != b)
+            {
+                return Err(seen.add(k as u32));
+            }
+        }
+        if e.is_after(decided) {
+            if v.fin {
+                // The majority closed here.
+                return Err(decided);
+            }
+            let from = decided.max(seen);
+            let rest = &bytes[from.diff(s) as usize..];
+            if v.pending[i].len() + rest.len() > VOTE_MAX_PENDING {
+                ctx.counters.drop(DropReason::VoteBufferFull);
+                return Ok(false);
+            }
+            v.pending[i].extend_from_slice(rest);
+        }
+        v.seen[i] = e;
+        Ok(true)
+    }
+
+    /// Leg `i` sent bytes that differ from what the others agreed on (or
+    /// lost a tie): count it, say where, and take it out.
+    fn diverge(&mut self, ctx: &mut Ctx, i: usize, at: SeqNum, agreeing: usize, blame: bool) {
+        ctx.counters.divergences += 1;
+        ctx.events.push_back(Event::Diverged {
+            conn: self.key.to_string(),
+            replica: self.legs[i].addr,
+            offset: at.0.wrapping_sub(self.router_isn.0.wrapping_add(1)),
+            agreeing,
+            live: self.live_legs(),
+        });
+        if let Some(v) = &mut self.vote {
+            v.pending[i] = Vec::new();
+            v.stash[i] = Vec::new();
+        }
+        self.evict(ctx, i, EvictReason::Diverged, blame);
+    }
+
+    /// Let the vote decide what it can: send the bytes a majority of the
+    /// live replicas agree on, evict those that contradict them, apply the
+    /// tie policy when no majority can form, and let go of decided bytes
+    /// every live replica has passed.
+    fn vote_progress(&mut self, ctx: &mut Ctx) {
+        loop {
+            let Some(v) = self.vote.as_mut() else { return };
+            if v.fin {
+                break;
+            }
+            let decided = v.decided();
+            let live: Vec<usize> = (0..self.legs.len())
+                .filter(|&k| self.legs[k].open())
+                .collect();
+            if live.is_empty() {
+                return;
+            }
+            let quorum = live.len() / 2 + 1;
+            let offers: Vec<Offer> = live
+                .iter()
+                .map(|&k| Offer {
+                    bytes: &v.pending[k],
+                    fin: self.legs[k].fin == Some(v.seen[k]) && !v.seen[k].is_before(decided),
+                })
+                .collect();
+            match vote::decide(&offers, quorum) {
+                Outcome::Wait => break,
+                Outcome::Decide {
+                    from,
+                    len,
+                    fin,
+                    diverged,
+                } => {
+                    let bytes: Vec<u8> = v.pending[live[from]][..len].to_vec();
+                    for &k in &live {
+                        let p = &mut v.pending[k];
+                        let n = len.min(p.len());
+                        p.drain(..n);
+                    }
+                    v.agreed.extend(&bytes);
+                    v.fin = fin;
+                    ctx.counters.voted_bytes += len as u64;
+                    self.send_built(ctx, decided, &bytes);
+                    self.sent_hi = self.sent_hi.max(decided.add(len as u32));
+                    let agreeing = live.len() - diverged.len();
+                    for (o, at) in diverged {
+                        self.diverge(ctx, live[o], decided.add(at as u32), agreeing, true);
+                    }
+                }
+                Outcome::Split { groups } => match v.tie {
+                    Tie::First => {
+                        // The group that holds the replica listed first.
+                        let first =
+                            |g: &Vec<usize>| g.iter().map(|&o| self.legs[live[o]].replica).min();
+                        let Some(win) = groups.iter().min_by_key(|g| first(g)).cloned() else {
+                            break;
+                        };
+                        for g in groups.iter().filter(|g| **g != win) {
+                            for &o in g {
+                                self.diverge(ctx, live[o], decided, win.len(), true);
+                            }
+                        }
+                    }
+                    Tie::Reset => {
+                        // Nobody is blamed; the client is reset (by
+                        // `settle`, with no replica left) rather than sent
+                        // bytes no majority vouched for.
+                        for g in &groups {
+                            for &o in g {
+                                self.diverge(ctx, live[o], decided, 0, false);
+                            }
+                        }
+                        for &k in &live {
+                            self.evict(ctx, k, EvictReason::Diverged, false);
+                        }
+                        return;
+                    }
+                },
+            }
+        }
+        // Let go of decided bytes that every live replica has passed; a
+        // replica too far behind for the buffer is evicted.
+        loop {
+            let Some(v) = self.vote.as_mut() else { return };
+            for (k, l) in self.legs.iter().enumerate() {
+                if !l.open() && (!v.pending[k].is_empty() || !v.stash[k].is_empty()) {
+                    v.pending[k] = Vec::new();
+                    v.stash[k] = Vec::new();
+                }
+            }
+            let decided = v.decided();
+            let slowest = (0..self.legs.len())
+                .filter(|&k| self.legs[k].open())
+                .min_by_key(|&k| v.seen[k].diff(decided));
+            let Some(k) = slowest else { return };
+            let upto = v.seen[k].min(decided);
+            if upto.is_after(v.base) {
+                let n = upto.diff(v.base) as usize;
+                v.agreed.drain(..n);
+                v.base = upto;
+            }
+            if v.agreed.len() <= VOTE_MAX_AGREED {
+                return;
+            }
+            self.evict(ctx, k, EvictReason::Lagging, false);
+        }
+    }
+
+    /// Build data segments to the client carrying `data` at `seq`, with the
+    /// group's ACK, window and the router's timestamp. More than one
+    /// segment's worth goes as a GSO super-packet that the kernel cuts.
+    fn send_built(&mut self, ctx: &mut Ctx, seq: SeqNum, data: &[u8]) {
+        if data.is_empty() {
+            return;
+        }
+        let ack = self.group_ack().unwrap_or(self.client_hi);
+        let edge = self.group_edge().unwrap_or(ack);
+        let win = self.window_field(ack, edge);
+        let ts = self
+            .ts_on
+            .then(|| (self.router_ts(ctx.now), self.client_tsval));
+        let opt_len = if ts.is_some() { 12 } else { 0 };
+        let seg_size = (self.client_mss as usize).saturating_sub(opt_len).max(1);
+        let per_packet = (MAX_BUILT_PAYLOAD / seg_size).max(1) * seg_size;
+        let (vip, client) = (self.key.vip, self.key.client);
+        let mut off = 0usize;
+        for chunk in data.chunks(per_packet) {
+            let last = off + chunk.len() == data.len();
+            let fl = if last {
+                flags::ACK | flags::PSH
+            } else {
+                flags::ACK
+            };
+            let mut r = Repr::new(
+                self.key.vport,
+                self.key.cport,
+                seq.add(off as u32),
+                ack,
+                fl,
+                win,
+            );
+            r.timestamps = ts;
+            let mut bytes = r.emit_ipv4(vip, client, chunk);
+            let vnet = if chunk.len() > seg_size {
+                // The checksum field holds the pseudo-header sum; the kernel
+                // completes it for every segment it cuts.
+                let ihl = ipv4::MIN_HEADER_LEN;
+                let tcp_len = (bytes.len() - ihl) as u32;
+                let partial = ftnet_wire::checksum::fold(ftnet_wire::checksum::pseudo_header(
+                    vip,
+                    client,
+                    ipv4::PROTO_TCP,
+                    tcp_len,
+                ));
+                bytes[ihl + 16..ihl + 18].copy_from_slice(&partial.to_be_bytes());
+                VnetHdr {
+                    flags: ftnet_wire::vnet::F_NEEDS_CSUM,
+                    gso_type: ftnet_wire::vnet::GSO_TCPV4,
+                    hdr_len: (ihl + r.header_len()) as u16,
+                    gso_size: seg_size as u16,
+                    csum_start: ihl as u16,
+                    csum_offset: 16,
+                }
+            } else {
+                VnetHdr::NONE
+            };
+            ctx.tx.push_back(Packet { vnet, data: bytes });
+            ctx.counters.packets_out += 1;
+            off += chunk.len();
+        }
+        ctx.counters.client_bytes_out += data.len() as u64;
+        self.adv_ack = self.adv_ack.max(ack);
+        self.adv_edge = self.adv_edge.max(edge);
     }
 
     /// Rewrite a replica's segment for the client and queue it.
@@ -1043,6 +1462,9 @@ impl Conn {
                 }
             }
         }
+        if self.phase != Phase::Handshake && self.vote.is_some() {
+            self.vote_progress(ctx);
+        }
         if self.live_legs() == 0 {
             if self.phase == Phase::Handshake {
                 // Nobody takes the connection: refuse it.
@@ -1094,7 +1516,26 @@ impl Conn {
         }
         // A FIN every live replica sent at the same place.
         let mut fin_now = false;
-        if !self.fin_sent {
+        if let Some(v) = &self.vote {
+            // Voting: a majority decided the FIN (one that closes elsewhere
+            // is evicted); it goes out once every live replica closed there,
+            // as without voting, so the client cannot finish the connection
+            // while a replica still lags behind it.
+            let f = v.decided();
+            if !self.fin_sent
+                && v.fin
+                && self.sent_hi == f
+                && self
+                    .legs
+                    .iter()
+                    .filter(|l| l.live())
+                    .all(|l| l.fin == Some(f))
+            {
+                self.sent_hi = v.decided().add(1);
+                self.fin_sent = true;
+                fin_now = true;
+            }
+        } else if !self.fin_sent {
             if let Some(f) = self.legs.iter().find(|l| l.live()).and_then(|l| l.fin) {
                 if self
                     .legs
@@ -1438,6 +1879,19 @@ pub fn rewrite(
         return;
     };
     f(&mut ip, &mut t);
+}
+
+/// The TCP payload of a packet that passed classification (empty should
+/// the views fail now).
+fn payload_of(p: &Packet) -> &[u8] {
+    let Ok(ip) = ipv4::Packet::new_checked(&p.data[..]) else {
+        return &[];
+    };
+    let (hl, total) = (ip.header_len(), ip.total_len());
+    let Ok(t) = tcp::Segment::new_checked(&p.data[hl..total]) else {
+        return &[];
+    };
+    &p.data[hl + t.header_len()..total]
 }
 
 /// Checksum mode from the offload header: a partial checksum when the

@@ -11,8 +11,9 @@ mod conn;
 mod metrics;
 mod router;
 mod time;
+mod vote;
 
-pub use config::{Config, Limits, Service, Timeouts};
+pub use config::{Config, Limits, Service, Tie, Timeouts, Voting};
 pub use conn::ConnKey;
 pub use metrics::{Counters, DropReason};
 pub use router::{

@@ -52,6 +52,12 @@ drop_reasons! {
     IcmpIgnored => "icmp_ignored",
     /// No live replica to send to.
     NoReplica => "no_replica",
+    /// Output voting: a replica segment beyond a hole in what that replica
+    /// sent (it will be sent again).
+    VoteOutOfOrder => "vote_out_of_order",
+    /// Output voting: a replica is too far ahead of the majority; its
+    /// segment waits for a retransmission.
+    VoteBufferFull => "vote_buffer_full",
 }
 
 /// Counters of the whole router. Monotonic since start.
@@ -76,9 +82,15 @@ pub struct Counters {
     pub connections_lost: u64,
     /// ACKs the router sent to a lagging replica on the client's behalf.
     pub acks_on_behalf: u64,
+    /// Output voting: replicas found sending bytes that differ from the
+    /// majority's.
+    pub divergences: u64,
+    /// Output voting: payload bytes a majority agreed on before they went
+    /// to a client.
+    pub voted_bytes: u64,
     /// Drops by reason, indexed like [`DropReason::ALL`].
     #[serde(skip)]
-    pub drops: [u64; 18],
+    pub drops: [u64; 20],
 }
 
 impl Counters {

@@ -53,6 +53,11 @@ pub enum EvictReason {
     ReplicaDown,
     /// Its host's agent stopped heartbeating (active failure detection).
     HostLost,
+    /// Output voting: its bytes contradict the majority's (or lost a tie).
+    Diverged,
+    /// Output voting: it fell further behind the others than the vote
+    /// keeps bytes to compare it with.
+    Lagging,
 }
 
 /// What a replica's agent keeps of a connection for a recovering router:
@@ -89,6 +94,18 @@ pub enum Event {
     /// A connection reached ESTABLISHED: what its replicas' agents store.
     /// Frequent (one per connection): not for the log.
     Established { record: SetupRecord },
+    /// Output voting: replica `replica` sent bytes that differ from the
+    /// majority's at server-stream `offset` (bytes after the SYN, modulo
+    /// 2^32). `agreeing` replicas agreed on what the client got; with no
+    /// majority (`agreeing` < half the live ones) the service's tie policy
+    /// decided.
+    Diverged {
+        conn: String,
+        replica: Ipv4Addr,
+        offset: u32,
+        agreeing: usize,
+        live: usize,
+    },
     /// A connection announced with `Established` left the table.
     /// Frequent: not for the log.
     Forgotten {
@@ -432,7 +449,8 @@ impl Router {
         }
         let isn = self.isn(now, &key);
         let ts_base = self.keyed(&key, 1) as u32;
-        let mut c = Conn::new(key, svc, now, seg, isn, ts_base);
+        let voting = self.config.services[svc].voting;
+        let mut c = Conn::new(key, svc, now, seg, isn, ts_base, voting);
         let addrs = &self.config.services[svc].replicas;
         for r in live {
             c.add_leg(r, addrs[r], now);

@@ -24,6 +24,7 @@ fn router(n: u8) -> Router {
         vip: VIP,
         ports: vec![PORT],
         replicas: (1..=n).map(replica).collect(),
+        voting: Default::default(),
     });
     Router::new(c, [9; 16])
 }
@@ -369,6 +370,7 @@ fn syn_flood_keeps_table_bounded() {
         vip: VIP,
         ports: vec![PORT],
         replicas: vec![replica(1)],
+        voting: Default::default(),
     });
     c.limits.max_half_open = 100;
     c.limits.max_connections = 150;
@@ -659,6 +661,7 @@ fn closed_connections_give_way_when_the_table_is_full() {
         vip: VIP,
         ports: vec![PORT],
         replicas: vec![replica(1)],
+        voting: Default::default(),
     });
     c.limits.max_connections = 1;
     c.limits.max_half_open = 1;
@@ -764,6 +767,7 @@ fn several_services_are_kept_apart() {
         vip: VIP,
         ports: vec![PORT],
         replicas: vec![replica(1), replica(2)],
+        voting: Default::default(),
     });
     // Same replica hosts, another VIP and port.
     c.services.push(Service {
@@ -771,6 +775,7 @@ fn several_services_are_kept_apart() {
         vip: vip2,
         ports: vec![80, 443],
         replicas: vec![replica(2), replica(3)],
+        voting: Default::default(),
     });
     let mut r = Router::new(c, [5; 16]);
     let syn_a = Repr::new(CPORT, PORT, SeqNum(1), SeqNum(0), flags::SYN, 1000);

@@ -169,6 +169,8 @@ struct RawService {
     vip: Spanned<String>,
     ports: Spanned<Vec<Spanned<u16>>>,
     replicas: Spanned<Vec<Spanned<String>>>,
+    vote: Option<Spanned<String>>,
+    vote_tie: Option<Spanned<String>>,
 }
 
 /// Read and validate `path`.
@@ -511,11 +513,35 @@ pub fn parse(file: &str, text: &str) -> Result<FileConfig, ConfigError> {
             replica_spans.push((ip, r.span()));
             replicas.push(ip);
         }
+        let tie = match s
+            .vote_tie
+            .as_ref()
+            .map(|t| (t.get_ref().as_str(), t.span()))
+        {
+            None | Some(("first", _)) => ftnet_core::Tie::First,
+            Some(("reset", _)) => ftnet_core::Tie::Reset,
+            Some((other, span)) => {
+                return Err(err(Some(span), format!("vote_tie = {other:?} is not a policy — use \"first\" (the replica listed first wins a tie) or \"reset\" (the client's connection is reset)")));
+            }
+        };
+        let voting = match s.vote.as_ref().map(|v| (v.get_ref().as_str(), v.span())) {
+            None | Some(("off", _)) => {
+                if let Some(t) = &s.vote_tie {
+                    return Err(err(Some(t.span()), format!("vote_tie needs vote = \"majority\" in service {name:?} — add it, or remove vote_tie")));
+                }
+                ftnet_core::Voting::Off
+            }
+            Some(("majority", _)) => ftnet_core::Voting::Majority { tie },
+            Some((other, span)) => {
+                return Err(err(Some(span), format!("vote = {other:?} is not a voting mode — use \"off\" (first copy wins) or \"majority\" (bytes go out once most replicas sent the same)")));
+            }
+        };
         services.push(Service {
             name,
             vip,
             ports,
             replicas,
+            voting,
         });
     }
     // Checked after all services are known: a replica may be listed before
@@ -760,6 +786,50 @@ replicas = ["198.18.11.2", "198.18.12.2", "198.18.13.2"]
             &GOOD.replace(r#"["198.18.11.2", "198.18.12.2", "198.18.13.2"]"#, "[]"),
             19,
             "no replicas",
+        );
+    }
+
+    #[test]
+    fn voting() {
+        let base = r#"replicas = ["198.18.11.2", "198.18.12.2", "198.18.13.2"]"#;
+        assert_eq!(
+            parse("t.toml", GOOD).unwrap().core.services[0].voting,
+            ftnet_core::Voting::Off
+        );
+        let t = GOOD.replace(base, &format!("{base}\nvote = \"majority\""));
+        assert_eq!(
+            parse("t.toml", &t).unwrap().core.services[0].voting,
+            ftnet_core::Voting::Majority {
+                tie: ftnet_core::Tie::First
+            }
+        );
+        let t = GOOD.replace(
+            base,
+            &format!("{base}\nvote = \"majority\"\nvote_tie = \"reset\""),
+        );
+        assert_eq!(
+            parse("t.toml", &t).unwrap().core.services[0].voting,
+            ftnet_core::Voting::Majority {
+                tie: ftnet_core::Tie::Reset
+            }
+        );
+        bad(
+            &GOOD.replace(base, &format!("{base}\nvote = \"most\"")),
+            20,
+            "not a voting mode",
+        );
+        bad(
+            &GOOD.replace(
+                base,
+                &format!("{base}\nvote = \"majority\"\nvote_tie = \"coin\""),
+            ),
+            21,
+            "not a policy",
+        );
+        bad(
+            &GOOD.replace(base, &format!("{base}\nvote_tie = \"reset\"")),
+            20,
+            "vote_tie needs vote",
         );
     }
 

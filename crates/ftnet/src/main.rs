@@ -149,6 +149,11 @@ const ROUTER_HELP: &str = r#"Configuration format (every key but the [[service]]
   vip = "198.19.0.1"                         # the virtual IP clients connect to
   ports = [6379]
   replicas = ["198.18.11.2", "198.18.12.2", "198.18.13.2"]
+  vote = "off"                               # "majority": a reply byte reaches the client only once
+                                             # most live replicas sent the same byte there; one that
+                                             # differs is evicted and logged with the stream offset
+  vote_tie = "first"                         # no majority (2 replicas, or all differ): "first" = the
+                                             # replica listed first wins, "reset" = reset the client
 
 What the router changes in its network namespace (all undone on exit):
   sysctl net.ipv4.ip_forward=1, rp_filter=0 on all, default and the TUN

@@ -455,6 +455,19 @@ fn log_event(ev: &Event) {
         Event::ConnectionLost { conn } => {
             error!("connection {conn}: no replica left, client reset")
         }
+        Event::Diverged {
+            conn,
+            replica,
+            offset,
+            agreeing,
+            live,
+        } => {
+            if agreeing * 2 > *live {
+                warn!("connection {conn}: replica {replica} diverged at reply byte {offset}: its bytes differ from what {agreeing} of {live} live replicas sent (the client got theirs)")
+            } else {
+                warn!("connection {conn}: replica {replica} diverged at reply byte {offset}: no majority among {live} live replicas; vote_tie applied ({agreeing} replica(s) on the side kept)")
+            }
+        }
         // One per connection: records for the agents, not log lines.
         Event::Established { .. } | Event::Forgotten { .. } | Event::Input { .. } => {}
         other => info!("{other:?}"),

@@ -434,11 +434,19 @@ impl Host {
                             }
                         }
                     }
+                    let corrupt = self.params.corrupt_echo_at;
                     while s.can_recv() {
                         let mut got = 0;
                         let _ = s.recv(|b| {
+                            let start = k.rx.len();
                             k.rx.extend_from_slice(b);
-                            k.pending.extend(b.iter().copied());
+                            k.pending.extend(b.iter().enumerate().map(|(j, &x)| {
+                                if corrupt == Some(start + j) {
+                                    x ^ 0x20
+                                } else {
+                                    x
+                                }
+                            }));
                             got = b.len();
                             (b.len(), ())
                         });

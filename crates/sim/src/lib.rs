@@ -326,9 +326,58 @@ struct Sim {
     settle_until: Option<u64>,
     /// Per host (index as `hosts`): evidence for the smoltcp classifiers.
     watch: Vec<Watch>,
+    /// Segments of a GSO super-packet the router emitted, cut as the
+    /// kernel would, waiting to be routed.
+    gso_rest: VecDeque<Packet>,
 }
 
 const TRACE_LINES: usize = 60;
+
+/// Cut a GSO super-packet into MSS-sized segments as the kernel does:
+/// same headers, growing sequence numbers, FIN and PSH on the last one
+/// only, checksums complete.
+fn gso_segment(p: &Packet) -> Result<Vec<Packet>, String> {
+    let data = &p.data;
+    let ip = ipv4::Packet::new_checked(&data[..])
+        .map_err(|e| format!("router emitted an unparsable GSO packet ({e})"))?;
+    let (hl, tl) = (ip.header_len(), ip.total_len());
+    let (src, dst) = (ip.src(), ip.dst());
+    let t = tcp::Segment::new_checked(&data[hl..tl])
+        .map_err(|e| format!("router emitted a GSO packet with a bad TCP header ({e})"))?;
+    let th = t.header_len();
+    let (seq, fl) = (t.seq(), t.flags());
+    let size = p.vnet.gso_size as usize;
+    let payload = &data[hl + th..tl];
+    if size == 0 || payload.len() <= size {
+        return Err(format!(
+            "router emitted a GSO packet of {} bytes with gso_size {size}",
+            payload.len()
+        ));
+    }
+    let n = payload.len().div_ceil(size);
+    Ok(payload
+        .chunks(size)
+        .enumerate()
+        .map(|(k, chunk)| {
+            let mut b = data[..hl + th].to_vec();
+            b.extend_from_slice(chunk);
+            let total = b.len() as u16;
+            b[2..4].copy_from_slice(&total.to_be_bytes());
+            ipv4::Packet::new_unchecked(&mut b[..hl]).fill_checksum();
+            let mut s = tcp::Segment::new_checked(&mut b[hl..]).expect("header copied");
+            s.set_seq(seq.add((k * size) as u32), tcp::CsumMode::Complete);
+            let last = k + 1 == n;
+            let keep = if last {
+                fl
+            } else {
+                fl & !(tcp::flags::FIN | tcp::flags::PSH)
+            };
+            s.set_flags(keep, tcp::CsumMode::Complete);
+            s.fill_checksum(src, dst);
+            Packet::plain(b)
+        })
+        .collect())
+}
 
 impl Sim {
     fn new(seed: u64, p: Params) -> Sim {
@@ -373,6 +422,7 @@ impl Sim {
                         vip: VIP,
                         ports: vec![PORT, PORT + 1],
                         replicas: (0..p.replicas).map(replica_ip).collect(),
+                        voting: p.voting,
                     }],
                     timeouts: Timeouts {
                         failure_detection: Duration::from_millis(p.failure_detection_ms),
@@ -428,6 +478,7 @@ impl Sim {
             done_at: 0,
             settle_until: None,
             watch: (0..1 + p.replicas).map(|_| Watch::default()).collect(),
+            gso_rest: VecDeque::new(),
             p,
         }
     }
@@ -887,9 +938,13 @@ impl Sim {
             let Middle::Router(r) = &mut self.middle else {
                 return Ok(());
             };
-            let Some(pkt) = r.poll_transmit() else {
+            let Some(pkt) = self.gso_rest.pop_front().or_else(|| r.poll_transmit()) else {
                 return Ok(());
             };
+            if pkt.vnet.is_gso() {
+                self.gso_rest.extend(gso_segment(&pkt)?);
+                continue;
+            }
             if let Inject::DropMiddleOutput = self.p.inject {
                 continue;
             }
@@ -984,7 +1039,20 @@ impl Sim {
             return Ok(());
         }
         let crashed_ip = self.crashed.map(|(i, _, _)| replica_ip(i));
+        let divergent_ip = self.p.divergent.map(replica_ip);
         match ev {
+            // `agreeing: 0`: a tie under `reset`, nobody blamed.
+            Event::Diverged {
+                replica, agreeing, ..
+            } if Some(*replica) != divergent_ip && *agreeing > 0 => Err(format!(
+                "invariant 7 (voting): healthy replica {replica} called divergent: {ev:?}"
+            )),
+            // The divergent replica may leave for any reason.
+            Event::Evicted { replica, .. } | Event::ReplicaDown { replica, .. }
+                if Some(*replica) == divergent_ip =>
+            {
+                Ok(())
+            }
             Event::Evicted {
                 replica, reason, ..
             }
@@ -1373,7 +1441,7 @@ impl Sim {
         match self.p.mode {
             Mode::Direct => vec![1],
             Mode::Router => (1..self.hosts.len())
-                .filter(|&h| self.hosts[h].alive)
+                .filter(|&h| self.hosts[h].alive && self.p.divergent != Some(h - 1))
                 .collect(),
         }
     }
@@ -1520,6 +1588,26 @@ impl Sim {
                             "invariant 5: router counted {n} `{reason}` drops on a clean network"
                         ));
                     }
+                }
+            }
+            if let Some(d) = self.p.divergent {
+                // Invariant 7: a divergent replica that was not taken out
+                // for another reason first is caught by the vote once any
+                // connection's echo went past the altered byte.
+                let ip = replica_ip(d);
+                let at = self.p.replica[d].corrupt_echo_at.unwrap_or(usize::MAX);
+                let exposed = conns.iter().any(|k| k.recvd.len() > at);
+                let left_otherwise = self.crashed.is_some_and(|(i, _, _)| i == d)
+                    || self.events.iter().any(|e| {
+                        matches!(e, Event::Evicted { replica, reason, .. }
+                            if *replica == ip && *reason != EvictReason::Diverged)
+                    });
+                let caught = self
+                    .events
+                    .iter()
+                    .any(|e| matches!(e, Event::Diverged { replica, .. } if *replica == ip));
+                if exposed && !left_otherwise && !caught {
+                    return Err(format!("invariant 7 (voting): replica{d} altered byte {at} of its echo and the vote never caught it"));
                 }
             }
             if let Some((i, _, true)) = self.crashed {

@@ -2,6 +2,7 @@
 //! settings, workload and crash plan. Everything is data so that a failing
 //! run can be printed and reproduced from its seed alone.
 
+use ftnet_core::{Tie, Voting};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
@@ -112,6 +113,9 @@ pub struct HostParams {
     pub ts_gen: Option<usize>,
     pub nagle: bool,
     pub ack_delay_ms: Option<u64>,
+    /// A divergent server (output voting): its echo of the byte at this
+    /// offset of every connection is altered.
+    pub corrupt_echo_at: Option<usize>,
 }
 
 impl HostParams {
@@ -123,6 +127,7 @@ impl HostParams {
             ts_gen: Some(0),
             nagle: true,
             ack_delay_ms: Some(10),
+            corrupt_echo_at: None,
         }
     }
 }
@@ -155,6 +160,11 @@ pub struct Params {
     /// a RST, and the client should see exactly that, while the other
     /// connections carry on untouched.
     pub refused_conns: usize,
+    /// The service's output voting.
+    pub voting: Voting,
+    /// With voting: this replica (the last one) is divergent, see
+    /// `HostParams::corrupt_echo_at`.
+    pub divergent: Option<usize>,
 }
 
 /// TSval generators available to hosts (see `host::TS_GENS`).
@@ -184,7 +194,18 @@ impl Params {
             inject: Inject::None,
             fuzz_packets: 0,
             refused_conns: 0,
+            voting: Voting::Off,
+            divergent: None,
         }
+    }
+
+    /// Output voting with replica `d` altering byte `at` of its echo of
+    /// every connection.
+    pub fn with_divergent(mut self, tie: Tie, d: usize, at: usize) -> Params {
+        self.voting = Voting::Majority { tie };
+        self.replica[d].corrupt_echo_at = Some(at);
+        self.divergent = Some(d);
+        self
     }
 
     /// The harness self-check: one replica reached directly.
@@ -278,17 +299,54 @@ impl Params {
             },
             nagle: r.gen_bool(0.5),
             ack_delay_ms: if r.gen_bool(0.5) { Some(10) } else { None },
+            corrupt_echo_at: None,
         };
         let client = host(&mut r, client_ts);
-        let replica = (0..replicas).map(|_| host(&mut r, replica_ts)).collect();
+        let mut replica: Vec<HostParams> =
+            (0..replicas).map(|_| host(&mut r, replica_ts)).collect();
         let failure_detection_ms = Params::fd_for(&net);
+        let max_write = *pick(&mut r, &[100, 1460, 4096, 16384]);
+        // Drawn last, so that the draws above pick what they always picked.
+        let voting = if r.gen_bool(0.3) {
+            Voting::Majority {
+                tie: if r.gen_bool(0.5) {
+                    Tie::First
+                } else {
+                    Tie::Reset
+                },
+            }
+        } else {
+            Voting::Off
+        };
+        let mut divergent = None;
+        let split_resets = voting == (Voting::Majority { tie: Tie::Reset }) && replicas == 2;
+        if voting != Voting::Off && replicas >= 2 && !split_resets && r.gen_bool(0.5) {
+            // The last replica diverges: at N = 2 the tie goes to the
+            // healthy one (listed first) when the policy is `first`. A crash
+            // that would leave the divergent replica alone, or a tie under
+            // `reset`, would rightly reset or mislead the client: the crash
+            // then hits the divergent replica itself.
+            let d = replicas - 1;
+            let at = r.gen_range(0..bytes_per_conn);
+            replica[d].corrupt_echo_at = Some(at);
+            divergent = Some(d);
+        }
+        let crash = match (crash, divergent) {
+            (Some(mut c), Some(d))
+                if replicas == 2 || voting != (Voting::Majority { tie: Tie::First }) =>
+            {
+                c.replica = d;
+                Some(c)
+            }
+            (c, _) => c,
+        };
         Params {
             mode: Mode::Router,
             replicas,
             net,
             conns,
             bytes_per_conn,
-            max_write: *pick(&mut r, &[100, 1460, 4096, 16384]),
+            max_write,
             close,
             crash,
             client,
@@ -298,6 +356,8 @@ impl Params {
             inject: Inject::None,
             fuzz_packets: 0,
             refused_conns: 0,
+            voting,
+            divergent,
         }
     }
 
@@ -349,7 +409,7 @@ impl Params {
             )
         };
         format!(
-            "{:?} N={} conns={}x{}B write<={} close={:?} crash={:?} net=[delay {}..{}us loss {:.3} dup {:.3} reorder {:.3}/{}us] fd={}ms client=[{}] replicas=[{}] inject={:?} fuzz={} refused={}",
+            "{:?} N={} conns={}x{}B write<={} close={:?} crash={:?} net=[delay {}..{}us loss {:.3} dup {:.3} reorder {:.3}/{}us] fd={}ms client=[{}] replicas=[{}] inject={:?} fuzz={} refused={} voting={:?} divergent={:?}",
             self.mode,
             self.replicas,
             self.conns,
@@ -369,6 +429,11 @@ impl Params {
             self.inject,
             self.fuzz_packets,
             self.refused_conns,
+            self.voting,
+            self.replica
+                .iter()
+                .enumerate()
+                .find_map(|(i, h)| h.corrupt_echo_at.map(|a| (i, a))),
         )
     }
 }

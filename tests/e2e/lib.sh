@@ -48,6 +48,7 @@ e2e_init() {
 	[[ $N =~ ^[1-9]$ ]] || die "N must be 1..9, got '$N'"
 	case $FAULT in none | kill | cut) ;; *) die "FAULT must be none|kill|cut, got '$FAULT'" ;; esac
 	[[ ${FTNET_E2E_SHIM:-0} == 1 ]] && E2E_TEST="shim-$E2E_TEST"
+	[[ ${FTNET_E2E_VOTE:-0} == 1 ]] && E2E_TEST="vote-$E2E_TEST"
 	E2E_TEST="$E2E_TEST/n$N-$FAULT"
 	if [[ $FAULT != none && $N -lt 2 ]]; then
 		die "a $FAULT with N=1 necessarily loses the connection (no replica left); use N>=2"
@@ -137,6 +138,8 @@ lab_up() {
 	[[ -n ${FTNET_E2E_FAILURE_MS:-} ]] && extra+=(--failure-ms "$FTNET_E2E_FAILURE_MS")
 	# shim-* scenarios: every replica under the determinism shim (`ftnet run`), fed by an agent.
 	[[ ${FTNET_E2E_SHIM:-0} == 1 ]] && extra+=(--shim)
+	# vote-* scenarios: the service votes on the replicas' replies.
+	[[ ${FTNET_E2E_VOTE:-0} == 1 ]] && extra+=(--vote majority)
 	LAB_STARTED=1
 	local t0; t0=$(now_ms)
 	if ! timeout 180 "$FTNET" lab up --name "$LAB" --replicas "$N" "${extra[@]}" "$@" >"$T/lab-up.log" 2>&1; then

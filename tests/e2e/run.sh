@@ -32,6 +32,9 @@
 #              then used again: every reply right, survivors agree, new connections work
 #   stall      stallmeter.py: longest client-visible gap around a fault at ~2 s
 #   hygiene    (N=2 only) `lab run` interrupted by SIGINT and by SIGKILL: nothing left behind
+# Beyond the matrix: agents/n3-cut, redis-order (input order), shim-* (scenarios under the shim),
+#   vote (output voting: a divergent Redis replica evicted, the client gets the majority's bytes)
+#   and vote-* (scenarios with output voting on).
 #
 # Usage: tests/e2e/run.sh [--quick] [--figures] [--only REGEX] [--seed S] [--list]
 #   --quick    smaller transfers (10-20 MB, 20k requests, 500 connections)
@@ -73,7 +76,8 @@ for sc in "${scenarios[@]}"; do
 done
 [[ -z $only || hygiene/n2-none =~ $only ]] && tests+=(hygiene/n2-none)
 [[ -z $only || agents/n3-cut =~ $only ]] && tests+=(agents/n3-cut)
-for id in redis-order/n3-none redis-order/n3-kill shim-echo/n3-kill shim-nginx-get/n3-kill shim-nginx-put/n3-cut; do
+for id in redis-order/n3-none redis-order/n3-kill shim-echo/n3-kill shim-nginx-get/n3-kill shim-nginx-put/n3-cut \
+	vote/n3-none vote/n3-kill vote-echo/n3-cut vote-nginx-get/n3-kill; do
 	[[ -z $only || $id =~ $only ]] && tests+=("$id")
 done
 if ((list)); then printf '%s\n' "${tests[@]}"; exit 0; fi

@@ -616,6 +616,8 @@ pub struct LabTuning {
     pub busy_poll_us: Option<u64>,
     /// Write a `[control]` section with this secret file.
     pub control_secret: Option<PathBuf>,
+    /// Voting lines for the service.
+    pub vote: Option<&'static str>,
 }
 
 /// Write a lab configuration (used by `ftnet lab up`).
@@ -647,10 +649,11 @@ pub fn render_lab(
         ));
     }
     format!(
-        "# written by `ftnet lab up`\n[router]\ntun = \"ftnet0\"\ntable = 7000\nstatus_socket = \"{}\"\n{threads}\n[timeouts]\nfailure_detection_ms = {failure_ms}\n\n[[service]]\nname = \"lab\"\nvip = \"{vip}\"\nports = [{}]\nreplicas = [{}]\n",
+        "# written by `ftnet lab up`\n[router]\ntun = \"ftnet0\"\ntable = 7000\nstatus_socket = \"{}\"\n{threads}\n[timeouts]\nfailure_detection_ms = {failure_ms}\n\n[[service]]\nname = \"lab\"\nvip = \"{vip}\"\nports = [{}]\nreplicas = [{}]\n{}",
         socket.display(),
         q(&ports.iter().map(|p| p.to_string()).collect::<Vec<_>>()),
         q(&replicas.iter().map(|r| format!("\"{r}\"")).collect::<Vec<_>>()),
+        tuning.vote.unwrap_or(""),
     )
 }
 
@@ -733,11 +736,18 @@ replicas = ["198.18.11.2", "198.18.12.2", "198.18.13.2"]
                 busy_poll_us: Some(70),
                 control_secret: None,
                 fault_drop: Some((r[1], 7)),
+                vote: Some("vote = \"majority\"\n"),
             },
             Path::new("/run/x.sock"),
         );
         let c = parse("lab.toml", &t).unwrap();
         assert_eq!(c.threads, 1);
+        assert_eq!(
+            c.core.services[0].voting,
+            ftnet_core::Voting::Majority {
+                tie: ftnet_core::Tie::First
+            }
+        );
         assert!(c
             .fault
             .is_some_and(|f| f.drop_data_to == r[1] && f.every == 7));

@@ -166,6 +166,10 @@ pub struct UpArgs {
     /// Test hook (no netem here): the router drops every N-th data packet it writes to replica R.
     #[arg(long, value_name = "R:N")]
     pub fault_drop: Option<String>,
+    /// Output voting for the lab service: `majority` (a reply byte reaches the client once most
+    /// replicas sent the same) or `majority-reset` (the same, with vote_tie = "reset").
+    #[arg(long, value_name = "MODE", value_parser = ["off", "majority", "majority-reset"])]
+    pub vote: Option<String>,
 }
 
 pub fn run(cmd: LabCmd) -> anyhow::Result<i32> {
@@ -232,6 +236,7 @@ pub fn run(cmd: LabCmd) -> anyhow::Result<i32> {
                 agents: false,
                 shim: false,
                 fault_drop: None,
+                vote: None,
             };
             run_guarded(&args, |lab| demo(lab, replicas))
         }
@@ -530,6 +535,11 @@ fn up(lab: &Lab, args: &UpArgs) -> anyhow::Result<()> {
         threads: args.threads,
         busy_poll_us: args.busy_poll_us,
         control_secret: agents.then(|| secret.clone()),
+        vote: match args.vote.as_deref() {
+            Some("majority") => Some("vote = \"majority\"\n"),
+            Some("majority-reset") => Some("vote = \"majority\"\nvote_tie = \"reset\"\n"),
+            _ => None,
+        },
     };
     std::fs::write(
         &cfg_path,

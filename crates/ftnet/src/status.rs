@@ -130,6 +130,12 @@ pub fn render(v: &Value) -> String {
     ] {
         let _ = writeln!(o, "  {k:<20} {}", u(&c[k]));
     }
+    // Output voting, when a service votes.
+    if u(&c["voted_bytes"]) > 0 || u(&c["divergences"]) > 0 {
+        for k in ["voted_bytes", "divergences"] {
+            let _ = writeln!(o, "  {k:<20} {}", u(&c[k]));
+        }
+    }
     let drops: Vec<(String, u64)> = st["drops"]
         .as_array()
         .map(|a| {

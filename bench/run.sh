@@ -177,11 +177,14 @@ setup_up() {
 			TARGET[$s]=10.250.9.1 ;;
 		esac ;;
 	ftnet-N*)
-		# ftnet-N<k>, or ftnet-N<k>-poll: the router busy-polls 100 µs after each packet
+		# ftnet-N<k>, ftnet-N<k>-poll: the router busy-polls 100 µs after each packet,
+		# ftnet-N<k>-vote: output voting (vote = "majority")
 		local n=${s#ftnet-N} extra=() l
-		if [[ $n == *-poll ]]; then n=${n%-poll} extra=(--busy-poll-us 100); fi
+		l="fb${TAG}n"
+		if [[ $n == *-poll ]]; then n=${n%-poll} extra=(--busy-poll-us 100) l="fb${TAG}q"; fi
+		if [[ $n == *-vote ]]; then n=${n%-vote} extra=(--vote majority) l="fb${TAG}v"; fi
 		[[ $n =~ ^[1-9][0-9]?$ ]] || { echo "unknown setup $s" >&2; return 1; }
-		l="fb${TAG}n${n}"; ((${#extra[@]})) && l="fb${TAG}q${n}"
+		l="$l$n"
 		lab_up "$l" "$n" "${extra[@]}" || return 1
 		LABNAME[$s]=$l TARGET[$s]=198.19.0.1 ;;
 	*) echo "unknown setup $s" >&2; return 1 ;;

@@ -39,6 +39,10 @@ pub const VERSION: u32 = 1;
 /// Largest frame accepted (a connection record is ~300 bytes).
 pub const MAX_FRAME: usize = 64 * 1024;
 
+/// Connection records per `Records` message: each is under 300 bytes of
+/// JSON, so a message stays well inside [`MAX_FRAME`].
+pub const RECORDS_PER_MSG: usize = 128;
+
 /// The key of a replicated connection, as the client sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct ConnId {
@@ -75,6 +79,15 @@ pub struct ConnRecord {
     pub ts_base: Option<u32>,
     /// The other replicas of the connection at set-up.
     pub replicas: Vec<Ipv4Addr>,
+    /// This replica's window scale (applies to its window fields).
+    #[serde(default)]
+    pub replica_wscale: u8,
+    /// The MSS the client announced.
+    #[serde(default)]
+    pub client_mss: u16,
+    /// The MSS the router announced to the client.
+    #[serde(default)]
+    pub mss_out: u16,
 }
 
 /// Every message on the control connection.
@@ -113,6 +126,12 @@ pub enum Msg {
     },
     ConnClose {
         id: ConnId,
+    },
+    /// Agent → router, right after `Welcome` (in as many messages as the
+    /// frame size needs): every connection record the agent holds, so that
+    /// a router that starts or takes over rebuilds its table.
+    Records {
+        records: Vec<ConnRecord>,
     },
     /// The sequencer's `seq`-th input event of a service (router → agent →
     /// the replica's shim): `kind` accept or data (then `end` is the chunk's
@@ -278,6 +297,11 @@ pub enum RouterEvent {
     Rejected { reason: String },
     /// An authenticated agent fell silent: its host is lost.
     Lost { replica: Ipv4Addr, silent: Duration },
+    /// The agent's connection records (after registering).
+    Records {
+        replica: Ipv4Addr,
+        records: Vec<ConnRecord>,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -410,6 +434,10 @@ impl RouterSession {
                 out.push(Msg::HeartbeatAck { seq });
                 None
             }
+            (RState::Live { replica }, Msg::Records { records }) => {
+                self.state = RState::Live { replica };
+                Some(RouterEvent::Records { replica, records })
+            }
             (RState::Closed, _) => None,
             (_, other) => self.reject(
                 format!(
@@ -463,6 +491,7 @@ fn kind(m: &Msg) -> &'static str {
         Msg::ConnOpen { .. } => "conn_open",
         Msg::ConnClose { .. } => "conn_close",
         Msg::Input { .. } => "input",
+        Msg::Records { .. } => "records",
     }
 }
 
@@ -586,6 +615,15 @@ impl AgentSession {
                     dead_ms: dead,
                 };
                 self.next_beat_ms = now_ms;
+                // Everything it keeps, for a router that starts or took
+                // over (one that knows the connections ignores them).
+                let mut all: Vec<ConnRecord> = self.records.values().cloned().collect();
+                all.sort_by_key(|r| (r.id.client, r.id.cport, r.id.vport));
+                for chunk in all.chunks(RECORDS_PER_MSG) {
+                    out.push(Msg::Records {
+                        records: chunk.to_vec(),
+                    });
+                }
                 Some(AgentEvent::Registered {
                     heartbeat: Duration::from_millis(every),
                     dead_after: Duration::from_millis(dead),
@@ -806,6 +844,9 @@ mod tests {
             wscale_out: 7,
             ts_base: Some(5),
             replicas: vec![R],
+            replica_wscale: 9,
+            client_mss: 1460,
+            mss_out: 1448,
         };
         let mut out = Vec::new();
         a.handle(
@@ -818,6 +859,77 @@ mod tests {
         assert_eq!(a.records.get(&id), Some(&rec));
         a.handle(Msg::ConnClose { id }, 2, &mut out);
         assert!(a.records.is_empty());
+    }
+
+    fn record(cport: u16) -> ConnRecord {
+        ConnRecord {
+            id: ConnId {
+                client: Ipv4Addr::new(198, 18, 1, 2),
+                cport,
+                vip: Ipv4Addr::new(198, 19, 0, 1),
+                vport: 6379,
+            },
+            client_isn: cport as u32,
+            router_isn: 2,
+            replica_isn: 3,
+            wscale_out: 7,
+            ts_base: None,
+            replicas: vec![R],
+            replica_wscale: 7,
+            client_mss: 1460,
+            mss_out: 1448,
+        }
+    }
+
+    /// A router that starts or takes over gets every record the agent keeps
+    /// as soon as the agent registers, in as many messages as needed.
+    #[test]
+    fn records_go_to_a_new_router_on_registering() {
+        let (mut a, hello) = AgentSession::new(b"k", R, "h", [1; 16], 0);
+        for p in 0..300 {
+            let r = record(40000 + p);
+            a.records.insert(r.id, r);
+        }
+        let mut r = RouterSession::new(b"k", [2; 16], Heartbeats::default(), 0);
+        let (_, re) = converse(&mut a, &mut r, hello, 0);
+        let mut got = Vec::new();
+        for e in &re {
+            if let RouterEvent::Records { replica, records } = e {
+                assert_eq!(*replica, R);
+                assert!(records.len() <= RECORDS_PER_MSG);
+                assert!(
+                    encode(&Msg::Records {
+                        records: records.clone()
+                    })
+                    .len()
+                        <= MAX_FRAME
+                );
+                got.extend(records.iter().map(|r| r.id.cport));
+            }
+        }
+        got.sort_unstable();
+        assert_eq!(got, (40000..40300).collect::<Vec<u16>>());
+        // Records from an agent that has not authenticated are refused.
+        let mut r2 = RouterSession::new(b"k", [3; 16], Heartbeats::default(), 0);
+        let mut out = Vec::new();
+        let ev = r2.handle(
+            Msg::Records {
+                records: vec![record(1)],
+            },
+            0,
+            |_| true,
+            &mut out,
+        );
+        assert!(matches!(ev, Some(RouterEvent::Rejected { .. })), "{ev:?}");
+    }
+
+    /// A record from an agent of the previous version (without the fields
+    /// added for takeover) still parses.
+    #[test]
+    fn older_records_parse() {
+        let j = r#"{"type":"conn_open","record":{"id":{"client":"198.18.1.2","cport":1,"vip":"198.19.0.1","vport":80},"client_isn":1,"router_isn":2,"replica_isn":3,"wscale_out":7,"ts_base":null,"replicas":["198.18.11.2"]}}"#;
+        let m: Msg = serde_json::from_str(j).unwrap();
+        assert!(matches!(m, Msg::ConnOpen { record } if record.mss_out == 0));
     }
 
     /// The same vector as the shim's `record_format_is_fixed` test: the two

@@ -134,6 +134,10 @@ pub struct Leg {
     pub aborted_at: Option<Instant>,
     pub mss: u16,
     pub syn_window: u16,
+    /// Its position (`ack`, `hi`, `edge`, timestamps) is known. False only
+    /// for a connection adopted from the agents until the replica's first
+    /// packet.
+    pub learned: bool,
 }
 
 impl Leg {
@@ -212,8 +216,20 @@ pub struct Conn {
     pub syn_at: Instant,
     /// The MSS the client announced (what one segment to it may carry).
     pub client_mss: u16,
+    /// The MSS announced to the client in our SYN-ACK.
+    pub mss_out: u16,
     /// Output voting state, for services that vote.
     pub vote: Option<Box<VoteState>>,
+    /// Adopted from the agents' records by a router that took over: the
+    /// stream positions are not known yet, nothing goes to the client
+    /// until every live replica told its own (see `adopted`).
+    pub recovering: bool,
+    /// Adopted from the agents' records (position probes were sent).
+    pub from_agents: bool,
+    /// A segment from the client was seen (always, but for an adopted
+    /// connection until the client speaks): `client_ack`, `sent_hi` and
+    /// `client_tsval` are the client's.
+    pub client_seen: bool,
 }
 
 /// Output voting of one connection (MISSION.md #12, `crate::vote`). The
@@ -302,6 +318,10 @@ impl Conn {
             syn_copy: None,
             syn_at: now,
             client_mss: syn.mss.unwrap_or(536).max(64),
+            mss_out: 536,
+            recovering: false,
+            from_agents: false,
+            client_seen: true,
             vote: match voting {
                 Voting::Off => None,
                 Voting::Majority { tie } => Some(Box::new(VoteState {
@@ -341,12 +361,196 @@ impl Conn {
             router_isn: self.router_isn.0,
             wscale_out: self.ws_out,
             ts_base: self.ts_on.then_some(self.ts_base),
+            client_mss: self.client_mss,
+            mss_out: self.mss_out,
             replicas: self
                 .legs
                 .iter()
                 .filter(|l| l.live())
-                .map(|l| (l.addr, self.router_isn.unshift(l.off).0))
+                .map(|l| crate::router::ReplicaSetup {
+                    addr: l.addr,
+                    isn: self.router_isn.unshift(l.off).0,
+                    wscale: l.wscale,
+                })
                 .collect(),
+        }
+    }
+
+    /// A connection another router set up, rebuilt from what the agents
+    /// kept (`SetupRecord`): the sequence spaces, window scale and
+    /// timestamp base are known, the stream positions are not. Legs are
+    /// added with [`Conn::adopt_leg`]; each is probed at once so that it
+    /// tells its position, and the connection waits (forwarding the
+    /// client's segments, sending the client nothing) until every live leg
+    /// did. Output voting is not resumed on an adopted connection.
+    pub fn adopted(
+        key: ConnKey,
+        svc: usize,
+        now: Instant,
+        rec: &crate::router::AdoptRecord,
+    ) -> Conn {
+        let client_isn = SeqNum(rec.client_isn);
+        let syn = Seg {
+            src: key.client,
+            dst: key.vip,
+            sport: key.cport,
+            dport: key.vport,
+            seq: client_isn,
+            ack: SeqNum(0),
+            flags: flags::SYN,
+            window: 0,
+            payload_len: 0,
+            mss: Some(rec.client_mss),
+            wscale: Some(0),
+            ts: rec.ts_base.map(|_| (0, 0)),
+            mode: CsumMode::Complete,
+        };
+        let router_isn = SeqNum(rec.router_isn);
+        let mut c = Conn::new(
+            key,
+            svc,
+            now,
+            &syn,
+            router_isn,
+            rec.ts_base.unwrap_or(0),
+            Voting::Off,
+        );
+        c.phase = Phase::Established;
+        c.ts_on = rec.ts_base.is_some();
+        c.ws_out = rec.wscale_out;
+        c.mss_out = rec.mss_out;
+        c.client_ws = rec.wscale_out > 0;
+        c.counted_half_open = false;
+        c.announced = true;
+        c.recovering = true;
+        c.from_agents = true;
+        c.client_seen = false;
+        c.sent_hi = router_isn.add(1);
+        c.client_ack = router_isn.add(1);
+        c.adv_ack = client_isn.add(1);
+        c.adv_edge = client_isn.add(1);
+        c
+    }
+
+    /// Add replica `replica`'s leg to an adopted connection and probe it.
+    pub fn adopt_leg(&mut self, ctx: &mut Ctx, replica: usize, r: &crate::router::ReplicaSetup) {
+        if self.legs.iter().any(|l| l.replica == replica) {
+            return;
+        }
+        self.add_leg(replica, r.addr, ctx.now);
+        let router_isn = self.router_isn;
+        let i = self.legs.len() - 1;
+        let l = &mut self.legs[i];
+        l.state = LegState::Open;
+        l.off = SeqDelta::between(SeqNum(r.isn), router_isn);
+        l.wscale = r.wscale;
+        l.has_ts = self.ts_on;
+        l.has_ws = self.client_ws;
+        // A repeated SYN-ACK (the client lost the first) says the same.
+        l.mss = self.mss_out;
+        l.syn_window = 8192;
+        l.learned = false;
+        l.hi = router_isn.add(1);
+        l.ack = self.client_hi;
+        l.edge = self.client_hi;
+        self.probe(ctx, i);
+    }
+
+    /// The far-ahead ACK number of the position probe (client-visible
+    /// space): 1.5 GiB beyond the router's ISN.
+    fn probe_far_ack(&self) -> SeqNum {
+        self.router_isn.add(1).add(0x6000_0000)
+    }
+
+    /// What replica leg `i`'s segment tells of its position, while the
+    /// connection is rebuilt. Returns whether the segment is used further.
+    fn learn_leg(&mut self, ctx: &mut Ctx, i: usize, seg: &Seg) -> bool {
+        let l = &mut self.legs[i];
+        let s = seg.seq.shift(l.off);
+        let end = s.add(seg.payload_len + seg.has(flags::FIN) as u32);
+        if !l.learned {
+            l.learned = true;
+            l.hi = end;
+            if seg.has(flags::ACK) {
+                l.ack = seg.ack;
+                l.edge = seg.ack.add((seg.window as u32) << l.wscale);
+            }
+        } else {
+            l.hi = l.hi.max(end);
+            if seg.has(flags::ACK) {
+                l.ack = l.ack.max(seg.ack);
+                l.edge = seg.ack.add((seg.window as u32) << l.wscale);
+            }
+        }
+        if let (true, Some((v, _))) = (self.ts_on, seg.ts) {
+            l.ts_off = self
+                .ts_base
+                .wrapping_add(ctx.now.as_millis() as u32)
+                .wrapping_sub(v);
+            l.ts_last = v;
+        }
+        l.progress_at = ctx.now;
+        let a = l.ack;
+        if a.is_after(self.client_hi) {
+            self.client_hi = a;
+            self.input_hi = a;
+        }
+        self.finish_recovery(ctx)
+    }
+
+    /// Every live leg told its position: the connection is whole again.
+    /// Returns whether it is.
+    fn finish_recovery(&mut self, ctx: &mut Ctx) -> bool {
+        if !self.recovering {
+            return true;
+        }
+        if self.legs.iter().any(|l| l.open() && !l.learned) || self.live_legs() == 0 {
+            return false;
+        }
+        self.recovering = false;
+        if !self.client_seen {
+            // The client got at least what the slowest replica sent.
+            let lo = self
+                .legs
+                .iter()
+                .filter(|l| l.open())
+                .map(|l| l.hi)
+                .reduce(|a, b| a.min(b))
+                .unwrap_or(self.sent_hi);
+            self.sent_hi = lo;
+            self.client_ack = lo;
+        }
+        // One ACK to the client with the group's position and window.
+        if let (Some(a), Some(e)) = (self.group_ack(), self.group_edge()) {
+            self.adv_ack = a.sub(1);
+            self.adv_edge = e.sub(1);
+        }
+        ctx.counters.connections_rebuilt += 1;
+        true
+    }
+
+    /// The client's first segment on an adopted connection: its ACK is what
+    /// it received, its sequence number where its stream stands.
+    fn learn_client(&mut self, seg: &Seg) {
+        self.client_seen = true;
+        let end = seg.seq.add(seg.payload_len + seg.has(flags::FIN) as u32);
+        if seg.has(flags::ACK) {
+            self.client_ack = seg.ack;
+            self.sent_hi = seg.ack;
+        }
+        // Its sequence number says where its stream stands, not what
+        // reached a router: bytes it sent while none was up are not owed by
+        // any replica. Only bytes this segment carries count.
+        if (seg.payload_len > 0 || seg.has(flags::FIN)) && end.is_after(self.client_hi) {
+            self.client_hi = seg.seq;
+            self.input_hi = seg.seq;
+        }
+        for l in self.legs.iter_mut().filter(|l| !l.learned) {
+            l.ack = seg.seq;
+            l.edge = seg.seq;
+        }
+        if let Some((v, _)) = seg.ts {
+            self.client_tsval = v;
         }
     }
 
@@ -373,6 +577,7 @@ impl Conn {
             aborted_at: None,
             mss: 0,
             syn_window: 0,
+            learned: true,
         });
         let start = self.router_isn.add(1);
         if let Some(v) = &mut self.vote {
@@ -497,6 +702,18 @@ impl Conn {
             }
             return;
         }
+        if !self.client_seen {
+            self.learn_client(seg);
+        }
+        if let (true, Some((_, e))) = (self.ts_on, seg.ts) {
+            // The client echoes the newest TSval it got. A router that took
+            // over must never send one below it (PAWS would drop its
+            // segments, RFC 7323 §5): its clock moves forward to it.
+            let now_ts = self.router_ts(ctx.now);
+            if e != 0 && SeqNum(e).is_after(SeqNum(now_ts)) {
+                self.ts_base = self.ts_base.wrapping_add(e.wrapping_sub(now_ts));
+            }
+        }
         // RFC 9293 §3.10.7.4 / RFC 5961: sequence and ACK plausibility.
         let lo = self
             .legs
@@ -508,6 +725,16 @@ impl Conn {
         if seg.seq.diff(lo) < -MAX_WIN || seg.seq.diff(self.client_hi) > MAX_WIN {
             ctx.counters.drop(DropReason::OutOfWindow);
             return;
+        }
+        if seg.has(flags::ACK)
+            && self.from_agents
+            && seg.ack.is_after(self.sent_hi)
+            && seg.ack.diff(self.sent_hi) < MAX_WIN
+        {
+            // After a takeover the router before may have sent more than
+            // this one knows of (a replica learnt from a repeat of old
+            // data looks behind where it is): the client's word counts.
+            self.sent_hi = seg.ack;
         }
         if seg.has(flags::ACK)
             && (seg.ack.is_after(self.sent_hi) || seg.ack.diff(self.client_ack) < -MAX_WIN)
@@ -552,7 +779,11 @@ impl Conn {
             self.input_hi = data_end;
             self.input(ctx, InputKind::Data { end: off });
         }
-        self.client_hi = self.client_hi.max(end);
+        if seg.payload_len > 0 || seg.has(flags::FIN) {
+            // What the replicas are sent (a pure ACK's sequence number may
+            // count bytes that reached no router, after a takeover).
+            self.client_hi = self.client_hi.max(end);
+        }
         if seg.has(flags::FIN) {
             self.client_fin = Some(seg.seq.add(seg.payload_len));
         }
@@ -573,8 +804,14 @@ impl Conn {
 
     /// Send one client segment to every open replica, translated for each.
     fn fan_out(&mut self, ctx: &mut Ctx, pkt: Packet, seg: &Seg) {
+        // A leg whose position is not known yet (an adopted connection,
+        // until it answers the position probe) gets no client segment but
+        // a RST: any ACK number could be beyond what it sent, which makes a
+        // stack drop the segment, data and all. The client sends the data
+        // again, since the group did not acknowledge it.
+        let rst = seg.has(flags::RST);
         let targets: Vec<usize> = (0..self.legs.len())
-            .filter(|&i| self.legs[i].open())
+            .filter(|&i| self.legs[i].open() && (self.legs[i].learned || rst))
             .collect();
         let mut pkt = Some(pkt);
         for (n, &i) in targets.iter().enumerate() {
@@ -589,7 +826,9 @@ impl Conn {
             // §III-D: never acknowledge to a replica bytes it has not sent
             // (Linux discards an ACK beyond its snd_nxt and stalls).
             let ack = seg.ack.min(l.hi).unshift(l.off);
-            let tsecr = seg.ts.map(|(_, e)| translate_tsecr(e, l));
+            let tsecr = seg
+                .ts
+                .map(|(_, e)| if l.learned { translate_tsecr(e, l) } else { 0 });
             rewrite(&mut p, |ip, t| {
                 ip.set_dst(l.addr);
                 t.update_pseudo_addr(seg.dst, l.addr, seg.mode);
@@ -628,8 +867,27 @@ impl Conn {
             return;
         }
         if seg.has(flags::RST) {
+            if self.from_agents && seg.seq.shift(self.legs[i].off) == self.probe_far_ack() {
+                // A connection in SYN-RECEIVED refusing the position
+                // probe's far ACK number: it lives on.
+                ctx.counters.drop(DropReason::Rebuilding);
+                return;
+            }
             self.replica_rst(ctx, i, pkt, seg);
             return;
+        }
+        if self.recovering || !self.legs[i].learned {
+            // Rebuilding: this segment tells where the replica stands.
+            let whole = self.learn_leg(ctx, i, seg);
+            if !whole || seg.payload_len == 0 {
+                // Nothing for the client yet (a replica repeats data).
+                if whole {
+                    self.settle(ctx);
+                } else {
+                    ctx.counters.drop(DropReason::Rebuilding);
+                }
+                return;
+            }
         }
         if let (true, Some((v, _))) = (self.ts_on, seg.ts) {
             let ts_now = self.router_ts(ctx.now);
@@ -745,6 +1003,7 @@ impl Conn {
         let Some(first) = open.first() else { return };
         let mss = open.iter().map(|l| l.mss).min().unwrap_or(536);
         let win = open.iter().map(|l| l.syn_window).min().unwrap_or(0);
+        self.mss_out = mss;
         let ts_on = self.client_ts && first.has_ts;
         let ws = if self.client_ws && first.has_ws {
             Some(open.iter().map(|l| l.wscale).max().unwrap_or(0))
@@ -780,6 +1039,16 @@ impl Conn {
     fn replica_rst(&mut self, ctx: &mut Ctx, i: usize, pkt: Packet, seg: &Seg) {
         if self.phase == Phase::Closed {
             // Both sides closed: a RST now answers a stray segment.
+            ctx.counters.drop(DropReason::BadState);
+            return;
+        }
+        if self.legs[i]
+            .fin
+            .is_some_and(|f| self.client_ack.is_after(f))
+        {
+            // The client acknowledged this replica's FIN: it finished the
+            // connection, and its RST answers a stray segment (after a
+            // takeover the router may not know the close was complete).
             ctx.counters.drop(DropReason::BadState);
             return;
         }
@@ -894,8 +1163,10 @@ impl Conn {
         let new_data = e.is_after(self.sent_hi);
         // The replica repeats what it sent before and the client still
         // lacks it: the copy that went first may have been lost.
+        // (After a takeover, until the client speaks, what it has is not
+        // known: a repeat goes to it, and its answer tells.)
         let retx_needed = s.is_before(prev_hi)
-            && end_for_client.is_after(self.client_ack)
+            && (end_for_client.is_after(self.client_ack) || !self.client_seen)
             && (seg.payload_len > 0 || self.fin_sent);
         if new_data || retx_needed {
             self.forward_to_client(ctx, i, pkt, seg, None, seg.has(flags::FIN) && !fin_agreed);
@@ -1317,6 +1588,10 @@ impl Conn {
     /// An ACK to replica `i` in the client's name, for what the client
     /// acknowledged of the bytes this replica has sent.
     fn ack_on_behalf(&mut self, ctx: &mut Ctx, i: usize) {
+        if !self.client_seen {
+            // What the client acknowledged is not known yet.
+            return;
+        }
         let l = &self.legs[i];
         let ack = self.client_ack.min(l.hi).unshift(l.off);
         let mut r = Repr::new(
@@ -1514,6 +1789,11 @@ impl Conn {
             }
             return;
         }
+        if !self.finish_recovery(ctx) {
+            // Rebuilding: the client hears nothing until every live
+            // replica told its position.
+            return;
+        }
         // A FIN every live replica sent at the same place.
         let mut fin_now = false;
         if let Some(v) = &self.vote {
@@ -1562,7 +1842,11 @@ impl Conn {
     /// Both directions closed and acknowledged by everyone: enter the
     /// quiet period after which the router forgets the connection.
     fn check_closed(&mut self, ctx: &mut Ctx) {
-        if self.phase != Phase::Established || !self.fin_sent || self.client_ack != self.sent_hi {
+        if self.phase != Phase::Established
+            || !self.fin_sent
+            || !self.client_seen
+            || self.client_ack != self.sent_hi
+        {
             return;
         }
         let Some(cf) = self.client_fin else { return };
@@ -1616,6 +1900,10 @@ impl Conn {
     /// enough: a dead replica that was ahead would never look behind.)
     fn behind(&self, i: usize) -> bool {
         let l = &self.legs[i];
+        if l.state == LegState::Open && !l.learned {
+            // It owes the answer to the probe that asks its position.
+            return true;
+        }
         if l.state == LegState::Open && self.client_hi.is_after(l.ack) {
             return true;
         }
@@ -1808,6 +2096,39 @@ impl Conn {
             return;
         }
         let l = &self.legs[i];
+        if !l.learned {
+            // Its position is unknown. Two segments with no data and the
+            // client's ISN as sequence number, below anything it can still
+            // accept, so that it answers with an ACK carrying its sequence
+            // and acknowledgment numbers (RFC 9293 §3.10.7.4: "an
+            // acknowledgment should be sent in reply"). Stacks differ in
+            // which ACK number they let through to that check:
+            // - its ISN + 1: Linux checks the sequence number first and
+            //   answers in any state; a connection still in SYN-RECEIVED
+            //   (killed between SYN-ACK and the client's ACK) takes it as
+            //   the handshake's ACK number and answers too;
+            // - far ahead (beyond its SND.NXT): smoltcp silently drops an
+            //   ACK below its SND.UNA but answers one beyond SND.NXT. In
+            //   SYN-RECEIVED this one draws a RST, which `replica_segment`
+            //   recognises by its sequence number and ignores.
+            for ack in [self.router_isn.add(1), self.probe_far_ack()] {
+                let mut r = Repr::new(
+                    self.key.cport,
+                    self.key.vport,
+                    self.client_isn,
+                    ack.unshift(l.off),
+                    flags::ACK,
+                    self.client_win,
+                );
+                if self.ts_on {
+                    r.timestamps = Some((self.client_tsval, 0));
+                }
+                ctx.tx
+                    .push_back(Packet::plain(r.emit_ipv4(self.key.client, l.addr, &[])));
+                ctx.counters.packets_out += 1;
+            }
+            return;
+        }
         let seq = l.ack.sub(1);
         let ack = self.client_ack.min(l.hi).unshift(l.off);
         let mut r = Repr::new(

@@ -17,7 +17,7 @@ pub use config::{Config, Limits, Service, Tie, Timeouts, Voting};
 pub use conn::ConnKey;
 pub use metrics::{Counters, DropReason};
 pub use router::{
-    Event, EvictReason, InputKind, Packet, ReplicaStatus, Router, ServiceStatus, SetupRecord,
-    Status,
+    AdoptRecord, Adopted, Event, EvictReason, InputKind, Packet, ReplicaSetup, ReplicaStatus,
+    Router, ServiceStatus, SetupRecord, Status,
 };
 pub use time::Instant;

@@ -58,6 +58,9 @@ drop_reasons! {
     /// Output voting: a replica is too far ahead of the majority; its
     /// segment waits for a retransmission.
     VoteBufferFull => "vote_buffer_full",
+    /// A replica segment on a connection being rebuilt after a takeover,
+    /// before every replica told its position (it will be sent again).
+    Rebuilding => "rebuilding",
 }
 
 /// Counters of the whole router. Monotonic since start.
@@ -82,6 +85,11 @@ pub struct Counters {
     pub connections_lost: u64,
     /// ACKs the router sent to a lagging replica on the client's behalf.
     pub acks_on_behalf: u64,
+    /// Connections adopted from the agents' records (router takeover).
+    pub connections_adopted: u64,
+    /// Connections adopted from the agents' records and rebuilt (every live
+    /// replica told its position).
+    pub connections_rebuilt: u64,
     /// Output voting: replicas found sending bytes that differ from the
     /// majority's.
     pub divergences: u64,
@@ -90,7 +98,7 @@ pub struct Counters {
     pub voted_bytes: u64,
     /// Drops by reason, indexed like [`DropReason::ALL`].
     #[serde(skip)]
-    pub drops: [u64; 20],
+    pub drops: [u64; 21],
 }
 
 impl Counters {

@@ -69,8 +69,51 @@ pub struct SetupRecord {
     pub router_isn: u32,
     pub wscale_out: u8,
     pub ts_base: Option<u32>,
-    /// Each replica of the connection and its ISN.
-    pub replicas: Vec<(Ipv4Addr, u32)>,
+    /// The MSS the client announced.
+    pub client_mss: u16,
+    /// The MSS the router announced to the client (the replicas' minimum).
+    pub mss_out: u16,
+    /// Each replica of the connection.
+    pub replicas: Vec<ReplicaSetup>,
+}
+
+/// One replica's part of a [`SetupRecord`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct ReplicaSetup {
+    pub addr: Ipv4Addr,
+    /// Its initial sequence number.
+    pub isn: u32,
+    /// The window scale it announced (applies to its window fields).
+    pub wscale: u8,
+}
+
+/// What one replica's agent tells a router that takes over about one
+/// connection: the connection's set-up and that replica's part of it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AdoptRecord {
+    pub key: ConnKey,
+    pub client_isn: u32,
+    pub router_isn: u32,
+    pub wscale_out: u8,
+    pub ts_base: Option<u32>,
+    pub client_mss: u16,
+    pub mss_out: u16,
+    pub replica: ReplicaSetup,
+}
+
+/// What [`Router::adopt`] did with a record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Adopted {
+    /// A connection this router did not know: now in its table, being
+    /// rebuilt from the next packets.
+    New,
+    /// Another replica of a connection being rebuilt.
+    Leg,
+    /// The router already serves this connection (an agent reconnected).
+    Known,
+    /// No service or replica matches, or the table is full.
+    Refused,
 }
 
 /// Something an operator wants in the log.
@@ -609,7 +652,10 @@ impl Router {
             c.counted_half_open = false;
             self.half_open_count = self.half_open_count.saturating_sub(1);
         }
-        if !c.announced && c.phase == Phase::Established {
+        // Announced once the client was sent the SYN-ACK: from then on the
+        // client may send data, and a router taking over must find the
+        // connection in the agents' records.
+        if !c.announced && matches!(c.phase, Phase::SynAckSent | Phase::Established) {
             c.announced = true;
             self.events.push_back(Event::Established {
                 record: c.setup_record(),
@@ -692,6 +738,60 @@ impl Router {
         }
         self.apply_down(now);
         n
+    }
+
+    /// Rebuild a connection another router set up (COSCANet-FT §III-C:
+    /// "a new router instance can collect information about the current
+    /// state during initialisation"): one replica's agent's record of it.
+    /// A connection this router does not know enters the table; each
+    /// replica's record adds its leg, which is probed at once for its
+    /// position. Records of connections this router already serves change
+    /// nothing (an agent that reconnected).
+    pub fn adopt(&mut self, now: Instant, rec: &AdoptRecord) -> Adopted {
+        let Some(&svc) = self.by_vip.get(&(rec.key.vip, rec.key.vport)) else {
+            return Adopted::Refused;
+        };
+        let Some(&(rsvc, replica)) = self.by_replica.get(&(rec.replica.addr, rec.key.vport)) else {
+            return Adopted::Refused;
+        };
+        if rsvc != svc || self.alive[svc].get(replica) != Some(&true) {
+            return Adopted::Refused;
+        }
+        let key = rec.key;
+        let fresh = match self.conns.get(&key) {
+            Some(c) if c.recovering && c.router_isn.0 == rec.router_isn => false,
+            Some(_) => return Adopted::Known,
+            None => {
+                if self.conns.len() >= self.config.limits.max_connections {
+                    return Adopted::Refused;
+                }
+                self.conns.insert(key, Conn::adopted(key, svc, now, rec));
+                true
+            }
+        };
+        let Some(c) = self.conns.get_mut(&key) else {
+            return Adopted::Refused;
+        };
+        let mut ctx = Self::ctx(
+            now,
+            &mut self.transmit,
+            &mut self.counters,
+            &mut self.events,
+            &self.config,
+            &mut self.down,
+        );
+        let before = c.legs.len();
+        c.adopt_leg(&mut ctx, replica, &rec.replica);
+        let added = c.legs.len() > before;
+        self.after(now, key);
+        match (fresh, added) {
+            (true, _) => {
+                self.counters.connections_adopted += 1;
+                Adopted::New
+            }
+            (false, true) => Adopted::Leg,
+            (false, false) => Adopted::Known,
+        }
     }
 
     /// Run timers due at `now`.

@@ -890,7 +890,10 @@ fn established_connections_are_announced_and_forgotten() {
     );
     assert_eq!((rec.client_isn, rec.router_isn), (CISN, risn));
     assert_eq!(
-        rec.replicas,
+        rec.replicas
+            .iter()
+            .map(|x| (x.addr, x.isn))
+            .collect::<Vec<_>>(),
         vec![(replica(1), isns[0]), (replica(2), isns[1])]
     );
     assert!(rec.ts_base.is_some(), "timestamps were agreed");

@@ -103,8 +103,14 @@ fn peer_pid(c: &UnixStream) -> i32 {
     cred.pid
 }
 
-const BACKOFF_MIN: Duration = Duration::from_millis(100);
-const BACKOFF_MAX: Duration = Duration::from_secs(1);
+/// Reconnection back-off. Short at first: after a router dies its standby
+/// takes the address over within a few hundred milliseconds, and rebuilds
+/// its table from the records this agent sends on registering.
+const BACKOFF_MIN: Duration = Duration::from_millis(20);
+const BACKOFF_MAX: Duration = Duration::from_millis(250);
+/// How long one connection attempt may take (the address may have no owner
+/// for a moment during a takeover: try again rather than wait).
+const CONNECT_TIMEOUT: Duration = Duration::from_millis(250);
 
 pub fn run(args: AgentArgs) -> anyhow::Result<()> {
     sys::install_stop_handler();
@@ -117,7 +123,7 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
     info!(router = %args.router, replica = %args.replica, host = %args.host, shim_socket = %args.shim_socket.display(), "agent starting");
     let shims = Shims::listen(&args.shim_socket)?;
     while !sys::stop_requested() {
-        let stream = match TcpStream::connect_timeout(&args.router.into(), Duration::from_secs(1)) {
+        let stream = match TcpStream::connect_timeout(&args.router.into(), CONNECT_TIMEOUT) {
             Ok(s) => s,
             Err(e) => {
                 let p = format!("cannot reach the router at {}: {e}", args.router);
@@ -136,6 +142,11 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
         s.records = std::mem::take(&mut records);
         let outcome = session(stream, &mut s, hello, &now_ms, &shims);
         records = std::mem::take(&mut s.records);
+        if s.is_live() {
+            // It was registered: the router just went away; look for its
+            // successor at once.
+            backoff = BACKOFF_MIN;
+        }
         match outcome {
             Ok(
                 AgentEvent::Registered { .. } | AgentEvent::RouterLost | AgentEvent::Input { .. },

@@ -15,7 +15,7 @@ use crate::config::ControlConfig;
 use crate::sys;
 use anyhow::Context;
 use ftnet_control::{ConnId, ConnRecord, Decoder, Heartbeats, Msg, RouterEvent, RouterSession};
-use ftnet_core::{ConnKey, Event};
+use ftnet_core::{AdoptRecord, Adopted, ConnKey, Event, ReplicaSetup};
 use std::collections::{HashMap, HashSet};
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
@@ -32,6 +32,31 @@ const QUEUE: usize = 65536;
 pub trait RouterHandle: Send + Sync + 'static {
     /// Mark a replica's host lost; returns the services it was marked down in.
     fn host_lost(&self, addr: Ipv4Addr) -> usize;
+    /// Rebuild connections from an agent's records (see `Router::adopt`).
+    fn adopt(&self, records: &[AdoptRecord]) -> Vec<Adopted>;
+}
+
+/// An agent's record as the core takes it.
+fn adopt_record(replica: Ipv4Addr, r: &ConnRecord) -> AdoptRecord {
+    AdoptRecord {
+        key: ConnKey {
+            client: r.id.client,
+            cport: r.id.cport,
+            vip: r.id.vip,
+            vport: r.id.vport,
+        },
+        client_isn: r.client_isn,
+        router_isn: r.router_isn,
+        wscale_out: r.wscale_out,
+        ts_base: r.ts_base,
+        client_mss: if r.client_mss == 0 { 536 } else { r.client_mss },
+        mss_out: if r.mss_out == 0 { 536 } else { r.mss_out },
+        replica: ReplicaSetup {
+            addr: replica,
+            isn: r.replica_isn,
+            wscale: r.replica_wscale,
+        },
+    }
 }
 
 /// The agents currently registered, by replica address.
@@ -64,23 +89,25 @@ impl Registry {
         let (replicas, msg_for): (Vec<Ipv4Addr>, Box<dyn Fn(Ipv4Addr) -> Msg>) = match ev {
             Event::Established { record } => {
                 let r = record.clone();
-                let addrs = r.replicas.iter().map(|(a, _)| *a).collect();
+                let addrs = r.replicas.iter().map(|x| x.addr).collect();
                 (
                     addrs,
-                    Box::new(move |a| Msg::ConnOpen {
-                        record: ConnRecord {
-                            id: conn_id(&r.key),
-                            client_isn: r.client_isn,
-                            router_isn: r.router_isn,
-                            replica_isn: r
-                                .replicas
-                                .iter()
-                                .find(|(x, _)| *x == a)
-                                .map_or(0, |(_, i)| *i),
-                            wscale_out: r.wscale_out,
-                            ts_base: r.ts_base,
-                            replicas: r.replicas.iter().map(|(x, _)| *x).collect(),
-                        },
+                    Box::new(move |a| {
+                        let me = r.replicas.iter().find(|x| x.addr == a);
+                        Msg::ConnOpen {
+                            record: ConnRecord {
+                                id: conn_id(&r.key),
+                                client_isn: r.client_isn,
+                                router_isn: r.router_isn,
+                                replica_isn: me.map_or(0, |x| x.isn),
+                                wscale_out: r.wscale_out,
+                                ts_base: r.ts_base,
+                                replicas: r.replicas.iter().map(|x| x.addr).collect(),
+                                replica_wscale: me.map_or(0, |x| x.wscale),
+                                client_mss: r.client_mss,
+                                mss_out: r.mss_out,
+                            },
+                        }
                     }),
                 )
             }
@@ -313,6 +340,24 @@ fn serve(
                         ""
                     };
                     info!(%replica, %host, %peer, "agent registered{again}");
+                }
+                RouterEvent::Records { replica, records } => {
+                    let t = std::time::Instant::now();
+                    let recs: Vec<AdoptRecord> =
+                        records.iter().map(|r| adopt_record(replica, r)).collect();
+                    let done = router.adopt(&recs);
+                    let count = |k: Adopted| done.iter().filter(|&&d| d == k).count();
+                    let (new, legs) = (count(Adopted::New), count(Adopted::Leg));
+                    let (known, refused) = (count(Adopted::Known), count(Adopted::Refused));
+                    if new + legs > 0 {
+                        warn!(
+                            %replica,
+                            "rebuilding from the agent's records: {new} connection(s) adopted, {legs} more replica leg(s), {known} already known, {refused} refused ({} µs); each replica is probed for its position",
+                            t.elapsed().as_micros()
+                        );
+                    } else {
+                        info!(%replica, "agent's {} record(s): {known} already known, {refused} refused", records.len());
+                    }
                 }
                 RouterEvent::Rejected { reason } => {
                     warn!(%peer, "agent refused: {reason}");

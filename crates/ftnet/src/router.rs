@@ -111,6 +111,7 @@ pub fn run(cfg: FileConfig) -> anyhow::Result<()> {
     let shared = Arc::new(Shared {
         router: Mutex::new(Router::new(cfg.core.clone(), secret)),
         started,
+        epoch_us: sys::epoch_micros(),
         snapshot,
         tun: tun_name,
         kick: eventfd().context("creating an eventfd")?,
@@ -174,6 +175,11 @@ pub fn run(cfg: FileConfig) -> anyhow::Result<()> {
 struct Shared {
     router: Mutex<Router>,
     started: std::time::Instant,
+    /// Microseconds since the Unix epoch at `started`: the core's clock is
+    /// wall-clock based, so that the TCP timestamps of a router that takes
+    /// over continue those of the one before (both take the connection's
+    /// timestamp base from the agents; hosts keep their clocks in sync).
+    epoch_us: u64,
     snapshot: Arc<Mutex<String>>,
     tun: String,
     /// Written when something outside the data plane (the control channel)
@@ -189,10 +195,28 @@ struct Shared {
 impl RouterHandle for Shared {
     fn host_lost(&self, addr: std::net::Ipv4Addr) -> usize {
         let n = self.lock().host_lost(self.now(), addr);
+        self.kick();
+        n
+    }
+
+    fn adopt(&self, records: &[ftnet_core::AdoptRecord]) -> Vec<ftnet_core::Adopted> {
+        let now = self.now();
+        let done = {
+            let mut r = self.lock();
+            records.iter().map(|rec| r.adopt(now, rec)).collect()
+        };
+        // The position probes are queued: get them written.
+        self.kick();
+        done
+    }
+}
+
+impl Shared {
+    /// Wake the data-plane threads so that they write what the core queued.
+    fn kick(&self) {
         let one: u64 = 1;
         // SAFETY: writes 8 bytes from a live u64 to an eventfd we own.
         unsafe { libc::write(self.kick.as_raw_fd(), (&one as *const u64).cast(), 8) };
-        n
     }
 }
 
@@ -208,7 +232,7 @@ fn eventfd() -> std::io::Result<OwnedFd> {
 
 impl Shared {
     fn now(&self) -> Instant {
-        Instant::from_micros(sys::micros_since(self.started))
+        Instant::from_micros(self.epoch_us + sys::micros_since(self.started))
     }
     fn lock(&self) -> MutexGuard<'_, Router> {
         // A panic aborts the process (release profile), so a poisoned lock
@@ -554,6 +578,7 @@ mod tests {
         Shared {
             router: Mutex::new(Router::new(core, [7; 16])),
             started: std::time::Instant::now(),
+            epoch_us: sys::epoch_micros(),
             snapshot: Arc::new(Mutex::new(String::new())),
             tun: "t".into(),
             kick: eventfd().expect("eventfd"),

@@ -130,6 +130,12 @@ pub fn render(v: &Value) -> String {
     ] {
         let _ = writeln!(o, "  {k:<20} {}", u(&c[k]));
     }
+    // Takeover, when this router adopted connections from the agents.
+    if u(&c["connections_adopted"]) > 0 {
+        for k in ["connections_adopted", "connections_rebuilt"] {
+            let _ = writeln!(o, "  {k:<20} {}", u(&c[k]));
+        }
+    }
     // Output voting, when a service votes.
     if u(&c["voted_bytes"]) > 0 || u(&c["divergences"]) > 0 {
         for k in ["voted_bytes", "divergences"] {

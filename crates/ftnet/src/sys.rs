@@ -165,3 +165,10 @@ pub fn is_transient(e: &std::io::Error) -> bool {
             | std::io::ErrorKind::Interrupted
     )
 }
+
+/// Microseconds since the Unix epoch (the wall clock, read once).
+pub fn epoch_micros() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64)
+}

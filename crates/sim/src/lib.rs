@@ -103,10 +103,13 @@ pub mod pcap;
 
 mod host;
 
-pub use params::{Close, Crash, CrashKind, CrashWhen, HostParams, Inject, Mode, NetParams, Params};
+pub use params::{
+    Close, Crash, CrashKind, CrashWhen, HostParams, Inject, Mode, NetParams, Params, Takeover,
+};
 
 use ftnet_core::{
-    Config, Counters, Event, EvictReason, InputKind, Instant, Packet, Router, Service, Timeouts,
+    AdoptRecord, Config, ConnKey, Counters, Event, EvictReason, InputKind, Instant, Packet, Router,
+    Service, SetupRecord, Timeouts,
 };
 use ftnet_wire::{ipv4, tcp};
 use host::Host;
@@ -329,6 +332,15 @@ struct Sim {
     /// Segments of a GSO super-packet the router emitted, cut as the
     /// kernel would, waiting to be routed.
     gso_rest: VecDeque<Packet>,
+    /// The router's configuration (a router taking over gets the same).
+    cfg: Option<Config>,
+    /// What the agents keep: the set-up record of every announced
+    /// connection not yet forgotten.
+    records: HashMap<ConnKey, SetupRecord>,
+    /// The router is dead from the first to the second time (takeover).
+    router_down: Option<(u64, u64)>,
+    /// A router took over, at this time, with this many connections adopted.
+    took_over: Option<(u64, usize)>,
 }
 
 const TRACE_LINES: usize = 60;
@@ -414,6 +426,7 @@ impl Sim {
                 p.conns + 2,
             ));
         }
+        let mut router_cfg = None;
         let middle = match p.mode {
             Mode::Router => {
                 let cfg = Config {
@@ -433,6 +446,7 @@ impl Sim {
                 };
                 let mut secret = [0u8; 16];
                 setup.fill(&mut secret);
+                router_cfg = Some(cfg.clone());
                 Middle::Router(Box::new(Router::new(cfg, secret)))
             }
             Mode::Direct => Middle::Forward,
@@ -479,6 +493,10 @@ impl Sim {
             settle_until: None,
             watch: (0..1 + p.replicas).map(|_| Watch::default()).collect(),
             gso_rest: VecDeque::new(),
+            cfg: router_cfg,
+            records: HashMap::new(),
+            router_down: None,
+            took_over: None,
             p,
         }
     }
@@ -499,7 +517,7 @@ impl Sim {
                 self.send(Node::Host(0), Node::Middle, pkt, "fuzz");
             }
             // 3. Router timers.
-            if let Middle::Router(r) = &mut self.middle {
+            if let (Middle::Router(r), None) = (&mut self.middle, self.router_down) {
                 if r.poll_timeout().is_some_and(|t| t.0 <= self.now) {
                     r.handle_timeout(Instant(self.now));
                     self.drain_middle()?;
@@ -509,8 +527,9 @@ impl Sim {
             for h in 0..self.hosts.len() {
                 self.step_host(h)?;
             }
-            // 5. Crash plan.
+            // 5. Crash plan, router takeover.
             self.maybe_crash()?;
+            self.maybe_takeover()?;
             // 6. Done? Then let the router's failure detection run its
             // course on an idle network before the final checks.
             if self.settle_until.is_none() && self.done() {
@@ -536,8 +555,13 @@ impl Sim {
                 next = next.min(t);
             }
             if let Middle::Router(r) = &self.middle {
-                if let Some(t) = r.poll_timeout() {
-                    next = next.min(t.0);
+                match self.router_down {
+                    Some((_, until)) => next = next.min(until),
+                    None => {
+                        if let Some(t) = r.poll_timeout() {
+                            next = next.min(t.0);
+                        }
+                    }
                 }
             }
             let now = self.now;
@@ -676,7 +700,12 @@ impl Sim {
                         lost: n_lost == n_out,
                     }
                 }
-                _ => ProbeOutcome::Ambiguous,
+                _ => {
+                    // Several segments in one step (the two position
+                    // probes): it answered, whichever it was.
+                    w.last_answer.insert(cport, now);
+                    ProbeOutcome::Ambiguous
+                }
             };
             w.probes.push((cport, at, outcome));
         }
@@ -801,13 +830,17 @@ impl Sim {
                     // segment unprocessed, window field included (RFC 9293
                     // §3.10.7.4), and only acknowledges it.
                     let old = si.len > 0 && (hi.wrapping_sub(end) as i32) >= 0;
+                    // A segment with no data below what it received: the
+                    // router's position probe after a takeover, which
+                    // smoltcp answers with a rate-limited challenge ACK too.
+                    let old_empty = si.len == 0 && (hi.wrapping_sub(si.seq) as i32) > 0;
                     if (end.wrapping_sub(*hi) as i32) > 0 {
                         *hi = end;
                     }
                     if !old && !stale_ack {
                         w.win_in.insert(si.cport, (si.win, now));
                     }
-                    if h > 0 && old && si.pure_ack {
+                    if h > 0 && (old && si.pure_ack || old_empty) {
                         w.old_in_step.insert(si.cport, now);
                     }
                 }
@@ -815,6 +848,10 @@ impl Sim {
         }
         match f.to {
             Node::Middle => match &mut self.middle {
+                Middle::Router(_) if self.router_down.is_some() => {
+                    self.log(format!("{:>10} DROP (router down)", self.now));
+                    Ok(())
+                }
                 Middle::Router(r) => {
                     r.handle_packet(Instant(self.now), Packet::plain(f.data));
                     self.drain_middle()
@@ -931,6 +968,15 @@ impl Sim {
                 evs.push(ev);
             }
             for ev in evs {
+                match &ev {
+                    Event::Established { record } => {
+                        self.records.insert(record.key, record.clone());
+                    }
+                    Event::Forgotten { key, .. } => {
+                        self.records.remove(key);
+                    }
+                    _ => {}
+                }
                 self.events.push(ev.clone());
                 self.log(format!("{:>10} EVENT {:?}", self.now, ev));
                 self.check_event(&ev)?;
@@ -1132,7 +1178,17 @@ impl Sim {
         let cause = self
             .input_lost(h, cport)
             .or_else(|| self.output_lost(h, cport))
-            .or_else(|| self.probes_lost(h, cport, window.len()))?;
+            .or_else(|| self.probes_lost(h, cport, window.len()))
+            .or_else(|| {
+                // After a takeover the client's segments that reached no
+                // router (dropped during the outage) are what every replica
+                // waits for until the client sends them again.
+                self.took_over.map(|(t, _)| {
+                    format!(
+                        "waits for client bytes sent while no router was up (takeover at {t} us)"
+                    )
+                })
+            })?;
         Some(format!(
             "{} {cause}; it sent nothing on this connection (client port {cport}) that reached the router after {since} us; since then it got {} old-data segments (liveness probes): {} unanswered within 1 s of its previous answer at µs {} (smoltcp 0.12 rate-limits challenge ACKs to 1/s; Linux answers every probe), {lost} answered but the answer was lost, {flying} answered with the answer still in flight",
             self.hosts[h].name,
@@ -1427,6 +1483,81 @@ impl Sim {
         Ok(())
     }
 
+    /// Kill the router when the workload reaches the takeover point; when
+    /// the outage ends, a fresh router adopts every recorded connection
+    /// from every replica's record (what each agent sends on registering).
+    fn maybe_takeover(&mut self) -> Result<(), String> {
+        let Some(t) = self.p.takeover else {
+            return Ok(());
+        };
+        if self.p.mode != Mode::Router || self.took_over.is_some() {
+            return Ok(());
+        }
+        match self.router_down {
+            None => {
+                let (acked, total) = self.acked_total();
+                // `at` 0: as soon as a connection has its SYN-ACK, before
+                // any data (a router killed between a client's SYN and its
+                // first data).
+                let due = if t.at <= 0.0 {
+                    !self.records.is_empty()
+                } else {
+                    acked as f64 >= t.at * total as f64
+                };
+                if !due {
+                    return Ok(());
+                }
+                self.router_down = Some((self.now, self.now + t.outage_us));
+                self.gso_rest.clear();
+                self.log(format!(
+                    "{:>10} ROUTER KILLED (client acked {acked}/{total}); a new one takes over at {}",
+                    self.now,
+                    self.now + t.outage_us
+                ));
+                Ok(())
+            }
+            Some((_, until)) if self.now >= until => {
+                let Some(cfg) = self.cfg.clone() else {
+                    return Ok(());
+                };
+                let mut secret = [0u8; 16];
+                SmallRng::seed_from_u64(self.seed ^ 0x7a6e).fill(&mut secret);
+                let mut r = Router::new(cfg, secret);
+                let now = Instant(self.now);
+                let mut keys: Vec<&ConnKey> = self.records.keys().collect();
+                keys.sort();
+                for k in keys {
+                    let rec = &self.records[k];
+                    for rep in &rec.replicas {
+                        r.adopt(
+                            now,
+                            &AdoptRecord {
+                                key: rec.key,
+                                client_isn: rec.client_isn,
+                                router_isn: rec.router_isn,
+                                wscale_out: rec.wscale_out,
+                                ts_base: rec.ts_base,
+                                client_mss: rec.client_mss,
+                                mss_out: rec.mss_out,
+                                replica: *rep,
+                            },
+                        );
+                    }
+                }
+                self.middle = Middle::Router(Box::new(r));
+                self.router_down = None;
+                self.took_over = Some((self.now, self.records.len()));
+                self.log(format!(
+                    "{:>10} ROUTER TAKEOVER: {} connection(s) adopted",
+                    self.now,
+                    self.records.len()
+                ));
+                self.drain_middle()
+            }
+            Some(_) => Ok(()),
+        }
+    }
+
     /// Virtual time the run goes on after the workload is complete, µs.
     /// The router decides some evictions only after `failure_detection`
     /// (a silent crash; a RST from one replica, when no other replica makes
@@ -1498,8 +1629,13 @@ impl Sim {
         }
         // Invariant 6 (sequencer): one gap-free numbering per service; per
         // connection an Accept first, then chunk ends that only grow and
-        // end exactly where the client's stream ends.
-        if matches!(self.middle, Middle::Router(_)) && self.p.fuzz_packets == 0 {
+        // end exactly where the client's stream ends. Not across a router
+        // takeover: the new router numbers from 1 again (the shims then
+        // fall back to arrival order, see ARCHITECTURE.md).
+        if matches!(self.middle, Middle::Router(_))
+            && self.p.fuzz_packets == 0
+            && self.took_over.is_none()
+        {
             let inputs: Vec<(u64, u16, InputKind)> = self
                 .events
                 .iter()
@@ -1616,7 +1752,10 @@ impl Sim {
                     .iter()
                     .flat_map(|s| s.replicas.iter())
                     .any(|rs| rs.addr == replica_ip(i) && !rs.alive);
-                if st.counters.evictions == 0 && !down {
+                let before_takeover = self
+                    .took_over
+                    .is_some_and(|(t, _)| self.crashed.is_some_and(|(_, c, _)| c <= t));
+                if st.counters.evictions == 0 && !down && !before_takeover {
                     return Err(format!("invariant 5: replica{i} crashed while still needed, but the router shows no eviction"));
                 }
             }

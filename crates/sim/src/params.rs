@@ -87,6 +87,17 @@ pub struct Crash {
     pub when: CrashWhen,
 }
 
+/// The router is killed and another takes over (issue: router high
+/// availability): between `at` of the workload acknowledged and `outage_us`
+/// later nothing reaches a router; then a fresh router (another secret,
+/// an empty table) adopts every connection from the records the agents
+/// keep, as `ftnet` does when agents register with it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Takeover {
+    pub at: f64,
+    pub outage_us: u64,
+}
+
 /// Faults injected on purpose to prove that the invariant checker catches
 /// them (harness self-tests).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -165,6 +176,7 @@ pub struct Params {
     /// With voting: this replica (the last one) is divergent, see
     /// `HostParams::corrupt_echo_at`.
     pub divergent: Option<usize>,
+    pub takeover: Option<Takeover>,
 }
 
 /// TSval generators available to hosts (see `host::TS_GENS`).
@@ -196,6 +208,7 @@ impl Params {
             refused_conns: 0,
             voting: Voting::Off,
             divergent: None,
+            takeover: None,
         }
     }
 
@@ -331,6 +344,16 @@ impl Params {
             replica[d].corrupt_echo_at = Some(at);
             divergent = Some(d);
         }
+        // Not with a divergent replica: voting is not resumed on adopted
+        // connections (ARCHITECTURE.md), so its altered byte would pass.
+        let takeover = (r.gen_bool(0.25) && divergent.is_none()).then(|| Takeover {
+            at: if r.gen_bool(0.1) {
+                0.0
+            } else {
+                r.gen_range(0.01..0.9)
+            },
+            outage_us: r.gen_range(1_000..600_000),
+        });
         let crash = match (crash, divergent) {
             (Some(mut c), Some(d))
                 if replicas == 2 || voting != (Voting::Majority { tie: Tie::First }) =>
@@ -358,6 +381,7 @@ impl Params {
             refused_conns: 0,
             voting,
             divergent,
+            takeover,
         }
     }
 
@@ -409,7 +433,7 @@ impl Params {
             )
         };
         format!(
-            "{:?} N={} conns={}x{}B write<={} close={:?} crash={:?} net=[delay {}..{}us loss {:.3} dup {:.3} reorder {:.3}/{}us] fd={}ms client=[{}] replicas=[{}] inject={:?} fuzz={} refused={} voting={:?} divergent={:?}",
+            "{:?} N={} conns={}x{}B write<={} close={:?} crash={:?} net=[delay {}..{}us loss {:.3} dup {:.3} reorder {:.3}/{}us] fd={}ms client=[{}] replicas=[{}] inject={:?} fuzz={} refused={} voting={:?} divergent={:?} takeover={:?}",
             self.mode,
             self.replicas,
             self.conns,
@@ -434,6 +458,7 @@ impl Params {
                 .iter()
                 .enumerate()
                 .find_map(|(i, h)| h.corrupt_echo_at.map(|a| (i, a))),
+            self.takeover,
         )
     }
 }

@@ -9,7 +9,9 @@
 //! `FTNET_SIM_SEED=1234 FTNET_SIM_TRACE=1 FTNET_SIM_PCAP=/tmp/s.pcap cargo test --release -p ftnet-sim --test router seed_loop -- --nocapture`.
 
 use ftnet_core::{Event, EvictReason, Tie, Voting};
-use ftnet_sim::{run, Close, Crash, CrashKind, CrashWhen, Mode, NetParams, Params, INCONCLUSIVE};
+use ftnet_sim::{
+    run, Close, Crash, CrashKind, CrashWhen, Mode, NetParams, Params, Takeover, INCONCLUSIVE,
+};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Instant as WallClock;
 
@@ -301,6 +303,82 @@ fn without_voting_a_divergent_replica_goes_unnoticed() {
         e.contains("invariant 7") || e.contains("invariant 1"),
         "{e}"
     );
+}
+
+fn with_takeover(at: f64, outage_us: u64, p: Params) -> Params {
+    Params {
+        takeover: Some(Takeover { at, outage_us }),
+        ..p
+    }
+}
+
+/// The router is killed mid-transfer and a fresh one (another secret, an
+/// empty table, the same clock) takes over after an outage: it adopts the
+/// connections from the agents' records, learns every replica's position
+/// from a probe, and the client's stream carries on exact, without a
+/// reset, on a clean and on a lossy network, with a replica crash too.
+#[test]
+fn router_takeover_mid_transfer() {
+    for (seed, n) in [(30, 1), (31, 2), (32, 3)] {
+        let p = with_takeover(
+            0.4,
+            300_000,
+            Params {
+                close: Close::AfterEcho,
+                conns: 2,
+                ..Params::basic(n)
+            },
+        );
+        let r = run(seed, &p).unwrap_or_else(|e| panic!("N={n}: {e}"));
+        let c = r.counters.unwrap();
+        assert_eq!(c.connections_adopted, 2, "N={n}: {c:?}");
+        assert_eq!(c.connections_rebuilt, 2, "N={n}: {c:?}");
+    }
+    let net = NetParams {
+        delay_us: (50, 400),
+        loss: 0.03,
+        dup: 0.01,
+        reorder: 0.05,
+        reorder_max_us: 1500,
+    };
+    check(
+        33,
+        &with_takeover(
+            0.5,
+            150_000,
+            Params {
+                failure_detection_ms: Params::fd_for(&net),
+                net,
+                ..Params::basic(3)
+            },
+        ),
+    );
+    let crash = Some(Crash {
+        replica: 2,
+        kind: CrashKind::Abort,
+        when: CrashWhen::AtProgress(0.6),
+    });
+    check(
+        34,
+        &with_takeover(
+            0.3,
+            200_000,
+            Params {
+                crash,
+                ..Params::basic(3)
+            },
+        ),
+    );
+}
+
+/// Killed after the client got its SYN-ACK and before its first data: the
+/// record was already with the agents, the client's data reaches the new
+/// router, which adopts the connection and carries on.
+#[test]
+fn router_takeover_between_synack_and_data() {
+    let r =
+        run(35, &with_takeover(0.0, 200_000, Params::basic(3))).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(r.counters.unwrap().connections_adopted, 1);
 }
 
 /// A thousand seeds, each drawing N, faults, stack settings, workload and

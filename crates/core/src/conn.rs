@@ -226,6 +226,8 @@ pub struct Conn {
     pub recovering: bool,
     /// Adopted from the agents' records (position probes were sent).
     pub from_agents: bool,
+    /// Adopted: the replicas whose records are awaited, and since when.
+    pub expected: Vec<Ipv4Addr>,
     /// A segment from the client was seen (always, but for an adopted
     /// connection until the client speaks): `client_ack`, `sent_hi` and
     /// `client_tsval` are the client's.
@@ -260,6 +262,10 @@ impl VoteState {
         self.base.add(self.agreed.len() as u32)
     }
 }
+
+/// How long an adopted connection waits for the records of the replicas
+/// whose agents have not registered yet.
+const ADOPT_WAIT: core::time::Duration = core::time::Duration::from_millis(1000);
 
 /// What one replica may offer the vote beyond the decided point; more
 /// waits for a retransmission (the replica is that far ahead of the
@@ -321,6 +327,7 @@ impl Conn {
             mss_out: 536,
             recovering: false,
             from_agents: false,
+            expected: Vec::new(),
             client_seen: true,
             vote: match voting {
                 Voting::Off => None,
@@ -424,6 +431,7 @@ impl Conn {
         c.announced = true;
         c.recovering = true;
         c.from_agents = true;
+        c.expected = rec.expected.clone();
         c.client_seen = false;
         c.sent_hi = router_isn.add(1);
         c.client_ack = router_isn.add(1);
@@ -504,7 +512,19 @@ impl Conn {
         if !self.recovering {
             return true;
         }
-        if self.legs.iter().any(|l| l.open() && !l.learned) || self.live_legs() == 0 {
+        // Every replica of the connection sends its record when its agent
+        // registers; one that joined after the group moved on could never
+        // catch up. So wait for the others' records, for a while (an agent
+        // whose host died with the router never comes).
+        if ctx.now >= self.created + ADOPT_WAIT {
+            self.expected = Vec::new();
+        }
+        let legs = &self.legs;
+        self.expected.retain(|a| !legs.iter().any(|l| l.addr == *a));
+        if !self.expected.is_empty()
+            || self.legs.iter().any(|l| l.open() && !l.learned)
+            || self.live_legs() == 0
+        {
             return false;
         }
         self.recovering = false;
@@ -1618,6 +1638,14 @@ impl Conn {
     /// Take replica leg `i` out of the connection: RST its side so that a
     /// partitioned replica frees the connection, and log why.
     pub fn evict(&mut self, ctx: &mut Ctx, i: usize, reason: EvictReason, service_wide: bool) {
+        if self.announced && self.legs[i].state != LegState::Evicted {
+            // Its agent forgets the connection: a router taking over must
+            // not bring the replica back into it.
+            ctx.events.push_back(Event::Forgotten {
+                key: self.key,
+                replicas: vec![self.legs[i].addr],
+            });
+        }
         if self.legs[i].state == LegState::Aborted {
             // It already reset its side; only the verdict was pending.
             self.legs[i].state = LegState::Evicted;
@@ -2023,6 +2051,9 @@ impl Conn {
                 if let (LegState::Aborted, Some(a)) = (l.state, l.aborted_at) {
                     d = d.min(a + t.failure_detection);
                 }
+            }
+            if self.recovering && !self.expected.is_empty() {
+                d = d.min(self.created + ADOPT_WAIT);
             }
         }
         d

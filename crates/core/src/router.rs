@@ -99,6 +99,9 @@ pub struct AdoptRecord {
     pub client_mss: u16,
     pub mss_out: u16,
     pub replica: ReplicaSetup,
+    /// Every replica of the connection (their agents send their own
+    /// records): the rebuild waits for all of them, for a while.
+    pub expected: Vec<Ipv4Addr>,
 }
 
 /// What [`Router::adopt`] did with a record.

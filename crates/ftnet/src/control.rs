@@ -56,6 +56,7 @@ fn adopt_record(replica: Ipv4Addr, r: &ConnRecord) -> AdoptRecord {
             isn: r.replica_isn,
             wscale: r.replica_wscale,
         },
+        expected: r.replicas.clone(),
     }
 }
 

@@ -15,6 +15,9 @@
 //! killing every process in them) removes all of it. State lives in
 //! `/run/ftnet/lab/<name>/` (config, logs, pid files, status socket).
 
+#[path = "lab_ha.rs"]
+mod ha;
+
 use crate::{config, status, sys};
 use anyhow::{bail, Context};
 use clap::{Args, Subcommand};
@@ -78,7 +81,31 @@ Examples:
         /// Replica number, 1-based.
         n: usize,
     },
-    /// `ftnet status` against the lab's router.
+    /// HA lab: kill -9 the ftnet router that holds the gateway addresses; the other takes over.
+    #[command(name = "kill-router", after_help = "Example:\n  ftnet lab kill-router")]
+    KillRouter {
+        /// Lab name.
+        #[arg(long, default_value = "lab")]
+        name: String,
+    },
+    /// HA lab: take every link of the router that holds the addresses down (router host loss).
+    #[command(name = "cut-router", after_help = "Example:\n  ftnet lab cut-router")]
+    CutRouter {
+        /// Lab name.
+        #[arg(long, default_value = "lab")]
+        name: String,
+    },
+    /// HA lab: bring a killed or cut router back (links up, ftnet restarted); it stays backup.
+    #[command(
+        name = "restart-router",
+        after_help = "Example:\n  ftnet lab restart-router"
+    )]
+    RestartRouter {
+        /// Lab name.
+        #[arg(long, default_value = "lab")]
+        name: String,
+    },
+    /// `ftnet status` against the lab's router (with --ha: the one holding the addresses).
     Status {
         /// Lab name.
         #[arg(long, default_value = "lab")]
@@ -166,6 +193,12 @@ pub struct UpArgs {
     /// Test hook (no netem here): the router drops every N-th data packet it writes to replica R.
     #[arg(long, value_name = "R:N")]
     pub fault_drop: Option<String>,
+    /// Two routers (namespaces router and router2) sharing the gateway addresses through
+    /// keepalived's VRRP, joined to clients and replicas by bridges in namespace switch;
+    /// implies --agents (a router that takes over rebuilds its table from their records).
+    /// Then `kill-router`, `cut-router`, `restart-router`.
+    #[arg(long)]
+    pub ha: bool,
     /// Output voting for the lab service: `majority` (a reply byte reaches the client once most
     /// replicas sent the same) or `majority-reset` (the same, with vote_tie = "reset").
     #[arg(long, value_name = "MODE", value_parser = ["off", "majority", "majority-reset"])]
@@ -211,7 +244,28 @@ pub fn run(cmd: LabCmd) -> anyhow::Result<i32> {
         }
         LabCmd::Status { name, json } => {
             let lab = Lab::new(&name)?;
-            status::show(&lab.socket(), json)?;
+            let sock = if lab.is_ha() {
+                let k = ha::active(&lab).unwrap_or(0);
+                if !json {
+                    println!("router holding the addresses: {}", ha::ROUTERS[k].0);
+                }
+                lab.socket_n(k)
+            } else {
+                lab.socket()
+            };
+            status::show(&sock, json)?;
+            Ok(0)
+        }
+        LabCmd::KillRouter { name } => {
+            ha::kill_router(&Lab::new(&name)?)?;
+            Ok(0)
+        }
+        LabCmd::CutRouter { name } => {
+            ha::cut_router(&Lab::new(&name)?)?;
+            Ok(0)
+        }
+        LabCmd::RestartRouter { name } => {
+            ha::restart_router(&Lab::new(&name)?)?;
             Ok(0)
         }
         LabCmd::Down { name, all } => {
@@ -237,6 +291,7 @@ pub fn run(cmd: LabCmd) -> anyhow::Result<i32> {
                 shim: false,
                 fault_drop: None,
                 vote: None,
+                ha: false,
             };
             run_guarded(&args, |lab| demo(lab, replicas))
         }
@@ -299,6 +354,8 @@ impl Lab {
         match target {
             "client" => Ok(self.ns_client()),
             "router" => Ok(self.ns_router()),
+            "router2" => Ok(self.ns_router_n(1)),
+            "switch" => Ok(self.ns_switch()),
             t => match t.strip_prefix('r').and_then(|n| n.parse::<usize>().ok()) {
                 Some(i) if i >= 1 => Ok(self.ns_replica(i)),
                 _ => bail!(
@@ -423,6 +480,9 @@ fn up(lab: &Lab, args: &UpArgs) -> anyhow::Result<()> {
         .with_context(|| format!("creating {}", lab.dir().display()))?;
     let (c, r) = (lab.ns_client(), lab.ns_router());
     let mut all = vec![c.clone(), r.clone()];
+    if args.ha {
+        all.extend([lab.ns_router_n(1), lab.ns_switch()]);
+    }
     all.extend((1..=n).map(|i| lab.ns_replica(i)));
     for ns in &all {
         check_interrupt()?;
@@ -444,9 +504,13 @@ fn up(lab: &Lab, args: &UpArgs) -> anyhow::Result<()> {
             Ok(())
         };
     let (vc, vcr) = lab.veth_client();
-    link(&c, &vc, "198.18.1.2/24", &r, &vcr, "198.18.1.1/24")?;
-    ip(&["-n", &c, "route", "add", "default", "via", "198.18.1.1"])?;
-    for i in 1..=n {
+    if args.ha {
+        ha::network(lab, n)?;
+    } else {
+        link(&c, &vc, "198.18.1.2/24", &r, &vcr, "198.18.1.1/24")?;
+        ip(&["-n", &c, "route", "add", "default", "via", "198.18.1.1"])?;
+    }
+    for i in (1..=n).filter(|_| !args.ha) {
         let (v, vr) = lab.veth_replica(i);
         let ns = lab.ns_replica(i);
         link(
@@ -469,7 +533,7 @@ fn up(lab: &Lab, args: &UpArgs) -> anyhow::Result<()> {
     }
 
     let secret = lab.dir().join("secret");
-    let agents = args.agents || args.shim;
+    let agents = args.agents || args.shim || args.ha;
     if args.shim {
         crate::run::shim_library()?;
     }
@@ -553,9 +617,32 @@ fn up(lab: &Lab, args: &UpArgs) -> anyhow::Result<()> {
         ),
     )
     .with_context(|| format!("writing {}", cfg_path.display()))?;
-    let mut router = start_router(lab, &cfg_path)?;
-
-    wait_ready(lab, args, &mut router, &mut servers)?;
+    if args.ha {
+        for k in 0..ha::ROUTERS.len() {
+            let cfg = lab.dir().join(format!("{}.toml", ha::ROUTERS[k].0));
+            std::fs::write(
+                &cfg,
+                config::render_lab(
+                    VIP,
+                    &args.ports,
+                    &replicas,
+                    args.failure_ms,
+                    &tuning,
+                    &lab.socket_n(k),
+                ),
+            )
+            .with_context(|| format!("writing {}", cfg.display()))?;
+            ha::start_router(lab, k, &cfg)?;
+        }
+        wait_ready(lab, args, None, &mut servers)?;
+        for k in 0..ha::ROUTERS.len() {
+            ha::start_keepalived(lab, k, n)?;
+        }
+        ha::wait_master(lab, Duration::from_secs(10))?;
+    } else {
+        let mut router = start_router(lab, &cfg_path)?;
+        wait_ready(lab, args, Some(&mut router), &mut servers)?;
+    }
     if agents {
         wait_agents(lab, n)?;
     }
@@ -760,14 +847,14 @@ fn listening_ports(ns: &str) -> Vec<u16> {
 fn wait_ready(
     lab: &Lab,
     args: &UpArgs,
-    router: &mut Child,
+    mut router: Option<&mut Child>,
     servers: &mut [Child],
 ) -> anyhow::Result<()> {
     let deadline = Instant::now() + READY_TIMEOUT;
     let router_log = lab.dir().join("router.log");
     loop {
         check_interrupt()?;
-        if let Some(st) = router.try_wait()? {
+        if let Some(st) = router.as_mut().map(|r| r.try_wait()).transpose()?.flatten() {
             bail!(
                 "ftnet router exited ({st}) — read {}:{}",
                 router_log.display(),
@@ -796,7 +883,9 @@ fn wait_ready(
                 }
             }
         }
-        if missing.is_none() && status::fetch(&lab.socket()).is_err() {
+        if missing.is_none() && status::fetch(&lab.socket()).is_err()
+            || args.ha && missing.is_none() && status::fetch(&lab.socket_n(1)).is_err()
+        {
             missing = Some(format!(
                 "router status socket {} does not answer — read {}:{}",
                 lab.socket().display(),

@@ -38,6 +38,9 @@ pub struct Routing {
     sysctls: Vec<(String, String)>,
 }
 
+/// Metric of the fallback blackhole route in our table (the last resort).
+const BLACKHOLE_METRIC: &str = "4294967295";
+
 impl Routing {
     /// Install forwarding sysctls, the table's default route and the rules.
     /// On error whatever was installed so far is removed again.
@@ -67,6 +70,21 @@ impl Routing {
         ])?;
         r.route_added = true;
         info!(table = %table, dev = %spec.tun, "route: default dev {} table {}", spec.tun, table);
+        // Behind it, a blackhole: if the router dies without cleaning up
+        // (kill -9), its TUN and that route vanish but the rules stay, and
+        // the captured packets must be dropped — never forwarded as they
+        // are (a replica's raw reply reaching the client draws a RST that
+        // would reset the replica's side of a live connection).
+        ip(&[
+            "route",
+            "replace",
+            "blackhole",
+            "default",
+            "table",
+            &table,
+            "metric",
+            BLACKHOLE_METRIC,
+        ])?;
 
         let mut want: Vec<Vec<String>> = Vec::new();
         for vip in &spec.vips {
@@ -143,6 +161,16 @@ impl Drop for Routing {
             }
         }
         if self.route_added {
+            let _ = ip(&[
+                "route",
+                "del",
+                "blackhole",
+                "default",
+                "table",
+                &self.table,
+                "metric",
+                BLACKHOLE_METRIC,
+            ]);
             // Gone already if the TUN was closed first; that is fine.
             let _ = ip(&[
                 "route",

@@ -972,8 +972,15 @@ impl Sim {
                     Event::Established { record } => {
                         self.records.insert(record.key, record.clone());
                     }
-                    Event::Forgotten { key, .. } => {
-                        self.records.remove(key);
+                    Event::Forgotten { key, replicas } => {
+                        // Each agent named forgets it (an evicted replica's
+                        // alone, or every one when the connection goes).
+                        if let Some(r) = self.records.get_mut(key) {
+                            r.replicas.retain(|x| !replicas.contains(&x.addr));
+                            if r.replicas.is_empty() {
+                                self.records.remove(key);
+                            }
+                        }
                     }
                     _ => {}
                 }
@@ -1540,6 +1547,7 @@ impl Sim {
                                 client_mss: rec.client_mss,
                                 mss_out: rec.mss_out,
                                 replica: *rep,
+                                expected: rec.replicas.iter().map(|x| x.addr).collect(),
                             },
                         );
                     }

@@ -490,12 +490,17 @@ impl Conn {
                 l.edge = seg.ack.add((seg.window as u32) << l.wscale);
             }
         }
-        if let (true, Some((v, _))) = (self.ts_on, seg.ts) {
+        if let (true, Some((v, e))) = (self.ts_on, seg.ts) {
             l.ts_off = self
                 .ts_base
                 .wrapping_add(ctx.now.as_millis() as u32)
                 .wrapping_sub(v);
             l.ts_last = v;
+            // Its TSecr is the newest client TSval it took: what the
+            // router's own segments to it must carry at least (PAWS).
+            if !self.client_seen && SeqNum(e).is_after(SeqNum(self.client_tsval)) {
+                self.client_tsval = e;
+            }
         }
         l.progress_at = ctx.now;
         let a = l.ack;
@@ -1931,6 +1936,11 @@ impl Conn {
         if l.state == LegState::Open && !l.learned {
             // It owes the answer to the probe that asks its position.
             return true;
+        }
+        if self.recovering {
+            // It told its position; until every replica has, nothing it
+            // is sent could be judged (what the client has is not known).
+            return false;
         }
         if l.state == LegState::Open && self.client_hi.is_after(l.ack) {
             return true;

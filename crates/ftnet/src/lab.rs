@@ -638,7 +638,7 @@ fn up(lab: &Lab, args: &UpArgs) -> anyhow::Result<()> {
         for k in 0..ha::ROUTERS.len() {
             ha::start_keepalived(lab, k, n)?;
         }
-        ha::wait_master(lab, Duration::from_secs(10))?;
+        ha::wait_master(lab, n, Duration::from_secs(10))?;
     } else {
         let mut router = start_router(lab, &cfg_path)?;
         wait_ready(lab, args, Some(&mut router), &mut servers)?;

@@ -107,6 +107,16 @@ pub(super) fn network(lab: &Lab, n: usize) -> anyhow::Result<()> {
             "via",
             &format!("{prefix}.1"),
         ])?;
+        // Take the routers' gratuitous ARPs even for an address this host
+        // has not resolved yet (or failed to, before a master existed).
+        let st = Command::new("ip")
+            .args(["netns", "exec", &host_ns, "sysctl", "-qw"])
+            .args(["net.ipv4.conf.all.arp_accept=1"])
+            .status()
+            .context("sysctl arp_accept")?;
+        if !st.success() {
+            bail!("sysctl net.ipv4.conf.all.arp_accept=1 failed in {host_ns}");
+        }
         for (r, (_, host, _)) in ROUTERS.iter().enumerate() {
             let rns = lab.ns_router_n(r);
             let sw_if = format!("{iface}{}", (b'a' + r as u8) as char);
@@ -245,12 +255,22 @@ pub(super) fn active(lab: &Lab) -> Option<usize> {
 }
 
 /// Wait until a router is VRRP master and its status socket answers.
-pub(super) fn wait_master(lab: &Lab, limit: Duration) -> anyhow::Result<usize> {
+pub(super) fn wait_master(lab: &Lab, n: usize, limit: Duration) -> anyhow::Result<usize> {
     let t = Instant::now();
     loop {
         super::check_interrupt()?;
         if let Some(k) = active(lab) {
             if crate::status::fetch(&lab.socket_n(k)).is_ok() {
+                // Neighbour entries that failed while no router held the
+                // address resolve afresh.
+                for h in 0..=n {
+                    let ns = if h == 0 {
+                        lab.ns_client()
+                    } else {
+                        lab.ns_replica(h)
+                    };
+                    let _ = ip(&["-n", &ns, "neigh", "flush", "all"]);
+                }
                 return Ok(k);
             }
         }
@@ -333,7 +353,7 @@ pub(super) fn restart_router(lab: &Lab) -> anyhow::Result<()> {
     require_ha(lab)?;
     let n = replicas(lab);
     let sw = lab.ns_switch();
-    for k in 0..ROUTERS.len() {
+    for (k, &(name, _, _)) in ROUTERS.iter().enumerate() {
         let suffix = (b'a' + k as u8) as char;
         let mut did = Vec::new();
         for (iface, _) in segments(n) {
@@ -351,24 +371,24 @@ pub(super) fn restart_router(lab: &Lab) -> anyhow::Result<()> {
             }
         }
         if !did.is_empty() {
-            println!("{}: links up again ({})", ROUTERS[k].0, did.join(", "));
+            println!("{}: links up again ({})", name, did.join(", "));
         }
         if router_pid(lab, k).is_none() {
-            let cfg = lab.dir().join(format!("{}.toml", ROUTERS[k].0));
+            let cfg = lab.dir().join(format!("{}.toml", name));
             start_router(lab, k, &cfg)?;
             let t = Instant::now();
             while crate::status::fetch(&lab.socket_n(k)).is_err() {
                 if t.elapsed() > Duration::from_secs(10) {
                     bail!(
                         "{} did not come back within 10 s — read {}/{}.log",
-                        ROUTERS[k].0,
+                        name,
                         lab.dir().display(),
-                        ROUTERS[k].0
+                        name
                     );
                 }
                 std::thread::sleep(Duration::from_millis(20));
             }
-            println!("{}: ftnet router restarted (backup)", ROUTERS[k].0);
+            println!("{}: ftnet router restarted (backup)", name);
         }
     }
     Ok(())

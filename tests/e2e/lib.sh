@@ -114,7 +114,7 @@ collect_evidence() {
 	find "$dest" -type f -size +1M -delete 2>/dev/null
 	timeout 20 "$FTNET" lab status --name "$LAB" --json >"$dest/status.json" 2>&1
 	if [[ -d /run/ftnet/lab/$LAB ]]; then
-		cp /run/ftnet/lab/"$LAB"/router.log "$dest/" 2>/dev/null
+		cp /run/ftnet/lab/"$LAB"/router*.log* /run/ftnet/lab/"$LAB"/keepalived-*.log "$dest/" 2>/dev/null
 		for d in /run/ftnet/lab/"$LAB"/r*/; do
 			[[ -d $d ]] || continue
 			local r; r=$(basename "$d")

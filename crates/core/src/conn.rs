@@ -228,6 +228,8 @@ pub struct Conn {
     pub from_agents: bool,
     /// Adopted: the replicas whose records are awaited, and since when.
     pub expected: Vec<Ipv4Addr>,
+    /// When an adopted connection was whole again.
+    pub rebuilt_at: Option<Instant>,
     /// A segment from the client was seen (always, but for an adopted
     /// connection until the client speaks): `client_ack`, `sent_hi` and
     /// `client_tsval` are the client's.
@@ -262,6 +264,9 @@ impl VoteState {
         self.base.add(self.agreed.len() as u32)
     }
 }
+
+/// How long replicas of a rebuilt connection are not judged stalled.
+const REBUILD_GRACE: core::time::Duration = core::time::Duration::from_millis(1500);
 
 /// How long an adopted connection waits for the records of the replicas
 /// whose agents have not registered yet.
@@ -328,6 +333,7 @@ impl Conn {
             recovering: false,
             from_agents: false,
             expected: Vec::new(),
+            rebuilt_at: None,
             client_seen: true,
             vote: match voting {
                 Voting::Off => None,
@@ -464,6 +470,21 @@ impl Conn {
         self.probe(ctx, i);
     }
 
+    /// After a rebuild every endpoint recovers what the outage dropped on
+    /// its own timers (RTOs of 200 ms and more): a learnt replica is not
+    /// judged for that long (an unlearnt one is: it owes the probe's answer).
+    fn grace_until(&self) -> Instant {
+        match self.rebuilt_at {
+            Some(t) => t + REBUILD_GRACE,
+            // Still rebuilding: a replica that has not answered the
+            // position probe yet may be rate-limiting its answers (Linux
+            // answers an out-of-window segment at most every 500 ms per
+            // connection): several probe rounds before it is judged.
+            None if self.from_agents => self.created + REBUILD_GRACE,
+            None => Instant::ZERO,
+        }
+    }
+
     /// The far-ahead ACK number of the position probe (client-visible
     /// space): 1.5 GiB beyond the router's ISN.
     fn probe_far_ack(&self) -> SeqNum {
@@ -533,6 +554,7 @@ impl Conn {
             return false;
         }
         self.recovering = false;
+        self.rebuilt_at = Some(ctx.now);
         if !self.client_seen {
             // The client got at least what the slowest replica sent.
             let lo = self
@@ -2008,10 +2030,10 @@ impl Conn {
             let stuck =
                 stuck_from + (t.failure_detection * 10).max(core::time::Duration::from_secs(1));
             if stuck < silent {
-                return Some((stuck, true));
+                return Some((stuck.max(self.grace_until()), true));
             }
         }
-        Some((silent, others_spoke))
+        Some((silent.max(self.grace_until()), others_spoke))
     }
 
     /// While a suspect leg is silent it is probed every quarter of the

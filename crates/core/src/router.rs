@@ -210,6 +210,9 @@ pub struct Status {
     pub services: Vec<ServiceStatus>,
     pub connections: usize,
     pub half_open: usize,
+    /// Connections adopted from the agents whose replicas have not all
+    /// told their positions yet.
+    pub rebuilding: usize,
     pub counters: Counters,
     /// Drops by reason name.
     pub drops: Vec<(&'static str, u64)>,
@@ -383,7 +386,9 @@ impl Router {
         let is_syn = seg.has(flags::SYN) && !seg.has(flags::ACK) && !seg.has(flags::RST);
         if is_syn {
             if let Some(c) = self.conns.get(&key) {
-                let reuse = c.phase == Phase::Closed && c.client_isn != seg.seq;
+                // A new connection on the 4-tuple of a closed one, or of one
+                // adopted from the agents (it may have ended meanwhile).
+                let reuse = (c.phase == Phase::Closed || c.from_agents) && c.client_isn != seg.seq;
                 if !reuse {
                     if c.client_isn != seg.seq {
                         return Err(DropReason::BadState);
@@ -664,6 +669,16 @@ impl Router {
                 record: c.setup_record(),
             });
         }
+        if c.phase == Phase::Closed && c.announced {
+            // Closed: the agents need its record no more (a router taking
+            // over must not adopt a finished connection; a retransmitted
+            // FIN then meets silence, as any unknown segment does).
+            c.announced = false;
+            self.events.push_back(Event::Forgotten {
+                key,
+                replicas: c.legs.iter().map(|l| l.addr).collect(),
+            });
+        }
         let newly_closed = (c.phase == Phase::Closed && !c.counted_closed).then(|| {
             c.counted_closed = true;
             c.closed_at.unwrap_or(now)
@@ -923,6 +938,7 @@ impl Router {
             services,
             connections: self.conns.len(),
             half_open: self.half_open_count,
+            rebuilding: self.conns.values().filter(|c| c.recovering).count(),
             counters: self.counters.clone(),
             drops: self.counters.drop_table(),
         }

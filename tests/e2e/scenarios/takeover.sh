@@ -1,0 +1,212 @@
+#!/usr/bin/env bash
+# (l) Router high availability: two routers under keepalived's VRRP (lab --ha); the one holding
+# the gateway addresses is killed with SIGKILL (`lab kill-router`, or its links cut with
+# FAULT=cut: `lab cut-router`) TAKEOVERS times in a row during one load, the killed one coming
+# back as backup in between (`lab restart-router`). The new master rebuilds its connection table
+# from the agents' records and the next packets.
+# Loads (TAKEOVER_LOAD, or the wrapper scripts takeover-*.sh):
+#   get     1 GiB nginx download (curl, rate-capped so that it lasts through the takeovers):
+#           curl exit 0, HTTP 200, sha256 equal
+#   put     1 GiB WebDAV upload: curl exit 0, HTTP 201/204, every replica stores the right sha256
+#   redis   redis-benchmark -c 20 (set,get,incr,lpush): exit 0, no error, counters exact through
+#           the VIP and on every replica, DEBUG DIGEST equal
+#   synack  a client's connection set up, the router killed before its first data, then the
+#           data: the reply is right (once per takeover, a fresh connection each time)
+# Also: no replica reset, every takeover completes (a master again within 2 s), and the figures
+# (takeover_ms: kill to VRRP master; rebuild_ms: kill to every adopted connection rebuilt).
+set -euo pipefail
+# shellcheck source=tests/e2e/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
+LOAD=${TAKEOVER_LOAD:-get}
+e2e_init "takeover-$LOAD" "$@"
+[[ $FAULT != none ]] || die "takeover runs with kill (kill-router) or cut (cut-router)"
+TAKEOVERS=${FTNET_E2E_TAKEOVERS:-$(quick 4 10)}
+GAP_MS=${FTNET_E2E_TAKEOVER_GAP_MS:-1200}   # between a takeover's end and the next kill
+
+case $LOAD in
+get | put)
+	PORT=8080
+	MB=$(quick 256 1024)
+	TOTAL=$((MB * 1048576))
+	big=$(e2e_data "rand-${MB}m" "$MB")
+	if [[ $LOAD == get ]]; then
+		lab_up --ha --port "$PORT" --server "$(nginx_server_cmd "$big")"
+	else
+		lab_up --ha --port "$PORT" --server "$(nginx_server_cmd "")"
+	fi
+	# Long enough for every takeover: about (TAKEOVERS + 2) gaps.
+	RATE=$((MB * 1000 / ((TAKEOVERS + 2) * (GAP_MS + 600))))
+	((RATE < 20)) && RATE=20
+	;;
+redis)
+	PORT=6379
+	REQS=$(quick 100000 400000)
+	lab_up --ha --port "$PORT"
+	;;
+synack)
+	PORT=7000
+	lab_up --ha --port "$PORT" --server 'socat TCP-LISTEN:{port},fork,reuseaddr EXEC:cat'
+	;;
+*) die "TAKEOVER_LOAD must be get, put, redis or synack, got '$LOAD'" ;;
+esac
+LOGDIR=/run/ftnet/lab/$LAB
+active() { lab status --name "$LAB" | awk '/router holding the addresses/ { print $NF; exit }'; }
+counter() { # counter NAME — from the active router's status
+	lab status --name "$LAB" --json | python3 -c "import json,sys; print(json.load(sys.stdin)['status']['counters'].get('$1', 0))"
+}
+
+# One takeover: kill (or cut) the master, wait until the other holds the addresses and has
+# rebuilt every connection it adopted, bring the first back. Appends figures to $T/figures.
+takeover() {
+	local k=$1 before after t0 t1 t2 adopted rebuilt
+	before=$(active)
+	t0=$(now_ms)
+	lab "${FAULT}-router" --name "$LAB" >>"$T/fault.out" 2>&1 || { say "takeover $k: ${FAULT}-router failed"; return 1; }
+	wait_for 3 bash -c "[[ \$('$FTNET' lab status --name '$LAB' | awk '/router holding the addresses/ { print \$NF; exit }') != '$before' ]]" || true
+	after=$(active)
+	t1=$(now_ms)
+	if [[ -z $after || $after == "$before" ]]; then
+		say "takeover $k: no new master within 3 s (was $before)"
+		return 1
+	fi
+	# Rebuilt: connections adopted, and none still waiting for a replica's position.
+	rebuilt_all() {
+		lab status --name "$LAB" --json | python3 -c "import json,sys; s=json.load(sys.stdin)['status']; sys.exit(0 if s['counters'].get('connections_adopted', 0) > 0 and s.get('rebuilding', 1) == 0 else 1)"
+	}
+	wait_for 5 rebuilt_all || true
+	t2=$(now_ms)
+	adopted=$(counter connections_adopted)
+	rebuilt=$(counter connections_rebuilt)
+	say "takeover $k: $before -> $after in $((t1 - t0)) ms; $adopted connection(s) adopted, $rebuilt rebuilt $((t2 - t0)) ms after the $FAULT"
+	echo "takeover=$k takeover_ms=$((t1 - t0)) rebuild_ms=$((t2 - t0)) adopted=$adopted rebuilt=$rebuilt" >>"$T/figures"
+	lab restart-router --name "$LAB" >>"$T/fault.out" 2>&1 || { say "takeover $k: restart-router failed: $(tail -3 "$T/fault.out")"; return 1; }
+}
+
+takeovers() { # in the background, during the load: TAKEOVERS in a row
+	sleep 1
+	local k
+	for ((k = 1; k <= TAKEOVERS; k++)); do
+		takeover "$k" || { echo "failed at $k" >"$T/takeovers.failed"; return 1; }
+		sleep "$(python3 -c "print($GAP_MS / 1000)")"
+	done
+	echo done >"$T/takeovers.done"
+}
+
+t_load=$(now_ms)
+case $LOAD in
+get)
+	out=$T/big.bin
+	takeovers &
+	WATCHER_PID=$!
+	rc=0
+	code=$(timeout 900 "$FTNET" lab exec --name "$LAB" client -- \
+		curl -sS --max-time 880 --limit-rate "${RATE}M" -o "$out" -w '%{http_code}' "http://$VIP:$PORT/big.bin" 2>"$T/client.err") || rc=$?
+	wait "$WATCHER_PID" || true
+	WATCHER_PID=
+	[[ -s $T/client.err ]] && say "client stderr: $(head -c 2000 "$T/client.err")"
+	check_eq "curl exit status" 0 "$rc"
+	check_eq "HTTP status" 200 "$code"
+	check_eq "downloaded sha256" "$(sha "$big")" "$(sha "$out")"
+	;;
+put)
+	takeovers &
+	WATCHER_PID=$!
+	rc=0
+	code=$(timeout 900 "$FTNET" lab exec --name "$LAB" client -- \
+		curl -sS --max-time 880 --limit-rate "${RATE}M" -T "$big" -o "$T/response.txt" -w '%{http_code}' \
+		"http://$VIP:$PORT/upload/x.bin" 2>"$T/client.err") || rc=$?
+	wait "$WATCHER_PID" || true
+	WATCHER_PID=
+	[[ -s $T/client.err ]] && say "client stderr: $(head -c 2000 "$T/client.err")"
+	check_eq "curl exit status" 0 "$rc"
+	check "HTTP status is 201 or 204 (got '$code')" test "$code" = 201 -o "$code" = 204
+	want=$(sha "$big")
+	for ((r = 1; r <= N; r++)); do
+		f=$(replica_dir "$r")/www/upload/x.bin
+		if wait_for 30 test "$(stat -c %s "$f" 2>/dev/null)" = "$TOTAL"; then
+			check_eq "r$r stored file sha256" "$want" "$(sha "$f")"
+		else
+			check "r$r has $f" false
+		fi
+	done
+	;;
+redis)
+	takeovers &
+	WATCHER_PID=$!
+	rc=0
+	timeout 900 "$FTNET" lab exec --name "$LAB" client -- \
+		redis-benchmark -h "$VIP" -p "$PORT" -c 20 -n "$REQS" -t set,get,incr,lpush -q >"$T/bench.out" 2>&1 || rc=$?
+	wait "$WATCHER_PID" || true
+	WATCHER_PID=
+	tr '\r' '\n' <"$T/bench.out" | grep -v 'rps=' | grep -v '^ *$' | sed 's/^/    /' || true
+	check_eq "redis-benchmark exit status" 0 "$rc"
+	check "no error in redis-benchmark output" \
+		bash -c "! grep -Eiq 'error|reset|refused|timed out|timeout|closed|broken' '$T/bench.out'"
+	check_eq "completed tests" 4 "$(tr '\r' '\n' <"$T/bench.out" | grep -c 'requests per second' || true)"
+	vip() { timeout 20 "$FTNET" lab exec --name "$LAB" client -- redis-cli -h "$VIP" -p "$PORT" "$@"; }
+	check_eq "INCR counter through the VIP" "$REQS" "$(vip GET 'counter:__rand_int__' | tr -d '\r')"
+	check_eq "LPUSH list length through the VIP" "$REQS" "$(vip LLEN mylist | tr -d '\r')"
+	first=
+	for ((r = 1; r <= N; r++)); do
+		wait_for 10 test "$(redis_at "$r" GET 'counter:__rand_int__' | tr -d '\r')" = "$REQS" || true
+		check_eq "r$r INCR counter" "$REQS" "$(redis_at "$r" GET 'counter:__rand_int__' | tr -d '\r')"
+		d=$(redis_at "$r" DEBUG DIGEST | tr -d '\r')
+		say "r$r DEBUG DIGEST $d"
+		if [[ -z $first ]]; then first=$d; else check_eq "r$r digest equals r1's" "$first" "$d"; fi
+	done
+	;;
+synack)
+	# Each round: a connection set up (handshake done, nothing sent), the router killed, then the
+	# client's first data after the takeover; the echo must come back whole.
+	for ((k = 1; k <= TAKEOVERS; k++)); do
+		msg="hello after takeover $k $(head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n')"
+		timeout 30 "$FTNET" lab exec --name "$LAB" client -- python3 -c '
+import socket, sys, time, os
+s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=20)
+open(sys.argv[3], "w").write("connected\n")
+while not os.path.exists(sys.argv[4]):
+    time.sleep(0.01)
+s.sendall(sys.argv[5].encode())
+s.shutdown(socket.SHUT_WR)
+got = b""
+while True:
+    b = s.recv(65536)
+    if not b:
+        break
+    got += b
+print(got.decode(), end="")
+' "$VIP" "$PORT" "$T/connected.$k" "$T/go.$k" "$msg" >"$T/echo.$k" 2>"$T/echo.$k.err" &
+		cpid=$!
+		wait_for 10 test -e "$T/connected.$k" || true
+		takeover "$k" || echo "failed at $k" >"$T/takeovers.failed"
+		touch "$T/go.$k"
+		rc=0
+		wait "$cpid" || rc=$?
+		check_eq "round $k: client exit status" 0 "$rc"
+		check_eq "round $k: echo after the takeover" "$msg" "$(cat "$T/echo.$k")"
+		[[ -s $T/echo.$k.err ]] && say "round $k client stderr: $(head -c 500 "$T/echo.$k.err")"
+		sleep 0.3
+	done
+	echo done >"$T/takeovers.done"
+	;;
+esac
+say "load took $(($(now_ms) - t_load)) ms"
+check "all $TAKEOVERS takeovers completed" test -e "$T/takeovers.done"
+n_to=$(grep -c '^takeover=' "$T/figures" 2>/dev/null || true)
+check_eq "takeovers measured" "$TAKEOVERS" "$n_to"
+if [[ -s $T/figures ]]; then
+	python3 - "$T/figures" "$E2E_TEST" <<'PY' | tee "$T/figure.txt"
+import re, statistics, sys
+rows = [dict(kv.split("=") for kv in l.split()) for l in open(sys.argv[1])]
+t = [int(r["takeover_ms"]) for r in rows]
+b = [int(r["rebuild_ms"]) for r in rows]
+print(f"{sys.argv[2]}: {len(rows)} takeovers; kill to new VRRP master ms: median {statistics.median(t)} max {max(t)}; kill to table rebuilt ms: median {statistics.median(b)} max {max(b)} (advert_int 0.1 s, VRRPv3)")
+PY
+	[[ -n ${FTNET_E2E_FIGURES:-} ]] && flock "$FTNET_E2E_FIGURES" cat "$T/figure.txt" >>"$FTNET_E2E_FIGURES"
+fi
+# No replica was reset or evicted by a takeover: every router's log.
+if grep -h "evicted\|declared down\|client reset" "$LOGDIR"/router*.log* >"$T/evictions.txt" 2>/dev/null; then
+	say "evictions logged: $(wc -l <"$T/evictions.txt")"; head -5 "$T/evictions.txt"
+fi
+check "no replica evicted and no client reset across the takeovers" test ! -s "$T/evictions.txt"
+e2e_finish

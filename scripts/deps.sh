@@ -8,15 +8,15 @@
 # (nginx-light/-full/-core are only transitional or module bundles there); on older releases
 # `nginx` pulls one of nginx-core/-full/-light, which all have it too. We check with `nginx -V`.
 
-FTNET_DEB_PACKAGES=(redis-server redis-tools socat nginx iperf3 haproxy python3 iproute2 procps psmisc curl ca-certificates)
-FTNET_SERVICES=(redis-server nginx haproxy iperf3)
+FTNET_DEB_PACKAGES=(redis-server redis-tools socat nginx iperf3 haproxy python3 iproute2 procps psmisc curl ca-certificates keepalived)
+FTNET_SERVICES=(redis-server nginx haproxy iperf3 keepalived)
 
 # command → package, for the check that decides whether to install anything at all.
 ftnet_missing_packages() {
 	local -A pkg_of=(
 		[redis-server]=redis-server [redis-cli]=redis-tools [redis-benchmark]=redis-tools
 		[socat]=socat [nginx]=nginx [iperf3]=iperf3 [haproxy]=haproxy [python3]=python3
-		[ip]=iproute2 [pgrep]=procps [killall]=psmisc [curl]=curl
+		[ip]=iproute2 [pgrep]=procps [killall]=psmisc [curl]=curl [keepalived]=keepalived
 	)
 	local cmd missing=()
 	for cmd in "${!pkg_of[@]}"; do

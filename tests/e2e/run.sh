@@ -33,8 +33,10 @@
 #   stall      stallmeter.py: longest client-visible gap around a fault at ~2 s
 #   hygiene    (N=2 only) `lab run` interrupted by SIGINT and by SIGKILL: nothing left behind
 # Beyond the matrix: agents/n3-cut, redis-order (input order), shim-* (scenarios under the shim),
-#   vote (output voting: a divergent Redis replica evicted, the client gets the majority's bytes)
-#   and vote-* (scenarios with output voting on).
+#   vote (output voting: a divergent Redis replica evicted, the client gets the majority's bytes),
+#   and vote-* (scenarios with output voting on). Not in this list yet (by hand, e.g.
+#   tests/e2e/scenarios/takeover-stall.sh 3 kill): takeover-{get,put,redis,synack,stall}, two
+#   routers under keepalived with the master killed repeatedly; see tests/e2e/README.md.
 #
 # Usage: tests/e2e/run.sh [--quick] [--figures] [--only REGEX] [--seed S] [--list]
 #   --quick    smaller transfers (10-20 MB, 20k requests, 500 connections)
@@ -89,7 +91,7 @@ if [[ $(id -u) != 0 ]]; then
 fi
 [[ -x $FTNET ]] || { echo "run.sh: no ftnet binary at $FTNET; build with cargo build --release --locked" >&2; exit 1; }
 missing=()
-for tool in ip timeout flock sha256sum socat nginx redis-server redis-cli redis-benchmark curl python3; do
+for tool in ip timeout flock sha256sum socat nginx redis-server redis-cli redis-benchmark curl python3 keepalived; do
 	command -v "$tool" >/dev/null || missing+=("$tool")
 done
 ((${#missing[@]} == 0)) || { echo "run.sh: missing tools: ${missing[*]} (scripts/test.sh installs them)" >&2; exit 1; }

@@ -439,6 +439,10 @@ impl Conn {
         c.from_agents = true;
         c.expected = rec.expected.clone();
         c.client_seen = false;
+        // Until the client speaks, the window the router's own segments
+        // to the replicas announce (probes, ACKs on its behalf): never 0,
+        // which would stop a replica until someone reopens it.
+        c.client_win = u16::MAX;
         c.sent_hi = router_isn.add(1);
         c.client_ack = router_isn.add(1);
         c.adv_ack = client_isn.add(1);
@@ -2136,7 +2140,10 @@ impl Conn {
                 } else {
                     EvictReason::Stalled
                 };
-                self.evict(ctx, i, reason, service_wide);
+                // A connection rebuilt from the agents' records may be one
+                // that ended while no router watched: what it shows is no
+                // evidence against the replica for other connections.
+                self.evict(ctx, i, reason, service_wide && !self.from_agents);
             } else if self.probe_deadline(i, t) <= now {
                 self.probe(ctx, i);
             }

@@ -2181,21 +2181,32 @@ impl Conn {
             //   ACK below its SND.UNA but answers one beyond SND.NXT. In
             //   SYN-RECEIVED this one draws a RST, which `replica_segment`
             //   recognises by its sequence number and ignores.
-            for ack in [self.router_isn.add(1), self.probe_far_ack()] {
-                let mut r = Repr::new(
-                    self.key.cport,
-                    self.key.vport,
-                    self.client_isn,
-                    ack.unshift(l.off),
-                    flags::ACK,
-                    self.client_win,
-                );
-                if self.ts_on {
-                    r.timestamps = Some((self.client_tsval, 0));
+            //
+            // With timestamps, PAWS comes first: Linux silently drops a pure
+            // ACK below RCV.NXT whose TSval is older than the newest client
+            // TSval it holds (TS.Recent), which this router may not know
+            // (each replica saw the client's segments up to another point).
+            // Two TSvals half the space apart: one of them is never older.
+            // (The probes are out of window: TS.Recent is not updated.)
+            let halves: &[u32] = if self.ts_on { &[0, 0x8000_0000] } else { &[0] };
+            for &h in halves {
+                let tsval = self.client_tsval.wrapping_add(h);
+                for ack in [self.router_isn.add(1), self.probe_far_ack()] {
+                    let mut r = Repr::new(
+                        self.key.cport,
+                        self.key.vport,
+                        self.client_isn,
+                        ack.unshift(l.off),
+                        flags::ACK,
+                        self.client_win,
+                    );
+                    if self.ts_on {
+                        r.timestamps = Some((tsval, 0));
+                    }
+                    ctx.tx
+                        .push_back(Packet::plain(r.emit_ipv4(self.key.client, l.addr, &[])));
+                    ctx.counters.packets_out += 1;
                 }
-                ctx.tx
-                    .push_back(Packet::plain(r.emit_ipv4(self.key.client, l.addr, &[])));
-                ctx.counters.packets_out += 1;
             }
             return;
         }

@@ -274,7 +274,7 @@ http {
         listen $port;
         $extra
         root $dir/www;
-        client_max_body_size 200m;
+        client_max_body_size 2g;
         location /upload/ {
             dav_methods PUT;
             create_full_put_path on;

@@ -34,9 +34,9 @@
 #   hygiene    (N=2 only) `lab run` interrupted by SIGINT and by SIGKILL: nothing left behind
 # Beyond the matrix: agents/n3-cut, redis-order (input order), shim-* (scenarios under the shim),
 #   vote (output voting: a divergent Redis replica evicted, the client gets the majority's bytes),
-#   and vote-* (scenarios with output voting on). Not in this list yet (by hand, e.g.
-#   tests/e2e/scenarios/takeover-stall.sh 3 kill): takeover-{get,put,redis,synack,stall}, two
-#   routers under keepalived with the master killed repeatedly; see tests/e2e/README.md.
+#   vote-* (scenarios with output voting on) and takeover-{stall,get,synack} (two routers under
+#   keepalived, the master killed 10 times in a row; takeover-put and takeover-redis by hand,
+#   see tests/e2e/README.md).
 #
 # Usage: tests/e2e/run.sh [--quick] [--figures] [--only REGEX] [--seed S] [--list]
 #   --quick    smaller transfers (10-20 MB, 20k requests, 500 connections)
@@ -79,7 +79,8 @@ done
 [[ -z $only || hygiene/n2-none =~ $only ]] && tests+=(hygiene/n2-none)
 [[ -z $only || agents/n3-cut =~ $only ]] && tests+=(agents/n3-cut)
 for id in redis-order/n3-none redis-order/n3-kill shim-echo/n3-kill shim-nginx-get/n3-kill shim-nginx-put/n3-cut \
-	vote/n3-none vote/n3-kill vote-echo/n3-cut vote-nginx-get/n3-kill; do
+	vote/n3-none vote/n3-kill vote-echo/n3-cut vote-nginx-get/n3-kill \
+	takeover-stall/n3-kill takeover-get/n3-kill takeover-synack/n3-kill; do
 	[[ -z $only || $id =~ $only ]] && tests+=("$id")
 done
 if ((list)); then printf '%s\n' "${tests[@]}"; exit 0; fi

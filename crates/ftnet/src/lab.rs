@@ -712,8 +712,13 @@ fn wait_shims(lab: &Lab, n: usize) -> anyhow::Result<()> {
 
 /// Wait until the router reports `n` registered agents.
 fn wait_agents(lab: &Lab, n: usize) -> anyhow::Result<()> {
+    // With --ha the agents register with whichever router is master.
+    let socket = || match lab.is_ha() {
+        true => lab.socket_n(ha::active(lab).unwrap_or(0)),
+        false => lab.socket(),
+    };
     let registered = || {
-        status::fetch(&lab.socket())
+        status::fetch(&socket())
             .ok()
             .and_then(|v| {
                 v["control"]["agents"]

@@ -55,7 +55,12 @@ impl Shims {
             .spawn(move || {
                 for c in l.incoming() {
                     let Ok(c) = c else { continue };
-                    let _ = c.set_write_timeout(Some(Duration::from_secs(1)));
+                    // Short: this thread also heartbeats to the router, and a
+                    // shim that stops reading (its server blocked, or a
+                    // fork-per-connection server that never asks for the
+                    // order) must not silence the agent for `dead_after_ms`.
+                    // After one timeout the shim is dropped (falls back).
+                    let _ = c.set_write_timeout(Some(Duration::from_millis(50)));
                     let pid = peer_pid(&c);
                     info!(
                         pid,

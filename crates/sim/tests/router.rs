@@ -36,6 +36,18 @@ fn direct(seed: u64) -> String {
     }
 }
 
+/// The fixed tests' lossy network: loss, duplication and reordering on
+/// every link.
+fn lossy() -> NetParams {
+    NetParams {
+        delay_us: (50, 400),
+        loss: 0.03,
+        dup: 0.01,
+        reorder: 0.05,
+        reorder_max_us: 1500,
+    }
+}
+
 fn check(seed: u64, p: &Params) {
     if let Err(e) = run(seed, p) {
         panic!("{e}\n(fixed-params test; the params are in the test source)");
@@ -85,13 +97,7 @@ fn client_close_reaches_every_replica() {
 
 #[test]
 fn lossy_network() {
-    let net = NetParams {
-        delay_us: (50, 400),
-        loss: 0.03,
-        dup: 0.01,
-        reorder: 0.05,
-        reorder_max_us: 1500,
-    };
+    let net = lossy();
     // Loss on the replica links: smoltcp answers the router's liveness
     // probes at most once a second (see `Params::fd_for`).
     check(
@@ -195,13 +201,7 @@ fn voting_with_healthy_replicas() {
             },
         ),
     );
-    let net = NetParams {
-        delay_us: (50, 400),
-        loss: 0.03,
-        dup: 0.01,
-        reorder: 0.05,
-        reorder_max_us: 1500,
-    };
+    let net = lossy();
     check(
         22,
         &voted(
@@ -334,13 +334,7 @@ fn router_takeover_mid_transfer() {
         assert_eq!(c.connections_adopted, 2, "N={n}: {c:?}");
         assert_eq!(c.connections_rebuilt, 2, "N={n}: {c:?}");
     }
-    let net = NetParams {
-        delay_us: (50, 400),
-        loss: 0.03,
-        dup: 0.01,
-        reorder: 0.05,
-        reorder_max_us: 1500,
-    };
+    let net = lossy();
     check(
         33,
         &with_takeover(

@@ -96,7 +96,8 @@ e2e_on_exit() {
 	set +e
 	trap - EXIT INT TERM
 	if [[ -n $WATCHER_PID ]]; then kill "$WATCHER_PID" 2>/dev/null; wait "$WATCHER_PID" 2>/dev/null; fi
-	if ((rc != 0)) && ((LAB_STARTED)); then collect_evidence; fi
+	# FTNET_E2E_EVIDENCE=always keeps the evidence of a passing test too.
+	if ((rc != 0 || ${#FTNET_E2E_EVIDENCE} > 0)) && ((LAB_STARTED)); then collect_evidence; fi
 	if ((LAB_STARTED)); then
 		timeout 120 "$FTNET" lab down --name "$LAB" >/dev/null 2>&1 || warn "lab down --name $LAB failed"
 	fi

@@ -133,7 +133,7 @@ limit=$((quick ? 180 : 420))
 
 echo "== ftnet e2e: ${#tests[@]} tests, seed $seed (repeat with --seed $seed), binary $FTNET"
 echo "== $(date -u +%FT%TZ); failure evidence goes to $FTNET_E2E_ARTIFACTS"
-results=()
+results=() failures=()
 passed=0 failed=0 idx=0
 t_start=$(date +%s)
 for id in "${tests[@]}"; do
@@ -147,8 +147,9 @@ for id in "${tests[@]}"; do
 	timeout 60 "$FTNET" lab down --name "$current_lab" >/dev/null 2>&1 || true
 	t0=$(date +%s)
 	rc=0
+	log=$WORK/test-$idx.log
 	FTNET_E2E_LAB=$current_lab FTNET_E2E_SEED=$(test_seed "$id") \
-		timeout -k 20 "$limit" "$E2E_DIR/scenarios/$sc.sh" "$n" "$f" || rc=$?
+		timeout -k 20 "$limit" "$E2E_DIR/scenarios/$sc.sh" "$n" "$f" > >(tee "$log") 2>&1 || rc=$?
 	dt=$(($(date +%s) - t0))
 	# Belt and braces: the scenario tears its lab down itself, even on failure.
 	timeout 60 "$FTNET" lab down --name "$current_lab" >/dev/null 2>&1 || true
@@ -159,11 +160,15 @@ for id in "${tests[@]}"; do
 		failed=$((failed + 1))
 		((rc == 124 || rc == 137)) && why="timed out after ${limit}s" || why="exit $rc"
 		results+=("FAIL  $id  (${dt}s, $why)")
+		# The failing checks and the test's last lines again, for logs that keep only the end.
+		failures+=("---- $id: failed checks and last lines" "$(grep -E 'CHECK FAILED|ERROR|failed|panicked' "$log" | head -20)" "$(tail -25 "$log")")
 	fi
 done
 
 echo
 echo "== summary ($(($(date +%s) - t_start)) s, seed $seed)"
+((${#failures[@]})) && printf '%s\n' "${failures[@]}"
+echo
 printf '%s\n' "${results[@]}"
 ((figures)) && echo "stall figures appended to $FTNET_E2E_FIGURES"
 ((failed)) && echo "failure evidence: $FTNET_E2E_ARTIFACTS"

@@ -36,8 +36,9 @@ use std::time::Duration;
 
 /// Protocol version; a different one is rejected with a clear reason.
 pub const VERSION: u32 = 1;
-/// Largest frame accepted (a connection record is ~300 bytes).
-pub const MAX_FRAME: usize = 64 * 1024;
+/// Largest frame accepted (a connection record is ~300 bytes; an order
+/// report is ~10 KB per service port).
+pub const MAX_FRAME: usize = 256 * 1024;
 
 /// Connection records per `Records` message: each is under 300 bytes of
 /// JSON, so a message stays well inside [`MAX_FRAME`].
@@ -88,6 +89,80 @@ pub struct ConnRecord {
     /// The MSS the router announced to the client.
     #[serde(default)]
     pub mss_out: u16,
+    /// The agent passed on this connection's Accept (sequencer; kept by
+    /// the agent, not sent by the router).
+    #[serde(default)]
+    pub accepted: bool,
+    /// The end of the last chunk of this connection the agent passed on.
+    #[serde(default)]
+    pub input_end: Option<u32>,
+}
+
+/// One numbered input event, as an agent keeps it for a router that takes
+/// over the order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InputRec {
+    pub seq: u64,
+    pub id: ConnId,
+    pub kind: InputKind,
+    pub end: u32,
+}
+
+/// Where one service port's input order stands at an agent: the last
+/// number it passed on and the last events (ascending, ending there).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ServiceOrder {
+    pub vip: Ipv4Addr,
+    pub vport: u16,
+    pub last_seq: u64,
+    pub tail: Vec<InputRec>,
+}
+
+/// Events of the tail an agent reports per service port: more than the
+/// agents can be apart when a router dies (each agent's writer is at most
+/// a few events behind another's), and inside [`MAX_FRAME`] for several
+/// service ports.
+pub const ORDER_TAIL: usize = 96;
+
+/// The agent's memory of the input order (kept across reconnections): per
+/// service port the last events it passed on. (The router sends an agent
+/// no event before it has its report, and replays what the agent missed
+/// before anything newer: the events arrive in order.)
+#[derive(Debug, Default)]
+pub struct OrderLog {
+    ports: HashMap<(Ipv4Addr, u16), (u64, std::collections::VecDeque<InputRec>)>,
+}
+
+impl OrderLog {
+    /// An event passed on to the shim.
+    pub fn note(&mut self, ev: InputRec) {
+        let (last, tail) = self.ports.entry((ev.id.vip, ev.id.vport)).or_default();
+        if ev.seq <= *last {
+            // A router numbered afresh without this agent's report.
+            tail.clear();
+        }
+        *last = ev.seq;
+        tail.push_back(ev);
+        while tail.len() > ORDER_TAIL {
+            tail.pop_front();
+        }
+    }
+
+    /// What the agent reports on registering.
+    pub fn report(&self) -> Vec<ServiceOrder> {
+        let mut v: Vec<ServiceOrder> = self
+            .ports
+            .iter()
+            .map(|(&(vip, vport), (last, tail))| ServiceOrder {
+                vip,
+                vport,
+                last_seq: *last,
+                tail: tail.iter().copied().collect(),
+            })
+            .collect();
+        v.sort_by_key(|o| (o.vip, o.vport));
+        v
+    }
 }
 
 /// Every message on the control connection.
@@ -133,6 +208,12 @@ pub enum Msg {
     Records {
         records: Vec<ConnRecord>,
     },
+    /// Agent → router, right after `Welcome`, before `Records`: where the
+    /// input order stands at this agent, per service port (empty: it never
+    /// got an event). A router that takes over numbers on from there.
+    Order {
+        services: Vec<ServiceOrder>,
+    },
     /// The sequencer's `seq`-th input event of a service (router → agent →
     /// the replica's shim): `kind` accept or data (then `end` is the chunk's
     /// end offset in the client's stream).
@@ -144,7 +225,7 @@ pub enum Msg {
     },
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum InputKind {
     Accept,
@@ -302,6 +383,11 @@ pub enum RouterEvent {
         replica: Ipv4Addr,
         records: Vec<ConnRecord>,
     },
+    /// Where the input order stands at the agent (after registering).
+    Order {
+        replica: Ipv4Addr,
+        services: Vec<ServiceOrder>,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -438,6 +524,10 @@ impl RouterSession {
                 self.state = RState::Live { replica };
                 Some(RouterEvent::Records { replica, records })
             }
+            (RState::Live { replica }, Msg::Order { services }) => {
+                self.state = RState::Live { replica };
+                Some(RouterEvent::Order { replica, services })
+            }
             (RState::Closed, _) => None,
             (_, other) => self.reject(
                 format!(
@@ -492,6 +582,7 @@ fn kind(m: &Msg) -> &'static str {
         Msg::ConnClose { .. } => "conn_close",
         Msg::Input { .. } => "input",
         Msg::Records { .. } => "records",
+        Msg::Order { .. } => "order",
     }
 }
 
@@ -509,12 +600,7 @@ pub enum AgentEvent {
     /// The router fell silent: reconnect.
     RouterLost,
     /// An input event for the replica's shim.
-    Input {
-        seq: u64,
-        id: ConnId,
-        kind: InputKind,
-        end: u32,
-    },
+    Input(InputRec),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -538,6 +624,8 @@ pub struct AgentSession {
     seq: u64,
     /// Records of live connections, by client-side key.
     pub records: HashMap<ConnId, ConnRecord>,
+    /// The input order as far as this agent passed it on.
+    pub order: OrderLog,
 }
 
 impl AgentSession {
@@ -558,6 +646,7 @@ impl AgentSession {
             next_beat_ms: u64::MAX,
             seq: 0,
             records: HashMap::new(),
+            order: OrderLog::default(),
         };
         let hello = Msg::Hello {
             version: VERSION,
@@ -615,6 +704,9 @@ impl AgentSession {
                     dead_ms: dead,
                 };
                 self.next_beat_ms = now_ms;
+                out.push(Msg::Order {
+                    services: self.order.report(),
+                });
                 // Everything it keeps, for a router that starts or took
                 // over (one that knows the connections ignores them).
                 let mut all: Vec<ConnRecord> = self.records.values().cloned().collect();
@@ -630,7 +722,10 @@ impl AgentSession {
                 })
             }
             (AState::Live { .. }, Msg::HeartbeatAck { .. }) => None,
-            (AState::Live { .. }, Msg::ConnOpen { record }) => {
+            (AState::Live { .. }, Msg::ConnOpen { mut record }) => {
+                // What it learnt of the order is its own, not the router's.
+                record.accepted = false;
+                record.input_end = None;
                 self.records.insert(record.id, record);
                 None
             }
@@ -639,7 +734,15 @@ impl AgentSession {
                 None
             }
             (AState::Live { .. }, Msg::Input { seq, id, kind, end }) => {
-                Some(AgentEvent::Input { seq, id, kind, end })
+                let ev = InputRec { seq, id, kind, end };
+                self.order.note(ev);
+                if let Some(r) = self.records.get_mut(&id) {
+                    match kind {
+                        InputKind::Accept => r.accepted = true,
+                        InputKind::Data => r.input_end = Some(end),
+                    }
+                }
+                Some(AgentEvent::Input(ev))
             }
             (AState::Closed, _) => None,
             (_, other) => self.reject(format!(
@@ -724,10 +827,16 @@ mod tests {
         let (ae, re) = converse(&mut a, &mut r, hello, 0);
         assert_eq!(
             re,
-            vec![RouterEvent::Registered {
-                replica: R,
-                host: "host1".into()
-            }]
+            vec![
+                RouterEvent::Registered {
+                    replica: R,
+                    host: "host1".into()
+                },
+                RouterEvent::Order {
+                    replica: R,
+                    services: vec![]
+                }
+            ]
         );
         assert!(matches!(ae[..], [AgentEvent::Registered { .. }]));
         assert_eq!(r.replica(), Some(R));
@@ -847,6 +956,8 @@ mod tests {
             replica_wscale: 9,
             client_mss: 1460,
             mss_out: 1448,
+            accepted: false,
+            input_end: None,
         };
         let mut out = Vec::new();
         a.handle(
@@ -878,6 +989,8 @@ mod tests {
             replica_wscale: 7,
             client_mss: 1460,
             mss_out: 1448,
+            accepted: false,
+            input_end: None,
         }
     }
 
@@ -921,6 +1034,57 @@ mod tests {
             &mut out,
         );
         assert!(matches!(ev, Some(RouterEvent::Rejected { .. })), "{ev:?}");
+    }
+
+    fn input(seq: u64, cport: u16, kind: InputKind, end: u32) -> Msg {
+        Msg::Input {
+            seq,
+            id: record(cport).id,
+            kind,
+            end,
+        }
+    }
+
+    /// The agent remembers where the order stands, per connection (in its
+    /// records) and per service port (its report on registering, with a
+    /// bounded tail).
+    #[test]
+    fn the_agent_keeps_and_reports_the_order() {
+        let (mut a, hello) = AgentSession::new(b"k", R, "h", [1; 16], 0);
+        let mut r = RouterSession::new(b"k", [2; 16], Heartbeats::default(), 0);
+        let (_, re) = converse(&mut a, &mut r, hello, 0);
+        assert!(
+            re.contains(&RouterEvent::Order {
+                replica: R,
+                services: vec![]
+            }),
+            "a fresh agent reports an empty order: {re:?}"
+        );
+        let mut out = Vec::new();
+        a.handle(Msg::ConnOpen { record: record(7) }, 1, &mut out);
+        let mut passed = Vec::new();
+        let mut feed = |a: &mut AgentSession, m: Msg| {
+            if let Some(AgentEvent::Input(e)) = a.handle(m, 1, &mut Vec::new()) {
+                passed.push(e.seq);
+            }
+        };
+        feed(&mut a, input(1, 7, InputKind::Accept, 0));
+        for s in 2..=203 {
+            feed(&mut a, input(s, 7, InputKind::Data, s as u32 * 10));
+        }
+        assert_eq!(passed, (1..=203).collect::<Vec<u64>>());
+        let rec = &a.records[&record(7).id];
+        assert!(rec.accepted);
+        assert_eq!(rec.input_end, Some(2030));
+        let rep = a.order.report();
+        assert_eq!(rep.len(), 1);
+        assert_eq!(rep[0].last_seq, 203);
+        assert_eq!(rep[0].tail.len(), ORDER_TAIL);
+        assert_eq!(rep[0].tail.last().map(|e| e.seq), Some(203));
+        assert!(
+            encode(&Msg::Order { services: rep }).len() * 8 <= MAX_FRAME,
+            "eight service ports fit in a frame"
+        );
     }
 
     /// A record from an agent of the previous version (without the fields

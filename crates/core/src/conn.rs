@@ -184,6 +184,9 @@ pub struct Conn {
     pub client_hi: SeqNum,
     /// Client stream: end of the data announced to the sequencer.
     pub input_hi: SeqNum,
+    /// The sequencer's Accept of this connection went out (by this router,
+    /// or by the one before a takeover, as the agents' records say).
+    pub order_accepted: bool,
     pub client_fin: Option<SeqNum>,
     pub client_win: u16,
     pub client_tsval: u32,
@@ -309,6 +312,7 @@ impl Conn {
             legs: Vec::new(),
             client_hi: syn.seq.add(1),
             input_hi: syn.seq.add(1),
+            order_accepted: false,
             client_fin: None,
             client_win: syn.window,
             client_tsval: syn.ts.map(|t| t.0).unwrap_or(0),
@@ -350,8 +354,16 @@ impl Conn {
         }
     }
 
-    /// One input event for the sequencer (numbered by the router).
-    fn input(&self, ctx: &mut Ctx, kind: InputKind) {
+    /// One input event for the sequencer (numbered by the router). A
+    /// connection's first event is always its Accept (an adopted one whose
+    /// Accept no agent saw gets it before its first chunk).
+    fn input(&mut self, ctx: &mut Ctx, kind: InputKind) {
+        match kind {
+            InputKind::Accept if self.order_accepted => return,
+            InputKind::Data { .. } if !self.order_accepted => self.input(ctx, InputKind::Accept),
+            _ => {}
+        }
+        self.order_accepted = true;
         let replicas = self
             .legs
             .iter()
@@ -531,7 +543,6 @@ impl Conn {
         let a = l.ack;
         if a.is_after(self.client_hi) {
             self.client_hi = a;
-            self.input_hi = a;
         }
         self.finish_recovery(ctx)
     }
@@ -576,8 +587,46 @@ impl Conn {
             self.adv_ack = a.sub(1);
             self.adv_edge = e.sub(1);
         }
+        if ctx.sequencer {
+            // The order goes on where the old router left it: an Accept if
+            // no agent saw one, and one chunk for bytes some replica holds
+            // that no agent saw numbered (the old router died between
+            // forwarding them and telling the agents).
+            if !self.order_accepted {
+                self.input(ctx, InputKind::Accept);
+            }
+            let top = self
+                .legs
+                .iter()
+                .filter(|l| l.open() && l.learned)
+                .map(|l| l.ack)
+                .reduce(|a, b| a.max(b));
+            // A replica's acknowledgment may count the client's FIN too
+            // (known only if the router saw it since).
+            let top = match (top, self.client_fin) {
+                (Some(t), Some(f)) => Some(t.min(f)),
+                (t, _) => t,
+            };
+            if let Some(top) = top.filter(|t| t.is_after(self.input_hi)) {
+                self.input_hi = top;
+                let end = top.diff(self.client_isn.add(1)) as u32;
+                self.input(ctx, InputKind::Data { end });
+            }
+        }
         ctx.counters.connections_rebuilt += 1;
         true
+    }
+
+    /// What a replica's agent knew of this connection's input order: its
+    /// Accept went out, and the chunks up to stream offset `input_end`.
+    pub fn adopt_order(&mut self, accepted: bool, input_end: Option<u32>) {
+        self.order_accepted |= accepted;
+        if let Some(e) = input_end {
+            let at = self.client_isn.add(1).add(e);
+            if at.is_after(self.input_hi) {
+                self.input_hi = at;
+            }
+        }
     }
 
     /// The client's first segment on an adopted connection: its ACK is what
@@ -594,7 +643,9 @@ impl Conn {
         // any replica. Only bytes this segment carries count.
         if (seg.payload_len > 0 || seg.has(flags::FIN)) && end.is_after(self.client_hi) {
             self.client_hi = seg.seq;
-            self.input_hi = seg.seq;
+            // Bytes before it are covered by this segment's chunk (a chunk
+            // is every byte up to its end).
+            self.input_hi = self.input_hi.max(seg.seq);
         }
         for l in self.legs.iter_mut().filter(|l| !l.learned) {
             l.ack = seg.seq;

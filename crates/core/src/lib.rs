@@ -9,6 +9,7 @@
 mod config;
 mod conn;
 mod metrics;
+mod order;
 mod router;
 mod time;
 mod vote;
@@ -16,6 +17,7 @@ mod vote;
 pub use config::{Config, Limits, Service, Tie, Timeouts, Voting};
 pub use conn::ConnKey;
 pub use metrics::{Counters, DropReason};
+pub use order::{NumberedInput, OrderReport, ORDER_LOG, ORDER_WAIT};
 pub use router::{
     AdoptRecord, Adopted, Event, EvictReason, InputKind, Packet, ReplicaSetup, ReplicaStatus,
     Router, ServiceStatus, SetupRecord, Status,

@@ -3,6 +3,7 @@
 use crate::config::Config;
 use crate::conn::{csum_mode, Conn, ConnKey, Ctx, LegState, Phase, Seg};
 use crate::metrics::{Counters, DropReason};
+use crate::order::{OrderReport, SvcOrder, Waiting, ORDER_HOLD_MAX, ORDER_WAIT};
 use crate::time::Instant;
 use ftnet_wire::tcp::{self, flags, Repr};
 use ftnet_wire::vnet::VnetHdr;
@@ -102,6 +103,10 @@ pub struct AdoptRecord {
     /// Every replica of the connection (their agents send their own
     /// records): the rebuild waits for all of them, for a while.
     pub expected: Vec<Ipv4Addr>,
+    /// The agent passed on the connection's Accept (sequencer).
+    pub accepted: bool,
+    /// The end of the last chunk of the connection the agent passed on.
+    pub input_end: Option<u32>,
 }
 
 /// What [`Router::adopt`] did with a record.
@@ -167,6 +172,21 @@ pub enum Event {
         key: ConnKey,
         kind: InputKind,
         replicas: Vec<Ipv4Addr>,
+    },
+    /// A router that started or took over numbers a service's input on
+    /// from `last` (the highest number its agents reported): `reported`
+    /// replicas' agents told where they stood, `missing` ones did not in
+    /// time; `replayed` events went to agents that were behind; `lost`
+    /// replicas missed events nobody reported (from that number on their
+    /// shims fall back to the kernel's order). Also for an agent that
+    /// reports after the order resumed (`reported` is that one).
+    OrderResumed {
+        service: String,
+        last: u64,
+        reported: Vec<Ipv4Addr>,
+        missing: Vec<Ipv4Addr>,
+        replayed: usize,
+        lost: Vec<(Ipv4Addr, u64)>,
     },
 }
 
@@ -243,8 +263,11 @@ pub struct Router {
     /// table is full.
     closed: VecDeque<(ConnKey, Instant)>,
     down: Vec<(usize, usize, EvictReason)>,
-    /// Last input sequence number handed out, per service.
-    input_seq: Vec<u64>,
+    /// The sequencer's numbering, per service.
+    order: Vec<SvcOrder>,
+    /// The latest `now` the router was given (for hold deadlines set
+    /// while events leave).
+    last_now: Instant,
 }
 
 impl Router {
@@ -263,7 +286,6 @@ impl Router {
             alive.push(vec![true; s.replicas.len()]);
         }
         Router {
-            config,
             secret,
             counters: Counters::default(),
             transmit: VecDeque::new(),
@@ -277,12 +299,19 @@ impl Router {
             half_open_count: 0,
             closed: VecDeque::new(),
             down: Vec::new(),
-            input_seq: Vec::new(),
+            order: config
+                .services
+                .iter()
+                .map(|_| SvcOrder::default())
+                .collect(),
+            last_now: Instant::ZERO,
+            config,
         }
     }
 
     /// Feed one packet read from the network.
     pub fn handle_packet(&mut self, now: Instant, pkt: Packet) {
+        self.last_now = self.last_now.max(now);
         self.counters.packets_in += 1;
         if let Err(r) = self.classify(now, pkt) {
             self.counters.drop(r);
@@ -799,6 +828,7 @@ impl Router {
             &mut self.down,
         );
         let before = c.legs.len();
+        c.adopt_order(rec.accepted, rec.input_end);
         c.adopt_leg(&mut ctx, replica, &rec.replica);
         let added = c.legs.len() > before;
         self.after(now, key);
@@ -814,6 +844,17 @@ impl Router {
 
     /// Run timers due at `now`.
     pub fn handle_timeout(&mut self, now: Instant) {
+        self.last_now = self.last_now.max(now);
+        for svc in 0..self.order.len() {
+            let due = self.order[svc]
+                .waiting
+                .as_ref()
+                .and_then(|w| w.deadline)
+                .is_some_and(|d| d <= now);
+            if due {
+                self.resume_order(svc);
+            }
+        }
         while let Some(Reverse((t, key))) = self.timers.peek().copied() {
             if t > now {
                 break;
@@ -863,24 +904,163 @@ impl Router {
 
     /// When [`Router::handle_timeout`] next needs to run.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.timers.peek().map(|Reverse((t, _))| *t)
+        let order = self
+            .order
+            .iter()
+            .filter_map(|o| o.waiting.as_ref().and_then(|w| w.deadline))
+            .min();
+        let conns = self.timers.peek().map(|Reverse((t, _))| *t);
+        match (order, conns) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// Next event for the log.
     pub fn poll_event(&mut self) -> Option<Event> {
-        let mut ev = self.events.pop_front()?;
-        if let Event::Input { seq, key, .. } = &mut ev {
+        loop {
+            let mut ev = self.events.pop_front()?;
             // Numbered as they leave, per service, so the numbers follow the
-            // order the core produced them in and have no gaps.
-            if let Some(&svc) = self.by_vip.get(&(key.vip, key.vport)) {
-                if self.input_seq.len() <= svc {
-                    self.input_seq.resize(svc + 1, 0);
+            // order the core produced them in and have no gaps. (Replays
+            // come numbered.)
+            let svc = match &ev {
+                Event::Input { seq: 0, key, .. } => self.by_vip.get(&(key.vip, key.vport)).copied(),
+                _ => None,
+            };
+            let Some(svc) = svc else {
+                return Some(ev);
+            };
+            let o = &mut self.order[svc];
+            if let Some(w) = &mut o.waiting {
+                // Not numbered before the agents said where the order stands.
+                w.deadline.get_or_insert(self.last_now + ORDER_WAIT);
+                o.held.push_back(ev);
+                if o.held.len() >= ORDER_HOLD_MAX {
+                    self.resume_order(svc);
                 }
-                self.input_seq[svc] += 1;
-                *seq = self.input_seq[svc];
+                continue;
+            }
+            o.number(&mut ev);
+            return Some(ev);
+        }
+    }
+
+    /// After a start or a takeover: hold every service's input numbering
+    /// until its replicas' agents reported where the order stands
+    /// ([`Router::order_report`]), or [`ORDER_WAIT`] after the first report
+    /// or the first event held. Only with `Config::sequencer`.
+    pub fn await_order(&mut self) {
+        if !self.config.sequencer {
+            return;
+        }
+        for o in &mut self.order {
+            if o.waiting.is_none() {
+                o.waiting = Some(Waiting::default());
             }
         }
-        Some(ev)
+    }
+
+    /// Replica `replica`'s agent reports where the order stands (one
+    /// report per service port it saw events of; services it reports
+    /// nothing of count as "never got an event"). The order resumes once
+    /// every live replica of a service reported. A report after that
+    /// brings that agent up to date from the router's log.
+    pub fn order_report(&mut self, now: Instant, replica: Ipv4Addr, reports: &[OrderReport]) {
+        self.last_now = self.last_now.max(now);
+        for svc in 0..self.order.len() {
+            let s = &self.config.services[svc];
+            let Some(ri) = s.replicas.iter().position(|r| *r == replica) else {
+                continue;
+            };
+            let mut mine = OrderReport {
+                vip: s.vip,
+                vport: 0,
+                last_seq: 0,
+                tail: Vec::new(),
+            };
+            for r in reports
+                .iter()
+                .filter(|r| r.vip == s.vip && s.ports.contains(&r.vport))
+            {
+                mine.last_seq = mine.last_seq.max(r.last_seq);
+                mine.tail.extend_from_slice(&r.tail);
+            }
+            let o = &mut self.order[svc];
+            if o.waiting.is_some() {
+                o.report(replica, &mine);
+                if let Some(w) = &mut o.waiting {
+                    w.deadline.get_or_insert(now + ORDER_WAIT);
+                }
+                let alive = &self.alive[svc];
+                let all = o.waiting.as_ref().is_some_and(|w| {
+                    s.replicas
+                        .iter()
+                        .enumerate()
+                        .all(|(i, r)| !alive[i] || w.reported.contains_key(r))
+                });
+                if all {
+                    self.resume_order(svc);
+                }
+                continue;
+            }
+            // Late: bring it up to date from the log.
+            o.report(replica, &mine);
+            let (last, top) = (mine.last_seq, o.seq);
+            if last == 0 || last >= top || !self.alive[svc][ri] {
+                continue;
+            }
+            let (replays, lost) = match o.replay(replica, last + 1, top) {
+                Ok(v) => (v, Vec::new()),
+                Err(n) => (Vec::new(), vec![(replica, n)]),
+            };
+            let replayed = replays.len();
+            // Ahead of the events queued unnumbered (they come after `top`).
+            for ev in replays.into_iter().rev() {
+                self.events.push_front(ev);
+            }
+            self.events.push_back(Event::OrderResumed {
+                service: s.name.clone(),
+                last: top,
+                reported: vec![replica],
+                missing: Vec::new(),
+                replayed,
+                lost,
+            });
+        }
+    }
+
+    /// Number on: replays for the agents that are behind first, then the
+    /// held events, ahead of everything else queued.
+    fn resume_order(&mut self, svc: usize) {
+        let s = &self.config.services[svc];
+        let o = &mut self.order[svc];
+        let reported = o.reported();
+        let r = o.resume();
+        let mut front: Vec<Event> = r.replays;
+        let held: Vec<Event> = o.held.drain(..).collect();
+        for mut ev in held {
+            o.number(&mut ev);
+            front.push(ev);
+        }
+        for ev in front.into_iter().rev() {
+            self.events.push_front(ev);
+        }
+        let missing = s
+            .replicas
+            .iter()
+            .enumerate()
+            .filter(|(i, a)| self.alive[svc][*i] && !reported.contains(a))
+            .map(|(_, a)| *a)
+            .collect();
+        let last = o.seq;
+        self.events.push_back(Event::OrderResumed {
+            service: s.name.clone(),
+            last,
+            reported,
+            missing,
+            replayed: r.replayed,
+            lost: r.lost,
+        });
     }
 
     pub fn counters(&self) -> &Counters {

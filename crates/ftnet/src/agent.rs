@@ -6,7 +6,7 @@
 
 use crate::sys;
 use anyhow::Context;
-use ftnet_control::{AgentEvent, AgentSession, ConnId, ConnRecord, Decoder, Msg};
+use ftnet_control::{AgentEvent, AgentSession, ConnId, ConnRecord, Decoder, Msg, OrderLog};
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddrV4, TcpStream};
@@ -123,6 +123,7 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
     let origin = std::time::Instant::now();
     let now_ms = || origin.elapsed().as_millis() as u64;
     let mut records: HashMap<ConnId, ConnRecord> = HashMap::new();
+    let mut order = OrderLog::default();
     let mut backoff = BACKOFF_MIN;
     let mut last_problem = String::new();
     info!(router = %args.router, replica = %args.replica, host = %args.host, shim_socket = %args.shim_socket.display(), "agent starting");
@@ -145,17 +146,17 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
         let (mut s, hello) =
             AgentSession::new(&args.secret, args.replica, &args.host, nonce, now_ms());
         s.records = std::mem::take(&mut records);
+        s.order = std::mem::take(&mut order);
         let outcome = session(stream, &mut s, hello, &now_ms, &shims);
         records = std::mem::take(&mut s.records);
+        order = std::mem::take(&mut s.order);
         if s.is_live() {
             // It was registered: the router just went away; look for its
             // successor at once.
             backoff = BACKOFF_MIN;
         }
         match outcome {
-            Ok(
-                AgentEvent::Registered { .. } | AgentEvent::RouterLost | AgentEvent::Input { .. },
-            ) => {
+            Ok(AgentEvent::Registered { .. } | AgentEvent::RouterLost | AgentEvent::Input(_)) => {
                 let p = format!("router {} fell silent", args.router);
                 warn!(
                     "{p}; keeping {} connection record(s); reconnecting",
@@ -229,15 +230,22 @@ fn session(
                     heartbeat,
                     dead_after,
                 } => {
+                    let order: Vec<String> = s
+                        .order
+                        .report()
+                        .iter()
+                        .map(|o| format!("{}:{} at {}", o.vip, o.vport, o.last_seq))
+                        .collect();
                     info!(
                         heartbeat_ms = heartbeat.as_millis() as u64,
                         dead_after_ms = dead_after.as_millis() as u64,
                         records = s.records.len(),
+                        input_order = %order.join(", "),
                         "registered with the router (both sides proved the shared secret)"
                     );
                 }
-                AgentEvent::Input { seq, id, kind, end } => {
-                    shims.send(&ftnet_control::shim_record(seq, &id, kind, end))
+                AgentEvent::Input(e) => {
+                    shims.send(&ftnet_control::shim_record(e.seq, &e.id, e.kind, e.end))
                 }
                 other => return Ok(other),
             }

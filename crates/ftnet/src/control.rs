@@ -15,7 +15,7 @@ use crate::config::ControlConfig;
 use crate::sys;
 use anyhow::Context;
 use ftnet_control::{ConnId, ConnRecord, Decoder, Heartbeats, Msg, RouterEvent, RouterSession};
-use ftnet_core::{AdoptRecord, Adopted, ConnKey, Event, ReplicaSetup};
+use ftnet_core::{AdoptRecord, Adopted, ConnKey, Event, NumberedInput, OrderReport, ReplicaSetup};
 use std::collections::{HashMap, HashSet};
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
@@ -34,17 +34,16 @@ pub trait RouterHandle: Send + Sync + 'static {
     fn host_lost(&self, addr: Ipv4Addr) -> usize;
     /// Rebuild connections from an agent's records (see `Router::adopt`).
     fn adopt(&self, records: &[AdoptRecord]) -> Vec<Adopted>;
+    /// Where the input order stands at a replica's agent (see
+    /// `Router::order_report`); `then` runs before the router's lock is
+    /// released (the agent starts getting input events there).
+    fn order_report(&self, replica: Ipv4Addr, reports: &[OrderReport], then: &mut dyn FnMut());
 }
 
 /// An agent's record as the core takes it.
 fn adopt_record(replica: Ipv4Addr, r: &ConnRecord) -> AdoptRecord {
     AdoptRecord {
-        key: ConnKey {
-            client: r.id.client,
-            cport: r.id.cport,
-            vip: r.id.vip,
-            vport: r.id.vport,
-        },
+        key: conn_key(&r.id),
         client_isn: r.client_isn,
         router_isn: r.router_isn,
         wscale_out: r.wscale_out,
@@ -57,6 +56,38 @@ fn adopt_record(replica: Ipv4Addr, r: &ConnRecord) -> AdoptRecord {
             wscale: r.replica_wscale,
         },
         expected: r.replicas.clone(),
+        accepted: r.accepted,
+        input_end: r.input_end,
+    }
+}
+
+fn conn_key(id: &ConnId) -> ConnKey {
+    ConnKey {
+        client: id.client,
+        cport: id.cport,
+        vip: id.vip,
+        vport: id.vport,
+    }
+}
+
+/// An agent's order report as the core takes it.
+fn order_report(o: &ftnet_control::ServiceOrder) -> OrderReport {
+    OrderReport {
+        vip: o.vip,
+        vport: o.vport,
+        last_seq: o.last_seq,
+        tail: o
+            .tail
+            .iter()
+            .map(|e| NumberedInput {
+                seq: e.seq,
+                key: conn_key(&e.id),
+                kind: match e.kind {
+                    ftnet_control::InputKind::Accept => ftnet_core::InputKind::Accept,
+                    ftnet_control::InputKind::Data => ftnet_core::InputKind::Data { end: e.end },
+                },
+            })
+            .collect(),
     }
 }
 
@@ -77,6 +108,9 @@ struct Agent {
     lost: Option<std::time::Instant>,
     /// Which connection thread owns this entry (a newer registration replaces it).
     session: u64,
+    /// Its order report was taken: it gets input events from then on
+    /// (what was numbered before is replayed to it, in order).
+    ordered: bool,
 }
 
 impl Registry {
@@ -107,6 +141,8 @@ impl Registry {
                                 replica_wscale: me.map_or(0, |x| x.wscale),
                                 client_mss: r.client_mss,
                                 mss_out: r.mss_out,
+                                accepted: false,
+                                input_end: None,
                             },
                         }
                     }),
@@ -134,9 +170,13 @@ impl Registry {
             }
             _ => return false,
         };
+        let input = matches!(ev, Event::Input { .. });
         let agents = self.lock();
         for a in replicas {
-            if let Some(agent) = agents.get(&a).filter(|x| x.lost.is_none()) {
+            if let Some(agent) = agents
+                .get(&a)
+                .filter(|x| x.lost.is_none() && (x.ordered || !input))
+            {
                 match agent.tx.try_send(msg_for(a)) {
                     Ok(()) | Err(TrySendError::Disconnected(_)) => {}
                     Err(TrySendError::Full(_)) => {
@@ -333,6 +373,7 @@ fn serve(
                             records: 0,
                             lost: None,
                             session: id,
+                            ordered: false,
                         },
                     );
                     let again = if prev.is_some() {
@@ -359,6 +400,19 @@ fn serve(
                     } else {
                         info!(%replica, "agent's {} record(s): {known} already known, {refused} refused", records.len());
                     }
+                }
+                RouterEvent::Order { replica, services } => {
+                    let reports: Vec<OrderReport> = services.iter().map(order_report).collect();
+                    let at: Vec<String> = services
+                        .iter()
+                        .map(|o| format!("{}:{} at {}", o.vip, o.vport, o.last_seq))
+                        .collect();
+                    info!(%replica, "agent's input order: {}", if at.is_empty() { "no event yet".to_string() } else { at.join(", ") });
+                    router.order_report(replica, &reports, &mut || {
+                        if let Some(a) = reg.lock().get_mut(&replica).filter(|a| a.session == id) {
+                            a.ordered = true;
+                        }
+                    });
                 }
                 RouterEvent::Rejected { reason } => {
                     warn!(%peer, "agent refused: {reason}");

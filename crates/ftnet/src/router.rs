@@ -109,7 +109,13 @@ pub fn run(cfg: FileConfig) -> anyhow::Result<()> {
 
     let secret = sys::random_secret().context("reading 16 random bytes from /dev/urandom")?;
     let shared = Arc::new(Shared {
-        router: Mutex::new(Router::new(cfg.core.clone(), secret)),
+        router: Mutex::new({
+            let mut r = Router::new(cfg.core.clone(), secret);
+            // This router may follow another (a takeover, a restart): it
+            // numbers input only once the agents said where the order stands.
+            r.await_order();
+            r
+        }),
         started,
         epoch_us: sys::epoch_micros(),
         snapshot,
@@ -208,6 +214,22 @@ impl RouterHandle for Shared {
         // The position probes are queued: get them written.
         self.kick();
         done
+    }
+
+    fn order_report(
+        &self,
+        replica: std::net::Ipv4Addr,
+        reports: &[ftnet_core::OrderReport],
+        then: &mut dyn FnMut(),
+    ) {
+        let now = self.now();
+        {
+            let mut r = self.lock();
+            r.order_report(now, replica, reports);
+            then();
+        }
+        // Replays and held events are queued: get them out.
+        self.kick();
     }
 }
 
@@ -478,6 +500,33 @@ fn log_event(ev: &Event) {
         }
         Event::ConnectionLost { conn } => {
             error!("connection {conn}: no replica left, client reset")
+        }
+        Event::OrderResumed {
+            service,
+            last,
+            reported,
+            missing,
+            replayed,
+            lost,
+        } => {
+            let list = |v: &[std::net::Ipv4Addr]| {
+                v.iter()
+                    .map(|a| a.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            let miss = if missing.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    "; no report in time from {} (their shims may see a break in the order)",
+                    list(missing)
+                )
+            };
+            info!("service {service}: input order numbered on after {last} (reported: {}; {replayed} event(s) replayed to agents that were behind){miss}", list(reported));
+            for (r, n) in lost {
+                warn!("service {service}: replica {r} missed input event {n} and nobody reported it; its shim falls back to the kernel's input order");
+            }
         }
         Event::Diverged {
             conn,

@@ -2,7 +2,7 @@
 
 use anyhow::Context;
 use serde_json::Value;
-use std::io::Read;
+use std::io::{Read, Write};
 use std::path::Path;
 use std::time::Duration;
 
@@ -24,12 +24,17 @@ pub fn fetch(socket: &Path) -> anyhow::Result<Value> {
 
 pub fn show(socket: &Path, json: bool) -> anyhow::Result<()> {
     let v = fetch(socket)?;
-    if json {
-        println!("{}", serde_json::to_string_pretty(&v)?);
+    let text = if json {
+        serde_json::to_string_pretty(&v)? + "\n"
     } else {
-        print!("{}", render(&v));
+        render(&v)
+    };
+    // A reader that stops early (`ftnet status | head`) is not an error.
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
+        _ => Ok(()),
     }
-    Ok(())
 }
 
 fn u(v: &Value) -> u64 {

@@ -227,6 +227,21 @@ fn unread(fd: c_int) -> u32 {
     n.max(0) as u32
 }
 
+/// The peer's FIN is in: every byte of the connection has arrived. (A
+/// router that took over cannot tell a replica's acknowledgment of the
+/// client's FIN from one of a byte, so its first chunk may end one past
+/// the data: such a chunk is complete once the FIN is in.)
+fn peer_closed(fd: c_int) -> bool {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLRDHUP,
+        revents: 0,
+    };
+    // SAFETY: one pollfd, no timeout; poll is not interposed.
+    let n = unsafe { libc::poll(&mut p, 1, 0) };
+    n == 1 && p.revents & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) != 0
+}
+
 impl State {
     /// Connect to the agent (at most every 100 ms) and read what it sent.
     fn pump(&mut self) {
@@ -408,7 +423,7 @@ impl State {
             {
                 Some((fd, c)) => {
                     let want = end.wrapping_sub(c.consumed);
-                    (want as i32) <= 0 || unread(fd) >= want
+                    (want as i32) <= 0 || unread(fd) >= want || peer_closed(fd)
                 }
                 None => false,
             },
@@ -454,7 +469,7 @@ impl State {
                     }
                     let Some(c) = self.conns.get(&fd) else { break };
                     let want = end.wrapping_sub(c.consumed);
-                    if (want as i32) > 0 && unread(fd) < want {
+                    if (want as i32) > 0 && unread(fd) < want && !peer_closed(fd) {
                         break;
                     }
                     out.push(*e);

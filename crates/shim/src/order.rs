@@ -2,7 +2,7 @@
 //! which of them the server may see next, and the wire format the agent
 //! uses to pass them on. Pure logic, tested without a server.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 
 /// A connection as the replica sees it: the client's address and port and
 /// the local (service) port.
@@ -80,6 +80,9 @@ pub struct Order {
     closed: HashSet<Key>,
     closed_fifo: VecDeque<Key>,
     last_seq: Option<u64>,
+    /// Connections accepted in the order and not closed: the end of their
+    /// last chunk (none before the first).
+    open: HashMap<Key, Option<u32>>,
 }
 
 /// The stream from the router has a hole: the order cannot be trusted.
@@ -104,13 +107,29 @@ impl Order {
             }
         }
         self.last_seq = Some(ev.seq);
-        if ev.kind == Kind::Accept {
-            // A new connection with a key seen before (port reuse).
-            if self.closed.remove(&ev.key) {
-                self.closed_fifo.retain(|k| *k != ev.key);
+        // A router that took over may say again what its predecessor said
+        // (an Accept, a chunk no longer than one before): the same events
+        // on every replica, so dropping them keeps the replicas together.
+        match ev.kind {
+            Kind::Accept => {
+                // A new connection with a key seen before (port reuse).
+                if self.closed.remove(&ev.key) {
+                    self.closed_fifo.retain(|k| *k != ev.key);
+                } else if self.open.contains_key(&ev.key) {
+                    return Ok(());
+                }
+                self.open.insert(ev.key, None);
             }
-        } else if self.closed.contains(&ev.key) {
-            return Ok(());
+            Kind::Data { end } => {
+                if self.closed.contains(&ev.key) {
+                    return Ok(());
+                }
+                let prev = self.open.insert(ev.key, Some(end)).flatten();
+                if let Some(p) = prev.filter(|&p| (end.wrapping_sub(p) as i32) <= 0) {
+                    self.open.insert(ev.key, Some(p));
+                    return Ok(());
+                }
+            }
         }
         self.queue.push_back(ev);
         Ok(())
@@ -144,6 +163,7 @@ impl Order {
     /// The server closed `key`: forget its pending events and drop late ones.
     pub fn close(&mut self, key: Key) {
         self.queue.retain(|e| e.key != key);
+        self.open.remove(&key);
         if self.closed.insert(key) {
             self.closed_fifo.push_back(key);
             if self.closed_fifo.len() > CLOSED_MAX {
@@ -232,6 +252,26 @@ mod tests {
         assert_eq!(o.head(|e| e.key != A), None);
         assert_eq!(o.head(|_| true).map(|e| e.seq), Some(1));
         assert!(o.pending_for(&A) && !o.pending_for(&B));
+    }
+
+    /// What a router that took over repeats is dropped, the same way on
+    /// every replica: a second Accept of an open connection, a chunk that
+    /// ends at or before an earlier one (offsets wrap at 2^32).
+    #[test]
+    fn repeated_accepts_and_chunks_are_dropped() {
+        let mut o = Order::default();
+        o.push(ev(1, A, Kind::Accept)).unwrap();
+        o.push(ev(2, A, Kind::Data { end: 0xffff_fff0 })).unwrap();
+        o.push(ev(3, A, Kind::Accept)).unwrap();
+        o.push(ev(4, A, Kind::Data { end: 0xffff_ff00 })).unwrap();
+        o.push(ev(5, A, Kind::Data { end: 0xffff_fff0 })).unwrap();
+        o.push(ev(6, A, Kind::Data { end: 16 })).unwrap();
+        let seqs: Vec<u64> = o.iter().map(|e| e.seq).collect();
+        assert_eq!(seqs, vec![1, 2, 6]);
+        o.close(A);
+        o.push(ev(7, A, Kind::Accept)).unwrap();
+        o.push(ev(8, A, Kind::Data { end: 3 })).unwrap();
+        assert_eq!(o.len(), 2, "a reused key starts afresh");
     }
 
     #[test]

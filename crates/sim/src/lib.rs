@@ -117,7 +117,7 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use smoltcp::socket::tcp::State;
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BinaryHeap, HashMap, VecDeque};
 use std::net::Ipv4Addr;
 use std::time::Duration;
 
@@ -341,6 +341,86 @@ struct Sim {
     router_down: Option<(u64, u64)>,
     /// A router took over, at this time, with this many connections adopted.
     took_over: Option<(u64, usize)>,
+    /// Each replica's agent, as the sequencer's order reaches it.
+    agents: BTreeMap<Ipv4Addr, SimAgent>,
+    /// Which agents' writers lag (independent of every other decision, so
+    /// the other random choices of a seed stay as they were).
+    agent_rng: SmallRng,
+}
+
+/// One replica's agent as the input order reaches it: the agent's own
+/// logic (`ftnet_control::OrderLog`), behind a writer that may lag a few
+/// events (what is in flight is lost when the router dies, so the agents
+/// stand at different points of the order at a takeover).
+#[derive(Default)]
+struct SimAgent {
+    order: ftnet_control::OrderLog,
+    inflight: Vec<ftnet_control::InputRec>,
+    /// What it passed on to its shim, in order.
+    passed: Vec<ftnet_control::InputRec>,
+    /// Per connection: its Accept passed on, its last chunk's end.
+    conns: HashMap<ConnKey, (bool, Option<u32>)>,
+    /// How many of the events it was sent its writer holds back.
+    lag: usize,
+}
+
+fn conn_id(k: &ConnKey) -> ftnet_control::ConnId {
+    ftnet_control::ConnId {
+        client: k.client,
+        cport: k.cport,
+        vip: k.vip,
+        vport: k.vport,
+    }
+}
+
+fn conn_key(id: &ftnet_control::ConnId) -> ConnKey {
+    ConnKey {
+        client: id.client,
+        cport: id.cport,
+        vip: id.vip,
+        vport: id.vport,
+    }
+}
+
+impl SimAgent {
+    /// Pass on all but the last `lag` events it was sent.
+    fn deliver(&mut self, lag: usize) {
+        let n = self.inflight.len().saturating_sub(lag);
+        for e in self.inflight.drain(..n).collect::<Vec<_>>() {
+            self.order.note(e);
+            let c = self.conns.entry(conn_key(&e.id)).or_default();
+            match e.kind {
+                ftnet_control::InputKind::Accept => c.0 = true,
+                ftnet_control::InputKind::Data => c.1 = Some(e.end),
+            }
+            self.passed.push(e);
+        }
+    }
+
+    /// Its report on registering, as the router's control plane passes it on.
+    fn report(&self) -> Vec<ftnet_core::OrderReport> {
+        self.order
+            .report()
+            .iter()
+            .map(|o| ftnet_core::OrderReport {
+                vip: o.vip,
+                vport: o.vport,
+                last_seq: o.last_seq,
+                tail: o
+                    .tail
+                    .iter()
+                    .map(|e| ftnet_core::NumberedInput {
+                        seq: e.seq,
+                        key: conn_key(&e.id),
+                        kind: match e.kind {
+                            ftnet_control::InputKind::Accept => InputKind::Accept,
+                            ftnet_control::InputKind::Data => InputKind::Data { end: e.end },
+                        },
+                    })
+                    .collect(),
+            })
+            .collect()
+    }
 }
 
 const TRACE_LINES: usize = 60;
@@ -497,6 +577,8 @@ impl Sim {
             records: HashMap::new(),
             router_down: None,
             took_over: None,
+            agents: BTreeMap::new(),
+            agent_rng: SmallRng::seed_from_u64(seed ^ 0xa6e7),
             p,
         }
     }
@@ -982,11 +1064,43 @@ impl Sim {
                             }
                         }
                     }
+                    Event::Input {
+                        seq,
+                        key,
+                        kind,
+                        replicas,
+                    } => {
+                        let (kind, end) = match kind {
+                            InputKind::Accept => (ftnet_control::InputKind::Accept, 0),
+                            InputKind::Data { end } => (ftnet_control::InputKind::Data, *end),
+                        };
+                        for a in replicas {
+                            let rng = &mut self.agent_rng;
+                            self.agents
+                                .entry(*a)
+                                .or_insert_with(|| SimAgent {
+                                    lag: rng.gen_range(0..4),
+                                    ..SimAgent::default()
+                                })
+                                .inflight
+                                .push(ftnet_control::InputRec {
+                                    seq: *seq,
+                                    id: conn_id(key),
+                                    kind,
+                                    end,
+                                });
+                        }
+                    }
                     _ => {}
                 }
                 self.events.push(ev.clone());
                 self.log(format!("{:>10} EVENT {:?}", self.now, ev));
                 self.check_event(&ev)?;
+            }
+            // Each agent's writer is its own few events behind.
+            for a in self.agents.values_mut() {
+                let lag = a.lag;
+                a.deliver(lag);
             }
             let Middle::Router(r) = &mut self.middle else {
                 return Ok(());
@@ -1516,6 +1630,10 @@ impl Sim {
                 }
                 self.router_down = Some((self.now, self.now + t.outage_us));
                 self.gso_rest.clear();
+                // What its agents' writers had not sent yet is lost.
+                for a in self.agents.values_mut() {
+                    a.inflight.clear();
+                }
                 self.log(format!(
                     "{:>10} ROUTER KILLED (client acked {acked}/{total}); a new one takes over at {}",
                     self.now,
@@ -1529,13 +1647,40 @@ impl Sim {
                 };
                 let mut secret = [0u8; 16];
                 SmallRng::seed_from_u64(self.seed ^ 0x7a6e).fill(&mut secret);
+                let replicas: Vec<Ipv4Addr> = cfg
+                    .services
+                    .iter()
+                    .flat_map(|s| s.replicas.clone())
+                    .collect();
                 let mut r = Router::new(cfg, secret);
                 let now = Instant(self.now);
+                // Each agent registers: where the order stands at it, then
+                // its records.
+                r.await_order();
+                let mut at = Vec::new();
+                for a in &replicas {
+                    let rep = self.agents.get(a).map(|x| x.report()).unwrap_or_default();
+                    at.push(format!(
+                        "{a} at {}",
+                        rep.iter().map(|o| o.last_seq).max().unwrap_or(0)
+                    ));
+                    r.order_report(now, *a, &rep);
+                }
+                self.log(format!(
+                    "{:>10} agents' input order: {}",
+                    self.now,
+                    at.join(", ")
+                ));
                 let mut keys: Vec<&ConnKey> = self.records.keys().collect();
                 keys.sort();
                 for k in keys {
                     let rec = &self.records[k];
                     for rep in &rec.replicas {
+                        let (accepted, input_end) = self
+                            .agents
+                            .get(&rep.addr)
+                            .and_then(|a| a.conns.get(k).copied())
+                            .unwrap_or_default();
                         r.adopt(
                             now,
                             &AdoptRecord {
@@ -1548,6 +1693,8 @@ impl Sim {
                                 mss_out: rec.mss_out,
                                 replica: *rep,
                                 expected: rec.replicas.iter().map(|x| x.addr).collect(),
+                                accepted,
+                                input_end,
                             },
                         );
                     }
@@ -1564,6 +1711,95 @@ impl Sim {
             }
             Some(_) => Ok(()),
         }
+    }
+
+    /// Invariant 6 across a takeover, on what the agents passed on to their
+    /// shims: each agent's numbers have no gap (unless its replica left a
+    /// connection: it then gets no more of that one's events); a number
+    /// means the same event at every agent; and in the merged order, as a
+    /// shim reads it (a repeated Accept or a chunk no longer than an
+    /// earlier one is dropped), every connection has its Accept before any
+    /// chunk and its chunks reach the end of the client's stream.
+    fn takeover_order_checks(&mut self) -> Result<(), String> {
+        for a in self.agents.values_mut() {
+            a.deliver(0);
+        }
+        let evicted: Vec<Ipv4Addr> = self
+            .events
+            .iter()
+            .filter_map(|e| match e {
+                Event::Evicted { replica, .. } => Some(*replica),
+                _ => None,
+            })
+            .collect();
+        let mut global: BTreeMap<u64, (ConnKey, ftnet_control::InputKind, u32)> = BTreeMap::new();
+        for (addr, a) in &self.agents {
+            if !evicted.contains(addr) {
+                if let Some(w) = a.passed.windows(2).find(|w| w[1].seq != w[0].seq + 1) {
+                    return Err(format!(
+                        "invariant 6 (sequencer across a takeover): replica {addr}'s agent passed on number {} after {}",
+                        w[1].seq, w[0].seq
+                    ));
+                }
+            }
+            for e in &a.passed {
+                let v = (conn_key(&e.id), e.kind, e.end);
+                if let Some(prev) = global.insert(e.seq, v) {
+                    if prev != v {
+                        return Err(format!(
+                            "invariant 6 (sequencer across a takeover): number {} is {prev:?} at one agent and {v:?} at replica {addr}'s",
+                            e.seq
+                        ));
+                    }
+                }
+            }
+        }
+        let nums: Vec<u64> = global.keys().copied().collect();
+        if let Some(w) = nums.windows(2).find(|w| w[1] != w[0] + 1) {
+            return Err(format!(
+                "invariant 6 (sequencer across a takeover): no agent got numbers {} to {}",
+                w[0] + 1,
+                w[1] - 1
+            ));
+        }
+        let mut shim: HashMap<u16, (bool, Option<u32>)> = HashMap::new();
+        for (seq, (key, kind, end)) in &global {
+            let st = shim.entry(key.cport).or_default();
+            match kind {
+                ftnet_control::InputKind::Accept => st.0 = true,
+                ftnet_control::InputKind::Data => {
+                    if !st.0 {
+                        return Err(format!(
+                            "invariant 6 (sequencer across a takeover): chunk {seq} of port {} before its accept",
+                            key.cport
+                        ));
+                    }
+                    if st.1.is_none_or(|p| (end.wrapping_sub(p) as i32) > 0) {
+                        st.1 = Some(*end);
+                    }
+                }
+            }
+        }
+        let host::App::Client { conns, .. } = &self.hosts[0].app else {
+            return Err("harness: host 0 is not the client".into());
+        };
+        for (i, k) in conns.iter().enumerate() {
+            let st = shim.get(&k.port).copied().unwrap_or_default();
+            // A rebuilt connection's first chunk may end at the client's
+            // FIN: the shim takes a chunk as complete once the FIN is in.
+            let len = k.data.len() as u32;
+            let fin_ok = self.p.close != Close::Never && st.1 == Some(len + 1);
+            if !st.0 || (st.1.unwrap_or(0) != len && !fin_ok) {
+                return Err(format!(
+                    "invariant 6 (sequencer across a takeover): conn {i} (port {}) accepted {}, chunks end at {:?}, the stream at {}",
+                    k.port,
+                    st.0,
+                    st.1,
+                    k.data.len()
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// Virtual time the run goes on after the workload is complete, µs.
@@ -1637,9 +1873,18 @@ impl Sim {
         }
         // Invariant 6 (sequencer): one gap-free numbering per service; per
         // connection an Accept first, then chunk ends that only grow and
-        // end exactly where the client's stream ends. Not across a router
-        // takeover: the new router numbers from 1 again (the shims then
-        // fall back to arrival order, see ARCHITECTURE.md).
+        // end exactly where the client's stream ends. Across a router
+        // takeover, see `takeover_order_checks`.
+        if matches!(self.middle, Middle::Router(_))
+            && self.p.fuzz_packets == 0
+            && self.took_over.is_some()
+        {
+            self.takeover_order_checks()?;
+        }
+        let c = &self.hosts[0];
+        let host::App::Client { conns, .. } = &c.app else {
+            return Err("harness: host 0 is not the client".into());
+        };
         if matches!(self.middle, Middle::Router(_))
             && self.p.fuzz_packets == 0
             && self.took_over.is_none()

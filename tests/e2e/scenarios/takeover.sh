@@ -64,7 +64,7 @@ takeover() {
 	before=$(active)
 	t0=$(now_ms)
 	lab "${FAULT}-router" --name "$LAB" >>"$T/fault.out" 2>&1 || { say "takeover $k: ${FAULT}-router failed"; return 1; }
-	wait_for 3 bash -c "[[ \$('$FTNET' lab status --name '$LAB' | awk '/router holding the addresses/ { print \$NF; exit }') != '$before' ]]" || true
+	wait_for 3 bash -c "[[ \$('$FTNET' lab status --name '$LAB' 2>/dev/null | awk '/router holding the addresses/ { print \$NF; exit }') != '$before' ]]" || true
 	after=$(active)
 	t1=$(now_ms)
 	if [[ -z $after || $after == "$before" ]]; then

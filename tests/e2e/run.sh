@@ -80,7 +80,7 @@ done
 [[ -z $only || agents/n3-cut =~ $only ]] && tests+=(agents/n3-cut)
 for id in redis-order/n3-none redis-order/n3-kill shim-echo/n3-kill shim-nginx-get/n3-kill shim-nginx-put/n3-cut \
 	vote/n3-none vote/n3-kill vote-echo/n3-cut vote-nginx-get/n3-kill \
-	takeover-stall/n3-kill takeover-get/n3-kill takeover-synack/n3-kill; do
+	takeover-stall/n3-kill takeover-get/n3-kill takeover-synack/n3-kill takeover-redis/n3-kill; do
 	[[ -z $only || $id =~ $only ]] && tests+=("$id")
 done
 if ((list)); then printf '%s\n' "${tests[@]}"; exit 0; fi

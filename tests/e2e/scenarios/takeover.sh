@@ -42,7 +42,7 @@ get | put)
 	;;
 redis)
 	PORT=6379
-	REQS=$(quick 100000 400000)
+	REQS=$(quick 100000 200000)
 	lab_up --ha --port "$PORT"
 	;;
 synack | stall)

@@ -97,7 +97,7 @@ e2e_on_exit() {
 	trap - EXIT INT TERM
 	if [[ -n $WATCHER_PID ]]; then kill "$WATCHER_PID" 2>/dev/null; wait "$WATCHER_PID" 2>/dev/null; fi
 	# FTNET_E2E_EVIDENCE=always keeps the evidence of a passing test too.
-	if ((rc != 0 || ${#FTNET_E2E_EVIDENCE} > 0)) && ((LAB_STARTED)); then collect_evidence; fi
+	if { ((rc != 0)) || [[ -n ${FTNET_E2E_EVIDENCE:-} ]]; } && ((LAB_STARTED)); then collect_evidence; fi
 	if ((LAB_STARTED)); then
 		timeout 120 "$FTNET" lab down --name "$LAB" >/dev/null 2>&1 || warn "lab down --name $LAB failed"
 	fi
@@ -119,7 +119,7 @@ collect_evidence() {
 		for d in /run/ftnet/lab/"$LAB"/r*/; do
 			[[ -d $d ]] || continue
 			local r; r=$(basename "$d")
-			for f in server.log error.log; do
+			for f in server.log error.log agent.log; do
 				[[ -f $d/$f ]] && tail -c 200000 "$d/$f" >"$dest/$r-$f"
 			done
 		done

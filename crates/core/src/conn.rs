@@ -997,6 +997,19 @@ impl Conn {
             l.ts_off = ts_now.wrapping_sub(v);
             l.ts_last = v;
         }
+        if self.from_agents && seg.payload_len == 0 && !seg.has(flags::FIN) {
+            // On a rebuilt connection the position learnt may be one short:
+            // a replica in zero-window persist sends probes at SND.UNA − 1
+            // (Linux), and one of those may have been taken for its answer.
+            // Its later pure ACKs carry SND.NXT; acknowledging it below its
+            // SND.UNA would be ignored, window update included, and leave
+            // it stopped for good.
+            let l = &mut self.legs[i];
+            let s = seg.seq.shift(l.off);
+            if s.is_after(l.hi) && s.diff(l.hi) <= MAX_WIN {
+                l.hi = s;
+            }
+        }
         let l = &self.legs[i];
         let s = seg.seq.shift(l.off);
         if s.diff(l.hi) > MAX_WIN || s.diff(l.hi) < -MAX_WIN {
@@ -2218,8 +2231,8 @@ impl Conn {
         }
         let l = &self.legs[i];
         if !l.learned {
-            // Its position is unknown. Two segments with no data and the
-            // client's ISN as sequence number, below anything it can still
+            // Its position is unknown. Two segments with one octet of old
+            // data ending at the client's ISN, below anything it can still
             // accept, so that it answers with an ACK carrying its sequence
             // and acknowledgment numbers (RFC 9293 §3.10.7.4: "an
             // acknowledgment should be sent in reply"). Stacks differ in
@@ -2246,7 +2259,7 @@ impl Conn {
                     let mut r = Repr::new(
                         self.key.cport,
                         self.key.vport,
-                        self.client_isn,
+                        self.client_isn.sub(1),
                         ack.unshift(l.off),
                         flags::ACK,
                         self.client_win,
@@ -2254,8 +2267,17 @@ impl Conn {
                     if self.ts_on {
                         r.timestamps = Some((tsval, 0));
                     }
+                    // One garbage octet: Linux rate-limits its answers to
+                    // out-of-window segments to one per 500 ms per
+                    // connection, but not for segments that carry data (a
+                    // pure ACK probe could go unanswered for half a second
+                    // after the replica answered anything else). It sits
+                    // just before the client's ISN: ending at the ISN, it
+                    // is unacceptable even to a connection that has received
+                    // nothing yet (RCV.NXT = ISN + 1), whose TS.Recent it
+                    // would otherwise overwrite with the half-space TSval.
                     ctx.tx
-                        .push_back(Packet::plain(r.emit_ipv4(self.key.client, l.addr, &[])));
+                        .push_back(Packet::plain(r.emit_ipv4(self.key.client, l.addr, &[0])));
                     ctx.counters.packets_out += 1;
                 }
             }

@@ -173,6 +173,9 @@ pub enum Event {
         kind: InputKind,
         replicas: Vec<Ipv4Addr>,
     },
+    /// Every connection adopted from the agents' records since the first
+    /// record came is rebuilt (or left the table), `after_ms` after it.
+    TableRebuilt { connections: u64, after_ms: u64 },
     /// A router that started or took over numbers a service's input on
     /// from `last` (the highest number its agents reported): `reported`
     /// replicas' agents told where they stood, `missing` ones did not in
@@ -268,6 +271,10 @@ pub struct Router {
     /// The latest `now` the router was given (for hold deadlines set
     /// while events leave).
     last_now: Instant,
+    /// A rebuild in progress: when the first record came, connections
+    /// adopted since, and adopted ones that left the table unrebuilt.
+    rebuild: Option<(Instant, u64)>,
+    rebuild_dropped: u64,
 }
 
 impl Router {
@@ -305,6 +312,8 @@ impl Router {
                 .map(|_| SvcOrder::default())
                 .collect(),
             last_now: Instant::ZERO,
+            rebuild: None,
+            rebuild_dropped: 0,
             config,
         }
     }
@@ -633,6 +642,7 @@ impl Router {
     /// Mark replicas down that an input proved dead, and take them out of
     /// every connection.
     fn apply_down(&mut self, now: Instant) {
+        self.check_rebuilt(now);
         while let Some((svc, replica, reason)) = self.down.pop() {
             let Some(v) = self.alive.get_mut(svc) else {
                 continue;
@@ -757,6 +767,9 @@ impl Router {
 
     fn remove(&mut self, key: ConnKey) {
         if let Some(c) = self.conns.remove(&key) {
+            if c.recovering {
+                self.rebuild_dropped += 1;
+            }
             if c.counted_half_open {
                 self.half_open_count = self.half_open_count.saturating_sub(1);
             }
@@ -835,6 +848,9 @@ impl Router {
         match (fresh, added) {
             (true, _) => {
                 self.counters.connections_adopted += 1;
+                let start = self.rebuild.map_or(now, |(t, _)| t);
+                let n = self.rebuild.map_or(0, |(_, n)| n);
+                self.rebuild = Some((start, n + 1));
                 Adopted::New
             }
             (false, true) => Adopted::Leg,
@@ -879,6 +895,23 @@ impl Router {
             self.after(now, key);
         }
         self.apply_down(now);
+    }
+
+    /// Every connection adopted since the rebuild began is whole again (or
+    /// gone): say so once, with how long it took.
+    fn check_rebuilt(&mut self, now: Instant) {
+        let Some((start, n)) = self.rebuild else {
+            return;
+        };
+        if self.counters.connections_rebuilt + self.rebuild_dropped
+            >= self.counters.connections_adopted
+        {
+            self.rebuild = None;
+            self.events.push_back(Event::TableRebuilt {
+                connections: n,
+                after_ms: now.saturating_sub(start).as_millis() as u64,
+            });
+        }
     }
 
     /// RFC 6528 §3: ISN = M + F(localip, localport, remoteip, remoteport,

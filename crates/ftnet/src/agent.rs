@@ -108,13 +108,21 @@ fn peer_pid(c: &UnixStream) -> i32 {
     cred.pid
 }
 
-/// Reconnection back-off. Short at first: after a router dies its standby
-/// takes the address over within a few hundred milliseconds, and rebuilds
-/// its table from the records this agent sends on registering.
-const BACKOFF_MIN: Duration = Duration::from_millis(20);
+/// Reconnection back-off. After a router dies its standby takes the
+/// address over within about a hundred milliseconds and rebuilds its table
+/// from the records this agent sends on registering: every millisecond the
+/// agent waits is a millisecond the clients' connections stall (the
+/// endpoints' first retransmission, ~200 ms after the loss, only gets
+/// through a rebuilt connection). So the first [`FAST_TRIES`] attempts
+/// after losing a router come every [`BACKOFF_MIN`], each given
+/// [`CONNECT_FAST`] (a SYN sent while no router owns the address is lost,
+/// and the kernel would repeat it only after a second); then the back-off
+/// doubles up to [`BACKOFF_MAX`] and attempts get [`CONNECT_TIMEOUT`].
+const BACKOFF_MIN: Duration = Duration::from_millis(10);
 const BACKOFF_MAX: Duration = Duration::from_millis(250);
-/// How long one connection attempt may take (the address may have no owner
-/// for a moment during a takeover: try again rather than wait).
+const FAST_TRIES: u32 = 40;
+const CONNECT_FAST: Duration = Duration::from_millis(30);
+/// How long one connection attempt may take once the fast tries are over.
 const CONNECT_TIMEOUT: Duration = Duration::from_millis(250);
 
 pub fn run(args: AgentArgs) -> anyhow::Result<()> {
@@ -125,11 +133,16 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
     let mut records: HashMap<ConnId, ConnRecord> = HashMap::new();
     let mut order = OrderLog::default();
     let mut backoff = BACKOFF_MIN;
+    // Attempts since the last registration (or since the start).
+    let mut tries = 0u32;
     let mut last_problem = String::new();
     info!(router = %args.router, replica = %args.replica, host = %args.host, shim_socket = %args.shim_socket.display(), "agent starting");
     let shims = Shims::listen(&args.shim_socket)?;
     while !sys::stop_requested() {
-        let stream = match TcpStream::connect_timeout(&args.router.into(), CONNECT_TIMEOUT) {
+        tries = tries.saturating_add(1);
+        let fast = tries <= FAST_TRIES;
+        let timeout = if fast { CONNECT_FAST } else { CONNECT_TIMEOUT };
+        let stream = match TcpStream::connect_timeout(&args.router.into(), timeout) {
             Ok(s) => s,
             Err(e) => {
                 let p = format!("cannot reach the router at {}: {e}", args.router);
@@ -138,7 +151,9 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
                     last_problem = p;
                 }
                 std::thread::sleep(backoff);
-                backoff = (backoff * 2).min(BACKOFF_MAX);
+                if !fast {
+                    backoff = (backoff * 2).min(BACKOFF_MAX);
+                }
                 continue;
             }
         };
@@ -152,8 +167,9 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
         order = std::mem::take(&mut s.order);
         if s.is_live() {
             // It was registered: the router just went away; look for its
-            // successor at once.
+            // successor at once, and fast.
             backoff = BACKOFF_MIN;
+            tries = 0;
         }
         match outcome {
             Ok(AgentEvent::Registered { .. } | AgentEvent::RouterLost | AgentEvent::Input(_)) => {

@@ -47,6 +47,10 @@ impl Lab {
     pub(super) fn socket_n(&self, k: usize) -> PathBuf {
         self.dir().join(format!("{}.sock", ROUTERS[k].0))
     }
+    /// When router `k` became VRRP master, one epoch-ms line per time.
+    pub(super) fn master_file(&self, k: usize) -> PathBuf {
+        self.dir().join(format!("{}.master", ROUTERS[k].0))
+    }
     fn down_file(&self, k: usize) -> PathBuf {
         self.dir().join(format!("{}.down", ROUTERS[k].0))
     }
@@ -150,6 +154,8 @@ fn keepalived_conf(lab: &Lab, k: usize, n: usize) -> String {
 global_defs {{
   router_id ftnet-{name}-{r}
   vrrp_version 3
+  enable_script_security
+  script_user root
   vrrp_garp_master_delay 1
   vrrp_garp_master_repeat 2
 }}
@@ -170,6 +176,8 @@ vrrp_instance ftnet {{
   track_file {{
     router_down
   }}
+  # The moment it became master (epoch ms), for the takeover figures.
+  notify_master \"/bin/sh -c 'date +%s%3N >> {master}'\"
   virtual_ipaddress {{
 {vips}
   }}
@@ -178,6 +186,7 @@ vrrp_instance ftnet {{
         name = lab.name,
         r = ROUTERS[k].0,
         down = lab.down_file(k).display(),
+        master = lab.master_file(k).display(),
         ifaces = ifaces.join("\n"),
         vips = vips.join("\n"),
     )
@@ -200,13 +209,20 @@ pub(super) fn start_router(lab: &Lab, k: usize, cfg: &Path) -> anyhow::Result<()
         .arg(&down);
     let name = ROUTERS[k].0;
     let log = lab.dir().join(format!("{name}.log"));
-    // Keep what the router logged before (a restart appends).
+    // Keep what the router logged before (a restart appends it to .log.1).
     let mut prev = std::fs::read(&log).unwrap_or_default();
     launch(cmd, &log, &lab.dir().join(format!("{name}.pid")), name)?;
     if !prev.is_empty() {
+        // Every earlier run, oldest first.
         prev.extend_from_slice(b"---- restarted ----\n");
         let old = lab.dir().join(format!("{name}.log.1"));
-        std::fs::write(old, prev)?;
+        use std::io::Write;
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&old)
+            .and_then(|mut f| f.write_all(&prev))
+            .with_context(|| format!("appending to {}", old.display()))?;
     }
     Ok(())
 }

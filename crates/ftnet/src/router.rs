@@ -501,6 +501,12 @@ fn log_event(ev: &Event) {
         Event::ConnectionLost { conn } => {
             error!("connection {conn}: no replica left, client reset")
         }
+        Event::TableRebuilt {
+            connections,
+            after_ms,
+        } => {
+            warn!("table rebuilt: all {connections} connection(s) adopted from the agents' records are whole again, {after_ms} ms after the first record")
+        }
         Event::OrderResumed {
             service,
             last,

@@ -71,12 +71,22 @@ takeover() {
 		say "takeover $k: no new master within 3 s (was $before)"
 		return 1
 	fi
+	# keepalived's own record of the moment it became master (notify_master), more exact than
+	# this loop's polling.
+	local tm
+	tm=$(tail -n1 "$LOGDIR/$after.master" 2>/dev/null || true)
+	[[ $tm =~ ^[0-9]+$ ]] && ((tm >= t0 && tm <= t1)) && t1=$tm
 	# Rebuilt: connections adopted, and none still waiting for a replica's position.
 	rebuilt_all() {
 		lab status --name "$LAB" --json | python3 -c "import json,sys; s=json.load(sys.stdin)['status']; sys.exit(0 if s['counters'].get('connections_adopted', 0) > 0 and s.get('rebuilding', 1) == 0 else 1)"
 	}
 	wait_for 5 rebuilt_all || true
 	t2=$(now_ms)
+	# The router's own record of it ("table rebuilt"), more exact than this loop's polling.
+	local tr line
+	line=$(grep 'table rebuilt' "$LOGDIR/$after.log" 2>/dev/null | tail -n1 || true)
+	tr=$(date -u -d "$(cut -d' ' -f1 <<<"$line")" +%s%3N 2>/dev/null || true)
+	[[ $tr =~ ^[0-9]+$ ]] && ((tr >= t0 && tr <= t2)) && t2=$tr
 	adopted=$(counter connections_adopted)
 	rebuilt=$(counter connections_rebuilt)
 	say "takeover $k: $before -> $after in $((t1 - t0)) ms; $adopted connection(s) adopted, $rebuilt rebuilt $((t2 - t0)) ms after the $FAULT"

@@ -34,9 +34,8 @@
 #   hygiene    (N=2 only) `lab run` interrupted by SIGINT and by SIGKILL: nothing left behind
 # Beyond the matrix: agents/n3-cut, redis-order (input order), shim-* (scenarios under the shim),
 #   vote (output voting: a divergent Redis replica evicted, the client gets the majority's bytes),
-#   vote-* (scenarios with output voting on) and takeover-{stall,get,synack} (two routers under
-#   keepalived, the master killed 10 times in a row; takeover-put and takeover-redis by hand,
-#   see tests/e2e/README.md).
+#   vote-* (scenarios with output voting on) and takeover-{stall,get,put,synack,redis} (two
+#   routers under keepalived, the master killed 10 times in a row, see tests/e2e/README.md).
 #
 # Usage: tests/e2e/run.sh [--quick] [--figures] [--only REGEX] [--seed S] [--list]
 #   --quick    smaller transfers (10-20 MB, 20k requests, 500 connections)
@@ -80,7 +79,8 @@ done
 [[ -z $only || agents/n3-cut =~ $only ]] && tests+=(agents/n3-cut)
 for id in redis-order/n3-none redis-order/n3-kill shim-echo/n3-kill shim-nginx-get/n3-kill shim-nginx-put/n3-cut \
 	vote/n3-none vote/n3-kill vote-echo/n3-cut vote-nginx-get/n3-kill \
-	takeover-stall/n3-kill takeover-get/n3-kill takeover-synack/n3-kill takeover-redis/n3-kill; do
+	takeover-stall/n3-kill takeover-get/n3-kill takeover-put/n3-kill takeover-synack/n3-kill \
+	takeover-redis/n3-kill takeover-stall/n3-cut; do
 	[[ -z $only || $id =~ $only ]] && tests+=("$id")
 done
 if ((list)); then printf '%s\n' "${tests[@]}"; exit 0; fi

@@ -371,15 +371,39 @@ pub(super) fn restart_router(lab: &Lab) -> anyhow::Result<()> {
     let sw = lab.ns_switch();
     for (k, &(name, _, _)) in ROUTERS.iter().enumerate() {
         let suffix = (b'a' + k as u8) as char;
+        let down = |ns: &str, dev: &str| {
+            Command::new("ip")
+                .args(["-n", ns, "-o", "link", "show", dev])
+                .output()
+                .is_ok_and(|o| !String::from_utf8_lossy(&o.stdout).contains(",UP"))
+        };
+        let cut = segments(n).iter().any(|(iface, _)| {
+            down(&sw, &format!("{iface}{suffix}")) || down(&lab.ns_router_n(k), iface)
+        });
+        if cut {
+            // A router that was cut off kept running alone: its table is
+            // stale and it declared every replica's host lost (their agents
+            // fell silent). It comes back as a fresh backup, as an operator
+            // would bring back a router host that lost its links.
+            if let Some(pid) = router_pid(lab, k) {
+                crate::sys::kill_pid(pid, libc::SIGTERM)
+                    .with_context(|| format!("stopping {name} (pid {pid})"))?;
+                let t = Instant::now();
+                while router_pid(lab, k).is_some() {
+                    if t.elapsed() > Duration::from_secs(5) {
+                        let _ = crate::sys::kill_pid(pid, libc::SIGKILL);
+                    }
+                    if t.elapsed() > Duration::from_secs(10) {
+                        bail!("{name} (pid {pid}) did not stop within 10 s");
+                    }
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                println!("{name}: ftnet router stopped (its state went stale while cut off)");
+            }
+        }
         let mut did = Vec::new();
         for (iface, _) in segments(n) {
             let sw_if = format!("{iface}{suffix}");
-            let down = |ns: &str, dev: &str| {
-                Command::new("ip")
-                    .args(["-n", ns, "-o", "link", "show", dev])
-                    .output()
-                    .is_ok_and(|o| !String::from_utf8_lossy(&o.stdout).contains(",UP"))
-            };
             if down(&sw, &sw_if) || down(&lab.ns_router_n(k), &iface) {
                 ip(&["-n", &lab.ns_router_n(k), "link", "set", &iface, "up"])?;
                 ip(&["-n", &sw, "link", "set", &sw_if, "up"])?;

@@ -14,7 +14,8 @@
 #           data: the reply is right (once per takeover, a fresh connection each time)
 #   stall   stallmeter.py's 4 KB/ms echo stream through every takeover: intact, and the
 #           client-observed stall of each takeover (the longest gap around it) as the figure
-# Also: no replica reset, every takeover completes (a master again within 2 s), and the figures
+# get and put also check that every takeover adopted the transfer's connection (it was still
+# running). Also: no replica reset, every takeover completes (a master again within 2 s), and the figures
 # (takeover_ms: kill to VRRP master; rebuild_ms: kill to every adopted connection rebuilt).
 set -euo pipefail
 # shellcheck source=tests/e2e/lib.sh
@@ -36,8 +37,9 @@ get | put)
 	else
 		lab_up --ha --port "$PORT" --server "$(nginx_server_cmd "")"
 	fi
-	# Long enough for every takeover: about (TAKEOVERS + 2) gaps.
-	RATE=$((MB * 1000 / ((TAKEOVERS + 2) * (GAP_MS + 600))))
+	# Long enough for every takeover to land inside the transfer: each takes the gap plus about
+	# 1.3 s (the switch, the rebuild, the killed router's restart), and there are some to spare.
+	RATE=$((MB * 1000 / ((TAKEOVERS + 4) * (GAP_MS + 1300))))
 	((RATE < 20)) && RATE=20
 	;;
 redis)
@@ -229,6 +231,9 @@ say "load took $(($(now_ms) - t_load)) ms"
 check "all $TAKEOVERS takeovers completed" test -e "$T/takeovers.done"
 n_to=$(grep -c '^takeover=' "$T/figures" 2>/dev/null || true)
 check_eq "takeovers measured" "$TAKEOVERS" "$n_to"
+if [[ $LOAD == get || $LOAD == put ]]; then
+	check_eq "takeovers that adopted the running transfer" "$TAKEOVERS" "$(grep -c 'adopted=[1-9]' "$T/figures" || true)"
+fi
 if [[ -s $T/figures ]]; then
 	python3 - "$T/figures" "$E2E_TEST" <<'PY' | tee "$T/figure.txt"
 import re, statistics, sys

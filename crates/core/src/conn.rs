@@ -644,8 +644,11 @@ impl Conn {
         if (seg.payload_len > 0 || seg.has(flags::FIN)) && end.is_after(self.client_hi) {
             self.client_hi = seg.seq;
             // Bytes before it are covered by this segment's chunk (a chunk
-            // is every byte up to its end).
-            self.input_hi = self.input_hi.max(seg.seq);
+            // is every byte up to its end). A bare FIN makes no chunk: the
+            // bytes before it get theirs when the rebuild completes.
+            if seg.payload_len > 0 {
+                self.input_hi = self.input_hi.max(seg.seq);
+            }
         }
         for l in self.legs.iter_mut().filter(|l| !l.learned) {
             l.ack = seg.seq;

@@ -140,6 +140,9 @@ pub enum Event {
         replica: Ipv4Addr,
         reason: EvictReason,
     },
+    /// A replica declared down because its host was lost is back (its
+    /// agent registered again): new connections use it again.
+    ReplicaUp { service: String, replica: Ipv4Addr },
     /// The last replica of a connection left; the client was sent a RST.
     ConnectionLost { conn: String },
     /// A connection reached ESTABLISHED: what its replicas' agents store.
@@ -250,6 +253,9 @@ pub struct Router {
     events: VecDeque<Event>,
     /// Per service, per replica: alive for new connections.
     alive: Vec<Vec<bool>>,
+    /// Per service, per replica: marked down because its host's agent fell
+    /// silent (it comes back when the agent registers again).
+    host_lost: Vec<Vec<bool>>,
     /// (VIP, port) → service.
     by_vip: HashMap<(Ipv4Addr, u16), usize>,
     /// (replica address, port) → (service, replica).
@@ -314,6 +320,11 @@ impl Router {
             last_now: Instant::ZERO,
             rebuild: None,
             rebuild_dropped: 0,
+            host_lost: config
+                .services
+                .iter()
+                .map(|s| vec![false; s.replicas.len()])
+                .collect(),
             config,
         }
     }
@@ -655,6 +666,7 @@ impl Router {
                 continue;
             }
             v[replica] = false;
+            self.host_lost[svc][replica] = reason == EvictReason::HostLost;
             let s = &self.config.services[svc];
             self.events.push_back(Event::ReplicaDown {
                 service: s.name.clone(),
@@ -797,6 +809,28 @@ impl Router {
             }
         }
         self.apply_down(now);
+        n
+    }
+
+    /// A replica's host is back: its agent registered again after it was
+    /// declared lost (a flapping link, or this router was the one cut off).
+    /// It serves new connections again; connections it left stay without
+    /// it. Returns how many services took it back.
+    pub fn host_back(&mut self, addr: Ipv4Addr) -> usize {
+        let mut n = 0;
+        for (svc, s) in self.config.services.iter().enumerate() {
+            for (i, r) in s.replicas.iter().enumerate() {
+                if *r == addr && self.host_lost[svc][i] && !self.alive[svc][i] {
+                    self.alive[svc][i] = true;
+                    self.host_lost[svc][i] = false;
+                    self.events.push_back(Event::ReplicaUp {
+                        service: s.name.clone(),
+                        replica: addr,
+                    });
+                    n += 1;
+                }
+            }
+        }
         n
     }
 

@@ -955,3 +955,19 @@ fn host_lost_evicts_from_idle_connections() {
         "last replica kept"
     );
 }
+
+/// A replica marked down because its host's agent fell silent serves new
+/// connections again once the agent registers again (a flapping link, or
+/// this router was the one cut off); only once, and only for that reason.
+#[test]
+fn a_lost_host_comes_back_when_its_agent_registers() {
+    let mut r = router(3);
+    assert_eq!(r.host_lost(t(1), replica(2)), 1);
+    while r.poll_event().is_some() {}
+    assert!(!r.status().services[0].replicas[1].alive);
+    assert_eq!(r.host_back(replica(2)), 1);
+    assert!(matches!(r.poll_event(), Some(Event::ReplicaUp { replica: a, .. }) if a == replica(2)));
+    assert!(r.status().services[0].replicas[1].alive);
+    assert_eq!(r.host_back(replica(2)), 0, "already back");
+    assert_eq!(r.host_back(replica(3)), 0, "never lost");
+}

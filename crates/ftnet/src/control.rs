@@ -32,6 +32,9 @@ const QUEUE: usize = 65536;
 pub trait RouterHandle: Send + Sync + 'static {
     /// Mark a replica's host lost; returns the services it was marked down in.
     fn host_lost(&self, addr: Ipv4Addr) -> usize;
+    /// A lost host's agent registered again; returns the services that took
+    /// its replica back.
+    fn host_back(&self, addr: Ipv4Addr) -> usize;
     /// Rebuild connections from an agent's records (see `Router::adopt`).
     fn adopt(&self, records: &[AdoptRecord]) -> Vec<Adopted>;
     /// Where the input order stands at a replica's agent (see
@@ -382,6 +385,7 @@ fn serve(
                         ""
                     };
                     info!(%replica, %host, %peer, "agent registered{again}");
+                    router.host_back(replica);
                 }
                 RouterEvent::Records { replica, records } => {
                     let t = std::time::Instant::now();

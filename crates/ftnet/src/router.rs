@@ -205,6 +205,10 @@ impl RouterHandle for Shared {
         n
     }
 
+    fn host_back(&self, addr: std::net::Ipv4Addr) -> usize {
+        self.lock().host_back(addr)
+    }
+
     fn adopt(&self, records: &[ftnet_core::AdoptRecord]) -> Vec<ftnet_core::Adopted> {
         let now = self.now();
         let done = {
@@ -497,6 +501,9 @@ fn log_event(ev: &Event) {
                 "service {service}: replica {replica} declared down ({}); new connections skip it",
                 why(reason)
             )
+        }
+        Event::ReplicaUp { service, replica } => {
+            warn!("service {service}: replica {replica} back (its agent registered again); new connections use it again")
         }
         Event::ConnectionLost { conn } => {
             error!("connection {conn}: no replica left, client reset")

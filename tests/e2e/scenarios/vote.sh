@@ -8,9 +8,9 @@
 #    majority's replies; the router logs r3 as diverged at that exact stream offset (12), evicts it
 #    and marks it down; the divergence counter is 1;
 #  - then redis-benchmark -c 20 (set,get,incr,lpush) through the VIP on the two that remain, with
-#    FAULT=kill one of them killed during the load: 0 client errors, counters exact, no further
-#    divergence (the shim keeps concurrent replies identical), the healthy survivors' DEBUG DIGEST
-#    equal.
+#    FAULT=kill one of them killed during the load: 0 client errors, counters exact, no healthy
+#    replica called divergent (the shim keeps concurrent replies identical; the killed one may be,
+#    when its kernel's FIN cuts a reply short), the healthy survivors' DEBUG DIGEST equal.
 set -euo pipefail
 # shellcheck source=tests/e2e/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
@@ -75,7 +75,16 @@ check_eq "completed tests" 4 "$(tr '\r' '\n' <"$T/bench.out" | grep -c 'requests
 check_eq "INCR counter through the VIP" "$REQS" "$(vip GET 'counter:__rand_int__' | tr -d '\r')"
 check_eq "LPUSH list length through the VIP" "$REQS" "$(vip LLEN mylist | tr -d '\r')"
 sleep 0.3
-check_eq "no further divergence under concurrent load" 1 "$(divergences)"
+# No healthy replica is ever called divergent. A killed one may be: its kernel closes its sockets,
+# and a FIN in the middle of a reply is a replica closing early, which diverges by design.
+killed=
+[[ $FAULT != none ]] && killed="replica $(replica_ip "$VICTIM") "
+others=$(awk -v r3="replica $(replica_ip 3) " -v k="$killed" \
+	'/diverged at reply byte/ && !index($0, r3) && (k == "" || !index($0, k))' "$LOG" | wc -l)
+check_eq "no healthy replica called divergent under concurrent load" 0 "$others"
+if [[ $FAULT == none ]]; then
+	check_eq "no further divergence under concurrent load" 1 "$(divergences)"
+fi
 first=
 for r in "${healthy[@]}"; do
 	wait_for 10 test "$(redis_at "$r" GET 'counter:__rand_int__' | tr -d '\r')" = "$REQS" || true

@@ -182,13 +182,15 @@ Example (replica host 198.18.11.2, router reachable at 198.18.11.1):
 const RUN_HELP: &str = r#"`ftnet run` execs CMD with LD_PRELOAD=libftnet_shim.so (found next to the ftnet executable, or
 at $FTNET_SHIM_LIB) and FTNET_SHIM_SOCKET=<socket>. The shim connects to the agent and exposes the
 server's input in the order the router's sequencer gave the client segments
-of all connections: accepts in that order, epoll readiness in that order, and one read returns at
-most one router-defined chunk. A server that stops reading a connection does not stall the others
+of all connections: accepts in that order, epoll_wait/poll/select readiness in that order (poll
+and select report one ordered event per call), and one read returns at most one router-defined
+chunk. A server that stops reading a connection does not stall the others
 (the order passes over connections not registered for input, and returns to them in place).
 
-Supported: single-threaded event-driven servers on epoll with non-blocking sockets (Redis,
-nginx with one worker, memcached -t 1, asyncio servers). Not yet: multi-threaded servers,
-poll/select loops, blocking sockets; timers still fire at different points on different replicas.
+Supported: single-threaded event-driven servers on epoll, poll or select with non-blocking sockets
+(Redis, nginx with one worker, memcached -t 1, asyncio servers on any selector). Fork-per-
+connection servers (socat fork, inetd-style) need no order and are left alone. Not yet:
+multi-threaded servers; timers still fire at different points on different replicas.
 Without an agent (or if the order breaks) the shim steps aside and says so on stderr.
 
 Example (on a replica host whose agent runs with the default --shim-socket):

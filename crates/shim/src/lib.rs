@@ -23,7 +23,13 @@
 //!   `epoll_wait` in the order returned (Redis, nginx and libuv/asyncio
 //!   loops do);
 //! - `accept`/`accept4` hand out connections in the order of their accept
-//!   events, whatever order the kernel queued them in.
+//!   events, whatever order the kernel queued them in;
+//! - `poll`/`select` (for loops built on them: asyncio's poll and select
+//!   selectors, older servers) report at most **one** ordered event per
+//!   call, because such loops handle what one call reported in an order of
+//!   their own (array or descriptor order, or from a random start, as
+//!   libevent does); a descriptor the server stops asking input of counts
+//!   as not read until it asks again.
 //!
 //! A server that stops reading one connection (flow control: Redis removes
 //! a client's read handler while its output buffer is full or it is
@@ -37,8 +43,8 @@
 //! internal inconsistency — makes the shim fall through to plain libc
 //! behaviour (and say so once on stderr); it never unwinds across the FFI
 //! boundary. Not supported yet: multi-threaded servers, blocking sockets,
-//! `poll`/`select` servers (epoll only), timers (a server's timers run at
-//! different points of the input on different replicas).
+//! timers (a server's timers run at different points of the input on
+//! different replicas).
 
 // The interposed functions are libc's own, with libc's contracts (see
 // their man pages); each forwards to the real one.
@@ -49,7 +55,7 @@ mod order;
 pub use order::{decode, encode, Ev, Key, Kind, Order, RECORD};
 
 use libc::{c_int, c_void, size_t, sockaddr, socklen_t, ssize_t};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
@@ -110,10 +116,30 @@ real!(
     fn(c_int, c_int, c_int, *mut libc::epoll_event) -> c_int
 );
 real!(
+    real_poll,
+    c"poll",
+    fn(*mut libc::pollfd, libc::nfds_t, c_int) -> c_int
+);
+real!(
+    real_select,
+    c"select",
+    fn(c_int, *mut libc::fd_set, *mut libc::fd_set, *mut libc::fd_set, *mut libc::timeval) -> c_int
+);
+real!(
     real_epoll_wait,
     c"epoll_wait",
     fn(c_int, *mut libc::epoll_event, c_int, c_int) -> c_int
 );
+
+/// poll(2) for the shim's own use: this library exports `poll`, so a plain
+/// call would come back to the interposed one.
+fn sys_poll(p: &mut [libc::pollfd], timeout: c_int) -> c_int {
+    match real_poll() {
+        // SAFETY: `p` is a valid, writable array of its length.
+        Some(f) => unsafe { f(p.as_mut_ptr(), p.len() as libc::nfds_t, timeout) },
+        None => -1,
+    }
+}
 
 fn set_errno(e: c_int) {
     // SAFETY: __errno_location returns this thread's errno slot.
@@ -140,6 +166,31 @@ struct Conn {
     consumed: u32,
 }
 
+/// Whether the server reads a sequenced connection or a listener: from its
+/// accept (or `listen`) until the server takes it out of its interest
+/// (`epoll_ctl` DEL, or MOD without `EPOLLIN`; left out of a `poll`/`select`
+/// set that held it before), and again once it puts it back. A connection
+/// counts as read before the server first registers it: an asyncio-style
+/// loop registers a socket a few iterations after accepting it, and polls
+/// without waiting in between. Were its events passed over until then, a
+/// replica where a later event of another connection had already arrived
+/// would take that one first, and one where it had not would not.
+#[derive(Debug, Clone, Copy)]
+struct Reads {
+    on: bool,
+    /// It was in a poll/select set: leaving a later set means "not read".
+    polled: bool,
+}
+
+impl Default for Reads {
+    fn default() -> Self {
+        Reads {
+            on: true,
+            polled: false,
+        }
+    }
+}
+
 #[derive(Default)]
 struct State {
     /// Sequencing is on (the agent socket is connected and the order whole).
@@ -163,6 +214,8 @@ struct State {
     listeners: HashMap<c_int, u16>,
     /// epoll registrations: (epfd, fd) → (events, data).
     interest: HashMap<(c_int, c_int), (u32, u64)>,
+    /// Whether the server reads each sequenced connection and listener.
+    reads: HashMap<c_int, Reads>,
     /// Chunks the last `epoll_wait` reported, by connection (at most one
     /// each): a read of that connection may return that chunk.
     granted: HashMap<Key, u64>,
@@ -237,8 +290,7 @@ fn peer_closed(fd: c_int) -> bool {
         events: libc::POLLRDHUP,
         revents: 0,
     };
-    // SAFETY: one pollfd, no timeout; poll is not interposed.
-    let n = unsafe { libc::poll(&mut p, 1, 0) };
+    let n = sys_poll(std::slice::from_mut(&mut p), 0);
     n == 1 && p.revents & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) != 0
 }
 
@@ -348,6 +400,7 @@ impl State {
             if is_blocking(l) {
                 // See `accept_common`: a fork-per-connection server.
                 self.listeners.remove(&l);
+                self.reads.remove(&l);
                 continue;
             }
             loop {
@@ -358,8 +411,7 @@ impl State {
                     events: libc::POLLIN,
                     revents: 0,
                 };
-                // SAFETY: one valid pollfd, no waiting.
-                if unsafe { libc::poll(&mut p, 1, 0) } <= 0 {
+                if sys_poll(std::slice::from_mut(&mut p), 0) <= 0 {
                     break;
                 }
                 // SAFETY: null address pointers are allowed by accept4(2).
@@ -397,10 +449,83 @@ impl State {
         }
     }
 
-    fn registered_for_input(&self, fd: c_int) -> bool {
-        self.interest
-            .iter()
-            .any(|((_, f), (ev, _))| *f == fd && ev & libc::EPOLLIN as u32 != 0)
+    /// Does the server read `fd` (see `Reads`)?
+    fn reads(&self, fd: c_int) -> bool {
+        self.reads.get(&fd).is_some_and(|r| r.on)
+    }
+
+    /// A poll/select call asked for input on the descriptors `asked` says:
+    /// that is the server's interest now.
+    fn note_poll_set(&mut self, asked: &dyn Fn(c_int) -> bool) {
+        for (fd, r) in self.reads.iter_mut() {
+            if asked(*fd) {
+                *r = Reads {
+                    on: true,
+                    polled: true,
+                };
+            } else if r.polled {
+                r.on = false;
+            }
+        }
+    }
+
+    /// Does the shim decide `fd`'s input readiness (a sequenced connection
+    /// or listener while the order is followed)?
+    fn gated(&self, fd: c_int) -> bool {
+        self.on && (self.conns.contains_key(&fd) || self.listeners.contains_key(&fd))
+    }
+
+    /// Input readiness a wait call reports on top of the kernel's for the
+    /// descriptors the shim does not order, given which descriptors this
+    /// call asks input of. Returns the listeners with a connection to hand
+    /// out unordered (loopback; sequencing off; no accept event after 2 s),
+    /// and the ordered events' descriptors in the order the server must
+    /// handle them: at most `limit`, each connection's chunk granted to
+    /// its next read.
+    fn give_input(
+        &mut self,
+        asks: &dyn Fn(c_int) -> bool,
+        limit: usize,
+    ) -> (Vec<c_int>, Vec<c_int>) {
+        let mut unordered: Vec<c_int> = Vec::new();
+        let mut ordered: Vec<c_int> = Vec::new();
+        let listener_of = |s: &State, port: u16| {
+            s.listeners
+                .iter()
+                .find(|(_, p)| **p == port)
+                .map(|(f, _)| *f)
+        };
+        if !self.on && !self.pending.is_empty() {
+            // Whatever was taken from the kernel must still be announced.
+            unordered.extend(self.listeners.keys().copied());
+        }
+        // Loopback connections wait for nobody.
+        unordered.extend(self.local.iter().map(|(l, _)| *l));
+        if self.on {
+            if let Some(k) = self.stale_pending(None) {
+                unordered.extend(listener_of(self, k.vport));
+            } else {
+                let batch = self.batch();
+                self.granted.clear();
+                for e in batch.iter().take(limit) {
+                    let fd = match e.kind {
+                        Kind::Accept => listener_of(self, e.key.vport),
+                        Kind::Data { .. } => self.fd_of(&e.key),
+                    };
+                    let Some(fd) = fd.filter(|f| asks(*f)) else {
+                        break;
+                    };
+                    if let Kind::Data { .. } = e.kind {
+                        self.granted.insert(e.key, e.seq);
+                    }
+                    ordered.push(fd);
+                }
+            }
+        }
+        unordered.retain(|f| asks(*f));
+        unordered.sort_unstable();
+        unordered.dedup();
+        (unordered, ordered)
     }
 
     /// The event the server may see now, if it is there in the kernel too.
@@ -410,10 +535,8 @@ impl State {
             Kind::Accept => self
                 .listeners
                 .iter()
-                .any(|(fd, p)| *p == e.key.vport && self.registered_for_input(*fd)),
-            Kind::Data { .. } => by_key
-                .get(&e.key)
-                .is_some_and(|fd| self.registered_for_input(*fd)),
+                .any(|(fd, p)| *p == e.key.vport && self.reads(*fd)),
+            Kind::Data { .. } => by_key.get(&e.key).is_some_and(|fd| self.reads(*fd)),
         })?;
         let ready = match head.kind {
             Kind::Accept => self.pending.contains_key(&head.key),
@@ -448,7 +571,7 @@ impl State {
                     let eligible = self
                         .listeners
                         .iter()
-                        .any(|(fd, p)| *p == e.key.vport && self.registered_for_input(*fd));
+                        .any(|(fd, p)| *p == e.key.vport && self.reads(*fd));
                     if !eligible {
                         continue;
                     }
@@ -461,7 +584,7 @@ impl State {
                     let Some(&fd) = by_key.get(&e.key) else {
                         continue;
                     };
-                    if !self.registered_for_input(fd) {
+                    if !self.reads(fd) {
                         continue;
                     }
                     if out.iter().any(|x| x.key == e.key) {
@@ -684,7 +807,10 @@ unsafe fn accept_common(
     // connections do not share a process, so there is no cross-connection
     // order to keep. Such listeners are left alone.
     if is_blocking(fd) {
-        state().listeners.remove(&fd);
+        let mut s = state();
+        s.listeners.remove(&fd);
+        s.reads.remove(&fd);
+        drop(s);
         return pass();
     }
     match try_accept(fd, addr, len, flags, &pass) {
@@ -748,6 +874,7 @@ unsafe fn try_accept(
             let (cfd, _) = s.pending.remove(&key)?;
             s.order.consumed(seq);
             s.conns.insert(cfd, Conn { key, consumed: 0 });
+            s.reads.insert(cfd, Reads::default());
             drop(s);
             Some(finish_accept(cfd, addr, len, flags))
         }
@@ -807,6 +934,7 @@ pub unsafe extern "C" fn listen(fd: c_int, backlog: c_int) -> c_int {
             let mut s = state();
             if s.path.is_some() && !s.off {
                 s.listeners.insert(fd, port);
+                s.reads.insert(fd, Reads::default());
                 // Connect to the agent now: a server blocked in accept(2)
                 // or select(2) may not call us again before clients come.
                 s.pump();
@@ -824,6 +952,7 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
             s.order.close(c.key);
         }
         s.listeners.remove(&fd);
+        s.reads.remove(&fd);
         s.interest.retain(|(e, f), _| *f != fd && *e != fd);
     }
     real_close().map_or(-1, |c| c(fd))
@@ -847,9 +976,15 @@ pub unsafe extern "C" fn epoll_ctl(
             libc::EPOLL_CTL_ADD | libc::EPOLL_CTL_MOD if !ev.is_null() => {
                 let e = std::ptr::read_unaligned(ev);
                 s.interest.insert((epfd, fd), (e.events, e.u64));
+                if let Some(r) = s.reads.get_mut(&fd) {
+                    r.on = e.events & libc::EPOLLIN as u32 != 0;
+                }
             }
             libc::EPOLL_CTL_DEL => {
                 s.interest.remove(&(epfd, fd));
+                if let Some(r) = s.reads.get_mut(&fd) {
+                    r.on = false;
+                }
             }
             _ => {}
         }
@@ -890,9 +1025,6 @@ pub unsafe extern "C" fn epoll_wait(
             let mut s = state();
             s.pump();
             s.drain_accepts();
-            let gated = |s: &State, fd: c_int| {
-                s.on && (s.conns.contains_key(&fd) || s.listeners.contains_key(&fd))
-            };
             // data → fd for this epoll set (servers register the fd or a pointer; unique either way).
             let fd_of: HashMap<u64, c_int> = s
                 .interest
@@ -903,7 +1035,7 @@ pub unsafe extern "C" fn epoll_wait(
             for e in &tmp[..n as usize] {
                 let (mask, data) = (e.events, e.u64);
                 match fd_of.get(&data) {
-                    Some(&fd) if gated(&s, fd) => {
+                    Some(&fd) if s.gated(fd) => {
                         // Input readiness of sequenced sockets is the shim's to give;
                         // keep writability and errors.
                         let mut m = mask & !(libc::EPOLLIN as u32);
@@ -926,87 +1058,38 @@ pub unsafe extern "C" fn epoll_wait(
                     }),
                 }
             }
-            if !s.on {
-                // Whatever was taken from the kernel must still be announced.
-                if !s.pending.is_empty() {
-                    for (fd, _) in s.listeners.iter() {
-                        if let Some((ev, data)) = s.interest.get(&(epfd, *fd)) {
-                            if ev & libc::EPOLLIN as u32 != 0 && !out.iter().any(|o| o.u64 == *data)
-                            {
-                                out.push(libc::epoll_event {
-                                    events: libc::EPOLLIN as u32,
-                                    u64: *data,
-                                });
-                            }
-                        }
-                    }
+            // fd → data of what this epoll set asks input of.
+            let input: HashMap<c_int, u64> = s
+                .interest
+                .iter()
+                .filter(|((e, _), (ev, _))| *e == epfd && ev & libc::EPOLLIN as u32 != 0)
+                .map(|((_, f), (_, d))| (*f, *d))
+                .collect();
+            let data_of = |f: c_int| input.get(&f).copied();
+            let (unordered, ordered) = s.give_input(&|f| input.contains_key(&f), max as usize);
+            for data in unordered.into_iter().filter_map(data_of) {
+                if !out.iter().any(|o| o.u64 == data) {
+                    out.push(libc::epoll_event {
+                        events: libc::EPOLLIN as u32,
+                        u64: data,
+                    });
                 }
             }
-            // Loopback connections wait for nobody.
-            for (l, _) in &s.local {
-                if let Some((ev, data)) = s.interest.get(&(epfd, *l)) {
-                    if ev & libc::EPOLLIN as u32 != 0 && !out.iter().any(|o| o.u64 == *data) {
-                        out.push(libc::epoll_event {
+            // The ordered events in their order, ahead of everything else.
+            for (at, data) in ordered.into_iter().filter_map(data_of).enumerate() {
+                match out.iter().position(|o| o.u64 == data) {
+                    Some(i) => {
+                        let mut o = out.remove(i);
+                        o.events |= libc::EPOLLIN as u32;
+                        out.insert(at, o);
+                    }
+                    None => out.insert(
+                        at,
+                        libc::epoll_event {
                             events: libc::EPOLLIN as u32,
-                            u64: *data,
-                        });
-                    }
-                }
-            }
-            if !s.on {
-            } else if let Some(k) = s.stale_pending(None) {
-                if let Some((ev, data)) = s
-                    .listeners
-                    .iter()
-                    .find(|(_, p)| **p == k.vport)
-                    .and_then(|(f, _)| s.interest.get(&(epfd, *f)))
-                {
-                    if ev & libc::EPOLLIN as u32 != 0 && !out.iter().any(|o| o.u64 == *data) {
-                        out.push(libc::epoll_event {
-                            events: libc::EPOLLIN as u32,
-                            u64: *data,
-                        });
-                    }
-                }
-            } else {
-                let batch = s.batch();
-                s.granted.clear();
-                for (at, e) in batch.iter().enumerate() {
-                    if at >= max as usize {
-                        break;
-                    }
-                    let fd = match e.kind {
-                        Kind::Accept => s
-                            .listeners
-                            .iter()
-                            .find(|(_, p)| **p == e.key.vport)
-                            .map(|(f, _)| *f),
-                        Kind::Data { .. } => s.fd_of(&e.key),
-                    };
-                    let Some(&(ev, data)) = fd.and_then(|f| s.interest.get(&(epfd, f))) else {
-                        break;
-                    };
-                    if ev & libc::EPOLLIN as u32 == 0 {
-                        break;
-                    }
-                    if let Kind::Data { .. } = e.kind {
-                        s.granted.insert(e.key, e.seq);
-                    }
-                    // In the order of the batch, ahead of everything else.
-                    match out.iter().position(|o| o.u64 == data) {
-                        Some(i) => {
-                            let mut o = out.remove(i);
-                            o.events |= libc::EPOLLIN as u32;
-                            out.insert(at, o);
-                        }
-                        None => out.insert(
-                            at,
-                            libc::epoll_event {
-                                events: libc::EPOLLIN as u32,
-                                u64: data,
-                            },
-                        ),
-                    }
+                            u64: data,
+                        },
+                    ),
                 }
             }
             out.truncate(max as usize);
@@ -1028,32 +1111,227 @@ pub unsafe extern "C" fn epoll_wait(
                 .as_millis()
                 .min(100) as c_int
         });
-        if n > 0 {
-            if agent >= 0 {
-                let mut p = libc::pollfd {
-                    fd: agent,
-                    events: libc::POLLIN,
-                    revents: 0,
-                };
-                libc::poll(&mut p, 1, left_ms.min(1));
-            } else {
-                std::thread::sleep(Duration::from_micros(200));
-            }
+        wait_for_news(
+            agent,
+            n > 0,
+            &[libc::pollfd {
+                fd: epfd,
+                events: libc::POLLIN,
+                revents: 0,
+            }],
+            left_ms,
+        );
+    }
+}
+
+/// Nothing to give yet: wait for the order (the agent's socket) or the
+/// kernel (`kernel`: what the server waits on). When the kernel already
+/// reported something but only for sequenced sockets whose turn has not
+/// come (`busy`), only the order can change that: wait on the agent alone,
+/// briefly.
+fn wait_for_news(agent: c_int, busy: bool, kernel: &[libc::pollfd], left_ms: c_int) {
+    let agent_fd = libc::pollfd {
+        fd: agent,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    if busy {
+        if agent >= 0 {
+            sys_poll(&mut [agent_fd], left_ms.min(1));
         } else {
-            let mut p = [
-                libc::pollfd {
-                    fd: agent,
-                    events: libc::POLLIN,
-                    revents: 0,
-                },
-                libc::pollfd {
-                    fd: epfd,
-                    events: libc::POLLIN,
-                    revents: 0,
-                },
-            ];
-            // A negative fd is ignored by poll(2).
-            libc::poll(p.as_mut_ptr(), 2, left_ms);
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    } else {
+        // A negative fd is ignored by poll(2).
+        let mut p = Vec::with_capacity(kernel.len() + 1);
+        p.push(agent_fd);
+        p.extend(kernel.iter().map(|k| libc::pollfd { revents: 0, ..*k }));
+        sys_poll(&mut p, left_ms);
+    }
+}
+
+const POLL_INPUT: libc::c_short = libc::POLLIN | libc::POLLRDNORM;
+
+/// Does a wait on these descriptors need the order (it asks input of a
+/// sequenced connection or listener)?
+fn ordered_wait_applies(asked_input: impl Iterator<Item = c_int>) -> bool {
+    if in_child() {
+        return false;
+    }
+    let s = state();
+    if s.listeners.is_empty() || s.off || s.path.is_none() {
+        return false;
+    }
+    let mut asked_input = asked_input;
+    asked_input.any(|fd| s.conns.contains_key(&fd) || s.listeners.contains_key(&fd))
+}
+
+/// `poll(2)` in the router's order, for `poll` and `select` servers. At most
+/// one ordered event per call: such loops handle what one call reported in
+/// an order of their own (array or descriptor order, or from a random
+/// start, as libevent does), so two ordered events in one answer could be
+/// handled in another order than the router's.
+unsafe fn ordered_poll(user: &mut [libc::pollfd], timeout: c_int) -> c_int {
+    let deadline = (timeout >= 0).then(|| Instant::now() + Duration::from_millis(timeout as u64));
+    let mut tmp = user.to_vec();
+    loop {
+        for (t, u) in tmp.iter_mut().zip(user.iter()) {
+            *t = libc::pollfd { revents: 0, ..*u };
+        }
+        let n = sys_poll(&mut tmp, 0);
+        if n < 0 {
+            return n;
+        }
+        let agent;
+        {
+            let mut s = state();
+            s.pump();
+            s.drain_accepts();
+            let asked: HashSet<c_int> = user
+                .iter()
+                .filter(|p| p.fd >= 0 && p.events & POLL_INPUT != 0)
+                .map(|p| p.fd)
+                .collect();
+            s.note_poll_set(&|f| asked.contains(&f));
+            for t in tmp.iter_mut().filter(|t| t.fd >= 0 && s.gated(t.fd)) {
+                // Input readiness of sequenced sockets is the shim's to give.
+                let kernel_in = t.revents & POLL_INPUT;
+                t.revents &= !POLL_INPUT;
+                if kernel_in != 0 && s.conns.contains_key(&t.fd) && s.at_eof(t.fd) {
+                    t.revents |= kernel_in;
+                }
+            }
+            let (unordered, ordered) = s.give_input(&|f| asked.contains(&f), 1);
+            for fd in unordered.into_iter().chain(ordered) {
+                for t in tmp.iter_mut().filter(|t| t.fd == fd) {
+                    t.revents |= t.events & POLL_INPUT;
+                }
+            }
+            agent = s.agent;
+        }
+        let ready = tmp.iter().filter(|t| t.revents != 0).count();
+        let expired = deadline.is_some_and(|d| Instant::now() >= d);
+        if ready > 0 || expired {
+            for (u, t) in user.iter_mut().zip(tmp.iter()) {
+                u.revents = t.revents;
+            }
+            return ready as c_int;
+        }
+        let left_ms = deadline.map_or(100, |d| {
+            d.saturating_duration_since(Instant::now())
+                .as_millis()
+                .min(100) as c_int
+        });
+        wait_for_news(agent, n > 0, user, left_ms);
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn poll(fds: *mut libc::pollfd, nfds: libc::nfds_t, timeout: c_int) -> c_int {
+    let Some(real) = real_poll() else {
+        set_errno(libc::ENOSYS);
+        return -1;
+    };
+    if fds.is_null() || nfds == 0 || nfds > 1 << 20 {
+        return real(fds, nfds, timeout);
+    }
+    let user = std::slice::from_raw_parts_mut(fds, nfds as usize);
+    let asked = user
+        .iter()
+        .filter(|p| p.fd >= 0 && p.events & POLL_INPUT != 0)
+        .map(|p| p.fd);
+    if !ordered_wait_applies(asked) {
+        return real(fds, nfds, timeout);
+    }
+    ordered_poll(user, timeout)
+}
+
+/// `select(2)` as `poll(2)`: readable = `POLLIN`, writable = `POLLOUT`,
+/// exceptional = `POLLPRI`; the sets are rewritten with what is ready and
+/// `timeout` with the time left, as Linux does.
+#[no_mangle]
+pub unsafe extern "C" fn select(
+    nfds: c_int,
+    rd: *mut libc::fd_set,
+    wr: *mut libc::fd_set,
+    ex: *mut libc::fd_set,
+    timeout: *mut libc::timeval,
+) -> c_int {
+    let Some(real) = real_select() else {
+        set_errno(libc::ENOSYS);
+        return -1;
+    };
+    if !(0..=libc::FD_SETSIZE as c_int).contains(&nfds) || rd.is_null() {
+        return real(nfds, rd, wr, ex, timeout);
+    }
+    let isset = |set: *mut libc::fd_set, fd: c_int| !set.is_null() && libc::FD_ISSET(fd, set);
+    let asked = (0..nfds).filter(|&fd| isset(rd, fd));
+    if !ordered_wait_applies(asked) {
+        return real(nfds, rd, wr, ex, timeout);
+    }
+    let mut pfds: Vec<libc::pollfd> = (0..nfds)
+        .filter_map(|fd| {
+            let mut events = 0;
+            if isset(rd, fd) {
+                events |= libc::POLLIN;
+            }
+            if isset(wr, fd) {
+                events |= libc::POLLOUT;
+            }
+            if isset(ex, fd) {
+                events |= libc::POLLPRI;
+            }
+            (events != 0).then_some(libc::pollfd {
+                fd,
+                events,
+                revents: 0,
+            })
+        })
+        .collect();
+    let ms = if timeout.is_null() {
+        -1
+    } else {
+        let t = &*timeout;
+        (t.tv_sec.max(0) * 1000 + (t.tv_usec.max(0) + 999) / 1000).min(c_int::MAX as i64) as c_int
+    };
+    let t0 = Instant::now();
+    let n = ordered_poll(&mut pfds, ms);
+    if n < 0 {
+        return n;
+    }
+    if pfds.iter().any(|p| p.revents & libc::POLLNVAL != 0) {
+        set_errno(libc::EBADF);
+        return -1;
+    }
+    for set in [rd, wr, ex] {
+        if !set.is_null() {
+            libc::FD_ZERO(set);
         }
     }
+    let mut count = 0;
+    for p in &pfds {
+        let r = p.revents;
+        let mut mark = |set: *mut libc::fd_set, yes: bool| {
+            if yes && !set.is_null() {
+                libc::FD_SET(p.fd, set);
+                count += 1;
+            }
+        };
+        mark(
+            rd,
+            p.events & libc::POLLIN != 0 && r & (POLL_INPUT | libc::POLLHUP | libc::POLLERR) != 0,
+        );
+        mark(
+            wr,
+            p.events & libc::POLLOUT != 0
+                && r & (libc::POLLOUT | libc::POLLWRNORM | libc::POLLERR) != 0,
+        );
+        mark(ex, p.events & libc::POLLPRI != 0 && r & libc::POLLPRI != 0);
+    }
+    if !timeout.is_null() {
+        let left = Duration::from_millis(ms.max(0) as u64).saturating_sub(t0.elapsed());
+        (*timeout).tv_sec = left.as_secs() as libc::time_t;
+        (*timeout).tv_usec = left.subsec_micros() as libc::suseconds_t;
+    }
+    count
 }

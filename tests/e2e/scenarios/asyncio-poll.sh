@@ -1,0 +1,4 @@
+#!/usr/bin/env bash
+# asyncio.sh with the server's asyncio loop on the poll selector.
+export FTNET_E2E_SELECTOR=poll
+exec "$(dirname "${BASH_SOURCE[0]}")/asyncio.sh" "$@"

@@ -14,6 +14,10 @@
 #           data: the reply is right (once per takeover, a fresh connection each time)
 #   stall   stallmeter.py's 4 KB/ms echo stream through every takeover: intact, and the
 #           client-observed stall of each takeover (the longest gap around it) as the figure
+#   connect connstorm.py: fresh connections set up all the time (4 in flight, each one echo)
+#           through every takeover, so some are caught in every phase of their set-up: every
+#           one completes with the right echo; figures: how many, connect() time median/max,
+#           how many needed a second SYN (a SYN the dead router took)
 # get and put also check that every takeover adopted the transfer's connection (it was still
 # running). Also: no replica reset, every takeover completes (a master again within 2 s), and the figures
 # (takeover_ms: kill to VRRP master; rebuild_ms: kill to every adopted connection rebuilt).
@@ -47,11 +51,11 @@ redis)
 	REQS=$(quick 100000 200000)
 	lab_up --ha --port "$PORT"
 	;;
-synack | stall)
+synack | stall | connect)
 	PORT=7000
 	lab_up --ha --port "$PORT" --server 'socat -t 60 TCP-LISTEN:{port},fork,reuseaddr EXEC:cat'
 	;;
-*) die "TAKEOVER_LOAD must be get, put, redis, synack or stall, got '$LOAD'" ;;
+*) die "TAKEOVER_LOAD must be get, put, redis, synack, stall or connect, got '$LOAD'" ;;
 esac
 LOGDIR=/run/ftnet/lab/$LAB
 active() { lab status --name "$LAB" | awk '/router holding the addresses/ { print $NF; exit }'; }
@@ -191,6 +195,23 @@ for k in kills:
     per.append(max(near) if near else 0)
 print(f"{sys.argv[3]}: client-observed stall per takeover (ms, longest echo gap around each kill): {per}; median {statistics.median(per)} max {max(per)}; echo intact {r['echo_intact']}")
 PY
+	;;
+connect)
+	dur=$((TAKEOVERS * 8 + 10))
+	rc=0
+	timeout $((dur + 60)) "$FTNET" lab exec --name "$LAB" client -- \
+		python3 "$E2E_DIR/connstorm.py" --host "$VIP" --port "$PORT" --duration "$dur" --inflight 4 \
+		--timeout 20 --stop-file "$T/storm.stop" >"$T/storm.json" 2>"$T/storm.err" &
+	storm=$!
+	takeovers || true
+	sleep 1
+	touch "$T/storm.stop"
+	wait "$storm" || rc=$?
+	[[ -s $T/storm.err ]] && say "connstorm stderr: $(head -c 2000 "$T/storm.err")"
+	say "connections across the takeovers: $(cat "$T/storm.json")"
+	check_eq "connstorm exit status (every connection set up and echoed)" 0 "$rc"
+	check "connstorm set up connections throughout" python3 -c "import json,sys; sys.exit(0 if json.load(open('$T/storm.json'))['ok'] >= 20 * $TAKEOVERS else 1)"
+	python3 -c "import json; r=json.load(open('$T/storm.json')); print('$E2E_TEST: %d connections set up during %d takeovers, %d failed; connect() ms median %s max %s; %d needed a second SYN' % (r['total'], $TAKEOVERS, r['failed'], r['connect_ms_median'], r['connect_ms_max'], r['connects_over_900ms']))" | tee -a "$T/stalls.txt"
 	;;
 synack)
 	# Each round: a connection set up (handshake done, nothing sent), the router killed, then the

@@ -303,6 +303,36 @@ wait_for() {
 # redis_at R ARGS... — redis-cli against replica R's own server, inside its namespace. (The
 # router captures replies from replica IPs on service ports, so this cannot go via the router.)
 redis_at() { local r=$1; shift; timeout 20 "$FTNET" lab exec --name "$LAB" "r$r" -- redis-cli -h 127.0.0.1 -p "${REDIS_PORT:-6379}" "$@"; }
+# Concurrent Redis loads through the VIP (redis-order, asyncio): redis-benchmark -c 50 into OUT
+# (returns its exit status); its output has no error; its requests per second; a replica's state.
+redis_bench() { # redis_bench OUT ARGS...
+	local out=$1; shift
+	timeout 900 "$FTNET" lab exec --name "$LAB" client -- \
+		redis-benchmark -h "$VIP" -p "${REDIS_PORT:-6379}" -c 50 "$@" >"$out" 2>&1
+}
+no_errors() { ! grep -Eiq 'error|reset|refused|timed out|timeout|closed|broken' "$1"; }
+rps() { tr '\r' '\n' <"$1" | grep 'requests per second' | awk '{print $1, $2}' | tr '\n' ' '; }
+digest_of() { redis_at "$1" DEBUG DIGEST | tr -d '\r'; }
+commands_of() { redis_at "$1" INFO stats | tr -d '\r' | awk -F: '$1 == "total_commands_processed" { print $2 }'; }
+same_digests() { # same_digests LABEL REPLICAS...
+	local label=$1 first= d r; shift
+	for r in "$@"; do
+		d=$(digest_of "$r")
+		say "$label: r$r DEBUG DIGEST $d"
+		check "$label: r$r digest is not the empty-database digest" test "$d" != "$EMPTY_DIGEST" -a -n "$d"
+		if [[ -z $first ]]; then first=$d; else check_eq "$label: r$r digest equals r$1's" "$first" "$d"; fi
+	done
+}
+settle() { # settle REPLICAS... — let each finish applying (its command count stops moving)
+	local r a b
+	for r in "$@"; do
+		for _ in 1 2 3 4 5 6 7 8 9 10; do
+			a=$(commands_of "$r"); sleep 0.2; b=$(commands_of "$r")
+			[[ $a == "$b" ]] && break
+		done
+	done
+	return 0
+}
 
 # idle_client_start IDLE_S AFTER — idleclient.py through the VIP in the background (pid in
 # IDLE_PID): one INCR, then $T/ready, IDLE_S seconds idle, then AFTER more INCRs.

@@ -1754,9 +1754,14 @@ impl Conn {
                 replica: self.legs[i].addr,
                 reason,
                 remaining,
+                detail: String::new(),
             });
             return;
         }
+        let detail = match reason {
+            EvictReason::Stalled | EvictReason::NoSynAck => self.silence_detail(i, ctx.now),
+            _ => String::new(),
+        };
         if !self.legs[i].live() {
             return;
         }
@@ -1784,10 +1789,48 @@ impl Conn {
             replica: self.legs[i].addr,
             reason,
             remaining,
+            detail,
         });
         if service_wide {
             ctx.down.push((self.svc, self.legs[i].replica, reason));
         }
+    }
+
+    /// Why leg `i` looks dead, for the eviction's log line: how long ago
+    /// it was heard from and made progress, and how far it is behind the
+    /// furthest live replica and the client.
+    fn silence_detail(&self, i: usize, now: Instant) -> String {
+        let l = &self.legs[i];
+        let ago = |t: Instant| now.saturating_sub(t).as_millis();
+        let others = self
+            .legs
+            .iter()
+            .enumerate()
+            .filter(|&(j, o)| j != i && o.live() && o.open());
+        let (mut ack_gap, mut out_gap) = (0i64, 0i64);
+        for (_, o) in others {
+            ack_gap = ack_gap.max(i64::from(o.ack.diff(l.ack)));
+            out_gap = out_gap.max(i64::from(o.data_hi().diff(l.data_hi())));
+        }
+        let mut d = format!(
+            "last heard {} ms ago, last progress {} ms ago",
+            ago(l.seen_at),
+            ago(l.progress_at)
+        );
+        if let Some(b) = l.behind_since {
+            d += &format!(", behind for {} ms", ago(b));
+        }
+        if l.open() {
+            d += &format!(
+                "; it acknowledged {} client byte(s) less than the client sent and {ack_gap} less than the furthest replica, and sent {out_gap} byte(s) less",
+                self.client_hi.diff(l.ack).max(0)
+            );
+        }
+        if let Some(p) = l.probe_at {
+            d += &format!("; last probed {} ms ago", ago(p));
+        }
+        d += &format!("; connection {:?}", self.phase);
+        d
     }
 
     /// Evict the leg of replica `replica` (service index) if it has one.

@@ -133,6 +133,10 @@ pub enum Event {
         replica: Ipv4Addr,
         reason: EvictReason,
         remaining: usize,
+        /// For a verdict from silence (`Stalled`, `NoSynAck`): what the
+        /// replica's side looked like against the others', so that the log
+        /// explains the failover. Empty otherwise.
+        detail: String,
     },
     /// A replica was declared down for its service: new connections skip it.
     ReplicaDown {

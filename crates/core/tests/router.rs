@@ -337,6 +337,25 @@ fn stalled_replica_is_evicted_after_detection_time() {
             .any(|o| o.dst == replica(2) && o.r.flags & flags::RST != 0),
         "evicted side reset"
     );
+    // The log line says why: what the silent replica owed.
+    let evs: Vec<Event> = std::iter::from_fn(|| r.poll_event()).collect();
+    let detail = evs
+        .iter()
+        .find_map(|e| match e {
+            Event::Evicted {
+                replica: a,
+                reason: EvictReason::Stalled,
+                detail,
+                ..
+            } if *a == replica(2) => Some(detail.clone()),
+            _ => None,
+        })
+        .expect("a Stalled eviction of replica 2");
+    assert!(
+        detail.contains("acknowledged 4 client byte(s) less than the client sent and 4 less than the furthest replica"),
+        "{detail}"
+    );
+    assert!(detail.contains("last heard"), "{detail}");
     let st = r.status();
     assert!(!st.services[0].replicas[1].alive);
     // A new connection skips the dead replica.

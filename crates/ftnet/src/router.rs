@@ -486,9 +486,15 @@ fn log_event(ev: &Event) {
             replica,
             reason,
             remaining,
+            detail,
         } => {
+            let detail = if detail.is_empty() {
+                String::new()
+            } else {
+                format!(" [{detail}]")
+            };
             warn!(
-                "connection {conn}: replica {replica} evicted ({}); {remaining} replica(s) remain",
+                "connection {conn}: replica {replica} evicted ({}){detail}; {remaining} replica(s) remain",
                 why(reason)
             )
         }

@@ -25,29 +25,10 @@ DROP=$(quick 50 100)
 SERVER="python3 $E2E_DIR/respserver.py --selector $SELECTOR --port {port}"
 lab_up --port "$REDIS_PORT" --shim --fault-drop "2:$DROP" --failure-ms 3000 --server "$SERVER"
 
-bench() { # bench OUT ARGS... — redis-benchmark through the VIP, -c 50; returns its exit status
-	local out=$1; shift
-	timeout 300 "$FTNET" lab exec --name "$LAB" client -- \
-		redis-benchmark -h "$VIP" -p "$REDIS_PORT" -c 50 "$@" >"$out" 2>&1
-}
-no_errors() { ! grep -Eiq 'error|reset|refused|timed out|timeout|closed|broken' "$1"; }
-rps() { tr '\r' '\n' <"$1" | grep 'requests per second' | awk '{print $1, $2}' | tr '\n' ' '; }
-digest_of() { redis_at "$1" DEBUG DIGEST | tr -d '\r'; }
-commands_of() { redis_at "$1" INFO | tr -d '\r' | awk -F: '$1 == "total_commands_processed" { print $2 }'; }
-settle() { # let every live replica finish applying (its command count stops moving)
-	local r a b
-	for r in "$@"; do
-		for _ in 1 2 3 4 5 6 7 8 9 10; do
-			a=$(commands_of "$r"); sleep 0.2; b=$(commands_of "$r")
-			[[ $a == "$b" ]] && break
-		done
-	done
-	return 0
-}
 load() { # load RUN — the run's two loads; sets rc_mix, rc_app
 	rc_mix=0 rc_app=0
-	bench "$T/append$1.out" -r 100 -n "$N_REQ" -q APPEND 'log:__rand_int__' 'v:__rand_int__' || rc_app=$?
-	bench "$T/mix$1.out" -r 1000 -n "$N_REQ" -q -t set,incr,lpush || rc_mix=$?
+	redis_bench "$T/append$1.out" -r 100 -n "$N_REQ" -q APPEND 'log:__rand_int__' 'v:__rand_int__' || rc_app=$?
+	redis_bench "$T/mix$1.out" -r 1000 -n "$N_REQ" -q -t set,incr,lpush || rc_mix=$?
 }
 
 watch=${SURVIVORS[0]}
@@ -63,13 +44,7 @@ for ((run = 1; run <= RUNS; run++)); do
 	check "run $run: no error in the APPEND output" no_errors "$T/append$run.out"
 	check "run $run: no error in the mix's output" no_errors "$T/mix$run.out"
 	settle "${SURVIVORS[@]}"
-	first=
-	for r in "${SURVIVORS[@]}"; do
-		d=$(digest_of "$r")
-		say "run $run: r$r DEBUG DIGEST $d ($(commands_of "$r") commands)"
-		check "run $run: r$r digest is not the empty-database digest" test "$d" != "$EMPTY_DIGEST" -a -n "$d"
-		if [[ -z $first ]]; then first=$d; else check_eq "run $run: r$r digest equals r${SURVIVORS[0]}'s" "$first" "$d"; fi
-	done
+	same_digests "run $run" "${SURVIVORS[@]}"
 done
 for r in "${SURVIVORS[@]}"; do
 	log=$(replica_dir "$r")/server.log

@@ -25,46 +25,16 @@ N_APPEND=$(quick 5000 10000)
 DROP=$(quick 50 100)
 lab_up --port "$REDIS_PORT" --shim --fault-drop "2:$DROP" --failure-ms 3000
 
-bench() { # bench OUT ARGS... — redis-benchmark through the VIP, -c 50; returns its exit status
-	local out=$1; shift
-	timeout 900 "$FTNET" lab exec --name "$LAB" client -- \
-		redis-benchmark -h "$VIP" -p "$REDIS_PORT" -c 50 "$@" >"$out" 2>&1
-}
-no_errors() { ! grep -Eiq 'error|reset|refused|timed out|timeout|closed|broken' "$1"; }
-rps() { tr '\r' '\n' <"$1" | grep 'requests per second' | awk '{print $1, $2}' | tr '\n' ' '; }
-digest_of() { redis_at "$1" DEBUG DIGEST | tr -d '\r'; }
-same_digests() { # same_digests LABEL REPLICAS...
-	local label=$1 first= d r; shift
-	for r in "$@"; do
-		d=$(digest_of "$r")
-		say "$label: r$r DEBUG DIGEST $d"
-		check "$label: r$r digest is not the empty-database digest" test "$d" != "$EMPTY_DIGEST" -a -n "$d"
-		if [[ -z $first ]]; then first=$d; else check_eq "$label: r$r digest equals r$1's" "$first" "$d"; fi
-	done
-}
-settle() { # let every live replica finish applying (its command count stops moving)
-	local r a b
-	for r in "$@"; do
-		for _ in 1 2 3 4 5 6 7 8 9 10; do
-			a=$(redis_at "$r" INFO stats | tr -d '\r' | awk -F: '$1 == "total_commands_processed" { print $2 }')
-			sleep 0.2
-			b=$(redis_at "$r" INFO stats | tr -d '\r' | awk -F: '$1 == "total_commands_processed" { print $2 }')
-			if [[ $a == "$b" ]]; then break; fi
-		done
-	done
-	return 0
-}
-
 watch=${SURVIVORS[0]}
-progress() { redis_at "$watch" INFO stats | tr -d '\r' | awk -F: '$1 == "total_commands_processed" { print $2 }'; }
+progress() { commands_of "$watch"; }
 for ((run = 1; run <= RUNS; run++)); do
 	if ((run == 1)); then fault_when $((5 * N_MIX * $(random_pct 20 60) / 100)) $((5 * N_MIX)) progress commands; fi
 	t0=$(now_ms)
 	rc=0
-	bench "$T/mix$run.out" -r 10000 -n "$N_MIX" -t set,incr,lpush,sadd,hset -q || rc=$?
+	redis_bench "$T/mix$run.out" -r 10000 -n "$N_MIX" -t set,incr,lpush,sadd,hset -q || rc=$?
 	((run == 1)) && fault_done
 	rc2=0
-	bench "$T/append$run.out" -r 100 -n "$N_APPEND" -q APPEND 'log:__rand_int__' 'v:__rand_int__' || rc2=$?
+	redis_bench "$T/append$run.out" -r 100 -n "$N_APPEND" -q APPEND 'log:__rand_int__' 'v:__rand_int__' || rc2=$?
 	say "run $run: $(rps "$T/mix$run.out")| APPEND $(rps "$T/append$run.out")($(($(now_ms) - t0)) ms)"
 	check_eq "run $run: redis-benchmark (mix) exit status" 0 "$rc"
 	check_eq "run $run: redis-benchmark (APPEND) exit status" 0 "$rc2"
@@ -85,7 +55,7 @@ if [[ $FAULT == none ]]; then
 	timeout 120 "$FTNET" lab down --name "$LAB" >/dev/null 2>&1
 	lab_up --port "$REDIS_PORT" --fault-drop "2:$DROP" --failure-ms 3000
 	rc=0
-	bench "$T/control.out" -r 100 -n "$N_APPEND" -q APPEND 'log:__rand_int__' 'v:__rand_int__' || rc=$?
+	redis_bench "$T/control.out" -r 100 -n "$N_APPEND" -q APPEND 'log:__rand_int__' 'v:__rand_int__' || rc=$?
 	settle $(seq 1 "$N")
 	ds=()
 	for ((r = 1; r <= N; r++)); do ds+=("$(digest_of "$r")"); done

@@ -124,6 +124,16 @@ collect_evidence() {
 			done
 		done
 	fi
+	# Which MAC each host sends to for its gateway, against each router's MACs (a host still
+	# sending to the router that lost the addresses shows here).
+	{
+		local ns
+		for ns in $(ip netns list | awk '{print $1}' | grep "^ftnet-$LAB-"); do
+			echo "== $ns"
+			ip -n "$ns" -br link 2>/dev/null | grep -v '^lo '
+			ip -n "$ns" neigh show 2>/dev/null
+		done
+	} >"$dest/neighbours.txt" 2>&1
 	{
 		echo "test=$E2E_TEST lab=$LAB N=$N fault=$FAULT victim=$VICTIM seed=$SEED"
 		echo "ftnet=$FTNET"

@@ -13,6 +13,7 @@
 //!   (mac_r = HMAC(secret, "router"|an|rn|replica): the agent checks the router too)
 //!   Heartbeat{seq} every heartbeat_ms ──▶  silent for dead_after_ms ⇒ the replica's host is lost
 //!                                ◀───────  HeartbeatAck{seq}; ConnOpen{record}; ConnClose{key}
+//!   Stored{ids}                  ───────▶  the records are kept: the SYN-ACKs held for them go out
 //! ```
 //!
 //! Both sides keep a nonce of their own in the MAC, so a recorded exchange
@@ -35,7 +36,7 @@ use std::net::Ipv4Addr;
 use std::time::Duration;
 
 /// Protocol version; a different one is rejected with a clear reason.
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 /// Largest frame accepted (a connection record is ~300 bytes; an order
 /// report is ~10 KB per service port).
 pub const MAX_FRAME: usize = 256 * 1024;
@@ -43,6 +44,9 @@ pub const MAX_FRAME: usize = 256 * 1024;
 /// Connection records per `Records` message: each is under 300 bytes of
 /// JSON, so a message stays well inside [`MAX_FRAME`].
 pub const RECORDS_PER_MSG: usize = 128;
+
+/// Connection ids per `Stored` message (about 70 bytes of JSON each).
+pub const STORED_PER_MSG: usize = 1024;
 
 /// The key of a replicated connection, as the client sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -201,6 +205,13 @@ pub enum Msg {
     },
     ConnClose {
         id: ConnId,
+    },
+    /// Agent → router: the records of these connections (`ConnOpen`) are
+    /// stored. The router holds each connection's SYN-ACK until every live
+    /// replica's agent said so (output commit), so that a router that dies
+    /// never leaves a client with a connection its successor cannot find.
+    Stored {
+        ids: Vec<ConnId>,
     },
     /// Agent → router, right after `Welcome` (in as many messages as the
     /// frame size needs): every connection record the agent holds, so that
@@ -388,6 +399,8 @@ pub enum RouterEvent {
         replica: Ipv4Addr,
         services: Vec<ServiceOrder>,
     },
+    /// The agent stored these connections' records.
+    Stored { replica: Ipv4Addr, ids: Vec<ConnId> },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -528,6 +541,10 @@ impl RouterSession {
                 self.state = RState::Live { replica };
                 Some(RouterEvent::Order { replica, services })
             }
+            (RState::Live { replica }, Msg::Stored { ids }) => {
+                self.state = RState::Live { replica };
+                Some(RouterEvent::Stored { replica, ids })
+            }
             (RState::Closed, _) => None,
             (_, other) => self.reject(
                 format!(
@@ -580,6 +597,7 @@ fn kind(m: &Msg) -> &'static str {
         Msg::HeartbeatAck { .. } => "heartbeat_ack",
         Msg::ConnOpen { .. } => "conn_open",
         Msg::ConnClose { .. } => "conn_close",
+        Msg::Stored { .. } => "stored",
         Msg::Input { .. } => "input",
         Msg::Records { .. } => "records",
         Msg::Order { .. } => "order",
@@ -726,7 +744,14 @@ impl AgentSession {
                 // What it learnt of the order is its own, not the router's.
                 record.accepted = false;
                 record.input_end = None;
-                self.records.insert(record.id, record);
+                let id = record.id;
+                self.records.insert(id, record);
+                // Confirmed at once; records that came together are
+                // confirmed together.
+                match out.last_mut() {
+                    Some(Msg::Stored { ids }) if ids.len() < STORED_PER_MSG => ids.push(id),
+                    _ => out.push(Msg::Stored { ids: vec![id] }),
+                }
                 None
             }
             (AState::Live { .. }, Msg::ConnClose { id }) => {
@@ -970,6 +995,32 @@ mod tests {
         assert_eq!(a.records.get(&id), Some(&rec));
         a.handle(Msg::ConnClose { id }, 2, &mut out);
         assert!(a.records.is_empty());
+    }
+
+    /// Output commit: the agent confirms each record it stored, records
+    /// that came together in one message, and the router's session turns
+    /// that into an event naming the replica.
+    #[test]
+    fn stored_records_are_confirmed() {
+        let (mut a, hello) = AgentSession::new(b"k", R, "h", [1; 16], 0);
+        let mut r = RouterSession::new(b"k", [2; 16], Heartbeats::default(), 0);
+        converse(&mut a, &mut r, hello, 0);
+        let mut out = Vec::new();
+        for p in [1, 2, 3] {
+            a.handle(Msg::ConnOpen { record: record(p) }, 1, &mut out);
+        }
+        let ids: Vec<ConnId> = [1, 2, 3].iter().map(|&p| record(p).id).collect();
+        assert_eq!(out, vec![Msg::Stored { ids: ids.clone() }]);
+        // On the wire and back.
+        let mut dec = Decoder::default();
+        dec.push(&encode(&out[0]));
+        let m = dec.next_msg().unwrap().unwrap();
+        let mut back = Vec::new();
+        assert_eq!(
+            r.handle(m, 2, |_| true, &mut back),
+            Some(RouterEvent::Stored { replica: R, ids })
+        );
+        assert!(back.is_empty());
     }
 
     fn record(cport: u16) -> ConnRecord {

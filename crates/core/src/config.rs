@@ -68,6 +68,13 @@ pub struct Timeouts {
     /// client (which is in TIME-WAIT, 60 s on Linux). Closed connections
     /// give way first when the table is full.
     pub time_wait: Duration,
+    /// Output commit of connection records: once every replica answered a
+    /// SYN, the SYN-ACK to the client waits until the control plane says
+    /// the connection's record is stored at its replicas' agents
+    /// ([`crate::Router::record_stored`]), at most this long. A router that
+    /// dies after the client got the SYN-ACK then always leaves the record
+    /// behind for the one that takes over. `None`: no agents, no wait.
+    pub record_commit: Option<Duration>,
 }
 
 impl Default for Timeouts {
@@ -78,6 +85,7 @@ impl Default for Timeouts {
             idle: Duration::from_secs(600),
             handshake: Duration::from_secs(20),
             time_wait: Duration::from_secs(60),
+            record_commit: None,
         }
     }
 }

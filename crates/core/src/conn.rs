@@ -150,6 +150,10 @@ impl Leg {
     fn live(&self) -> bool {
         matches!(self.state, LegState::SynSent | LegState::Open)
     }
+    /// The segment's sequence number in the client's view (router space).
+    fn off_seq(&self, seg: &Seg) -> SeqNum {
+        seg.seq.shift(self.off)
+    }
     fn open(&self) -> bool {
         self.state == LegState::Open
     }
@@ -159,6 +163,10 @@ impl Leg {
 pub enum Phase {
     /// Waiting for every live replica's SYN-ACK.
     Handshake,
+    /// Every replica answered; the SYN-ACK waits until the connection's
+    /// record is stored at the agents (`Timeouts::record_commit`), so that
+    /// no client holds a SYN-ACK of a connection a new router cannot find.
+    Committing,
     /// The client got our SYN-ACK; waiting for its ACK.
     SynAckSent,
     Established,
@@ -217,6 +225,8 @@ pub struct Conn {
     pub syn_copy: Option<Packet>,
     /// When a client SYN last counted as a retry.
     pub syn_at: Instant,
+    /// `Committing`: the SYN-ACK goes out by then even unconfirmed.
+    pub commit_by: Instant,
     /// The MSS the client announced (what one segment to it may carry).
     pub client_mss: u16,
     /// The MSS announced to the client in our SYN-ACK.
@@ -237,6 +247,8 @@ pub struct Conn {
     /// connection until the client speaks): `client_ack`, `sent_hi` and
     /// `client_tsval` are the client's.
     pub client_seen: bool,
+    /// When a replica's probe was last passed on to the client.
+    pub probe_passed_at: Option<Instant>,
 }
 
 /// Output voting of one connection (MISSION.md #12, `crate::vote`). The
@@ -289,6 +301,9 @@ const MAX_BUILT_PAYLOAD: usize = 65535 - 20 - 60;
 /// Largest distance two related sequence numbers may have; beyond it a
 /// segment is out of window (RFC 9293 windows are at most 2^30).
 const MAX_WIN: i32 = 1 << 30;
+/// At most one replica probe (zero-window or keep-alive) per this long goes
+/// on to the client: the client's one answer reaches every replica.
+const PROBE_PASS_GAP: core::time::Duration = core::time::Duration::from_millis(50);
 
 impl Conn {
     pub fn new(
@@ -332,6 +347,7 @@ impl Conn {
             announced: false,
             syn_copy: None,
             syn_at: now,
+            commit_by: now,
             client_mss: syn.mss.unwrap_or(536).max(64),
             mss_out: 536,
             recovering: false,
@@ -339,6 +355,7 @@ impl Conn {
             expected: Vec::new(),
             rebuilt_at: None,
             client_seen: true,
+            probe_passed_at: None,
             vote: match voting {
                 Voting::Off => None,
                 Voting::Majority { tie } => Some(Box::new(VoteState {
@@ -697,7 +714,10 @@ impl Conn {
     }
 
     pub fn half_open(&self) -> bool {
-        matches!(self.phase, Phase::Handshake | Phase::SynAckSent)
+        matches!(
+            self.phase,
+            Phase::Handshake | Phase::Committing | Phase::SynAckSent
+        )
     }
 
     /// Router timestamp clock (RFC 7323 §5.4: 1 ms ticks), offset per
@@ -744,6 +764,11 @@ impl Conn {
         if self.phase == Phase::SynAckSent || self.phase == Phase::Established {
             // Our SYN-ACK was lost: the client asks again.
             self.emit_synack(ctx);
+            return;
+        }
+        if self.phase == Phase::Committing {
+            // Every replica answered; the SYN-ACK follows its record.
+            ctx.counters.drop(DropReason::SynAckHeld);
             return;
         }
         // A copy duplicated by the network is not a retry: only a SYN at
@@ -797,7 +822,7 @@ impl Conn {
 
     /// A segment from the client on an existing connection.
     pub fn client_segment(&mut self, ctx: &mut Ctx, pkt: Packet, seg: &Seg) {
-        if self.phase == Phase::Handshake {
+        if matches!(self.phase, Phase::Handshake | Phase::Committing) {
             // The client cannot have seen our SYN-ACK; only a RST makes sense.
             if seg.has(flags::RST) {
                 self.abort_legs(ctx);
@@ -1057,7 +1082,7 @@ impl Conn {
             // A retransmitted SYN-ACK: the replica did not get the client's
             // ACK yet. Once our own SYN-ACK is out, repeat it to the client
             // so that a lost third ACK gets repaired.
-            if self.phase != Phase::Handshake {
+            if matches!(self.phase, Phase::SynAckSent | Phase::Established) {
                 self.emit_synack(ctx);
             } else {
                 ctx.counters.drop(DropReason::SynAckHeld);
@@ -1113,23 +1138,49 @@ impl Conn {
         self.settle(ctx);
     }
 
-    /// The one SYN-ACK the client sees, built from what the replicas
-    /// answered (§III-E): router ISN, MSS = min, window scale = the largest
-    /// replica scale (every replica window fits), timestamps if all agreed.
-    fn emit_synack(&mut self, ctx: &mut Ctx) {
+    /// The group's options for the client (what the connection's record
+    /// holds): MSS, timestamps and window scale; returns the SYN-ACK's
+    /// window and scale option. `None` with no replica open.
+    fn synack_options(&mut self) -> Option<(u16, Option<u8>)> {
         let open: Vec<&Leg> = self.legs.iter().filter(|l| l.open()).collect();
-        let Some(first) = open.first() else { return };
+        let first = open.first()?;
         let mss = open.iter().map(|l| l.mss).min().unwrap_or(536);
         let win = open.iter().map(|l| l.syn_window).min().unwrap_or(0);
-        self.mss_out = mss;
         let ts_on = self.client_ts && first.has_ts;
         let ws = if self.client_ws && first.has_ws {
             Some(open.iter().map(|l| l.wscale).max().unwrap_or(0))
         } else {
             None
         };
+        self.mss_out = mss;
         self.ts_on = ts_on;
         self.ws_out = ws.unwrap_or(0);
+        Some((win, ws))
+    }
+
+    /// `Committing`: the record is stored (`confirmed`) or the wait ran
+    /// out; the client gets its SYN-ACK.
+    pub fn commit_synack(&mut self, ctx: &mut Ctx, confirmed: bool) {
+        if self.phase != Phase::Committing {
+            return;
+        }
+        if confirmed {
+            ctx.counters.synacks_committed += 1;
+        } else {
+            ctx.counters.synacks_uncommitted += 1;
+        }
+        self.phase = Phase::Handshake;
+        self.emit_synack(ctx);
+    }
+
+    /// The one SYN-ACK the client sees, built from what the replicas
+    /// answered (§III-E): router ISN, MSS = min, window scale = the largest
+    /// replica scale (every replica window fits), timestamps if all agreed.
+    fn emit_synack(&mut self, ctx: &mut Ctx) {
+        let Some((win, ws)) = self.synack_options() else {
+            return;
+        };
+        let (mss, ts_on) = (self.mss_out, self.ts_on);
         let mut r = Repr::new(
             self.key.vport,
             self.key.cport,
@@ -1204,6 +1255,28 @@ impl Conn {
     fn replica_pure_ack(&mut self, ctx: &mut Ctx, i: usize, pkt: Packet, seg: &Seg, dup: bool) {
         // The last ACK of a close comes as a pure ACK.
         self.check_closed(ctx);
+        // One below what it was acknowledged, with nothing in it: a probe
+        // (Linux sends zero-window probes and keep-alives at SND.UNA − 1;
+        // a stack that rewinds SND.NXT to SND.UNA after a timeout sends
+        // its ACKs there, which are not probes). It asks the client for
+        // its window, or whether it lives; absorbed, a client's window
+        // update that was lost (or went to a router that died) would stop
+        // the connection for good. One per PROBE_PASS_GAP goes on: the
+        // client must answer an old sequence number with an ACK and its
+        // window, which reaches every replica.
+        if self.legs[i].off_seq(seg).add(1) == self.client_ack.min(self.legs[i].hi)
+            && self.client_seen
+            && !self.recovering
+            && self.phase == Phase::Established
+            && self
+                .probe_passed_at
+                .is_none_or(|t| ctx.now.saturating_sub(t) >= PROBE_PASS_GAP)
+        {
+            self.probe_passed_at = Some(ctx.now);
+            ctx.counters.probes_passed += 1;
+            self.forward_to_client(ctx, i, pkt, seg, None, false);
+            return;
+        }
         let (Some(ack), Some(edge)) = (self.group_ack(), self.group_edge()) else {
             ctx.counters.drop(DropReason::AckAbsorbed);
             return;
@@ -1840,6 +1913,13 @@ impl Conn {
             .iter()
             .position(|l| l.replica == replica && l.live())
         {
+            if self.live_legs() == 1 {
+                // Never the connection's last replica: with the others gone
+                // (a router cut off from every replica host sees them all
+                // "lost" one after the other) resetting the client helps
+                // nobody. The connection's own failure detection judges it.
+                return;
+            }
             self.evict(ctx, i, reason, false);
             self.settle(ctx);
         }
@@ -1906,11 +1986,11 @@ impl Conn {
                 }
             }
         }
-        if self.phase != Phase::Handshake && self.vote.is_some() {
+        if !matches!(self.phase, Phase::Handshake | Phase::Committing) && self.vote.is_some() {
             self.vote_progress(ctx);
         }
         if self.live_legs() == 0 {
-            if self.phase == Phase::Handshake {
+            if matches!(self.phase, Phase::Handshake | Phase::Committing) {
                 // Nobody takes the connection: refuse it.
                 let r = Repr::new(
                     self.key.vport,
@@ -1954,8 +2034,20 @@ impl Conn {
         }
         if self.phase == Phase::Handshake {
             if self.legs.iter().all(|l| l.state != LegState::SynSent) {
-                self.emit_synack(ctx);
+                match ctx.timeouts.record_commit {
+                    Some(wait) if !wait.is_zero() => {
+                        // Output commit: the record first (the router
+                        // announces it after this input), then the SYN-ACK.
+                        self.synack_options();
+                        self.phase = Phase::Committing;
+                        self.commit_by = ctx.now + wait;
+                    }
+                    _ => self.emit_synack(ctx),
+                }
             }
+            return;
+        }
+        if self.phase == Phase::Committing {
             return;
         }
         if !self.finish_recovery(ctx) {
@@ -2183,6 +2275,9 @@ impl Conn {
             Phase::Handshake | Phase::SynAckSent => {
                 (self.created + t.handshake).min(self.last_activity + t.idle)
             }
+            Phase::Committing => (self.created + t.handshake)
+                .min(self.last_activity + t.idle)
+                .min(self.commit_by),
             _ => self.last_activity + t.idle,
         };
         if self.phase != Phase::Closed {
@@ -2214,7 +2309,9 @@ impl Conn {
                 self.phase = Phase::Dead;
                 return;
             }
-            Phase::Handshake | Phase::SynAckSent if self.created + t.handshake <= now => {
+            Phase::Handshake | Phase::Committing | Phase::SynAckSent
+                if self.created + t.handshake <= now =>
+            {
                 self.abort_legs(ctx);
                 self.phase = Phase::Dead;
                 return;
@@ -2229,6 +2326,9 @@ impl Conn {
         }
         if self.phase == Phase::Closed {
             return;
+        }
+        if self.phase == Phase::Committing && self.commit_by <= now {
+            self.commit_synack(ctx, false);
         }
         // A reset that the others did not follow: that replica crashed.
         for i in 0..self.legs.len() {

@@ -90,6 +90,16 @@ pub struct Counters {
     /// Connections adopted from the agents' records and rebuilt (every live
     /// replica told its position).
     pub connections_rebuilt: u64,
+    /// Replicas' probes (zero-window, keep-alive) passed on to the client
+    /// so that it answers with its window.
+    pub probes_passed: u64,
+    /// SYN-ACKs that waited for their connection's record to be stored at
+    /// the agents (output commit) and got it.
+    pub synacks_committed: u64,
+    /// SYN-ACKs sent when the wait for the record ran out (an agent that
+    /// did not confirm in time); such a connection may not survive a
+    /// takeover that comes before its record arrives.
+    pub synacks_uncommitted: u64,
     /// Output voting: replicas found sending bytes that differ from the
     /// majority's.
     pub divergences: u64,

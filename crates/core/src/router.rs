@@ -149,8 +149,10 @@ pub enum Event {
     ReplicaUp { service: String, replica: Ipv4Addr },
     /// The last replica of a connection left; the client was sent a RST.
     ConnectionLost { conn: String },
-    /// A connection reached ESTABLISHED: what its replicas' agents store.
-    /// Frequent (one per connection): not for the log.
+    /// Every replica answered a connection's SYN: what its replicas' agents
+    /// store. With `Timeouts::record_commit` its SYN-ACK waits for
+    /// [`Router::record_stored`]. Frequent (one per connection): not for
+    /// the log.
     Established { record: SetupRecord },
     /// Output voting: replica `replica` sent bytes that differ from the
     /// majority's at server-stream `offset` (bytes after the SYN, modulo
@@ -715,10 +717,16 @@ impl Router {
             c.counted_half_open = false;
             self.half_open_count = self.half_open_count.saturating_sub(1);
         }
-        // Announced once the client was sent the SYN-ACK: from then on the
-        // client may send data, and a router taking over must find the
-        // connection in the agents' records.
-        if !c.announced && matches!(c.phase, Phase::SynAckSent | Phase::Established) {
+        // Announced once every replica answered, before the client is sent
+        // the SYN-ACK (with `record_commit`, only once `record_stored` says
+        // the agents have it): from then on the client may send data, and
+        // a router taking over must find the connection in their records.
+        if !c.announced
+            && matches!(
+                c.phase,
+                Phase::Committing | Phase::SynAckSent | Phase::Established
+            )
+        {
             c.announced = true;
             self.events.push_back(Event::Established {
                 record: c.setup_record(),
@@ -894,6 +902,29 @@ impl Router {
             (false, true) => Adopted::Leg,
             (false, false) => Adopted::Known,
         }
+    }
+
+    /// The control plane stored the record of `key` (announced with
+    /// `Event::Established`) at every live replica's agent: its SYN-ACK,
+    /// held for that (`Timeouts::record_commit`), goes to the client.
+    /// Anything else (unknown, already sent) is ignored.
+    pub fn record_stored(&mut self, now: Instant, key: ConnKey) {
+        let Some(c) = self.conns.get_mut(&key) else {
+            return;
+        };
+        if c.phase != Phase::Committing {
+            return;
+        }
+        let mut ctx = Self::ctx(
+            now,
+            &mut self.transmit,
+            &mut self.counters,
+            &mut self.events,
+            &self.config,
+            &mut self.down,
+        );
+        c.commit_synack(&mut ctx, true);
+        self.after(now, key);
     }
 
     /// Run timers due at `now`.

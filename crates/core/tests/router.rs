@@ -990,3 +990,195 @@ fn a_lost_host_comes_back_when_its_agent_registers() {
     assert_eq!(r.host_back(replica(2)), 0, "already back");
     assert_eq!(r.host_back(replica(3)), 0, "never lost");
 }
+
+/// Output commit (`record_commit`): once every replica answered, the
+/// connection's record is announced and the SYN-ACK waits until the control
+/// plane says the agents stored it — or until the wait runs out. A client
+/// SYN repeated meanwhile gets nothing (its SYN-ACK follows the record).
+#[test]
+fn synack_waits_for_the_record_to_be_stored() {
+    let mut c = Config::default();
+    c.services.push(Service {
+        name: "t".into(),
+        vip: VIP,
+        ports: vec![PORT],
+        replicas: (1..=2).map(replica).collect(),
+        voting: Default::default(),
+    });
+    c.timeouts.record_commit = Some(std::time::Duration::from_millis(50));
+    let mut r = Router::new(c, [9; 16]);
+    // Two connections: the first is confirmed, the second never is.
+    for (cport, at) in [(CPORT, 0u64), (CPORT + 1, 100)] {
+        let syn = Repr::new(cport, PORT, SeqNum(CISN), SeqNum(0), flags::SYN, 64240);
+        r.handle_packet(t(at), seg(CLIENT, VIP, syn, b""));
+        assert_eq!(drain(&mut r).len(), 2, "SYN to both replicas");
+        for i in 1..=2u8 {
+            let sa = Repr::new(
+                PORT,
+                cport,
+                SeqNum(1_000_000 * i as u32),
+                SeqNum(CISN).add(1),
+                flags::SYN | flags::ACK,
+                65160,
+            );
+            r.handle_packet(t(at + 1), seg(replica(i), CLIENT, sa, b""));
+        }
+        assert!(
+            drain(&mut r).is_empty(),
+            "no SYN-ACK before the record is stored"
+        );
+        let evs: Vec<Event> = std::iter::from_fn(|| r.poll_event()).collect();
+        let key = evs
+            .iter()
+            .find_map(|e| match e {
+                Event::Established { record } => Some(record.key),
+                _ => None,
+            })
+            .expect("the record is announced before the SYN-ACK");
+        assert_eq!(key.cport, cport);
+        // The client repeats its SYN: still held.
+        let again = Repr::new(cport, PORT, SeqNum(CISN), SeqNum(0), flags::SYN, 64240);
+        r.handle_packet(t(at + 2), seg(CLIENT, VIP, again, b""));
+        assert!(
+            drain(&mut r).is_empty(),
+            "a repeated SYN does not release it"
+        );
+        if cport == CPORT {
+            r.record_stored(t(at + 3), key);
+            let out = drain(&mut r);
+            assert_eq!(out.len(), 1, "the SYN-ACK follows the record");
+            assert_eq!(
+                (out[0].dst, out[0].r.flags),
+                (CLIENT, flags::SYN | flags::ACK)
+            );
+            r.record_stored(t(at + 4), key);
+            assert!(
+                drain(&mut r).is_empty(),
+                "a second confirmation sends nothing"
+            );
+            assert_eq!(r.counters().synacks_committed, 1);
+        } else {
+            r.handle_timeout(t(at + 40));
+            assert!(drain(&mut r).is_empty(), "before the wait runs out");
+            let due = r.poll_timeout().expect("a timer for the wait");
+            assert!(due <= t(at + 51), "{due:?}");
+            r.handle_timeout(t(at + 51));
+            let out = drain(&mut r);
+            assert_eq!(out.len(), 1, "the wait ran out: SYN-ACK sent anyway");
+            assert_eq!(r.counters().synacks_uncommitted, 1);
+        }
+        // The handshake completes as usual.
+        assert!(
+            !std::iter::from_fn(|| r.poll_event()).any(|e| matches!(e, Event::Established { .. })),
+            "announced once"
+        );
+    }
+}
+
+/// A replica's zero-window probe or keep-alive (Linux: a pure segment at
+/// SND.UNA − 1) is passed on to the client, at most one per 50 ms, so that
+/// the client answers with its window: a window update the client sent and
+/// the network (or a router that died) lost would otherwise stop the
+/// connection for good. An ordinary pure ACK is still absorbed.
+#[test]
+fn replica_probes_reach_the_client() {
+    let mut r = router(2);
+    let (risn, isns) = handshake(&mut r, 2);
+    drain(&mut r);
+    let probe = |i: u8, isn: u32| {
+        let mut a = Repr::new(PORT, CPORT, SeqNum(isn), SeqNum(CISN).add(1), flags::ACK, 0);
+        a.timestamps = Some((6000, 1001));
+        seg(replica(i), CLIENT, a, b"")
+    };
+    // An ordinary pure ACK (at SND.NXT) changes nothing: absorbed.
+    r.handle_packet(t(10), ack_from(1, isns[0], SeqNum(CISN).add(1), 65160));
+    assert!(drain(&mut r).is_empty(), "nothing new: absorbed");
+    r.handle_packet(t(11), probe(1, isns[0]));
+    let out = drain(&mut r);
+    assert_eq!(out.len(), 1, "the probe goes on");
+    assert_eq!(out[0].dst, CLIENT);
+    assert_eq!(
+        out[0].r.seq,
+        SeqNum(risn),
+        "one below what the client has: it must answer"
+    );
+    assert_eq!(out[0].r.ack, SeqNum(CISN).add(1));
+    // The other replica's probe of the same round: the client's answer serves both.
+    r.handle_packet(t(12), probe(2, isns[1]));
+    assert!(drain(&mut r).is_empty(), "one per 50 ms");
+    r.handle_packet(t(70), probe(2, isns[1]));
+    assert_eq!(drain(&mut r).len(), 1, "the next round goes on");
+    assert_eq!(r.counters().probes_passed, 2);
+    // The client's answer (its window open again) reaches every replica.
+    let mut a = Repr::new(
+        CPORT,
+        PORT,
+        SeqNum(CISN).add(1),
+        SeqNum(risn).add(1),
+        flags::ACK,
+        900,
+    );
+    a.timestamps = Some((1010, 0));
+    r.handle_packet(t(71), seg(CLIENT, VIP, a, b""));
+    let out = drain(&mut r);
+    assert_eq!(out.len(), 2, "to both replicas");
+    for o in &out {
+        assert_eq!(o.r.window, 900);
+    }
+}
+
+/// Marking a replica down (here: its host lost) never takes a
+/// connection's last replica: a router cut off from every replica host sees
+/// them "lost" one after the other, and resetting the client would help
+/// nobody. The connection keeps it and its own failure detection judges.
+#[test]
+fn a_lost_host_never_takes_a_connections_last_replica() {
+    let mut r = router(2);
+    let (risn, isns) = handshake(&mut r, 2);
+    drain(&mut r);
+    // r1 resets this connection alone (its own verdict: out of this
+    // connection only, still up for the service).
+    let rst = Repr::new(
+        PORT,
+        CPORT,
+        SeqNum(isns[0]).add(1),
+        SeqNum(0),
+        flags::RST,
+        0,
+    );
+    r.handle_packet(t(5), seg(replica(1), CLIENT, rst, b""));
+    r.handle_timeout(t(200));
+    drain(&mut r);
+    while r.poll_event().is_some() {}
+    assert!(
+        r.status().services[0].replicas[0].alive,
+        "r1 is still up for the service"
+    );
+    // r2's host is lost: marked down for the service (r1 is left for new
+    // connections), but this connection keeps it.
+    assert_eq!(r.host_lost(t(210), replica(2)), 1);
+    let out = drain(&mut r);
+    assert!(
+        !out.iter()
+            .any(|o| o.dst == CLIENT && o.r.flags & flags::RST != 0),
+        "no client reset"
+    );
+    assert_eq!(r.connections(), 1);
+    // It still carries the client's bytes.
+    let mut d = Repr::new(
+        CPORT,
+        PORT,
+        SeqNum(CISN).add(1),
+        SeqNum(risn).add(1),
+        flags::ACK | flags::PSH,
+        502,
+    );
+    d.timestamps = Some((1005, 0));
+    r.handle_packet(t(220), seg(CLIENT, VIP, d, b"hi"));
+    let out = drain(&mut r);
+    assert!(
+        out.iter()
+            .any(|o| o.dst == replica(2) && o.payload == b"hi"),
+        "r2 still gets the client's bytes"
+    );
+}

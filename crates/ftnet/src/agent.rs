@@ -237,8 +237,14 @@ fn session(
             events.extend(s.handle(m, now_ms(), &mut out));
         }
         events.extend(s.on_timeout(now_ms(), &mut out));
-        for m in out.drain(..) {
-            stream.write_all(&ftnet_control::encode(&m))?;
+        if !out.is_empty() {
+            // One write for all (a router waits for `Stored` before it
+            // sends a SYN-ACK).
+            let mut wire = Vec::new();
+            for m in out.drain(..) {
+                wire.extend(ftnet_control::encode(&m));
+            }
+            stream.write_all(&wire)?;
         }
         for ev in events {
             match ev {

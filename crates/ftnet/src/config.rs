@@ -103,6 +103,7 @@ struct RawControl {
     secret_file: Option<Spanned<String>>,
     heartbeat_ms: Option<Spanned<u64>>,
     dead_after_ms: Option<Spanned<u64>>,
+    commit_wait_ms: Option<Spanned<u64>>,
 }
 
 /// The agents' control channel (`[control]`): where the router listens,
@@ -114,6 +115,9 @@ pub struct ControlConfig {
     pub secret_file: PathBuf,
     pub heartbeat: Duration,
     pub dead_after: Duration,
+    /// How long a SYN-ACK waits for the agents to confirm the connection's
+    /// record (output commit); zero sends it at once.
+    pub commit_wait: Duration,
 }
 
 /// Read a shared secret file: its bytes, trailing whitespace removed; at
@@ -281,7 +285,7 @@ pub fn parse(file: &str, text: &str) -> Result<FileConfig, ConfigError> {
     };
 
     // [control]
-    let control = match raw.control {
+    let control: Option<ControlConfig> = match raw.control {
         None => None,
         Some(c) => {
             let whole = c.span();
@@ -316,12 +320,18 @@ pub fn parse(file: &str, text: &str) -> Result<FileConfig, ConfigError> {
                 Some(d) => Duration::from_millis(*d.get_ref()),
                 None => heartbeat * 5,
             };
+            let commit_wait = match c.commit_wait_ms {
+                Some(w) if *w.get_ref() > 5_000 => return Err(err(Some(w.span()), format!("commit_wait_ms = {} out of range — use 0 (send SYN-ACKs without waiting for the agents) to 5000; the default, 100, is far above a healthy agent's answer (well under 1 ms)", w.get_ref()))),
+                Some(w) => Duration::from_millis(*w.get_ref()),
+                None => Duration::from_millis(100),
+            };
             Some(ControlConfig {
                 listen,
                 secret,
                 secret_file,
                 heartbeat,
                 dead_after,
+                commit_wait,
             })
         }
     };
@@ -560,7 +570,16 @@ pub fn parse(file: &str, text: &str) -> Result<FileConfig, ConfigError> {
         busy_poll,
         core: ftnet_core::Config {
             services,
-            timeouts,
+            timeouts: ftnet_core::Timeouts {
+                // Output commit: a SYN-ACK waits for its record at the
+                // agents, so a router that takes over finds every
+                // connection a client holds a SYN-ACK for.
+                record_commit: control
+                    .as_ref()
+                    .map(|c| c.commit_wait)
+                    .filter(|w| !w.is_zero()),
+                ..timeouts
+            },
             limits,
             // The input order goes to the replicas' shims through the agents.
             sequencer: control.is_some(),

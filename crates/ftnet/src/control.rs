@@ -37,6 +37,9 @@ pub trait RouterHandle: Send + Sync + 'static {
     fn host_back(&self, addr: Ipv4Addr) -> usize;
     /// Rebuild connections from an agent's records (see `Router::adopt`).
     fn adopt(&self, records: &[AdoptRecord]) -> Vec<Adopted>;
+    /// Every live agent of these connections stored their records: their
+    /// held SYN-ACKs go out (see `Router::record_stored`).
+    fn records_stored(&self, keys: &[ConnKey]);
     /// Where the input order stands at a replica's agent (see
     /// `Router::order_report`); `then` runs before the router's lock is
     /// released (the agent starts getting input events there).
@@ -99,6 +102,22 @@ fn order_report(o: &ftnet_control::ServiceOrder) -> OrderReport {
 pub struct Registry {
     agents: Mutex<HashMap<Ipv4Addr, Agent>>,
     dropped_records: std::sync::atomic::AtomicU64,
+    /// Output commit: connections whose SYN-ACK waits, and the agents whose
+    /// `Stored` is still missing. Never locked while taking the router's
+    /// lock (it is taken under it, in `route`).
+    pending: Mutex<HashMap<ConnKey, Vec<Ipv4Addr>>>,
+}
+
+/// What [`Registry::route`] did with a core event.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Routed {
+    /// Not for the agents (an event to log).
+    No,
+    /// Sent to the agents.
+    Yes,
+    /// A connection record that no agent can confirm (none registered for
+    /// its replicas): its SYN-ACK need not wait.
+    StoredNow(ConnKey),
 }
 
 struct Agent {
@@ -121,9 +140,52 @@ impl Registry {
         self.agents.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    fn pending(&self) -> MutexGuard<'_, HashMap<ConnKey, Vec<Ipv4Addr>>> {
+        self.pending.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// `replica`'s agent stored these records; returns the connections
+    /// whose every agent has now confirmed (their SYN-ACKs may go).
+    pub fn stored(&self, replica: Ipv4Addr, ids: &[ConnId]) -> Vec<ConnKey> {
+        let mut pending = self.pending();
+        let mut done = Vec::new();
+        for id in ids {
+            let key = conn_key(id);
+            if let Some(w) = pending.get_mut(&key) {
+                w.retain(|a| *a != replica);
+                if w.is_empty() {
+                    pending.remove(&key);
+                    done.push(key);
+                }
+            }
+        }
+        done
+    }
+
+    /// `replica`'s agent is gone (disconnected or its host lost): nobody
+    /// waits for its confirmations; returns the connections that waited
+    /// for it alone.
+    pub fn release(&self, replica: Ipv4Addr) -> Vec<ConnKey> {
+        let mut pending = self.pending();
+        let mut done = Vec::new();
+        pending.retain(|k, w| {
+            w.retain(|a| *a != replica);
+            if w.is_empty() {
+                done.push(*k);
+            }
+            !w.is_empty()
+        });
+        done
+    }
+
+    /// Connections waiting for their records to be confirmed.
+    pub fn pending_commits(&self) -> usize {
+        self.pending().len()
+    }
+
     /// Route a core event to the agents: `Established` and `Forgotten`
-    /// become records; returns false for events that are not records.
-    pub fn route(&self, ev: &Event) -> bool {
+    /// become records, `Input` the sequencer's order.
+    pub fn route(&self, ev: &Event) -> Routed {
         let (replicas, msg_for): (Vec<Ipv4Addr>, Box<dyn Fn(Ipv4Addr) -> Msg>) = match ev {
             Event::Established { record } => {
                 let r = record.clone();
@@ -171,17 +233,30 @@ impl Registry {
                     Box::new(move |_| Msg::Input { seq, id, kind, end }),
                 )
             }
-            _ => return false,
+            _ => return Routed::No,
         };
         let input = matches!(ev, Event::Input { .. });
         let agents = self.lock();
+        // Output commit: whose confirmation the SYN-ACK waits for. The
+        // pending lock is held until that is noted, so an answer that comes
+        // back before this returns waits for it.
+        let pending = match ev {
+            Event::Established { record } => Some((record.key, self.pending())),
+            Event::Forgotten { key, .. } => {
+                self.pending().remove(key);
+                None
+            }
+            _ => None,
+        };
+        let mut waiting = Vec::new();
         for a in replicas {
             if let Some(agent) = agents
                 .get(&a)
                 .filter(|x| x.lost.is_none() && (x.ordered || !input))
             {
                 match agent.tx.try_send(msg_for(a)) {
-                    Ok(()) | Err(TrySendError::Disconnected(_)) => {}
+                    Ok(()) => waiting.push(a),
+                    Err(TrySendError::Disconnected(_)) => {}
                     Err(TrySendError::Full(_)) => {
                         self.dropped_records
                             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -189,7 +264,18 @@ impl Registry {
                 }
             }
         }
-        true
+        match pending {
+            Some((key, mut p)) => {
+                if waiting.is_empty() {
+                    p.remove(&key);
+                    Routed::StoredNow(key)
+                } else {
+                    p.insert(key, waiting);
+                    Routed::Yes
+                }
+            }
+            None => Routed::Yes,
+        }
     }
 
     /// For the status snapshot.
@@ -212,6 +298,7 @@ impl Registry {
         serde_json::json!({
             "agents": list,
             "dropped_records": self.dropped_records.load(std::sync::atomic::Ordering::Relaxed),
+            "pending_commits": self.pending_commits(),
         })
     }
 }
@@ -307,7 +394,7 @@ fn serve(
                 // (a lost host cannot close anything). Its replica stays in service.
                 if let Some(r) = registered {
                     info!(replica = %r, %peer, "agent disconnected; the replica stays in service (passive detection still applies)");
-                    forget(reg, r, id);
+                    forget(reg, r, id, router);
                 }
                 return Ok(());
             }
@@ -334,7 +421,7 @@ fn serve(
                 Err(e) => {
                     warn!(%peer, "control connection {id}: {e}; closing");
                     if let Some(r) = registered {
-                        forget(reg, r, id);
+                        forget(reg, r, id, router);
                     }
                     return Ok(());
                 }
@@ -418,6 +505,12 @@ fn serve(
                         }
                     });
                 }
+                RouterEvent::Stored { replica, ids } => {
+                    let done = reg.stored(replica, &ids);
+                    if !done.is_empty() {
+                        router.records_stored(&done);
+                    }
+                }
                 RouterEvent::Rejected { reason } => {
                     warn!(%peer, "agent refused: {reason}");
                     let _ = stream.shutdown(std::net::Shutdown::Both);
@@ -433,6 +526,7 @@ fn serve(
                     if let Some(a) = reg.lock().get_mut(&replica).filter(|a| a.session == id) {
                         a.lost = Some(std::time::Instant::now());
                     }
+                    release(reg, replica, router);
                     let _ = stream.shutdown(std::net::Shutdown::Both);
                     return Ok(());
                 }
@@ -481,9 +575,24 @@ fn write_records(rx: &Receiver<Msg>, w: &Mutex<TcpStream>, done: &std::sync::ato
     }
 }
 
-fn forget(reg: &Registry, replica: Ipv4Addr, session: u64) {
-    let mut agents = reg.lock();
-    if agents.get(&replica).is_some_and(|a| a.session == session) {
-        agents.remove(&replica);
+fn forget(reg: &Registry, replica: Ipv4Addr, session: u64, router: &dyn RouterHandle) {
+    let gone = {
+        let mut agents = reg.lock();
+        let ours = agents.get(&replica).is_some_and(|a| a.session == session);
+        if ours {
+            agents.remove(&replica);
+        }
+        ours
+    };
+    if gone {
+        release(reg, replica, router);
+    }
+}
+
+/// An agent that can confirm no more records holds no SYN-ACK back.
+fn release(reg: &Registry, replica: Ipv4Addr, router: &dyn RouterHandle) {
+    let done = reg.release(replica);
+    if !done.is_empty() {
+        router.records_stored(&done);
     }
 }

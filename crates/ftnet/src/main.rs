@@ -144,6 +144,8 @@ const ROUTER_HELP: &str = r#"Configuration format (every key but the [[service]]
   heartbeat_ms = 100                         # agents send one heartbeat per interval
   dead_after_ms = 500                        # a silent agent's host is lost: its replica is marked
                                              # down and leaves every connection, idle ones too
+  commit_wait_ms = 100                       # a SYN-ACK waits for the agents to confirm the
+                                             # connection's record, at most this long (0: no wait)
   [[service]]                                # one block per service
   name = "redis"
   vip = "198.19.0.1"                         # the virtual IP clients connect to

@@ -10,7 +10,7 @@
 //! socket; it only reads a string the first data-plane thread refreshes.
 
 use crate::config::FileConfig;
-use crate::control::{self, Registry, RouterHandle};
+use crate::control::{self, Registry, Routed, RouterHandle};
 use crate::sys;
 use anyhow::Context;
 use ftnet_core::{Event, Instant, Packet, Router};
@@ -220,6 +220,18 @@ impl RouterHandle for Shared {
         done
     }
 
+    fn records_stored(&self, keys: &[ftnet_core::ConnKey]) {
+        let now = self.now();
+        {
+            let mut r = self.lock();
+            for k in keys {
+                r.record_stored(now, *k);
+            }
+        }
+        // The SYN-ACKs are queued: get them written.
+        self.kick();
+    }
+
     fn order_report(
         &self,
         replica: std::net::Ipv4Addr,
@@ -295,15 +307,26 @@ impl Out {
     /// Take everything the core queued. Records for the agents are sent
     /// here, under the router's lock, so that they reach each agent in the
     /// order the core numbered them even when several threads drain.
-    fn drain(&mut self, router: &mut Router, registry: Option<&Registry>) {
-        while let Some(p) = router.poll_transmit() {
-            self.packets.push(p);
-        }
-        while let Some(ev) = router.poll_event() {
-            if registry.is_some_and(|r| r.route(&ev)) {
-                continue;
+    fn drain(&mut self, router: &mut Router, registry: Option<&Registry>, now: Instant) {
+        loop {
+            while let Some(p) = router.poll_transmit() {
+                self.packets.push(p);
             }
-            self.events.push(ev);
+            let mut more = false;
+            while let Some(ev) = router.poll_event() {
+                match registry.map_or(Routed::No, |r| r.route(&ev)) {
+                    Routed::No => self.events.push(ev),
+                    Routed::Yes => {}
+                    Routed::StoredNow(key) => {
+                        // No agent to wait for: the SYN-ACK goes now.
+                        router.record_stored(now, key);
+                        more = true;
+                    }
+                }
+            }
+            if !more {
+                return;
+            }
         }
     }
 
@@ -362,7 +385,11 @@ fn event_loop(
             if r.poll_timeout().is_some_and(|due| due <= t) {
                 r.handle_timeout(t);
             }
-            out.drain(&mut r, shared.registry.get().map(|g| g.as_ref()));
+            out.drain(
+                &mut r,
+                shared.registry.get().map(|g| g.as_ref()),
+                shared.now(),
+            );
             if main && last_status.elapsed() >= STATUS_EVERY {
                 refresh_status(&r, shared);
                 last_status = std::time::Instant::now();
@@ -464,7 +491,11 @@ fn pump<D: Device>(
         for pkt in batch.drain(..) {
             r.handle_packet(now, pkt);
         }
-        out.drain(&mut r, shared.registry.get().map(|g| g.as_ref()));
+        out.drain(
+            &mut r,
+            shared.registry.get().map(|g| g.as_ref()),
+            shared.now(),
+        );
     }
     out.flush(dev);
     n

@@ -519,6 +519,9 @@ impl Sim {
                     }],
                     timeouts: Timeouts {
                         failure_detection: Duration::from_millis(p.failure_detection_ms),
+                        // Output commit, as `ftnet router` with agents
+                        // runs, where a router takes over.
+                        record_commit: p.takeover.map(|_| Duration::from_millis(50)),
                         ..Timeouts::default()
                     },
                     limits: Default::default(),
@@ -1049,10 +1052,16 @@ impl Sim {
             while let Some(ev) = r.poll_event() {
                 evs.push(ev);
             }
+            let mut stored = Vec::new();
             for ev in evs {
                 match &ev {
                     Event::Established { record } => {
                         self.records.insert(record.key, record.clone());
+                        // The agents confirm it; one confirmation in 20 is
+                        // lost (the SYN-ACK then goes when the wait ends).
+                        if self.agent_rng.gen_range(0..20) != 0 {
+                            stored.push(record.key);
+                        }
                     }
                     Event::Forgotten { key, replicas } => {
                         // Each agent named forgets it (an evicted replica's
@@ -1105,6 +1114,9 @@ impl Sim {
             let Middle::Router(r) = &mut self.middle else {
                 return Ok(());
             };
+            for key in stored {
+                r.record_stored(Instant(self.now), key);
+            }
             let Some(pkt) = self.gso_rest.pop_front().or_else(|| r.poll_transmit()) else {
                 return Ok(());
             };

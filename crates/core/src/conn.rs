@@ -1264,8 +1264,10 @@ impl Conn {
         // the connection for good. One per PROBE_PASS_GAP goes on: the
         // client must answer an old sequence number with an ACK and its
         // window, which reaches every replica.
+        // (On a rebuilt connection the client may not have spoken yet: its
+        // window update went to the router that died, and this probe is
+        // what makes it speak.)
         if self.legs[i].off_seq(seg).add(1) == self.client_ack.min(self.legs[i].hi)
-            && self.client_seen
             && !self.recovering
             && self.phase == Phase::Established
             && self
@@ -1904,6 +1906,34 @@ impl Conn {
         }
         d += &format!("; connection {:?}", self.phase);
         d
+    }
+
+    /// Where this connection stands, for the status.
+    pub fn sample(&self) -> crate::router::ConnSample {
+        let cin = |x: SeqNum| x.diff(self.client_isn.add(1)) as u32;
+        let out = |x: SeqNum| x.diff(self.router_isn.add(1)) as u32;
+        crate::router::ConnSample {
+            conn: self.key.to_string(),
+            phase: format!("{:?}", self.phase),
+            recovering: self.recovering,
+            adopted: self.from_agents,
+            client_sent: cin(self.client_hi),
+            client_was_sent: out(self.sent_hi),
+            client_acked: out(self.client_ack),
+            client_window: self.client_win,
+            legs: self
+                .legs
+                .iter()
+                .map(|l| crate::router::LegSample {
+                    addr: l.addr,
+                    state: format!("{:?}", l.state),
+                    sent: out(l.hi),
+                    acked: cin(l.ack),
+                    window_edge: cin(l.edge),
+                    learned: l.learned,
+                })
+                .collect(),
+        }
     }
 
     /// Evict the leg of replica `replica` (service index) if it has one.

@@ -19,7 +19,7 @@ pub use conn::ConnKey;
 pub use metrics::{Counters, DropReason};
 pub use order::{NumberedInput, OrderReport, ORDER_LOG, ORDER_WAIT};
 pub use router::{
-    AdoptRecord, Adopted, Event, EvictReason, InputKind, Packet, ReplicaSetup, ReplicaStatus,
-    Router, ServiceStatus, SetupRecord, Status,
+    AdoptRecord, Adopted, ConnSample, Event, EvictReason, InputKind, LegSample, Packet,
+    ReplicaSetup, ReplicaStatus, Router, ServiceStatus, SetupRecord, Status,
 };
 pub use time::Instant;

@@ -236,6 +236,44 @@ pub struct ServiceStatus {
     pub connections: usize,
 }
 
+/// One replica's leg of a connection in [`ConnSample`]: stream offsets
+/// (bytes after the SYN, modulo 2^32) as the router knows them.
+#[derive(Debug, Clone, Serialize)]
+pub struct LegSample {
+    pub addr: Ipv4Addr,
+    pub state: String,
+    /// Server stream: the end of what this replica sent.
+    pub sent: u32,
+    /// Client stream: what this replica acknowledged.
+    pub acked: u32,
+    /// Client stream: the right edge of its window.
+    pub window_edge: u32,
+    /// Position learnt (after a takeover).
+    pub learned: bool,
+}
+
+/// A few connections in detail, for an operator (or a failed test's
+/// evidence) to see where each side stands.
+#[derive(Debug, Clone, Serialize)]
+pub struct ConnSample {
+    pub conn: String,
+    pub phase: String,
+    pub recovering: bool,
+    pub adopted: bool,
+    /// Client stream: the end of what the client sent.
+    pub client_sent: u32,
+    /// Server stream: the end of what the client was sent, and what it
+    /// acknowledged.
+    pub client_was_sent: u32,
+    pub client_acked: u32,
+    /// The client's last window field (unscaled).
+    pub client_window: u16,
+    pub legs: Vec<LegSample>,
+}
+
+/// Connections shown in detail in the status.
+const SAMPLE_CONNS: usize = 8;
+
 /// A snapshot for `ftnet status`.
 #[derive(Debug, Clone, Serialize)]
 pub struct Status {
@@ -248,6 +286,8 @@ pub struct Status {
     pub counters: Counters,
     /// Drops by reason name.
     pub drops: Vec<(&'static str, u64)>,
+    /// Up to 8 connections in detail (lowest client address and port first).
+    pub sample: Vec<ConnSample>,
 }
 
 /// The router state machine.
@@ -1216,7 +1256,16 @@ impl Router {
                 connections: n,
             });
         }
+        let mut keys: Vec<&ConnKey> = self.conns.keys().collect();
+        keys.sort_unstable_by_key(|k| (k.client, k.cport, k.vip, k.vport));
+        let sample = keys
+            .into_iter()
+            .take(SAMPLE_CONNS)
+            .filter_map(|k| self.conns.get(k))
+            .map(|c| c.sample())
+            .collect();
         Status {
+            sample,
             services,
             connections: self.conns.len(),
             half_open: self.half_open_count,

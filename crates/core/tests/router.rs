@@ -1182,3 +1182,73 @@ fn a_lost_host_never_takes_a_connections_last_replica() {
         "r2 still gets the client's bytes"
     );
 }
+
+/// After a takeover a download can sit in zero-window persist: the
+/// client's window update went to the router that died, so the client has
+/// nothing more to say. The replicas' persist probes must reach it even
+/// though the new router has not heard from it yet, or the transfer stops
+/// until the server times out.
+#[test]
+fn a_rebuilt_connection_passes_probes_to_a_silent_client() {
+    use ftnet_core::{AdoptRecord, ConnKey, ReplicaSetup};
+    let mut r = router(2);
+    let key = ConnKey {
+        client: CLIENT,
+        cport: CPORT,
+        vip: VIP,
+        vport: PORT,
+    };
+    let (risn, isns) = (7_000_000u32, [1_000_000u32, 2_000_000]);
+    let sent = 50_000u32; // server bytes every replica sent (and the client acknowledged)
+    for i in 0..2u8 {
+        let rec = AdoptRecord {
+            key,
+            client_isn: CISN,
+            router_isn: risn,
+            wscale_out: 0,
+            ts_base: None,
+            client_mss: 1460,
+            mss_out: 1460,
+            replica: ReplicaSetup {
+                addr: replica(i + 1),
+                isn: isns[i as usize],
+                wscale: 0,
+            },
+            expected: vec![replica(1), replica(2)],
+            accepted: true,
+            input_end: Some(86),
+        };
+        r.adopt(t(0), &rec);
+    }
+    drain(&mut r); // the position probes
+                   // Each replica answers with its position: SND.NXT, RCV.NXT.
+    for i in 0..2u8 {
+        let a = Repr::new(
+            PORT,
+            CPORT,
+            SeqNum(isns[i as usize]).add(1 + sent),
+            SeqNum(CISN).add(1 + 86),
+            flags::ACK,
+            64,
+        );
+        r.handle_packet(t(1), seg(replica(i + 1), CLIENT, a, b""));
+    }
+    drain(&mut r);
+    assert_eq!(r.status().rebuilding, 0, "rebuilt");
+    // A persist probe from r1 at SND.UNA − 1: it reaches the client.
+    let probe = Repr::new(
+        PORT,
+        CPORT,
+        SeqNum(isns[0]).add(sent),
+        SeqNum(CISN).add(1 + 86),
+        flags::ACK,
+        64,
+    );
+    r.handle_packet(t(300), seg(replica(1), CLIENT, probe, b""));
+    let out = drain(&mut r);
+    assert!(
+        out.iter()
+            .any(|o| o.dst == CLIENT && o.r.seq == SeqNum(risn).add(sent)),
+        "the probe goes to the client, one below what it has"
+    );
+}

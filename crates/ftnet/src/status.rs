@@ -141,10 +141,57 @@ pub fn render(v: &Value) -> String {
             let _ = writeln!(o, "  {k:<20} {}", u(&c[k]));
         }
     }
+    // Output commit and probes, once they happened.
+    for k in ["synacks_committed", "synacks_uncommitted", "probes_passed"] {
+        if u(&c[k]) > 0 {
+            let _ = writeln!(o, "  {k:<20} {}", u(&c[k]));
+        }
+    }
+    if let Some(pc) = v["control"]["pending_commits"].as_u64().filter(|&n| n > 0) {
+        let _ = writeln!(o, "  SYN-ACKs waiting for the agents: {pc}");
+    }
     // Output voting, when a service votes.
     if u(&c["voted_bytes"]) > 0 || u(&c["divergences"]) > 0 {
         for k in ["voted_bytes", "divergences"] {
             let _ = writeln!(o, "  {k:<20} {}", u(&c[k]));
+        }
+    }
+    // A few connections in detail: stream offsets (bytes after the SYN).
+    if let Some(sample) = st["sample"].as_array().filter(|a| !a.is_empty()) {
+        let _ = writeln!(
+            o,
+            "\nconnections (first {}; stream offsets in bytes):",
+            sample.len()
+        );
+        for c in sample {
+            let _ = writeln!(
+                o,
+                "  {} {}{}: client sent {} | client was sent {}, acked {}, window {}",
+                c["conn"].as_str().unwrap_or("?"),
+                c["phase"].as_str().unwrap_or("?"),
+                if c["recovering"] == true {
+                    " (rebuilding)"
+                } else if c["adopted"] == true {
+                    " (adopted)"
+                } else {
+                    ""
+                },
+                u(&c["client_sent"]),
+                u(&c["client_was_sent"]),
+                u(&c["client_acked"]),
+                u(&c["client_window"]),
+            );
+            for l in c["legs"].as_array().into_iter().flatten() {
+                let _ = writeln!(
+                    o,
+                    "    {:<16} {:<8} sent {} | acked {}, window edge {}",
+                    l["addr"].as_str().unwrap_or("?"),
+                    l["state"].as_str().unwrap_or("?"),
+                    u(&l["sent"]),
+                    u(&l["acked"]),
+                    u(&l["window_edge"]),
+                );
+            }
         }
     }
     let drops: Vec<(String, u64)> = st["drops"]

@@ -635,6 +635,8 @@ pub struct LabTuning {
     pub busy_poll_us: Option<u64>,
     /// Write a `[control]` section with this secret file.
     pub control_secret: Option<PathBuf>,
+    /// `[control]` commit_wait_ms.
+    pub commit_wait_ms: Option<u64>,
     /// Voting lines for the service.
     pub vote: Option<&'static str>,
 }
@@ -666,6 +668,9 @@ pub fn render_lab(
             "\n[control]\nlisten = \"0.0.0.0:7400\"\nsecret_file = \"{}\"\n",
             f.display()
         ));
+        if let Some(w) = tuning.commit_wait_ms {
+            threads.push_str(&format!("commit_wait_ms = {w}\n"));
+        }
     }
     format!(
         "# written by `ftnet lab up`\n[router]\ntun = \"ftnet0\"\ntable = 7000\nstatus_socket = \"{}\"\n{threads}\n[timeouts]\nfailure_detection_ms = {failure_ms}\n\n[[service]]\nname = \"lab\"\nvip = \"{vip}\"\nports = [{}]\nreplicas = [{}]\n{}",

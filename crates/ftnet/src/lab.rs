@@ -183,6 +183,10 @@ pub struct UpArgs {
     /// Router busy polling in µs after the last packet (0 = sleep at once) [default: the router's, 0].
     #[arg(long, value_name = "US")]
     pub busy_poll_us: Option<u64>,
+    /// How long the router holds a SYN-ACK for the agents to confirm the connection's
+    /// record (output commit; with agents only; 0 = no wait) [default: the router's, 100].
+    #[arg(long, value_name = "MS")]
+    pub commit_wait_ms: Option<u64>,
     /// Run `ftnet agent` in every replica namespace (control channel on the router's
     /// 198.18.(10+i).1:7400, secret in /run/ftnet/lab/<name>/secret) and wait until all registered.
     #[arg(long)]
@@ -287,6 +291,7 @@ pub fn run(cmd: LabCmd) -> anyhow::Result<i32> {
                 failure_ms: 100,
                 threads: None,
                 busy_poll_us: None,
+                commit_wait_ms: None,
                 agents: false,
                 shim: false,
                 fault_drop: None,
@@ -599,6 +604,7 @@ fn up(lab: &Lab, args: &UpArgs) -> anyhow::Result<()> {
         threads: args.threads,
         busy_poll_us: args.busy_poll_us,
         control_secret: agents.then(|| secret.clone()),
+        commit_wait_ms: args.commit_wait_ms,
         vote: match args.vote.as_deref() {
             Some("majority") => Some("vote = \"majority\"\n"),
             Some("majority-reset") => Some("vote = \"majority\"\nvote_tie = \"reset\"\n"),

@@ -759,6 +759,7 @@ replicas = ["198.18.11.2", "198.18.12.2", "198.18.13.2"]
                 threads: Some(1),
                 busy_poll_us: Some(70),
                 control_secret: None,
+                commit_wait_ms: None,
                 fault_drop: Some((r[1], 7)),
                 vote: Some("vote = \"majority\"\n"),
             },
@@ -778,6 +779,46 @@ replicas = ["198.18.11.2", "198.18.12.2", "198.18.13.2"]
         assert_eq!(c.busy_poll, Duration::from_micros(70));
         assert_eq!(c.core.services[0].ports, vec![6379, 80]);
         assert_eq!(c.core.timeouts.failure_detection, Duration::from_millis(50));
+    }
+
+    /// `[control] commit_wait_ms`: default 100 ms of output commit, 0 turns
+    /// it off, past 5 s is refused with its line named.
+    #[test]
+    fn commit_wait() {
+        let dir = std::env::temp_dir().join(format!("ftnet-cfg-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let secret = dir.join("secret");
+        std::fs::write(&secret, "0123456789abcdef0123456789abcdef\n").unwrap();
+        let with = |extra: &str| {
+            format!(
+                "{GOOD}\n[control]\nlisten = \"0.0.0.0:7400\"\nsecret_file = \"{}\"\n{extra}",
+                secret.display()
+            )
+        };
+        let c = parse("t.toml", &with("")).unwrap();
+        assert_eq!(
+            c.core.timeouts.record_commit,
+            Some(Duration::from_millis(100))
+        );
+        let c = parse("t.toml", &with("commit_wait_ms = 0\n")).unwrap();
+        assert_eq!(c.core.timeouts.record_commit, None);
+        let c = parse("t.toml", &with("commit_wait_ms = 40\n")).unwrap();
+        assert_eq!(
+            c.core.timeouts.record_commit,
+            Some(Duration::from_millis(40))
+        );
+        let line = with("").lines().count() + 1;
+        bad(
+            &with("commit_wait_ms = 9000\n"),
+            line,
+            "commit_wait_ms = 9000 out of range",
+        );
+        // Without agents nothing waits.
+        assert_eq!(
+            parse("t.toml", GOOD).unwrap().core.timeouts.record_commit,
+            None
+        );
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -1214,10 +1214,16 @@ impl Conn {
         if self.legs[i]
             .fin
             .is_some_and(|f| self.client_ack.is_after(f))
+            && (self.client_fin.is_some() || self.recovering)
         {
-            // The client acknowledged this replica's FIN: it finished the
-            // connection, and its RST answers a stray segment (after a
-            // takeover the router may not know the close was complete).
+            // Both sides closed (the client acknowledged this replica's FIN
+            // and sent its own): the replica's RST answers a stray segment,
+            // e.g. a retransmitted FIN after its LAST-ACK ended (while a
+            // rebuild is learning positions the router may not know the
+            // close was complete). With the client's side still open it is
+            // the server resetting a half-closed connection the client
+            // writes to (RFC 9293 §3.10.7.4; Redis after a protocol error):
+            // that goes the abort path below, so the client learns at once.
             ctx.counters.drop(DropReason::BadState);
             return;
         }

@@ -495,6 +495,89 @@ fn rst_from_every_replica_is_the_services_abort() {
     assert!(r.status().services[0].replicas.iter().all(|x| x.alive));
 }
 
+/// A server that closed its side (FIN, acknowledged by the client) and then
+/// resets the client's next write — Redis after a protocol error, any server
+/// that closes with unread input (RFC 9293 §3.10.7.4: data to a closed
+/// socket draws a RST). The client must learn at once that the connection
+/// is gone, as it would without the router; the replicas reset together, so
+/// nobody is blamed. (The router once took the RST for an answer to a stray
+/// segment and dropped it: the client wrote on into a dead connection.)
+#[test]
+fn rst_after_the_servers_acknowledged_fin_reaches_the_client() {
+    for n in [1u8, 3] {
+        let mut r = router(n);
+        let (risn, isns) = handshake(&mut r, n);
+        for i in 1..=n {
+            let mut fin = Repr::new(
+                PORT,
+                CPORT,
+                SeqNum(isns[i as usize - 1]).add(1),
+                SeqNum(CISN).add(1),
+                flags::ACK | flags::FIN,
+                500,
+            );
+            fin.timestamps = Some((7000, 1001));
+            r.handle_packet(t(10), seg(replica(i), CLIENT, fin, b""));
+        }
+        let out = drain(&mut r);
+        assert!(
+            out.iter()
+                .any(|o| o.dst == CLIENT && o.r.flags & flags::FIN != 0),
+            "n={n}: the group's FIN reaches the client"
+        );
+        // The client acknowledges the FIN and writes on (half-close).
+        let mut d = Repr::new(
+            CPORT,
+            PORT,
+            SeqNum(CISN).add(1),
+            SeqNum(risn).add(2),
+            flags::ACK | flags::PSH,
+            502,
+        );
+        d.timestamps = Some((1003, 0));
+        r.handle_packet(t(11), seg(CLIENT, VIP, d, b"more"));
+        let out = drain(&mut r);
+        assert_eq!(
+            out.iter().filter(|o| o.payload == b"more").count(),
+            n as usize,
+            "n={n}: the write goes to every replica"
+        );
+        // Every replica's kernel answers with a RST at its SND.NXT (after
+        // its FIN), as the segment's ACK field said.
+        let mut reset = Vec::new();
+        for i in 1..=n {
+            let rst = Repr::new(
+                PORT,
+                CPORT,
+                SeqNum(isns[i as usize - 1]).add(2),
+                SeqNum(0),
+                flags::RST,
+                0,
+            );
+            r.handle_packet(t(12), seg(replica(i), CLIENT, rst, b""));
+            reset.extend(drain(&mut r));
+        }
+        let rsts: Vec<&Out> = reset
+            .iter()
+            .filter(|o| o.dst == CLIENT && o.r.flags & flags::RST != 0)
+            .collect();
+        assert_eq!(rsts.len(), 1, "n={n}: the client is reset once");
+        assert_eq!(
+            rsts[0].r.seq,
+            SeqNum(risn).add(2),
+            "n={n}: at exactly the client's RCV.NXT (RFC 5961 §3.2)"
+        );
+        r.handle_timeout(t(1000));
+        assert!(
+            log_events(&mut r)
+                .iter()
+                .all(|e| !matches!(e, Event::ReplicaDown { .. })),
+            "n={n}: the service's own abort blames nobody"
+        );
+        assert_eq!(r.connections(), 0, "n={n}: the connection is gone");
+    }
+}
+
 #[test]
 fn syn_refused_by_every_replica_refuses_the_client_without_marking_down() {
     let mut r = router(3);

@@ -9,6 +9,8 @@ macro_rules! drop_reasons {
         pub enum DropReason { $( $(#[doc = $doc])* $name, )* }
         impl DropReason {
             pub const ALL: &'static [DropReason] = &[$(DropReason::$name),*];
+            /// How many reasons there are.
+            pub const COUNT: usize = [$(DropReason::$name),*].len();
             pub fn name(self) -> &'static str { match self { $(DropReason::$name => $s,)* } }
         }
     };
@@ -52,6 +54,10 @@ drop_reasons! {
     IcmpIgnored => "icmp_ignored",
     /// No live replica to send to.
     NoReplica => "no_replica",
+    /// A SYN while no replica is in service yet because their agents have
+    /// not registered with this (just started) router: dropped, the client
+    /// retransmits it.
+    AwaitingAgents => "awaiting_agents",
     /// Output voting: a replica segment beyond a hole in what that replica
     /// sent (it will be sent again).
     VoteOutOfOrder => "vote_out_of_order",
@@ -108,7 +114,7 @@ pub struct Counters {
     pub voted_bytes: u64,
     /// Drops by reason, indexed like [`DropReason::ALL`].
     #[serde(skip)]
-    pub drops: [u64; 21],
+    pub drops: [u64; DropReason::COUNT],
 }
 
 impl Counters {

@@ -59,6 +59,19 @@ pub enum EvictReason {
     /// Output voting: it fell further behind the others than the vote
     /// keeps bytes to compare it with.
     Lagging,
+    /// The agents report it out of service: it left the group under an
+    /// earlier router (before a restart or a takeover) and has not been
+    /// brought back since.
+    ReportedDown,
+}
+
+/// One replica out of service for one service (named by its VIP and first
+/// port): what the agents keep for a router that starts or takes over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+pub struct OutOfService {
+    pub vip: Ipv4Addr,
+    pub port: u16,
+    pub replica: Ipv4Addr,
 }
 
 /// What a replica's agent keeps of a connection for a recovering router:
@@ -144,9 +157,14 @@ pub enum Event {
         replica: Ipv4Addr,
         reason: EvictReason,
     },
-    /// A replica declared down because its host was lost is back (its
-    /// agent registered again): new connections use it again.
+    /// An operator brought a replica that was out of service back
+    /// ([`Router::enable_replica`]): new connections use it again.
     ReplicaUp { service: String, replica: Ipv4Addr },
+    /// The set of replicas out of service changed (it is complete, every
+    /// service): for every agent to keep, so that a router that starts or
+    /// takes over never readmits a replica that left the group. Not for
+    /// the log (`ReplicaDown`/`ReplicaUp` say what changed).
+    OutOfService { down: Vec<OutOfService> },
     /// The last replica of a connection left; the client was sent a RST.
     ConnectionLost { conn: String },
     /// Every replica answered a connection's SYN: what its replicas' agents
@@ -216,7 +234,11 @@ pub enum InputKind {
 #[derive(Debug, Clone, Serialize)]
 pub struct ReplicaStatus {
     pub addr: Ipv4Addr,
+    /// In service: gets new connections.
     pub alive: bool,
+    /// Not out of service, but its agent has not registered with this
+    /// router yet (with agents, a replica serves only once it did).
+    pub awaiting_agent: bool,
     /// Connections this replica is part of.
     pub connections: usize,
     /// Largest distance, over its connections, between the bytes this
@@ -297,11 +319,13 @@ pub struct Router {
     counters: Counters,
     transmit: VecDeque<Packet>,
     events: VecDeque<Event>,
-    /// Per service, per replica: alive for new connections.
+    /// Per service, per replica: alive for new connections. A replica
+    /// marked down stays down until an operator enables it again: it missed
+    /// input while out, so its state is not the group's.
     alive: Vec<Vec<bool>>,
-    /// Per service, per replica: marked down because its host's agent fell
-    /// silent (it comes back when the agent registers again).
-    host_lost: Vec<Vec<bool>>,
+    /// With [`Router::require_agents`]: the replicas whose own agent has
+    /// registered with this router. Only those get new connections.
+    agents: Option<std::collections::HashSet<Ipv4Addr>>,
     /// (VIP, port) → service.
     by_vip: HashMap<(Ipv4Addr, u16), usize>,
     /// (replica address, port) → (service, replica).
@@ -366,11 +390,7 @@ impl Router {
             last_now: Instant::ZERO,
             rebuild: None,
             rebuild_dropped: 0,
-            host_lost: config
-                .services
-                .iter()
-                .map(|s| vec![false; s.replicas.len()])
-                .collect(),
+            agents: None,
             config,
         }
     }
@@ -534,8 +554,14 @@ impl Router {
         seg: &Seg,
     ) -> Result<(), DropReason> {
         let live: Vec<usize> = (0..self.alive[svc].len())
-            .filter(|&r| self.alive[svc][r])
+            .filter(|&r| self.in_service(svc, r))
             .collect();
+        if live.is_empty() && (0..self.alive[svc].len()).any(|r| self.alive[svc][r]) {
+            // Replicas not out of service, but their agents have not
+            // registered with this router yet: they will within moments,
+            // and the client's retransmitted SYN finds them.
+            return Err(DropReason::AwaitingAgents);
+        }
         if live.is_empty() {
             // Nothing can serve it: refuse at once rather than let the
             // client time out.
@@ -712,7 +738,6 @@ impl Router {
                 continue;
             }
             v[replica] = false;
-            self.host_lost[svc][replica] = reason == EvictReason::HostLost;
             let s = &self.config.services[svc];
             self.events.push_back(Event::ReplicaDown {
                 service: s.name.clone(),
@@ -739,7 +764,39 @@ impl Router {
                 }
                 self.after(now, k);
             }
+            self.announce_out_of_service();
         }
+    }
+
+    /// Serves new connections: alive, and (with `require_agents`) its
+    /// agent registered with this router.
+    fn in_service(&self, svc: usize, replica: usize) -> bool {
+        self.alive[svc][replica]
+            && self.agents.as_ref().is_none_or(|a| {
+                a.contains(&self.config.services[svc].replicas[replica])
+            })
+    }
+
+    /// Every replica out of service, every service.
+    pub fn out_of_service(&self) -> Vec<OutOfService> {
+        let mut v = Vec::new();
+        for (svc, s) in self.config.services.iter().enumerate() {
+            for (i, &replica) in s.replicas.iter().enumerate() {
+                if !self.alive[svc][i] {
+                    v.push(OutOfService {
+                        vip: s.vip,
+                        port: s.ports.first().copied().unwrap_or(0),
+                        replica,
+                    });
+                }
+            }
+        }
+        v
+    }
+
+    fn announce_out_of_service(&mut self) {
+        let down = self.out_of_service();
+        self.events.push_back(Event::OutOfService { down });
     }
 
     /// Bookkeeping after a connection handled an input: forget it if dead,
@@ -864,26 +921,93 @@ impl Router {
         n
     }
 
-    /// A replica's host is back: its agent registered again after it was
-    /// declared lost (a flapping link, or this router was the one cut off).
-    /// It serves new connections again; connections it left stay without
-    /// it. Returns how many services took it back.
-    pub fn host_back(&mut self, addr: Ipv4Addr) -> usize {
-        let mut n = 0;
+    /// With agents (`[control]`): a replica gets new connections only once
+    /// its own agent registered with this router ([`Router::agent_registered`]).
+    /// A router that starts or takes over cannot tell a current replica from
+    /// one that left the group under its predecessor until the agents told
+    /// it ([`Router::reported_down`]); an agent registers within
+    /// milliseconds, and a client's SYN that finds no replica in service
+    /// meanwhile is dropped (it retransmits) rather than refused.
+    pub fn require_agents(&mut self) {
+        self.agents.get_or_insert_with(Default::default);
+    }
+
+    /// A replica's agent registered (again). A replica that left the group
+    /// — its host was lost, it crashed, reset, stalled or diverged — stays
+    /// out of service: its server missed input while it was out, so its
+    /// state is not the group's (a cut link that comes back brings back a
+    /// stale server). Only [`Router::enable_replica`] brings it back.
+    /// Returns the names of the services in which it stays out.
+    pub fn agent_registered(&mut self, addr: Ipv4Addr) -> Vec<String> {
+        if let Some(a) = &mut self.agents {
+            a.insert(addr);
+        }
+        let mut out = Vec::new();
         for (svc, s) in self.config.services.iter().enumerate() {
             for (i, r) in s.replicas.iter().enumerate() {
-                if *r == addr && self.host_lost[svc][i] && !self.alive[svc][i] {
+                if *r == addr && !self.alive[svc][i] {
+                    out.push(s.name.clone());
+                }
+            }
+        }
+        out
+    }
+
+    /// An agent (`reporter`) reports replicas out of service, as the
+    /// router before this one told it: they stay out here too (a router
+    /// that starts or takes over must not readmit them). Returns how many
+    /// were taken out.
+    pub fn reported_down(
+        &mut self,
+        now: Instant,
+        reporter: Ipv4Addr,
+        down: &[OutOfService],
+    ) -> usize {
+        let _ = reporter;
+        let mut n = 0;
+        for d in down {
+            let Some(&svc) = self.by_vip.get(&(d.vip, d.port)) else {
+                continue;
+            };
+            let s = &self.config.services[svc];
+            let Some(i) = s.replicas.iter().position(|r| *r == d.replica) else {
+                continue;
+            };
+            if self.alive[svc][i] && !self.down.contains(&(svc, i, EvictReason::ReportedDown)) {
+                self.down.push((svc, i, EvictReason::ReportedDown));
+                n += 1;
+            }
+        }
+        self.apply_down(now);
+        n
+    }
+
+    /// Operator action: bring replica `addr` back into service (every
+    /// service that lists it, or only `service`). Its server must hold the
+    /// group's state again (restored by the operator): nothing here can
+    /// check that. Connections it left stay without it; new ones use it.
+    /// Returns the services it came back in.
+    pub fn enable_replica(&mut self, addr: Ipv4Addr, service: Option<&str>) -> Vec<String> {
+        let mut back = Vec::new();
+        for (svc, s) in self.config.services.iter().enumerate() {
+            if service.is_some_and(|n| n != s.name) {
+                continue;
+            }
+            for (i, r) in s.replicas.iter().enumerate() {
+                if *r == addr && !self.alive[svc][i] {
                     self.alive[svc][i] = true;
-                    self.host_lost[svc][i] = false;
+                    back.push(s.name.clone());
                     self.events.push_back(Event::ReplicaUp {
                         service: s.name.clone(),
                         replica: addr,
                     });
-                    n += 1;
                 }
             }
         }
-        n
+        if !back.is_empty() {
+            self.announce_out_of_service();
+        }
+        back
     }
 
     /// Rebuild a connection another router set up (COSCANet-FT §III-C:
@@ -1228,7 +1352,8 @@ impl Router {
                 .enumerate()
                 .map(|(ri, &addr)| ReplicaStatus {
                     addr,
-                    alive: self.alive[si][ri],
+                    alive: self.in_service(si, ri),
+                    awaiting_agent: self.alive[si][ri] && !self.in_service(si, ri),
                     connections: 0,
                     lag_out_bytes: 0,
                     lag_in_bytes: 0,

@@ -1058,20 +1058,95 @@ fn host_lost_evicts_from_idle_connections() {
     );
 }
 
-/// A replica marked down because its host's agent fell silent serves new
-/// connections again once the agent registers again (a flapping link, or
-/// this router was the one cut off); only once, and only for that reason.
+/// The replicas a client SYN is sent to.
+fn syn_targets(r: &mut Router, now: Instant, cport: u16) -> Vec<Ipv4Addr> {
+    let syn = Repr::new(cport, PORT, SeqNum(CISN), SeqNum(0), flags::SYN, 64240);
+    r.handle_packet(now, seg(CLIENT, VIP, syn, b""));
+    drain(r)
+        .iter()
+        .filter(|o| o.r.flags & flags::SYN != 0)
+        .map(|o| o.dst)
+        .collect()
+}
+
+/// A replica that left the group stays out when its agent registers again
+/// (a cut link that comes back brings back a server that missed every write
+/// while cut): only an operator brings it back.
 #[test]
-fn a_lost_host_comes_back_when_its_agent_registers() {
+fn a_lost_host_stays_out_when_its_agent_registers_again() {
     let mut r = router(3);
     assert_eq!(r.host_lost(t(1), replica(2)), 1);
-    while r.poll_event().is_some() {}
+    let evs: Vec<Event> = std::iter::from_fn(|| r.poll_event()).collect();
+    assert!(
+        evs.iter().any(|e| matches!(e, Event::OutOfService { down } if down.len() == 1 && down[0].replica == replica(2))),
+        "the agents are told who is out: {evs:?}"
+    );
+    assert_eq!(r.agent_registered(replica(2)), vec!["t".to_string()]);
+    assert!(r.poll_event().is_none(), "no ReplicaUp");
     assert!(!r.status().services[0].replicas[1].alive);
-    assert_eq!(r.host_back(replica(2)), 1);
-    assert!(matches!(r.poll_event(), Some(Event::ReplicaUp { replica: a, .. }) if a == replica(2)));
-    assert!(r.status().services[0].replicas[1].alive);
-    assert_eq!(r.host_back(replica(2)), 0, "already back");
-    assert_eq!(r.host_back(replica(3)), 0, "never lost");
+    assert_eq!(syn_targets(&mut r, t(2), 40001), vec![replica(1), replica(3)]);
+    // The operator's action brings it back (and tells the agents).
+    assert_eq!(r.enable_replica(replica(2), Some("other")), Vec::<String>::new());
+    assert_eq!(r.enable_replica(replica(2), None), vec!["t".to_string()]);
+    let evs: Vec<Event> = std::iter::from_fn(|| r.poll_event()).collect();
+    assert!(evs.iter().any(|e| matches!(e, Event::ReplicaUp { replica: a, .. } if *a == replica(2))), "{evs:?}");
+    assert!(evs.iter().any(|e| matches!(e, Event::OutOfService { down } if down.is_empty())), "{evs:?}");
+    assert_eq!(
+        syn_targets(&mut r, t(3), 40002),
+        vec![replica(1), replica(2), replica(3)]
+    );
+    assert!(r.enable_replica(replica(2), None).is_empty(), "already in service");
+}
+
+/// A router that starts or takes over (with agents) gives new connections
+/// only to replicas whose agent registered, and keeps out the replicas the
+/// agents report out of service: a replica that left the group under the
+/// router before is never readmitted by a restart or a takeover.
+#[test]
+fn replicas_reported_down_stay_out_after_a_restart() {
+    let mut r = router(3);
+    r.require_agents();
+    assert!(syn_targets(&mut r, t(1), 40001).is_empty(), "nobody confirmed yet");
+    assert_eq!(r.counters().dropped(DropReason::AwaitingAgents), 1);
+    assert!(!r.status().services[0].replicas[0].alive);
+    assert!(r.status().services[0].replicas[0].awaiting_agent);
+    assert!(r.agent_registered(replica(1)).is_empty());
+    // r1's agent kept what the router before said: r3 is out.
+    let out = [ftnet_core::OutOfService {
+        vip: VIP,
+        port: PORT,
+        replica: replica(3),
+    }];
+    assert_eq!(r.reported_down(t(2), replica(1), &out), 1);
+    assert_eq!(r.reported_down(t(2), replica(2), &out), 0, "already out");
+    let evs: Vec<Event> = log_events(&mut r);
+    assert!(evs.iter().any(|e| matches!(e, Event::ReplicaDown { replica: a, reason: EvictReason::ReportedDown, .. } if *a == replica(3))), "{evs:?}");
+    assert!(r.agent_registered(replica(2)).is_empty());
+    assert_eq!(r.agent_registered(replica(3)), vec!["t".to_string()]);
+    // r1 and r2 serve; a SYN before r2's agent would have gone to r1 only.
+    assert_eq!(syn_targets(&mut r, t(3), 40002), vec![replica(1), replica(2)]);
+    let st = r.status();
+    assert!(st.services[0].replicas[0].alive && st.services[0].replicas[1].alive);
+    assert!(!st.services[0].replicas[2].alive && !st.services[0].replicas[2].awaiting_agent);
+    // Reports about unknown services or replicas change nothing.
+    let junk = [ftnet_core::OutOfService {
+        vip: Ipv4Addr::new(10, 9, 9, 9),
+        port: PORT,
+        replica: replica(1),
+    }, ftnet_core::OutOfService {
+        vip: VIP,
+        port: PORT,
+        replica: Ipv4Addr::new(10, 9, 9, 9),
+    }];
+    assert_eq!(r.reported_down(t(4), replica(2), &junk), 0);
+    // Never the last replica in service.
+    let all = [1u8, 2].map(|i| ftnet_core::OutOfService { vip: VIP, port: PORT, replica: replica(i) });
+    assert_eq!(r.reported_down(t(5), replica(2), &all), 2);
+    assert_eq!(
+        r.status().services[0].replicas.iter().filter(|x| x.alive).count(),
+        1,
+        "the last replica in service stays"
+    );
 }
 
 /// Output commit (`record_commit`): once every replica answered, the

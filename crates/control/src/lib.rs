@@ -897,6 +897,10 @@ mod tests {
                     replica: R,
                     host: "host1".into()
                 },
+                RouterEvent::OutOfService {
+                    replica: R,
+                    down: vec![]
+                },
                 RouterEvent::Order {
                     replica: R,
                     services: vec![]
@@ -1124,6 +1128,41 @@ mod tests {
             |_| true,
             &mut out,
         );
+        assert!(matches!(ev, Some(RouterEvent::Rejected { .. })), "{ev:?}");
+    }
+
+    /// The replicas out of service, as a router told the agent, go to the
+    /// next router first thing after registering — before the records, so
+    /// that a replica that left the group is out before anything is
+    /// adopted; and only from an authenticated agent.
+    #[test]
+    fn the_agent_keeps_and_reports_replicas_out_of_service() {
+        let (mut a, hello) = AgentSession::new(b"k", R, "h", [1; 16], 0);
+        let mut r = RouterSession::new(b"k", [2; 16], Heartbeats::default(), 0);
+        converse(&mut a, &mut r, hello, 0);
+        let down = vec![DownReplica {
+            vip: Ipv4Addr::new(198, 19, 0, 1),
+            vport: 6379,
+            replica: Ipv4Addr::new(198, 18, 13, 2),
+        }];
+        let mut out = Vec::new();
+        a.handle(Msg::OutOfService { down: down.clone() }, 1, &mut out);
+        assert!(out.is_empty(), "kept, not answered");
+        let r0 = record(40000);
+        a.records.insert(r0.id, r0);
+        // The next router (the agent's session carries its state over).
+        let (mut b, hello) = AgentSession::new(b"k", R, "h", [3; 16], 2);
+        b.down = std::mem::take(&mut a.down);
+        b.records = std::mem::take(&mut a.records);
+        let mut r2 = RouterSession::new(b"k", [4; 16], Heartbeats::default(), 2);
+        let (_, re) = converse(&mut b, &mut r2, hello, 2);
+        let at = |f: &dyn Fn(&RouterEvent) -> bool| re.iter().position(f);
+        let oos = at(&|e| matches!(e, RouterEvent::OutOfService { replica, down: d } if *replica == R && *d == down));
+        let recs = at(&|e| matches!(e, RouterEvent::Records { .. }));
+        assert!(oos.is_some() && recs.is_some() && oos < recs, "{re:?}");
+        // Not from an agent that has not authenticated.
+        let mut r3 = RouterSession::new(b"k", [5; 16], Heartbeats::default(), 0);
+        let ev = r3.handle(Msg::OutOfService { down }, 0, |_| true, &mut out);
         assert!(matches!(ev, Some(RouterEvent::Rejected { .. })), "{ev:?}");
     }
 

@@ -20,7 +20,9 @@ e2e_init rejoin "$@"
 
 REDIS_PORT=6379
 CUT_S=5
-lab_up --port "$REDIS_PORT" --agents
+# Passive detection slower than the agents' (dead_after 500 ms), so that the victim leaves as a
+# lost host — the path by which it used to come back when its agent registered again.
+lab_up --port "$REDIS_PORT" --agents --failure-ms 3000
 LOG=/run/ftnet/lab/$LAB/router.log
 SOCK=/run/ftnet/lab/$LAB/router.sock
 VIP_ADDR=$(replica_ip "$VICTIM")
@@ -44,6 +46,8 @@ lab cut --name "$LAB" "$VICTIM" >"$T/fault.out" 2>&1
 say "FAULT injected: lab cut r$VICTIM under writes"
 wait_for 5 grep -q "host lost.*replica=$VIP_ADDR\|replica=$VIP_ADDR.*host lost" "$LOG" || true
 check "router declared r$VICTIM's host lost" grep -q "host lost" "$LOG"
+wait_for 2 test "$(victim_alive)" = False || true
+check_eq "status: r$VICTIM marked down" False "$(victim_alive)"
 sleep "$CUT_S"
 lab heal --name "$LAB" "$VICTIM" >>"$T/fault.out" 2>&1
 say "r$VICTIM's link restored"

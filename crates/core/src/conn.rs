@@ -1211,19 +1211,21 @@ impl Conn {
             ctx.counters.drop(DropReason::BadState);
             return;
         }
+        let owed = self.client_hi.is_after(self.legs[i].ack);
         if self.legs[i]
             .fin
             .is_some_and(|f| self.client_ack.is_after(f))
-            && (self.client_fin.is_some() || self.recovering)
+            && (!owed || self.recovering)
         {
-            // Both sides closed (the client acknowledged this replica's FIN
-            // and sent its own): the replica's RST answers a stray segment,
-            // e.g. a retransmitted FIN after its LAST-ACK ended (while a
-            // rebuild is learning positions the router may not know the
-            // close was complete). With the client's side still open it is
-            // the server resetting a half-closed connection the client
-            // writes to (RFC 9293 §3.10.7.4; Redis after a protocol error):
-            // that goes the abort path below, so the client learns at once.
+            // The client acknowledged this replica's FIN and sent nothing
+            // it has not acknowledged: the RST answers a stray segment (a
+            // probe of old data, a retransmitted FIN after its LAST-ACK
+            // ended; after a takeover the router may not know the close was
+            // complete, and while rebuilding it cannot tell). With new
+            // client bytes in flight it is the server resetting a
+            // half-closed connection the client writes to (RFC 9293
+            // §3.10.7.4; Redis after a protocol error): that goes the abort
+            // path below, so the client learns at once.
             ctx.counters.drop(DropReason::BadState);
             return;
         }

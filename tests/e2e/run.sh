@@ -36,7 +36,9 @@
 #   order for an asyncio server on each readiness call), shim-* (scenarios under the shim),
 #   vote (output voting: a divergent Redis replica evicted, the client gets the majority's bytes),
 #   vote-* (scenarios with output voting on) and takeover-{stall,get,put,synack,redis,connect} (two
-#   routers under keepalived, the master killed 10 times in a row, see tests/e2e/README.md).
+#   routers under keepalived, the master killed 10 times in a row, see tests/e2e/README.md),
+#   attack-client (a hostile client's raw packets against its own connection: no stall, no
+#   replica marked down, the connection survives a blind RST).
 #
 # Usage: tests/e2e/run.sh [--quick] [--figures] [--only REGEX] [--seed S] [--list]
 # A failed test runs once more (FTNET_E2E_RETRIES=0: not); passing then, it is listed as FLAKY
@@ -85,7 +87,7 @@ for id in redis-order/n3-none redis-order/n3-kill asyncio-poll/n3-none asyncio-s
 	shim-echo/n3-kill shim-nginx-get/n3-kill shim-nginx-put/n3-cut \
 	vote/n3-none vote/n3-kill vote-echo/n3-cut vote-nginx-get/n3-kill \
 	takeover-stall/n3-kill takeover-get/n3-kill takeover-put/n3-kill takeover-synack/n3-kill \
-	takeover-redis/n3-kill takeover-connect/n3-kill takeover-stall/n3-cut; do
+	takeover-redis/n3-kill takeover-connect/n3-kill takeover-stall/n3-cut attack-client/n3-none; do
 	[[ -z $only || $id =~ $only ]] && tests+=("$id")
 done
 if ((list)); then printf '%s\n' "${tests[@]}"; exit 0; fi

@@ -1173,8 +1173,8 @@ impl Conn {
                 if let (Some(e), Some((v, _))) = (tsecr, seg.ts) {
                     t.set_timestamps(v, e, seg.mode);
                 }
-                if rst_seq.is_some_and(|s| s != seg.seq) {
-                    t.set_seq(rst_seq.unwrap_or(seg.seq), seg.mode);
+                if let Some(s) = rst_seq {
+                    t.set_seq(s, seg.mode);
                 }
                 // The group never agreed to SACK; drop any blocks.
                 t.strip_sack(seg.mode);

@@ -1,7 +1,7 @@
 //! The router: classifies packets, owns the connection table, runs timers.
 
 use crate::config::Config;
-use crate::conn::{csum_mode, Conn, ConnKey, Ctx, LegState, Phase, Seg};
+use crate::conn::{csum_mode, ChallengeBudget, Conn, ConnKey, Ctx, LegState, Phase, Seg};
 use crate::metrics::{Counters, DropReason};
 use crate::order::{OrderReport, SvcOrder, Waiting, ORDER_HOLD_MAX, ORDER_WAIT};
 use crate::time::Instant;
@@ -351,6 +351,8 @@ pub struct Router {
     /// adopted since, and adopted ones that left the table unrebuilt.
     rebuild: Option<(Instant, u64)>,
     rebuild_dropped: u64,
+    /// Challenge ACKs sent this second (RFC 5961 §7).
+    challenges: ChallengeBudget,
 }
 
 impl Router {
@@ -391,6 +393,7 @@ impl Router {
             rebuild: None,
             rebuild_dropped: 0,
             agents: None,
+            challenges: ChallengeBudget::default(),
             config,
         }
     }
@@ -408,7 +411,7 @@ impl Router {
     fn classify(&mut self, now: Instant, pkt: Packet) -> Result<(), DropReason> {
         let ip = ipv4::Packet::new_checked(&pkt.data[..]).map_err(wire_reason)?;
         if ip.protocol() == ipv4::PROTO_ICMP {
-            return self.handle_icmp(now, ip.payload());
+            return self.handle_icmp(now, ip.src(), ip.dst(), ip.payload());
         }
         if ip.protocol() != ipv4::PROTO_TCP {
             return Err(DropReason::NotOurs);
@@ -435,7 +438,8 @@ impl Router {
             window: t.window(),
             payload_len: t.payload_len() as u32,
             mss: t.mss(),
-            wscale: t.wscale(),
+            // RFC 7323 §2.3: a shift count above 14 is used as 14.
+            wscale: t.wscale().map(|w| w.min(14)),
             ts: t.timestamps(),
             mode,
         };
@@ -473,6 +477,7 @@ impl Router {
         events: &'a mut VecDeque<Event>,
         config: &'a Config,
         down: &'a mut Vec<(usize, usize, EvictReason)>,
+        challenges: &'a mut ChallengeBudget,
     ) -> Ctx<'a> {
         Ctx {
             now,
@@ -482,6 +487,7 @@ impl Router {
             events,
             timeouts: &config.timeouts,
             down,
+            challenges,
         }
     }
 
@@ -501,12 +507,34 @@ impl Router {
         let is_syn = seg.has(flags::SYN) && !seg.has(flags::ACK) && !seg.has(flags::RST);
         if is_syn {
             if let Some(c) = self.conns.get(&key) {
-                // A new connection on the 4-tuple of a closed one, or of one
-                // adopted from the agents (it may have ended meanwhile).
-                let reuse = (c.phase == Phase::Closed || c.from_agents) && c.client_isn != seg.seq;
+                // A new connection on the 4-tuple of a closed one.
+                let reuse = c.phase == Phase::Closed && c.client_isn != seg.seq;
                 if !reuse {
                     if c.client_isn != seg.seq {
-                        return Err(DropReason::BadState);
+                        if c.half_open() && !c.from_agents {
+                            // Still in set-up with another ISN.
+                            return Err(DropReason::BadState);
+                        }
+                        // RFC 5961 §4: a SYN on a live connection (also
+                        // one adopted from the agents, which may have
+                        // ended while no router watched) is challenged,
+                        // not taken as a new connection.
+                        let c = self
+                            .conns
+                            .get_mut(&key)
+                            .ok_or(DropReason::UnknownConnection)?;
+                        let mut ctx = Self::ctx(
+                            now,
+                            &mut self.transmit,
+                            &mut self.counters,
+                            &mut self.events,
+                            &self.config,
+                            &mut self.down,
+                            &mut self.challenges,
+                        );
+                        c.syn_on_live(&mut ctx);
+                        self.after(now, key);
+                        return Ok(());
                     }
                     let c = self
                         .conns
@@ -519,6 +547,7 @@ impl Router {
                         &mut self.events,
                         &self.config,
                         &mut self.down,
+                        &mut self.challenges,
                     );
                     c.client_syn_again(&mut ctx, &pkt, seg);
                     self.after(now, key);
@@ -538,6 +567,7 @@ impl Router {
             &mut self.events,
             &self.config,
             &mut self.down,
+            &mut self.challenges,
         );
         c.client_segment(&mut ctx, pkt, seg);
         self.after(now, key);
@@ -613,6 +643,7 @@ impl Router {
                     &mut self.events,
                     &self.config,
                     &mut self.down,
+                    &mut self.challenges,
                 );
                 c.discard_half_open(&mut ctx);
             }
@@ -634,6 +665,7 @@ impl Router {
             &mut self.events,
             &self.config,
             &mut self.down,
+            &mut self.challenges,
         );
         c.forward_syn(&mut ctx, &pkt, seg);
         self.counters.connections_opened += 1;
@@ -681,10 +713,25 @@ impl Router {
             &mut self.events,
             &self.config,
             &mut self.down,
+            &mut self.challenges,
         );
         if seg.has(flags::RST) && c.legs[i].state == LegState::SynSent {
-            // A RST to the SYN: nothing listens there; the replica's server
-            // is gone for every new connection too.
+            // RFC 9293 §3.10.7.3 (SYN-SENT): a RST is acceptable only if
+            // its ACK acknowledges the SYN, SEG.ACK = ISS + 1 exactly (the
+            // client's ISN here); any other is dropped.
+            if !seg.has(flags::ACK) || seg.ack != c.client_isn.add(1) {
+                return Err(DropReason::RstBadAck);
+            }
+            // An acceptable RST to the SYN: nothing listens there. The leg
+            // leaves this connection at once; the replica is marked down
+            // for the service only if another replica accepted the same
+            // SYN (`Conn::settle`), since then the service listens and this
+            // replica's server is gone. That is as far as the core can
+            // check: the client knows its own ISN and could forge this RST
+            // with the replica's source address, so the real defence is
+            // the data plane's reverse-path binding of each replica's
+            // address to the interface it is reached by (`ftnet-io`
+            // routing), which keeps such a packet from the router at all.
             c.replica_refused(&mut ctx, i);
         } else {
             c.replica_segment(&mut ctx, i, pkt, seg);
@@ -693,10 +740,25 @@ impl Router {
         Ok(())
     }
 
-    /// ICMP destination unreachable about a segment we sent to a replica:
-    /// that replica cannot be reached (COSCANet-FT §III-D, passive
-    /// detection).
-    fn handle_icmp(&mut self, _now: Instant, payload: &[u8]) -> Result<(), DropReason> {
+    /// ICMP destination unreachable about a segment we sent to a replica
+    /// (COSCANet-FT §III-D, passive detection), validated as a TCP stack
+    /// validates ICMP about its connections (RFC 5927 §4.1, the spirit of
+    /// RFC 5961): the error must be addressed to the quoted segment's
+    /// source, must not come from that connection's client or from a VIP
+    /// (a client can quote its own connection), and must quote a segment
+    /// the router actually sent that replica ([`Conn::icmp_quote`]).
+    ///
+    /// Even then one ICMP message is no proof that the replica is gone for
+    /// every client: it takes the replica out of that one connection at
+    /// most (never its last replica). Service-wide health is the agents'
+    /// heartbeats' and passive failure detection's to decide.
+    fn handle_icmp(
+        &mut self,
+        now: Instant,
+        outer_src: Ipv4Addr,
+        outer_dst: Ipv4Addr,
+        payload: &[u8],
+    ) -> Result<(), DropReason> {
         let u = icmp::parse_unreachable(payload)
             .map_err(wire_reason)?
             .ok_or(DropReason::IcmpIgnored)?;
@@ -718,7 +780,30 @@ impl Router {
         if !self.conns.contains_key(&key) {
             return Err(DropReason::IcmpIgnored);
         }
-        self.down.push((svc, replica, EvictReason::Unreachable));
+        // RFC 792: an ICMP error goes to the source of the datagram it
+        // quotes. One from the client itself (or sent to or from a VIP) is
+        // the client speaking about its own connection.
+        let from_vip = self.config.services.iter().any(|s| s.vip == outer_src);
+        if outer_dst != key.client || outer_src == key.client || from_vip {
+            return Err(DropReason::IcmpUnverified);
+        }
+        let Some(c) = self.conns.get_mut(&key) else {
+            return Err(DropReason::IcmpIgnored);
+        };
+        let i = c
+            .icmp_quote(replica, u.seq)
+            .ok_or(DropReason::IcmpUnverified)?;
+        let mut ctx = Self::ctx(
+            now,
+            &mut self.transmit,
+            &mut self.counters,
+            &mut self.events,
+            &self.config,
+            &mut self.down,
+            &mut self.challenges,
+        );
+        c.unreachable(&mut ctx, i);
+        self.after(now, key);
         Ok(())
     }
 
@@ -759,6 +844,7 @@ impl Router {
                         &mut self.events,
                         &self.config,
                         &mut self.down,
+                        &mut self.challenges,
                     );
                     c.evict_replica(&mut ctx, replica, EvictReason::ReplicaDown);
                 }
@@ -1049,6 +1135,7 @@ impl Router {
             &mut self.events,
             &self.config,
             &mut self.down,
+            &mut self.challenges,
         );
         let before = c.legs.len();
         c.adopt_order(rec.accepted, rec.input_end);
@@ -1086,6 +1173,7 @@ impl Router {
             &mut self.events,
             &self.config,
             &mut self.down,
+            &mut self.challenges,
         );
         c.commit_synack(&mut ctx, true);
         self.after(now, key);
@@ -1123,6 +1211,7 @@ impl Router {
                 &mut self.events,
                 &self.config,
                 &mut self.down,
+                &mut self.challenges,
             );
             c.on_timer(&mut ctx);
             self.after(now, key);
@@ -1275,7 +1364,7 @@ impl Router {
             if last == 0 || last >= top || !self.alive[svc][ri] {
                 continue;
             }
-            let (replays, lost) = match o.replay(replica, last + 1, top) {
+            let (replays, lost) = match o.replay(replica, last.saturating_add(1), top) {
                 Ok(v) => (v, Vec::new()),
                 Err(n) => (Vec::new(), vec![(replica, n)]),
             };

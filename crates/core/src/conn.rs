@@ -612,26 +612,44 @@ impl Conn {
             if !self.order_accepted {
                 self.input(ctx, InputKind::Accept);
             }
-            let top = self
-                .legs
-                .iter()
-                .filter(|l| l.open() && l.learned)
-                .map(|l| l.ack)
-                .reduce(|a, b| a.max(b));
-            // A replica's acknowledgment may count the client's FIN too
-            // (known only if the router saw it since).
-            let top = match (top, self.client_fin) {
-                (Some(t), Some(f)) => Some(t.min(f)),
-                (t, _) => t,
-            };
-            if let Some(top) = top.filter(|t| t.is_after(self.input_hi)) {
-                self.input_hi = top;
-                let end = top.diff(self.client_isn.add(1)) as u32;
-                self.input(ctx, InputKind::Data { end });
-            }
+            self.cover_acked(ctx);
         }
         ctx.counters.connections_rebuilt += 1;
         true
+    }
+
+    /// The rule: every client byte a replica acknowledged lies inside a
+    /// numbered chunk. The router numbers each client segment before it
+    /// forwards it, so an acknowledgment passes the last chunk only after a
+    /// takeover: the router that died forwarded those bytes and their chunk
+    /// died with it (in its agents' writers). Not only at the rebuild: a
+    /// replica that kept them out of order acknowledges them later, once
+    /// the client's retransmissions fill the hole before them, and the
+    /// client never repeats them (they are acknowledged), so this router may
+    /// never see them. The acknowledgment itself announces them: one chunk
+    /// up to the furthest acknowledgment of a live replica, the client's
+    /// FIN excluded when known (a replica's RCV.NXT counts it). The replicas
+    /// that lack the bytes get them from the client, whose data the group's
+    /// (minimum) acknowledgment does not cover yet.
+    fn cover_acked(&mut self, ctx: &mut Ctx) {
+        if !ctx.sequencer {
+            return;
+        }
+        let top = self
+            .legs
+            .iter()
+            .filter(|l| l.open() && l.learned)
+            .map(|l| l.ack)
+            .reduce(|a, b| a.max(b));
+        let top = match (top, self.client_fin) {
+            (Some(t), Some(f)) => Some(t.min(f)),
+            (t, _) => t,
+        };
+        if let Some(top) = top.filter(|t| t.is_after(self.input_hi)) {
+            self.input_hi = top;
+            let end = top.diff(self.client_isn.add(1)) as u32;
+            self.input(ctx, InputKind::Data { end });
+        }
     }
 
     /// What a replica's agent knew of this connection's input order: its
@@ -1060,6 +1078,10 @@ impl Conn {
             l.edge = edge;
             if progressed {
                 self.confirm_aborts(ctx);
+                // After a takeover it may be past every chunk (see `cover_acked`).
+                if !self.recovering {
+                    self.cover_acked(ctx);
+                }
             }
             if dup && seg.payload_len == 0 {
                 self.replica_pure_ack(ctx, i, pkt, seg, true);

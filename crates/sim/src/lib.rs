@@ -351,7 +351,8 @@ struct Sim {
 /// One replica's agent as the input order reaches it: the agent's own
 /// logic (`ftnet_control::OrderLog`), behind a writer that may lag a few
 /// events (what is in flight is lost when the router dies, so the agents
-/// stand at different points of the order at a takeover).
+/// stand at different points of the order at a takeover), but never behind
+/// what its server read (see `cover_read`).
 #[derive(Default)]
 struct SimAgent {
     order: ftnet_control::OrderLog,
@@ -394,6 +395,40 @@ impl SimAgent {
                 ftnet_control::InputKind::Data => c.1 = Some(e.end),
             }
             self.passed.push(e);
+        }
+    }
+
+    /// Its server read `read` bytes of the connection from client port
+    /// `cport`. The shim lets a server read only bytes whose chunk its agent
+    /// passed on, so the writer stands at least at the chunk that covers
+    /// them (the sim's servers read what the kernel has, and the writer's
+    /// lag alone would leave events in flight for good once a connection
+    /// goes quiet: a closed connection whose last chunk no agent got, a
+    /// state the shim makes impossible). No such chunk in flight: the order
+    /// lost it with the router that died, and the one taking over must
+    /// announce it again (invariant 6 checks that it does).
+    fn cover_read(&mut self, cport: u16, read: usize) {
+        let Ok(read) = u32::try_from(read) else {
+            return;
+        };
+        if read == 0 {
+            return;
+        }
+        let have = self
+            .conns
+            .iter()
+            .find(|(k, _)| k.cport == cport)
+            .and_then(|(_, c)| c.1);
+        if have.is_some_and(|e| e.wrapping_sub(read) as i32 >= 0) {
+            return;
+        }
+        if let Some(j) = self.inflight.iter().position(|e| {
+            e.id.cport == cport
+                && e.kind == ftnet_control::InputKind::Data
+                && e.end.wrapping_sub(read) as i32 >= 0
+        }) {
+            let rest = self.inflight.len() - (j + 1);
+            self.deliver(rest);
         }
     }
 
@@ -768,6 +803,13 @@ impl Sim {
                 let e = outs.entry(si.cport).or_insert((0, 0));
                 e.0 += 1;
                 e.1 += self.packets_lost - lost_before;
+            }
+        }
+        if h > 0 && self.p.mode == Mode::Router {
+            if let Some(a) = self.agents.get_mut(&replica_ip(h - 1)) {
+                for (port, k) in self.hosts[h].by_peer() {
+                    a.cover_read(port, k.rx.len());
+                }
             }
         }
         let w = &mut self.watch[h];

@@ -10,7 +10,8 @@
 
 use ftnet_core::{Event, EvictReason, Tie, Voting};
 use ftnet_sim::{
-    run, Close, Crash, CrashKind, CrashWhen, Mode, NetParams, Params, Takeover, INCONCLUSIVE,
+    run, Close, Crash, CrashKind, CrashWhen, Desync, Mode, NetParams, Params, Takeover,
+    INCONCLUSIVE,
 };
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Instant as WallClock;
@@ -578,5 +579,40 @@ fn router_takeover_seeds_that_broke_the_input_order() {
         let p = Params::random(seed);
         assert!(p.takeover.is_some(), "seed {seed}: {}", p.summary());
         run(seed, &p).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+    }
+}
+
+/// The servers close connections on their own, as Redis does with a client
+/// that sent a malformed request (issue 13, item 5): they read the first
+/// 10,000 bytes, echo them and close, while the client keeps sending; each
+/// replica's kernel resets the connection when it finds more input, each at
+/// its own time (the links' delays differ). The client's window stays open
+/// as long as a replica that has not closed yet still reads, so the router
+/// numbers more of its bytes after the first reset. The order is numbered
+/// per service, so every replica must still get every number, also of the
+/// connection it already reset: before the fix those went only to the
+/// replicas still in the connection, the one that reset first found a hole
+/// (its shim gives up ordering: "hole in the router's order"). Nobody is
+/// marked down for it, and the other connections carry on alongside.
+#[test]
+fn servers_closing_connections_leave_no_hole_in_the_order() {
+    for (seed, n) in [(60, 2), (62, 2), (63, 3), (64, 3), (65, 3)] {
+        let mut p = Params {
+            conns: 3,
+            bytes_per_conn: 30_000,
+            net: NetParams {
+                delay_us: (50, 2000),
+                ..NetParams::perfect()
+            },
+            desync: Some(Desync {
+                conns: 3,
+                at: 10_000,
+            }),
+            ..Params::basic(n)
+        };
+        for r in &mut p.replica {
+            r.rx_buf = 4096;
+        }
+        run(seed, &p).unwrap_or_else(|e| panic!("seed {seed}, N={n}: {e}"));
     }
 }

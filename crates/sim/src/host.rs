@@ -445,9 +445,7 @@ impl Host {
                             ));
                         }
                     }
-                    if close == Close::AfterEcho
-                        && c.recvd.len() == c.data.len()
-                        && !c.close_called
+                    if close == Close::AfterEcho && c.recvd.len() == c.data.len() && !c.close_called
                     {
                         s.close();
                         c.close_called = true;

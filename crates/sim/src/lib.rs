@@ -1304,7 +1304,11 @@ impl Sim {
                 conn,
                 reason: EvictReason::Reset,
                 ..
-            } if self.desync_ports().iter().any(|p| conn.starts_with(&format!("{CLIENT_IP}:{p}->"))) => {
+            } if self
+                .desync_ports()
+                .iter()
+                .any(|p| conn.starts_with(&format!("{CLIENT_IP}:{p}->"))) =>
+            {
                 Ok(())
             }
             Event::Evicted {

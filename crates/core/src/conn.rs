@@ -248,6 +248,10 @@ pub struct Conn {
     /// The sequencer's Accept of this connection went out (by this router,
     /// or by the one before a takeover, as the agents' records say).
     pub order_accepted: bool,
+    /// The replicas this connection's input events go to: those its Accept
+    /// went to (see `input`). Not only the live legs: a replica stays here
+    /// after it left the connection.
+    pub order_to: Vec<Ipv4Addr>,
     pub client_fin: Option<SeqNum>,
     pub client_win: u16,
     pub client_tsval: u32,
@@ -383,6 +387,7 @@ impl Conn {
             client_hi: syn.seq.add(1),
             input_hi: syn.seq.add(1),
             order_accepted: false,
+            order_to: Vec::new(),
             client_fin: None,
             client_win: syn.window,
             client_tsval: syn.ts.map(|t| t.0).unwrap_or(0),
@@ -430,6 +435,18 @@ impl Conn {
     /// One input event for the sequencer (numbered by the router). A
     /// connection's first event is always its Accept (an adopted one whose
     /// Accept no agent saw gets it before its first chunk).
+    ///
+    /// Every event goes to every replica its Accept went to (the live legs
+    /// then; after a takeover, every replica of the connection's record),
+    /// also to one that has left the connection since: the order is
+    /// numbered per service, and a replica that left one connection (its
+    /// server closed or reset it, as Redis does with a client that sent a
+    /// malformed request; or it was evicted from that one alone) still
+    /// serves the others, so its shim must see every number or it finds a
+    /// hole and gives up ordering. Its shim drops the events of a
+    /// connection its server closed; one the router evicted it from is
+    /// reset (see `evict`), and a reset connection's chunks are complete
+    /// for its shim.
     fn input(&mut self, ctx: &mut Ctx, kind: InputKind) {
         match kind {
             InputKind::Accept if self.order_accepted => return,
@@ -437,12 +454,15 @@ impl Conn {
             _ => {}
         }
         self.order_accepted = true;
-        let replicas = self
-            .legs
-            .iter()
-            .filter(|l| l.live())
-            .map(|l| l.addr)
-            .collect();
+        if self.order_to.is_empty() {
+            self.order_to = self
+                .legs
+                .iter()
+                .filter(|l| l.live())
+                .map(|l| l.addr)
+                .collect();
+        }
+        let replicas = self.order_to.clone();
         ctx.events.push_back(Event::Input {
             seq: 0,
             key: self.key,
@@ -525,6 +545,12 @@ impl Conn {
         c.recovering = true;
         c.from_agents = true;
         c.expected = rec.expected.clone();
+        // Its input events go to every replica of the record, also to one
+        // that left it before the takeover (see `input`).
+        c.order_to = rec.expected.clone();
+        if !c.order_to.contains(&rec.replica.addr) {
+            c.order_to.push(rec.replica.addr);
+        }
         c.client_seen = false;
         // Until the client speaks, the window the router's own segments
         // to the replicas announce (probes, ACKs on its behalf): never 0,
@@ -671,26 +697,42 @@ impl Conn {
             if !self.order_accepted {
                 self.input(ctx, InputKind::Accept);
             }
-            let top = self
-                .legs
-                .iter()
-                .filter(|l| l.open() && l.learned)
-                .map(|l| l.ack)
-                .reduce(|a, b| a.max(b));
-            // A replica's acknowledgment may count the client's FIN too
-            // (known only if the router saw it since).
-            let top = match (top, self.client_fin) {
-                (Some(t), Some(f)) => Some(t.min(f)),
-                (t, _) => t,
-            };
-            if let Some(top) = top.filter(|t| t.is_after(self.input_hi)) {
-                self.input_hi = top;
-                let end = top.diff(self.client_isn.add(1)) as u32;
-                self.input(ctx, InputKind::Data { end });
-            }
+            self.cover_acked(ctx);
         }
         ctx.counters.connections_rebuilt += 1;
         true
+    }
+
+    /// The rule: every client byte a replica acknowledged lies inside a
+    /// numbered chunk. The router numbers each client segment before it
+    /// forwards it, so an acknowledgment passes the last chunk only after a
+    /// takeover: the router that died forwarded those bytes and their chunk
+    /// died with it (in its agents' writers). Not only at the rebuild: a
+    /// replica that kept them out of order acknowledges them later, once
+    /// the client's retransmissions fill the hole before them, and the
+    /// client never repeats them (they are acknowledged), so this router may
+    /// never see them. The acknowledgment itself announces them: one chunk
+    /// up to the furthest acknowledgment of a live replica, the client's
+    /// FIN excluded when known (a replica's RCV.NXT counts it). The replicas
+    /// that lack the bytes get them from the client, whose data the group's
+    /// (minimum) acknowledgment does not cover yet.
+    fn cover_acked(&mut self, ctx: &mut Ctx) {
+        if !ctx.sequencer {
+            return;
+        }
+        let top = self
+            .legs
+            .iter()
+            .filter(|l| l.open() && l.learned)
+            .map(|l| l.ack)
+            .reduce(|a, b| a.max(b));
+        let top = match (top, self.client_fin) {
+            (Some(t), Some(f)) => Some(t.min(f)),
+            (t, _) => t,
+        };
+        if let Some(top) = top {
+            self.number_to(ctx, top);
+        }
     }
 
     /// What a replica's agent knew of this connection's input order: its
@@ -1278,6 +1320,8 @@ impl Conn {
             l.edge = edge;
             if progressed {
                 self.confirm_aborts(ctx);
+                // Also after a takeover, where it may be past every chunk
+                // (see `cover_acked`).
                 self.number_acked(ctx, a);
             }
             if dup && seg.payload_len == 0 {

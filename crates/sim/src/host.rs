@@ -155,10 +155,17 @@ pub(crate) enum App {
         max_write: usize,
         /// Connections to a port nobody listens on: (socket, local port).
         refused: Vec<(SocketHandle, u16)>,
+        /// Connections the servers close on their own (`Params::desync`):
+        /// written like the others, never closed by the client.
+        desync: Vec<ClientConn>,
     },
     Server {
         socks: Vec<ServerSock>,
         port: u16,
+        /// Client ports of the connections this server closes after
+        /// reading `desync_at` bytes (`Params::desync`).
+        desync: Vec<u16>,
+        desync_at: usize,
     },
 }
 
@@ -223,6 +230,7 @@ impl Host {
         close: Close,
         max_write: usize,
         refused_conns: usize,
+        desync_conns: usize,
         rng: &mut SmallRng,
     ) -> Host {
         let mut h = Host::new(
@@ -235,12 +243,18 @@ impl Host {
                 close,
                 max_write,
                 refused: Vec::new(),
+                desync: Vec::new(),
             },
         );
         let base: u16 = rng.gen_range(20000..60000);
         let mut list = Vec::new();
-        for i in 0..conns {
-            let port = base + i as u16 * 7;
+        let mut desync_list = Vec::new();
+        for i in 0..conns + desync_conns {
+            let port = if i < conns {
+                base + i as u16 * 7
+            } else {
+                base + 5 + (i - conns) as u16 * 7
+            };
             let mut s = new_socket(&h.params);
             s.connect(
                 h.iface.context(),
@@ -251,7 +265,12 @@ impl Host {
             let handle = h.sockets.add(s);
             let mut data = vec![0u8; bytes];
             rng.fill(&mut data[..]);
-            list.push(ClientConn {
+            let to = if i < conns {
+                &mut list
+            } else {
+                &mut desync_list
+            };
+            to.push(ClientConn {
                 handle,
                 port,
                 data,
@@ -275,9 +294,16 @@ impl Host {
             .expect("connect");
             refused_list.push((h.sockets.add(s), port));
         }
-        if let App::Client { conns, refused, .. } = &mut h.app {
+        if let App::Client {
+            conns,
+            refused,
+            desync,
+            ..
+        } = &mut h.app
+        {
             *conns = list;
             *refused = refused_list;
+            *desync = desync_list;
         }
         h
     }
@@ -298,6 +324,8 @@ impl Host {
             App::Server {
                 socks: Vec::new(),
                 port,
+                desync: Vec::new(),
+                desync_at: 0,
             },
         );
         for _ in 0..listeners {
@@ -307,7 +335,7 @@ impl Host {
     }
 
     fn add_listener(&mut self) {
-        let App::Server { socks, port } = &mut self.app else {
+        let App::Server { socks, port, .. } = &mut self.app else {
             return;
         };
         let mut s = new_socket(&self.params);
@@ -345,9 +373,13 @@ impl Host {
                 conns,
                 close,
                 max_write,
+                desync,
                 ..
             } => {
-                for (ci, c) in conns.iter_mut().enumerate() {
+                let n = conns.len();
+                for (ci, c) in conns.iter_mut().chain(desync.iter_mut()).enumerate() {
+                    // The servers close a desync connection; its client never does.
+                    let close = if ci < n { *close } else { Close::Never };
                     let s = self.sockets.get_mut::<tcp::Socket>(c.handle);
                     let st = s.state();
                     match st {
@@ -381,7 +413,7 @@ impl Host {
                             break;
                         }
                     }
-                    if *close == Close::AfterSend && c.sent == c.data.len() && !c.close_called {
+                    if close == Close::AfterSend && c.sent == c.data.len() && !c.close_called {
                         s.close();
                         c.close_called = true;
                         progressed = true;
@@ -413,9 +445,7 @@ impl Host {
                             ));
                         }
                     }
-                    if *close == Close::AfterEcho
-                        && c.recvd.len() == c.data.len()
-                        && !c.close_called
+                    if close == Close::AfterEcho && c.recvd.len() == c.data.len() && !c.close_called
                     {
                         s.close();
                         c.close_called = true;
@@ -423,7 +453,12 @@ impl Host {
                     }
                 }
             }
-            App::Server { socks, .. } => {
+            App::Server {
+                socks,
+                desync,
+                desync_at,
+                ..
+            } => {
                 for k in socks.iter_mut() {
                     let s = self.sockets.get_mut::<tcp::Socket>(k.handle);
                     if k.peer_port.is_none() {
@@ -435,9 +470,18 @@ impl Host {
                         }
                     }
                     let corrupt = self.params.corrupt_echo_at;
+                    let cut = k
+                        .peer_port
+                        .is_some_and(|p| desync.contains(&p))
+                        .then_some(*desync_at);
                     while s.can_recv() {
+                        let room = cut.map_or(usize::MAX, |c| c.saturating_sub(k.rx.len()));
+                        if room == 0 {
+                            break;
+                        }
                         let mut got = 0;
                         let _ = s.recv(|b| {
+                            let b = &b[..b.len().min(room)];
                             let start = k.rx.len();
                             k.rx.extend_from_slice(b);
                             k.pending.extend(b.iter().enumerate().map(|(j, &x)| {
@@ -464,6 +508,24 @@ impl Host {
                         }
                         k.pending.drain(..w);
                         progressed = true;
+                    }
+                    if let Some(c) = cut {
+                        // A server closing a client on its own, as Linux
+                        // carries it out: unread input makes the close a
+                        // RST, and so does input that comes after it.
+                        if !k.close_called && k.rx.len() >= c && k.pending.is_empty() {
+                            if s.recv_queue() > 0 {
+                                s.abort();
+                            } else {
+                                s.close();
+                            }
+                            k.close_called = true;
+                            progressed = true;
+                        } else if k.close_called && s.is_open() && s.recv_queue() > 0 {
+                            s.abort();
+                            progressed = true;
+                        }
+                        continue;
                     }
                     if k.peer_port.is_some()
                         && !s.may_recv()

@@ -104,7 +104,8 @@ pub mod pcap;
 mod host;
 
 pub use params::{
-    Close, Crash, CrashKind, CrashWhen, HostParams, Inject, Mode, NetParams, Params, Takeover,
+    Close, Crash, CrashKind, CrashWhen, Desync, HostParams, Inject, Mode, NetParams, Params,
+    Takeover,
 };
 
 use ftnet_core::{
@@ -351,7 +352,8 @@ struct Sim {
 /// One replica's agent as the input order reaches it: the agent's own
 /// logic (`ftnet_control::OrderLog`), behind a writer that may lag a few
 /// events (what is in flight is lost when the router dies, so the agents
-/// stand at different points of the order at a takeover).
+/// stand at different points of the order at a takeover), but never behind
+/// what its server read (see `cover_read`).
 #[derive(Default)]
 struct SimAgent {
     order: ftnet_control::OrderLog,
@@ -394,6 +396,40 @@ impl SimAgent {
                 ftnet_control::InputKind::Data => c.1 = Some(e.end),
             }
             self.passed.push(e);
+        }
+    }
+
+    /// Its server read `read` bytes of the connection from client port
+    /// `cport`. The shim lets a server read only bytes whose chunk its agent
+    /// passed on, so the writer stands at least at the chunk that covers
+    /// them (the sim's servers read what the kernel has, and the writer's
+    /// lag alone would leave events in flight for good once a connection
+    /// goes quiet: a closed connection whose last chunk no agent got, a
+    /// state the shim makes impossible). No such chunk in flight: the order
+    /// lost it with the router that died, and the one taking over must
+    /// announce it again (invariant 6 checks that it does).
+    fn cover_read(&mut self, cport: u16, read: usize) {
+        let Ok(read) = u32::try_from(read) else {
+            return;
+        };
+        if read == 0 {
+            return;
+        }
+        let have = self
+            .conns
+            .iter()
+            .find(|(k, _)| k.cport == cport)
+            .and_then(|(_, c)| c.1);
+        if have.is_some_and(|e| e.wrapping_sub(read) as i32 >= 0) {
+            return;
+        }
+        if let Some(j) = self.inflight.iter().position(|e| {
+            e.id.cport == cport
+                && e.kind == ftnet_control::InputKind::Data
+                && e.end.wrapping_sub(read) as i32 >= 0
+        }) {
+            let rest = self.inflight.len() - (j + 1);
+            self.deliver(rest);
         }
     }
 
@@ -489,6 +525,7 @@ impl Sim {
             p.close,
             p.max_write,
             p.refused_conns,
+            p.desync.map_or(0, |d| d.conns),
             &mut app_rng,
         )];
         for i in 0..p.replicas {
@@ -503,8 +540,20 @@ impl Sim {
                 hp,
                 setup.gen(),
                 PORT,
-                p.conns + 2,
+                p.conns + p.desync.map_or(0, |d| d.conns) + 2,
             ));
+        }
+        if let (Some(d), host::App::Client { desync, .. }) = (p.desync, &hosts[0].app) {
+            let ports: Vec<u16> = desync.iter().map(|k| k.port).collect();
+            for h in hosts.iter_mut().skip(1) {
+                if let host::App::Server {
+                    desync, desync_at, ..
+                } = &mut h.app
+                {
+                    *desync = ports.clone();
+                    *desync_at = d.at;
+                }
+            }
         }
         let mut router_cfg = None;
         let middle = match p.mode {
@@ -770,6 +819,13 @@ impl Sim {
                 e.1 += self.packets_lost - lost_before;
             }
         }
+        if h > 0 && self.p.mode == Mode::Router {
+            if let Some(a) = self.agents.get_mut(&replica_ip(h - 1)) {
+                for (port, k) in self.hosts[h].by_peer() {
+                    a.cover_read(port, k.rx.len());
+                }
+            }
+        }
         let w = &mut self.watch[h];
         let rx = std::mem::take(&mut w.rx_in_step);
         for (cport, at) in std::mem::take(&mut w.old_in_step) {
@@ -1030,6 +1086,14 @@ impl Sim {
         }
     }
 
+    /// Client ports of the connections the servers close (`Params::desync`).
+    fn desync_ports(&self) -> Vec<u16> {
+        match &self.hosts[0].app {
+            host::App::Client { desync, .. } => desync.iter().map(|c| c.port).collect(),
+            _ => Vec::new(),
+        }
+    }
+
     fn client_ports(&self) -> Vec<u16> {
         match &self.hosts[0].app {
             host::App::Client { conns, .. } => conns.iter().map(|c| c.port).collect(),
@@ -1229,6 +1293,21 @@ impl Sim {
             // The divergent replica may leave for any reason.
             Event::Evicted { replica, .. } | Event::ReplicaDown { replica, .. }
                 if Some(*replica) == divergent_ip =>
+            {
+                Ok(())
+            }
+            // A connection the servers closed themselves: a replica whose RST
+            // came first while another's kernel still acknowledged input is
+            // taken for crashed, on that connection only (service-wide, a
+            // `ReplicaDown` follows, and that is a bug).
+            Event::Evicted {
+                conn,
+                reason: EvictReason::Reset,
+                ..
+            } if self
+                .desync_ports()
+                .iter()
+                .any(|p| conn.starts_with(&format!("{CLIENT_IP}:{p}->"))) =>
             {
                 Ok(())
             }
@@ -1814,6 +1893,105 @@ impl Sim {
         Ok(())
     }
 
+    /// The connections the servers closed themselves (`Params::desync`):
+    /// the client saw each end (a RST, after what the servers echoed),
+    /// every surviving replica read exactly its first `at` bytes, and
+    /// nobody was marked down for it (`check_event`).
+    fn desync_checks(&self) -> Result<(), String> {
+        let Some(d) = self.p.desync else {
+            return Ok(());
+        };
+        let c = &self.hosts[0];
+        let host::App::Client { desync, .. } = &c.app else {
+            return Err("harness: host 0 is not the client".into());
+        };
+        for (i, k) in desync.iter().enumerate() {
+            if c.state(k.handle) != State::Closed || k.recvd.len() > d.at {
+                return Err(format!(
+                    "desync conn {i} (port {}): the client's socket is {:?} with {} bytes echoed; the servers closed it after {}",
+                    k.port,
+                    c.state(k.handle),
+                    k.recvd.len(),
+                    d.at
+                ));
+            }
+            for h in self.live_replicas() {
+                let ok = self.hosts[h]
+                    .by_peer()
+                    .get(&k.port)
+                    .is_some_and(|s| s.rx[..] == k.data[..d.at]);
+                if !ok {
+                    return Err(format!(
+                        "invariant 2: {} did not read exactly the first {} bytes of desync conn {i}",
+                        self.hosts[h].name, d.at
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Invariant 6 at each replica: the order is numbered per service, so
+    /// every replica still in the service must get every number, also of
+    /// connections it left (its server closed or reset one, or it was
+    /// evicted from one alone): a shim that finds a hole gives up ordering
+    /// and its server follows the kernel's order from then on. Replicas
+    /// out of the service (crashed, marked down) are not checked. Without
+    /// a takeover, each agent got exactly the router's numbers 1..=last.
+    fn agents_order_checks(&mut self) -> Result<(), String> {
+        for a in self.agents.values_mut() {
+            a.deliver(0);
+        }
+        let Middle::Router(r) = &self.middle else {
+            return Ok(());
+        };
+        let down: Vec<Ipv4Addr> = r
+            .status()
+            .services
+            .iter()
+            .flat_map(|s| s.replicas.iter())
+            .filter(|rs| !rs.alive)
+            .map(|rs| rs.addr)
+            .collect();
+        let last = self
+            .events
+            .iter()
+            .filter_map(|e| match e {
+                Event::Input { seq, .. } => Some(*seq),
+                _ => None,
+            })
+            .max()
+            .unwrap_or(0);
+        for h in self.live_replicas() {
+            let addr = replica_ip(h - 1);
+            if down.contains(&addr) {
+                continue;
+            }
+            let got: Vec<u64> = self
+                .agents
+                .get(&addr)
+                .map(|a| a.passed.iter().map(|e| e.seq).collect())
+                .unwrap_or_default();
+            if let Some(w) = got.windows(2).find(|w| w[1] != w[0] + 1) {
+                return Err(format!(
+                    "invariant 6 (sequencer at each replica): replica {addr}'s agent got number {} after {}: its shim would find a hole",
+                    w[1], w[0]
+                ));
+            }
+            if self.took_over.is_none()
+                && last > 0
+                && (got.first() != Some(&1) || got.last() != Some(&last))
+            {
+                return Err(format!(
+                    "invariant 6 (sequencer at each replica): replica {addr}'s agent got numbers {:?} to {:?}, the router gave out 1 to {last}",
+                    got.first(),
+                    got.last()
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// Virtual time the run goes on after the workload is complete, µs.
     /// The router decides some evictions only after `failure_detection`
     /// (a silent crash; a RST from one replica, when no other replica makes
@@ -1838,13 +2016,23 @@ impl Sim {
             return false;
         }
         let c = &self.hosts[0];
-        let host::App::Client { conns, close, .. } = &c.app else {
+        let host::App::Client {
+            conns,
+            close,
+            desync,
+            ..
+        } = &c.app
+        else {
             return false;
         };
         if !conns
             .iter()
             .all(|k| k.done(*close, c.state(k.handle), c.send_queue(k.handle)))
         {
+            return false;
+        }
+        // The servers closed each desync connection; the client sees it end.
+        if !desync.iter().all(|k| c.state(k.handle) == State::Closed) {
             return false;
         }
         self.live_replicas().into_iter().all(|h| {
@@ -1883,6 +2071,7 @@ impl Sim {
                 ));
             }
         }
+        self.desync_checks()?;
         // Invariant 6 (sequencer): one gap-free numbering per service; per
         // connection an Accept first, then chunk ends that only grow and
         // end exactly where the client's stream ends. Across a router
@@ -1893,8 +2082,11 @@ impl Sim {
         {
             self.takeover_order_checks()?;
         }
+        if matches!(self.middle, Middle::Router(_)) && self.p.fuzz_packets == 0 {
+            self.agents_order_checks()?;
+        }
         let c = &self.hosts[0];
-        let host::App::Client { conns, .. } = &c.app else {
+        let host::App::Client { conns, desync, .. } = &c.app else {
             return Err("harness: host 0 is not the client".into());
         };
         if matches!(self.middle, Middle::Router(_))
@@ -1917,7 +2109,14 @@ impl Sim {
                     ));
                 }
             }
-            for (i, k) in conns.iter().enumerate() {
+            // A desync connection's chunks cover at least what the servers
+            // read of it (the client's later bytes are numbered too).
+            let at = self.p.desync.map_or(0, |d| d.at);
+            let all = conns
+                .iter()
+                .map(|k| (k, None))
+                .chain(desync.iter().map(|k| (k, Some(at as u32))));
+            for (i, (k, cut)) in all.enumerate() {
                 let mine: Vec<InputKind> = inputs
                     .iter()
                     .filter(|x| x.1 == k.port)
@@ -1943,7 +2142,14 @@ impl Sim {
                         "invariant 6 (sequencer): conn {i} chunk ends do not grow: {ends:?}"
                     ));
                 }
-                if ends.last().copied().unwrap_or(0) != k.data.len() as u32 {
+                if let Some(cut) = cut {
+                    if ends.last().is_none_or(|e| *e < cut) {
+                        return Err(format!(
+                            "invariant 6 (sequencer): desync conn {i} chunks end at {:?}, its servers read {cut} bytes",
+                            ends.last()
+                        ));
+                    }
+                } else if ends.last().copied().unwrap_or(0) != k.data.len() as u32 {
                     return Err(format!(
                         "invariant 6 (sequencer): conn {i} chunks end at {:?}, the stream at {}",
                         ends.last(),

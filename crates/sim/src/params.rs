@@ -98,6 +98,22 @@ pub struct Takeover {
     pub outage_us: u64,
 }
 
+/// Connections the servers close on their own, as Redis closes a client
+/// that sent a malformed request ("protocol desync"): `conns` more client
+/// connections to the service, each sending `bytes_per_conn` bytes without
+/// pause; every replica's server reads exactly the first `at` bytes of
+/// each, echoes them and closes it, with a RST if more input is already
+/// there and otherwise with a FIN, then answers any later input with a RST
+/// (what Linux does for a socket its application closed). The connection
+/// ends at the same point of the input on every replica (the shim's order
+/// guarantees that of a real server), but each replica's RST reaches the
+/// router at its own time, while the client is still sending.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Desync {
+    pub conns: usize,
+    pub at: usize,
+}
+
 /// Faults injected on purpose to prove that the invariant checker catches
 /// them (harness self-tests).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -177,6 +193,8 @@ pub struct Params {
     /// `HostParams::corrupt_echo_at`.
     pub divergent: Option<usize>,
     pub takeover: Option<Takeover>,
+    /// Connections the servers close themselves (see [`Desync`]).
+    pub desync: Option<Desync>,
 }
 
 /// TSval generators available to hosts (see `host::TS_GENS`).
@@ -209,6 +227,7 @@ impl Params {
             voting: Voting::Off,
             divergent: None,
             takeover: None,
+            desync: None,
         }
     }
 
@@ -382,6 +401,7 @@ impl Params {
             voting,
             divergent,
             takeover,
+            desync: None,
         }
     }
 
@@ -433,7 +453,7 @@ impl Params {
             )
         };
         format!(
-            "{:?} N={} conns={}x{}B write<={} close={:?} crash={:?} net=[delay {}..{}us loss {:.3} dup {:.3} reorder {:.3}/{}us] fd={}ms client=[{}] replicas=[{}] inject={:?} fuzz={} refused={} voting={:?} divergent={:?} takeover={:?}",
+            "{:?} N={} conns={}x{}B write<={} close={:?} crash={:?} net=[delay {}..{}us loss {:.3} dup {:.3} reorder {:.3}/{}us] fd={}ms client=[{}] replicas=[{}] inject={:?} fuzz={} refused={} voting={:?} divergent={:?} takeover={:?} desync={:?}",
             self.mode,
             self.replicas,
             self.conns,
@@ -459,6 +479,7 @@ impl Params {
                 .enumerate()
                 .find_map(|(i, h)| h.corrupt_echo_at.map(|a| (i, a))),
             self.takeover,
+            self.desync,
         )
     }
 }

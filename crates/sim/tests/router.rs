@@ -10,7 +10,8 @@
 
 use ftnet_core::{Event, EvictReason, Tie, Voting};
 use ftnet_sim::{
-    run, Close, Crash, CrashKind, CrashWhen, Mode, NetParams, Params, Takeover, INCONCLUSIVE,
+    run, Close, Crash, CrashKind, CrashWhen, Desync, Mode, NetParams, Params, Takeover,
+    INCONCLUSIVE,
 };
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Instant as WallClock;
@@ -473,8 +474,9 @@ fn seed_loop() {
 }
 
 /// The sequencer's order carries over a takeover. Each agent's writer lags
-/// its own few events behind in the simulation, so at the kill the agents
-/// stand at different numbers: the new router holds its events until every
+/// its own few events behind in the simulation (never behind what its
+/// server read: the shim's rule), and the links' delays vary, so at the
+/// kill the agents stand at different numbers: the new router holds its events until every
 /// agent reported, replays to the ones behind what they missed and numbers
 /// on from the highest. Invariant 6 checks every agent's numbers and the
 /// merged order in each run; here, also that the order resumed after the
@@ -488,6 +490,10 @@ fn router_takeover_continues_the_input_order() {
             200_000,
             Params {
                 conns: 4,
+                net: NetParams {
+                    delay_us: (50, 2000),
+                    ..NetParams::perfect()
+                },
                 ..Params::basic(3)
             },
         );
@@ -515,4 +521,98 @@ fn router_takeover_continues_the_input_order() {
         replayed > 0,
         "no agent was behind at any takeover: replays untested"
     );
+}
+
+/// A chunk dies with the router: the router that dies numbered a client
+/// segment (here the last one of the stream) and forwarded it, its agents'
+/// writers had not passed the chunk on yet, and the replicas hold the bytes
+/// behind a hole (a segment lost on their link). After the takeover the
+/// client's retransmissions fill the hole, the replicas acknowledge every
+/// byte, and the client's own repeat of that last segment is lost: it never
+/// reaches the new router, and the client has no reason to send it again.
+/// The replicas' acknowledgment must announce those bytes (invariant 6: the
+/// chunks the agents saw end at the end of the client's stream; before the
+/// fix they ended one segment short).
+#[test]
+fn router_takeover_announces_acknowledged_bytes_again() {
+    // (seed, replicas, connections, takeover point), found by a search over
+    // seeds with this network and workload.
+    for (seed, n, conns, at) in [
+        (34, 2, 2, 0.05),
+        (10195, 2, 2, 0.26),
+        (11486, 3, 1, 0.26),
+        (29351, 3, 1, 0.11),
+    ] {
+        let net = NetParams {
+            delay_us: (50, 400),
+            loss: 0.04,
+            dup: 0.0,
+            reorder: 0.0,
+            reorder_max_us: 0,
+        };
+        let p = with_takeover(
+            at,
+            150_000,
+            Params {
+                failure_detection_ms: Params::fd_for(&net),
+                net,
+                conns,
+                bytes_per_conn: 13_111,
+                close: Close::AfterEcho,
+                ..Params::basic(n)
+            },
+        );
+        run(seed, &p).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+    }
+}
+
+/// The seeds of a 20,000-seed loop that broke invariant 6 across a
+/// takeover. In each, a connection had closed before the router died
+/// while its last chunks were still in the lagging agents' writers, so
+/// no agent ever got them and no record was left to rebuild from. The
+/// shim makes that impossible (a server reads only bytes whose chunk its
+/// agent passed on, so it cannot echo them and close); the simulated
+/// agents now stand at least at what their servers read.
+#[test]
+fn router_takeover_seeds_that_broke_the_input_order() {
+    for seed in [3518, 8504, 8635, 9865, 11573, 13214, 19861] {
+        let p = Params::random(seed);
+        assert!(p.takeover.is_some(), "seed {seed}: {}", p.summary());
+        run(seed, &p).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+    }
+}
+
+/// The servers close connections on their own, as Redis does with a client
+/// that sent a malformed request (issue 13, item 5): they read the first
+/// 10,000 bytes, echo them and close, while the client keeps sending; each
+/// replica's kernel resets the connection when it finds more input, each at
+/// its own time (the links' delays differ). The client's window stays open
+/// as long as a replica that has not closed yet still reads, so the router
+/// numbers more of its bytes after the first reset. The order is numbered
+/// per service, so every replica must still get every number, also of the
+/// connection it already reset: before the fix those went only to the
+/// replicas still in the connection, the one that reset first found a hole
+/// (its shim gives up ordering: "hole in the router's order"). Nobody is
+/// marked down for it, and the other connections carry on alongside.
+#[test]
+fn servers_closing_connections_leave_no_hole_in_the_order() {
+    for (seed, n) in [(60, 2), (62, 2), (63, 3), (64, 3), (65, 3)] {
+        let mut p = Params {
+            conns: 3,
+            bytes_per_conn: 30_000,
+            net: NetParams {
+                delay_us: (50, 2000),
+                ..NetParams::perfect()
+            },
+            desync: Some(Desync {
+                conns: 3,
+                at: 10_000,
+            }),
+            ..Params::basic(n)
+        };
+        for r in &mut p.replica {
+            r.rx_buf = 4096;
+        }
+        run(seed, &p).unwrap_or_else(|e| panic!("seed {seed}, N={n}: {e}"));
+    }
 }

@@ -975,7 +975,10 @@ impl Conn {
             return;
         }
         if seg.payload_len > 0 {
-            if let Some(edge) = self.max_edge() {
+            // Beyond the window the client was told too: a replica's edge
+            // seen last may be an old ACK's (reordered), and a client never
+            // sends past what it was offered.
+            if let Some(edge) = self.max_edge().map(|e| e.max(self.adv_edge)) {
                 if seg.seq.is_after(edge) {
                     // RFC 9293 §3.10.7.4: bytes that start beyond every
                     // replica's receive window are not acceptable to any;

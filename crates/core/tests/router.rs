@@ -1783,11 +1783,7 @@ fn a_syn_with_a_new_isn_on_an_adopted_connection_is_challenged() {
     assert_eq!(out[0].r.seq, SeqNum(risn).add(1 + sent));
     let challenge_ack = out[0].r.ack;
     assert_eq!(challenge_ack, SeqNum(CISN).add(1 + 86));
-    assert_eq!(
-        r.status().sample[0].adopted,
-        true,
-        "the adopted connection stays"
-    );
+    assert!(r.status().sample[0].adopted, "the adopted connection stays");
     // The client's connection had ended: its SYN-SENT answers the
     // unacceptable ACK with <SEQ=SEG.ACK><CTL=RST> (RFC 9293 §3.10.7.3).
     let rst = Repr::new(CPORT, PORT, challenge_ack, SeqNum(0), flags::RST, 0);
@@ -1830,8 +1826,10 @@ fn a_syn_on_an_adopted_connection_still_rebuilding_is_dropped() {
 }
 
 fn sequencer_router(n: u8) -> Router {
-    let mut c = Config::default();
-    c.sequencer = true;
+    let mut c = Config {
+        sequencer: true,
+        ..Default::default()
+    };
     c.services.push(Service {
         name: "t".into(),
         vip: VIP,

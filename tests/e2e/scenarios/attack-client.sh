@@ -11,8 +11,8 @@
 #  |  (IP_HDRINCL, no scapy) |
 #  +-------------------------+
 #
-# The attacker opens a normal connection, learns its own sequence numbers from its packets
-# (AF_PACKET), and sends: a data segment 256 MiB ahead of its stream (before the fix it got an input
+# The attacker opens a normal connection, reads its own sequence numbers from its socket
+# (TCP_REPAIR), and sends: a data segment 256 MiB ahead of its stream (before the fix it got an input
 # number for a chunk no replica would ever complete, and every shim waited for it: the whole
 # service stalled); two ICMP host-unreachable messages from itself quoting its own connection with
 # replicas 2 and 3 as inner destination (before: both replicas marked down); a blind RST 1000 bytes

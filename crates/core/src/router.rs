@@ -59,6 +59,10 @@ pub enum EvictReason {
     /// Output voting: it fell further behind the others than the vote
     /// keeps bytes to compare it with.
     Lagging,
+    /// Its server can no longer get the sequencer's exact input order
+    /// (its agent lost records, its shim lost its agent or fell back to
+    /// the kernel's order): serving on would diverge silently.
+    OrderLost,
 }
 
 /// What a replica's agent keeps of a connection for a recovering router:
@@ -712,6 +716,8 @@ impl Router {
                 continue;
             }
             v[replica] = false;
+            // Only a lost host comes back by itself (`host_back`): a
+            // replica whose server lost the order has missed input for good.
             self.host_lost[svc][replica] = reason == EvictReason::HostLost;
             let s = &self.config.services[svc];
             self.events.push_back(Event::ReplicaDown {
@@ -856,6 +862,32 @@ impl Router {
             for (i, r) in s.replicas.iter().enumerate() {
                 if *r == addr && self.alive.get(svc).and_then(|v| v.get(i)) == Some(&true) {
                     self.down.push((svc, i, EvictReason::HostLost));
+                    n += 1;
+                }
+            }
+        }
+        self.apply_down(now);
+        n
+    }
+
+    /// A replica's server can no longer follow the sequencer's input order
+    /// (its agent reported it, or the router could not deliver the order to
+    /// its agent): mark it down in every service that lists it and take it
+    /// out of every connection at once, like [`Router::host_lost`] (never a
+    /// connection's or a service's last live replica). It does not come
+    /// back when its agent registers again. Returns how many services it
+    /// was marked down in.
+    pub fn replica_failed(&mut self, now: Instant, addr: Ipv4Addr) -> usize {
+        let mut n = 0;
+        for (svc, s) in self.config.services.iter().enumerate() {
+            for (i, r) in s.replicas.iter().enumerate() {
+                let alive = self.alive.get(svc).map_or(&[][..], |v| &v[..]);
+                // Counted only where it is really taken out (not the last).
+                if *r == addr
+                    && alive.get(i) == Some(&true)
+                    && alive.iter().filter(|&&x| x).count() > 1
+                {
+                    self.down.push((svc, i, EvictReason::OrderLost));
                     n += 1;
                 }
             }

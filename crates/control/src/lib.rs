@@ -1278,7 +1278,13 @@ mod tests {
         a.set_shims(0, &mut out);
         assert_eq!(out, vec![Msg::Shims { count: 1 }, Msg::Shims { count: 0 }]);
         let ev = r.handle(out[0].clone(), 1, |_| true, &mut Vec::new());
-        assert_eq!(ev, Some(RouterEvent::Shims { replica: R, count: 1 }));
+        assert_eq!(
+            ev,
+            Some(RouterEvent::Shims {
+                replica: R,
+                count: 1
+            })
+        );
         // An agent of the previous protocol is refused with a reason.
         let mut r = RouterSession::new(b"k", [2; 16], Heartbeats::default(), 0);
         let mut o = Vec::new();
@@ -1293,7 +1299,9 @@ mod tests {
             |_| true,
             &mut o,
         );
-        assert!(matches!(ev, Some(RouterEvent::Rejected { reason }) if reason.contains("version 2")));
+        assert!(
+            matches!(ev, Some(RouterEvent::Rejected { reason }) if reason.contains("version 2"))
+        );
     }
 
     /// A record from an agent of the previous version (without the fields

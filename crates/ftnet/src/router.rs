@@ -205,6 +205,12 @@ impl RouterHandle for Shared {
         n
     }
 
+    fn replica_failed(&self, addr: std::net::Ipv4Addr) -> usize {
+        let n = self.lock().replica_failed(self.now(), addr);
+        self.kick();
+        n
+    }
+
     fn host_back(&self, addr: std::net::Ipv4Addr) -> usize {
         self.lock().host_back(addr)
     }

@@ -500,3 +500,101 @@ fn session(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn records(from: u64, n: u64) -> Vec<u8> {
+        let id = ftnet_control::ConnId {
+            client: Ipv4Addr::new(198, 18, 1, 2),
+            cport: 40000,
+            vip: Ipv4Addr::new(198, 19, 0, 1),
+            vport: 6379,
+        };
+        (from..from + n)
+            .flat_map(|s| {
+                ftnet_control::shim_record(s, &id, ftnet_control::InputKind::Data, s as u32)
+            })
+            .collect()
+    }
+
+    /// A server that does not read for a while (far longer than a socket
+    /// buffer holds, far longer than the old 50 ms) loses nothing: its
+    /// records wait in the agent and arrive whole and in order.
+    #[test]
+    fn a_busy_shim_gets_every_record_in_order() {
+        let (a, mut b) = UnixStream::pair().unwrap();
+        let mut shim = Shim::new(a);
+        let (batch, batches) = (4096u64, 200u64); // ~19.7 MB
+        for i in 0..batches {
+            shim.queue(&records(i * batch, batch)).unwrap();
+            shim.service().unwrap();
+        }
+        assert!(shim.pending() > 0, "the socket cannot hold it all");
+        std::thread::sleep(Duration::from_millis(200));
+        shim.service().unwrap();
+        let want = records(0, batch * batches);
+        let reader = std::thread::spawn(move || {
+            let mut got = vec![0u8; want.len()];
+            b.read_exact(&mut got).unwrap();
+            assert!(got == want, "records arrive whole and in order");
+            b
+        });
+        let t = std::time::Instant::now();
+        while shim.pending() > 0 && t.elapsed() < Duration::from_secs(20) {
+            shim.service().unwrap();
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(shim.pending(), 0);
+        drop(reader.join().unwrap());
+    }
+
+    /// Beyond the bound, the server is taken to have lost the order (the
+    /// replica leaves), never silently dropped records.
+    #[test]
+    fn beyond_the_bound_the_order_is_lost() {
+        let (a, _b) = UnixStream::pair().unwrap();
+        let mut shim = Shim::new(a);
+        let chunk = vec![0u8; 1 << 20];
+        let mut res = Ok(());
+        for _ in 0..=(SHIM_BUFFER >> 20) + 8 {
+            res = shim.queue(&chunk).and_then(|()| shim.service());
+            if res.is_err() {
+                break;
+            }
+        }
+        assert!(
+            matches!(&res, Err(ShimEnd::Lost(why)) if why.contains("unread")),
+            "{res:?}"
+        );
+    }
+
+    /// What a shim says when it leaves, and its socket closing.
+    #[test]
+    fn a_shim_leaving_is_noticed_with_its_reason() {
+        let (a, mut b) = UnixStream::pair().unwrap();
+        let mut shim = Shim::new(a);
+        b.write_all(b"L hole in the router's order (expected 9, got 12)\n")
+            .unwrap();
+        assert!(matches!(shim.service(), Err(ShimEnd::Lost(w)) if w.contains("hole")));
+        let (a, mut b) = UnixStream::pair().unwrap();
+        let mut shim = Shim::new(a);
+        b.write_all(b"N no ordered listener\n").unwrap();
+        drop(b);
+        assert!(matches!(shim.service(), Err(ShimEnd::Quiet(_))));
+        let (a, b) = UnixStream::pair().unwrap();
+        let mut shim = Shim::new(a);
+        shim.service().unwrap();
+        drop(b);
+        assert!(matches!(shim.service(), Err(ShimEnd::Lost(w)) if w.contains("closed")));
+        // Through the list: a lost shim is reported and dropped.
+        let shims = Shims::default();
+        let (a, b) = UnixStream::pair().unwrap();
+        shims.lock().push(Shim::new(a));
+        assert_eq!(shims.service(), (vec![], 1));
+        drop(b);
+        let (lost, left) = shims.service();
+        assert_eq!((lost.len(), left), (1, 0));
+    }
+}

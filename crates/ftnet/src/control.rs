@@ -710,3 +710,108 @@ fn release(reg: &Registry, replica: Ipv4Addr, router: &dyn RouterHandle) {
         router.records_stored(&done);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ftnet_core::InputKind;
+
+    const R: Ipv4Addr = Ipv4Addr::new(198, 18, 11, 2);
+
+    fn input(seq: u64) -> Event {
+        Event::Input {
+            seq,
+            key: ConnKey {
+                client: Ipv4Addr::new(198, 18, 1, 2),
+                cport: 40000,
+                vip: Ipv4Addr::new(198, 19, 0, 1),
+                vport: 6379,
+            },
+            kind: InputKind::Data { end: seq as u32 },
+            replicas: vec![R],
+        }
+    }
+
+    fn agent(tx: SyncSender<Msg>, session: u64) -> Agent {
+        Agent {
+            host: "h".into(),
+            peer: "198.18.11.2:1".parse().unwrap(),
+            since: std::time::Instant::now(),
+            tx,
+            records: 0,
+            lost: None,
+            session,
+            ordered: true,
+        }
+    }
+
+    /// An agent whose queue is full missed a record: it is never left
+    /// registered with a hole in its order (its session thread ends it and
+    /// takes the replica out), and gets nothing after the hole.
+    #[test]
+    fn a_full_queue_ends_the_agent() {
+        let reg = Registry::default();
+        let (tx, rx) = mpsc::sync_channel(2);
+        reg.lock().insert(R, agent(tx, 7));
+        for s in 1..=4 {
+            reg.route(&input(s));
+        }
+        let got: Vec<u64> = rx
+            .try_iter()
+            .filter_map(|m| match m {
+                Msg::Input { seq, .. } => Some(seq),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(got, vec![1, 2], "nothing after the hole");
+        assert!(reg.lock().get(&R).is_none(), "no longer registered");
+        assert!(
+            !reg.overflowed(R, 8),
+            "another session of the replica is not ended"
+        );
+        assert!(reg.overflowed(R, 7), "its session is told to end it");
+        assert_eq!(reg.status()["dropped_records"], 1);
+    }
+
+    /// A record writer that cannot write (the agent does not read: the
+    /// write times out, maybe in the middle of a frame) stops and says why,
+    /// for its session to end the agent and take the replica out.
+    #[test]
+    fn a_stalled_writer_says_why() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (_peer, _) = l.accept().unwrap();
+        c.set_write_timeout(Some(Duration::from_millis(100)))
+            .unwrap();
+        let (tx, rx) = mpsc::sync_channel(1 << 20);
+        let w = Mutex::new(c);
+        let state = WriterState::default();
+        let mut n = 0;
+        // Far more than the socket buffers hold.
+        while n < 400_000
+            && tx
+                .try_send(Msg::Input {
+                    seq: n,
+                    id: conn_id(&ConnKey {
+                        client: Ipv4Addr::new(198, 18, 1, 2),
+                        cport: 40000,
+                        vip: Ipv4Addr::new(198, 19, 0, 1),
+                        vport: 6379,
+                    }),
+                    kind: ftnet_control::InputKind::Data,
+                    end: 0,
+                })
+                .is_ok()
+        {
+            n += 1;
+        }
+        drop(tx);
+        write_records(&rx, &w, &state);
+        let why = state.failure();
+        assert!(
+            why.as_deref()
+                .is_some_and(|w| w.contains("writing records")),
+            "{why:?}"
+        );
+    }
+}

@@ -443,6 +443,8 @@ fn serve(
                 );
                 let _ = stream.shutdown(std::net::Shutdown::Both);
                 forget(reg, r, id, router);
+                // Removed from the registry already when its queue overflowed.
+                release(reg, r, router);
                 return Ok(());
             }
         }

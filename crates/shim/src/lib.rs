@@ -39,10 +39,14 @@
 //! The server's registrations are a deterministic function of the input it
 //! processed, so every replica passes over the same events.
 //!
-//! Anything unexpected — no agent socket, a hole in the numbering, an
-//! internal inconsistency — makes the shim fall through to plain libc
-//! behaviour (and say so once on stderr); it never unwinds across the FFI
-//! boundary. Not supported yet: multi-threaded servers, blocking sockets,
+//! No agent socket makes the shim fall through to plain libc behaviour (and
+//! say so once on stderr). Losing the order while following it (the agent's
+//! socket closed, a hole in the numbering, a malformed record) is told to the
+//! agent (`L why`, then the socket is closed), which reports it to the router:
+//! the replica leaves the group at once. Meanwhile the shim withholds
+//! sequenced input for [`HOLD`], and only then follows the kernel's order
+//! (for connections left with this replica alone). It never unwinds across
+//! the FFI boundary. Not supported yet: multi-threaded servers, blocking sockets,
 //! timers (a server's timers run at different points of the input on
 //! different replicas).
 

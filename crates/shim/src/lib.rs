@@ -229,6 +229,10 @@ struct State {
     /// Chunks the last `epoll_wait` reported, by connection (at most one
     /// each): a read of that connection may return that chunk.
     granted: HashMap<Key, u64>,
+    /// Connections handed out unordered because no accept event came in
+    /// 2 s: one whose accept event comes after all was accepted at another
+    /// point of the order than on the other replicas (the order is lost).
+    unordered: HashSet<Key>,
 }
 
 fn state() -> MutexGuard<'static, State> {
@@ -466,6 +470,16 @@ impl State {
                 // Only this server's services.
                 if !self.listeners.values().any(|p| *p == ev.key.vport) {
                     continue;
+                }
+                if ev.kind == Kind::Accept && self.unordered.remove(&ev.key) {
+                    give_up(
+                        self,
+                        &format!(
+                            "the accept event of the connection from port {} came after it was handed out unordered",
+                            ev.key.cport
+                        ),
+                    );
+                    return;
                 }
                 if let Err(g) = self.order.push(ev) {
                     give_up(
@@ -967,6 +981,10 @@ unsafe fn try_accept(
     if let Some(k) = s.stale_pending(Some(port)) {
         let (cfd, _) = s.pending.remove(&k).unwrap_or((-1, Instant::now()));
         eprintln!("ftnet-shim[{}]: connection from port {} has no accept event after 2 s; handed out unordered", std::process::id(), k.cport);
+        if s.unordered.len() >= 65536 {
+            s.unordered.clear();
+        }
+        s.unordered.insert(k);
         return Some(finish_accept(cfd, addr, len, flags));
     }
     match s.exposed() {

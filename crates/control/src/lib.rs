@@ -36,7 +36,9 @@ use std::net::Ipv4Addr;
 use std::time::Duration;
 
 /// Protocol version; a different one is rejected with a clear reason.
-pub const VERSION: u32 = 3;
+/// 3: `OutOfService`; 4: `OrderLost` and `Shims` (a replica whose server
+/// lost the order leaves).
+pub const VERSION: u32 = 4;
 /// Largest frame accepted (a connection record is ~300 bytes; an order
 /// report is ~10 KB per service port).
 pub const MAX_FRAME: usize = 256 * 1024;
@@ -251,6 +253,21 @@ pub enum Msg {
         kind: InputKind,
         end: u32,
     },
+    /// Agent → router: the replica's server can no longer get the router's
+    /// exact input order (the agent could not pass every event on, the shim
+    /// lost its agent socket or fell back to the kernel's order). The router
+    /// takes the replica out of the group at once; the agent says it again
+    /// to every router it registers with later.
+    OrderLost {
+        reason: String,
+    },
+    /// Agent → router: how many servers on the replica host follow the input
+    /// order through this agent (sent on registering and whenever it
+    /// changes). While it is not zero, the agent's connection ending means
+    /// those servers lost the order: the replica leaves the group.
+    Shims {
+        count: u32,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -418,6 +435,10 @@ pub enum RouterEvent {
     },
     /// The agent stored these connections' records.
     Stored { replica: Ipv4Addr, ids: Vec<ConnId> },
+    /// The replica's server lost the input order: take it out of the group.
+    OrderLost { replica: Ipv4Addr, reason: String },
+    /// How many servers follow the order through this agent.
+    Shims { replica: Ipv4Addr, count: u32 },
     /// The replicas out of service as the router before told the agent
     /// (after registering, before `Order` and `Records`).
     OutOfService {
@@ -568,6 +589,14 @@ impl RouterSession {
                 self.state = RState::Live { replica };
                 Some(RouterEvent::Stored { replica, ids })
             }
+            (RState::Live { replica }, Msg::OrderLost { reason }) => {
+                self.state = RState::Live { replica };
+                Some(RouterEvent::OrderLost { replica, reason })
+            }
+            (RState::Live { replica }, Msg::Shims { count }) => {
+                self.state = RState::Live { replica };
+                Some(RouterEvent::Shims { replica, count })
+            }
             (RState::Live { replica }, Msg::OutOfService { down }) => {
                 self.state = RState::Live { replica };
                 Some(RouterEvent::OutOfService { replica, down })
@@ -628,6 +657,8 @@ fn kind(m: &Msg) -> &'static str {
         Msg::Input { .. } => "input",
         Msg::Records { .. } => "records",
         Msg::Order { .. } => "order",
+        Msg::OrderLost { .. } => "order_lost",
+        Msg::Shims { .. } => "shims",
         Msg::OutOfService { .. } => "out_of_service",
     }
 }
@@ -672,6 +703,12 @@ pub struct AgentSession {
     pub records: HashMap<ConnId, ConnRecord>,
     /// The input order as far as this agent passed it on.
     pub order: OrderLog,
+    /// Why the replica's server lost the input order, once it did: told to
+    /// the router at once and to every router registered with later.
+    pub order_lost: Option<String>,
+    /// How many shims follow the order through this agent, as last told
+    /// to the router of this session (`None`: not told yet).
+    shims_told: Option<u32>,
     /// The replicas out of service, as the last router said.
     pub down: Vec<DownReplica>,
 }
@@ -695,6 +732,8 @@ impl AgentSession {
             seq: 0,
             records: HashMap::new(),
             order: OrderLog::default(),
+            order_lost: None,
+            shims_told: None,
             down: Vec::new(),
         };
         let hello = Msg::Hello {
@@ -708,6 +747,31 @@ impl AgentSession {
 
     pub fn is_live(&self) -> bool {
         matches!(self.state, AState::Live { .. })
+    }
+
+    /// The replica's server lost the input order (`reason` for the logs):
+    /// the router is told now if registered, else as soon as it is. Only
+    /// the first reason is kept; it is never withdrawn (the server missed
+    /// input for good).
+    pub fn lose_order(&mut self, reason: &str, out: &mut Vec<Msg>) {
+        if self.order_lost.is_some() {
+            return;
+        }
+        self.order_lost = Some(reason.to_string());
+        if self.is_live() {
+            out.push(Msg::OrderLost {
+                reason: reason.to_string(),
+            });
+        }
+    }
+
+    /// How many shims follow the order through this agent now: the router
+    /// is told when registered and the count changed.
+    pub fn set_shims(&mut self, count: u32, out: &mut Vec<Msg>) {
+        if self.is_live() && self.shims_told != Some(count) {
+            self.shims_told = Some(count);
+            out.push(Msg::Shims { count });
+        }
     }
 
     fn reject(&mut self, reason: String) -> Option<AgentEvent> {
@@ -761,6 +825,12 @@ impl AgentSession {
                 out.push(Msg::Order {
                     services: self.order.report(),
                 });
+                // A server that lost the order stays out with every router.
+                if let Some(reason) = &self.order_lost {
+                    out.push(Msg::OrderLost {
+                        reason: reason.clone(),
+                    });
+                }
                 // Everything it keeps, for a router that starts or took
                 // over (one that knows the connections ignores them).
                 let mut all: Vec<ConnRecord> = self.records.values().cloned().collect();
@@ -1214,6 +1284,103 @@ mod tests {
         assert!(
             encode(&Msg::Order { services: rep }).len() * 8 <= MAX_FRAME,
             "eight service ports fit in a frame"
+        );
+    }
+
+    /// A server that lost the order is reported at once when the agent is
+    /// registered, on registering when it is not, and again to every later
+    /// router: the replica must stay out of the group.
+    #[test]
+    fn a_lost_order_reaches_every_router() {
+        let lost = |re: &[RouterEvent]| {
+            re.iter()
+                .filter_map(|e| match e {
+                    RouterEvent::OrderLost { replica, reason } if *replica == R => {
+                        Some(reason.clone())
+                    }
+                    _ => None,
+                })
+                .collect::<Vec<_>>()
+        };
+        let (mut a, hello) = AgentSession::new(b"k", R, "h", [1; 16], 0);
+        let mut r = RouterSession::new(b"k", [2; 16], Heartbeats::default(), 0);
+        let (_, re) = converse(&mut a, &mut r, hello, 0);
+        assert!(lost(&re).is_empty(), "{re:?}");
+        let mut out = Vec::new();
+        a.lose_order("shim closed its socket", &mut out);
+        a.lose_order("a second reason is not repeated", &mut out);
+        assert_eq!(
+            out,
+            vec![Msg::OrderLost {
+                reason: "shim closed its socket".into()
+            }]
+        );
+        // Through the wire format and the router's session.
+        let mut d = Decoder::default();
+        d.push(&encode(&out[0]));
+        let m = d.next_msg().unwrap().unwrap();
+        let ev = r.handle(m, 1, |_| true, &mut Vec::new());
+        assert_eq!(
+            ev,
+            Some(RouterEvent::OrderLost {
+                replica: R,
+                reason: "shim closed its socket".into()
+            })
+        );
+        // The next router (a restart, a takeover) hears it on registering.
+        let (mut b, hello) = AgentSession::new(b"k", R, "h", [3; 16], 5);
+        b.order_lost = a.order_lost.take();
+        let mut r2 = RouterSession::new(b"k", [4; 16], Heartbeats::default(), 5);
+        let (_, re) = converse(&mut b, &mut r2, hello, 5);
+        assert_eq!(lost(&re), vec!["shim closed its socket".to_string()]);
+        // Lost before registering: said on registering.
+        let (mut c, hello) = AgentSession::new(b"k", R, "h", [5; 16], 9);
+        let mut out = Vec::new();
+        c.lose_order("hole in the order", &mut out);
+        assert!(out.is_empty(), "nobody to tell yet");
+        let mut r3 = RouterSession::new(b"k", [6; 16], Heartbeats::default(), 9);
+        let (_, re) = converse(&mut c, &mut r3, hello, 9);
+        assert_eq!(lost(&re), vec!["hole in the order".to_string()]);
+    }
+
+    /// The router learns how many servers follow the order through the
+    /// agent, once per change and again after registering anew.
+    #[test]
+    fn the_shim_count_is_told_on_change() {
+        let (mut a, hello) = AgentSession::new(b"k", R, "h", [1; 16], 0);
+        let mut out = Vec::new();
+        a.set_shims(1, &mut out);
+        assert!(out.is_empty(), "not registered yet");
+        let mut r = RouterSession::new(b"k", [2; 16], Heartbeats::default(), 0);
+        converse(&mut a, &mut r, hello, 0);
+        a.set_shims(1, &mut out);
+        a.set_shims(1, &mut out);
+        a.set_shims(0, &mut out);
+        assert_eq!(out, vec![Msg::Shims { count: 1 }, Msg::Shims { count: 0 }]);
+        let ev = r.handle(out[0].clone(), 1, |_| true, &mut Vec::new());
+        assert_eq!(
+            ev,
+            Some(RouterEvent::Shims {
+                replica: R,
+                count: 1
+            })
+        );
+        // An agent of the previous protocol is refused with a reason.
+        let mut r = RouterSession::new(b"k", [2; 16], Heartbeats::default(), 0);
+        let mut o = Vec::new();
+        let ev = r.handle(
+            Msg::Hello {
+                version: 2,
+                replica: R,
+                host: "h".into(),
+                nonce: hex(&[1; 16]),
+            },
+            0,
+            |_| true,
+            &mut o,
+        );
+        assert!(
+            matches!(ev, Some(RouterEvent::Rejected { reason }) if reason.contains("version 2"))
         );
     }
 

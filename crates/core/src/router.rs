@@ -59,6 +59,10 @@ pub enum EvictReason {
     /// Output voting: it fell further behind the others than the vote
     /// keeps bytes to compare it with.
     Lagging,
+    /// Its server can no longer get the sequencer's exact input order
+    /// (its agent lost records, its shim lost its agent or fell back to
+    /// the kernel's order): serving on would diverge silently.
+    OrderLost,
     /// The agents report it out of service: it left the group under an
     /// earlier router (before a restart or a takeover) and has not been
     /// brought back since.
@@ -1007,6 +1011,32 @@ impl Router {
         n
     }
 
+    /// A replica's server can no longer follow the sequencer's input order
+    /// (its agent reported it, or the router could not deliver the order to
+    /// its agent): mark it down in every service that lists it and take it
+    /// out of every connection at once, like [`Router::host_lost`] (never a
+    /// connection's or a service's last live replica). It does not come
+    /// back when its agent registers again. Returns how many services it
+    /// was marked down in.
+    pub fn replica_failed(&mut self, now: Instant, addr: Ipv4Addr) -> usize {
+        let mut n = 0;
+        for (svc, s) in self.config.services.iter().enumerate() {
+            for (i, r) in s.replicas.iter().enumerate() {
+                let alive = self.alive.get(svc).map_or(&[][..], |v| &v[..]);
+                // Counted only where it is really taken out (not the last).
+                if *r == addr
+                    && alive.get(i) == Some(&true)
+                    && alive.iter().filter(|&&x| x).count() > 1
+                {
+                    self.down.push((svc, i, EvictReason::OrderLost));
+                    n += 1;
+                }
+            }
+        }
+        self.apply_down(now);
+        n
+    }
+
     /// With agents (`[control]`): a replica gets new connections only once
     /// its own agent registered with this router ([`Router::agent_registered`]).
     /// A router that starts or takes over cannot tell a current replica from
@@ -1369,12 +1399,14 @@ impl Router {
                 Err(n) => (Vec::new(), vec![(replica, n)]),
             };
             let replayed = replays.len();
+            let service = s.name.clone();
+            self.order_lost(svc, &lost);
             // Ahead of the events queued unnumbered (they come after `top`).
             for ev in replays.into_iter().rev() {
                 self.events.push_front(ev);
             }
             self.events.push_back(Event::OrderResumed {
-                service: s.name.clone(),
+                service,
                 last: top,
                 reported: vec![replica],
                 missing: Vec::new(),
@@ -1382,6 +1414,7 @@ impl Router {
                 lost,
             });
         }
+        self.apply_down(now);
     }
 
     /// Number on: replays for the agents that are behind first, then the
@@ -1408,14 +1441,32 @@ impl Router {
             .map(|(_, a)| *a)
             .collect();
         let last = o.seq;
+        let name = s.name.clone();
+        self.order_lost(svc, &r.lost);
         self.events.push_back(Event::OrderResumed {
-            service: s.name.clone(),
+            service: name,
             last,
             reported,
             missing,
             replayed: r.replayed,
             lost: r.lost,
         });
+    }
+
+    /// Replicas that missed input events nobody can replay to them: their
+    /// shims cannot keep the order, so they leave the group (fail safe:
+    /// never serve on in the kernel's order). Applied with the next input
+    /// or timer, like every other way out.
+    fn order_lost(&mut self, svc: usize, lost: &[(Ipv4Addr, u64)]) {
+        for (addr, _) in lost {
+            if let Some(i) = self.config.services[svc]
+                .replicas
+                .iter()
+                .position(|r| r == addr)
+            {
+                self.down.push((svc, i, EvictReason::OrderLost));
+            }
+        }
     }
 
     pub fn counters(&self) -> &Counters {

@@ -1948,3 +1948,46 @@ fn an_adopted_window_scale_above_14_is_clamped() {
     // 64 << 14 bytes, told with scale 14.
     assert_eq!(ack.r.window, 64);
 }
+
+/// A replica whose agent missed input events nobody can replay to it (a
+/// router that started or took over found it behind the others' tails)
+/// cannot keep the order: it leaves the group at once (`OrderLost`) rather
+/// than serve on with its shim in the kernel's order.
+#[test]
+fn a_replica_that_missed_unreplayable_input_leaves_the_group() {
+    let mut r = sequencer_router(3);
+    r.await_order();
+    let report = |last: u64, from: u64| ftnet_core::OrderReport {
+        vip: VIP,
+        vport: PORT,
+        last_seq: last,
+        tail: (from..=last)
+            .map(|s| ftnet_core::NumberedInput {
+                seq: s,
+                key: ftnet_core::ConnKey {
+                    client: CLIENT,
+                    cport: 40000 + s as u16,
+                    vip: VIP,
+                    vport: PORT,
+                },
+                kind: ftnet_core::InputKind::Accept,
+            })
+            .collect(),
+    };
+    r.order_report(t(0), replica(1), &[report(100, 95)]);
+    r.order_report(t(0), replica(3), &[report(100, 95)]);
+    // r2 stands at 90: 91..94 are in nobody's tail.
+    r.order_report(t(0), replica(2), &[report(90, 80)]);
+    let evs: Vec<Event> = std::iter::from_fn(|| r.poll_event()).collect();
+    assert!(
+        evs.iter().any(|e| matches!(e, Event::OrderResumed { lost, .. } if lost == &vec![(replica(2), 91)])),
+        "{evs:?}"
+    );
+    assert!(
+        evs.iter().any(|e| matches!(e, Event::ReplicaDown { replica: a, reason: EvictReason::OrderLost, .. } if *a == replica(2))),
+        "{evs:?}"
+    );
+    let st = r.status();
+    assert!(!st.services[0].replicas[1].alive);
+    assert!(st.services[0].replicas[0].alive && st.services[0].replicas[2].alive);
+}

@@ -10,6 +10,7 @@ use ftnet_control::{AgentEvent, AgentSession, ConnId, ConnRecord, Decoder, Msg, 
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddrV4, TcpStream};
+use std::os::fd::AsRawFd;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -25,10 +26,155 @@ pub struct AgentArgs {
     pub shim_socket: PathBuf,
 }
 
+/// What the agent keeps for one shim that cannot take it yet: a server
+/// busy for a while (a long command, a loaded CPU) is a normal server, not a
+/// dead one. Beyond this much unread order (~2.8 million events), its
+/// server is taken to have lost the order.
+const SHIM_BUFFER: usize = 64 << 20;
+
+/// The kernel's socket buffer asked for on each shim's socket.
+const SHIM_SNDBUF: libc::c_int = 4 << 20;
+
+/// One shim: the records it has not taken yet, and what it said.
+struct Shim {
+    sock: UnixStream,
+    pid: i32,
+    /// Records not written yet: `out[sent..]`.
+    out: Vec<u8>,
+    sent: usize,
+    /// What the shim wrote (one line: why it leaves).
+    note: Vec<u8>,
+}
+
+/// How a shim left.
+#[derive(Debug, PartialEq, Eq)]
+enum ShimEnd {
+    /// Its server can no longer follow the order (the replica must leave).
+    Lost(String),
+    /// It has nothing to order (a fork-per-connection server).
+    Quiet(String),
+}
+
+impl Shim {
+    fn new(sock: UnixStream) -> Shim {
+        use std::os::fd::AsRawFd;
+        let _ = sock.set_nonblocking(true);
+        for opt in [libc::SO_SNDBUFFORCE, libc::SO_SNDBUF] {
+            // SAFETY: setsockopt with a pointer to one int of its size.
+            let rc = unsafe {
+                libc::setsockopt(
+                    sock.as_raw_fd(),
+                    libc::SOL_SOCKET,
+                    opt,
+                    (&SHIM_SNDBUF as *const libc::c_int).cast(),
+                    std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+                )
+            };
+            if rc == 0 {
+                break;
+            }
+        }
+        let pid = peer_pid(&sock);
+        Shim {
+            sock,
+            pid,
+            out: Vec::new(),
+            sent: 0,
+            note: Vec::new(),
+        }
+    }
+
+    fn pending(&self) -> usize {
+        self.out.len() - self.sent
+    }
+
+    /// Queue records (bounded: see [`SHIM_BUFFER`]).
+    fn queue(&mut self, recs: &[u8]) -> Result<(), ShimEnd> {
+        if self.pending() + recs.len() > SHIM_BUFFER {
+            return Err(ShimEnd::Lost(format!(
+                "server pid {} left {} MiB of the order unread (the agent's bound)",
+                self.pid,
+                SHIM_BUFFER >> 20
+            )));
+        }
+        if self.sent > 0 && self.sent >= self.out.len() / 2 {
+            self.out.drain(..self.sent);
+            self.sent = 0;
+        }
+        self.out.extend_from_slice(recs);
+        Ok(())
+    }
+
+    /// Write what the socket takes and read what the shim said; never blocks.
+    fn service(&mut self) -> Result<(), ShimEnd> {
+        let mut buf = [0u8; 512];
+        loop {
+            match (&self.sock).read(&mut buf) {
+                Ok(0) => {
+                    return Err(self.ended().unwrap_or_else(|| {
+                        ShimEnd::Lost(format!(
+                            "the shim's socket closed (server pid {} exited, or dropped its agent)",
+                            self.pid
+                        ))
+                    }))
+                }
+                Ok(n) => {
+                    if self.note.len() < 4096 {
+                        self.note.extend_from_slice(&buf[..n]);
+                    }
+                    if let Some(end) = self.ended() {
+                        return Err(end);
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(e) => {
+                    return Err(ShimEnd::Lost(format!(
+                        "reading the shim's socket (server pid {}): {e}",
+                        self.pid
+                    )))
+                }
+            }
+        }
+        while self.pending() > 0 {
+            match (&self.sock).write(&self.out[self.sent..]) {
+                Ok(n) => self.sent += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(e) => {
+                    return Err(self.ended().unwrap_or_else(|| {
+                        ShimEnd::Lost(format!(
+                            "writing to the shim (server pid {}): {e}",
+                            self.pid
+                        ))
+                    }))
+                }
+            }
+        }
+        if self.sent == self.out.len() {
+            self.out.clear();
+            self.sent = 0;
+        }
+        Ok(())
+    }
+
+    /// The shim's line, once whole: `L why` (lost the order) or `N why`
+    /// (nothing to order).
+    fn ended(&self) -> Option<ShimEnd> {
+        let nl = self.note.iter().position(|b| *b == b'\n')?;
+        let line = String::from_utf8_lossy(&self.note[..nl]).to_string();
+        let why = line.get(2..).unwrap_or("").to_string();
+        Some(match self.note.first() {
+            Some(b'N') => ShimEnd::Quiet(format!("server pid {}: {why}", self.pid)),
+            _ => ShimEnd::Lost(format!("server pid {}: {why}", self.pid)),
+        })
+    }
+}
+
 /// The shims connected to this agent (normally one: the replica's server).
 #[derive(Default)]
 struct Shims {
-    list: Mutex<Vec<UnixStream>>,
+    list: Mutex<Vec<Shim>>,
 }
 
 impl Shims {
@@ -55,35 +201,76 @@ impl Shims {
             .spawn(move || {
                 for c in l.incoming() {
                     let Ok(c) = c else { continue };
-                    // Short: this thread also heartbeats to the router, and a
-                    // shim that stops reading (its server blocked, or a
-                    // fork-per-connection server that never asks for the
-                    // order) must not silence the agent for `dead_after_ms`.
-                    // After one timeout the shim is dropped (falls back).
-                    let _ = c.set_write_timeout(Some(Duration::from_millis(50)));
-                    let pid = peer_pid(&c);
+                    // Nonblocking, with a bounded buffer of its own: a shim
+                    // whose server is busy gets its records when it reads
+                    // again, and never stalls this agent's heartbeats.
+                    let shim = Shim::new(c);
                     info!(
-                        pid,
+                        pid = shim.pid,
                         "shim connected: the server there now gets its input in the router's order"
                     );
-                    s.list.lock().unwrap_or_else(|p| p.into_inner()).push(c);
+                    s.lock().push(shim);
                 }
             })?;
         Ok(shims)
     }
 
-    fn send(&self, rec: &[u8]) {
-        let mut list = self.list.lock().unwrap_or_else(|p| p.into_inner());
-        list.retain_mut(|c| match c.write_all(rec) {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Shim>> {
+        self.list.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Queue records for every shim and write what each socket takes;
+    /// returns why shims that lost the order did (they are dropped).
+    fn send(&self, recs: &[u8]) -> Vec<String> {
+        let mut list = self.lock();
+        let mut lost = Vec::new();
+        list.retain_mut(|c| match c.queue(recs).and_then(|()| c.service()) {
             Ok(()) => true,
-            Err(e) => {
-                warn!(
-                    pid = peer_pid(c),
-                    "shim dropped ({e}); that server falls back to the kernel's input order"
-                );
+            Err(end) => {
+                note_end(end, &mut lost);
                 false
             }
         });
+        lost
+    }
+
+    /// Write what each socket takes, notice shims that left; returns why
+    /// the ones that lost the order did, and how many are left.
+    fn service(&self) -> (Vec<String>, usize) {
+        let mut list = self.lock();
+        let mut lost = Vec::new();
+        list.retain_mut(|c| match c.service() {
+            Ok(()) => true,
+            Err(end) => {
+                note_end(end, &mut lost);
+                false
+            }
+        });
+        (lost, list.len())
+    }
+
+    /// What to wait on: each shim's socket, for input (its line, its close)
+    /// and, with records pending, for room.
+    fn pollfds(&self) -> Vec<libc::pollfd> {
+        use std::os::fd::AsRawFd;
+        self.lock()
+            .iter()
+            .map(|c| libc::pollfd {
+                fd: c.sock.as_raw_fd(),
+                events: libc::POLLIN | if c.pending() > 0 { libc::POLLOUT } else { 0 },
+                revents: 0,
+            })
+            .collect()
+    }
+}
+
+fn note_end(end: ShimEnd, lost: &mut Vec<String>) {
+    match end {
+        ShimEnd::Lost(why) => {
+            warn!("shim dropped: {why}; its server lost the router's order: this replica leaves the group");
+            lost.push(why);
+        }
+        ShimEnd::Quiet(why) => info!("shim left: {why}"),
     }
 }
 
@@ -225,21 +412,62 @@ fn session(
     stream.set_write_timeout(Some(Duration::from_secs(2)))?;
     stream.write_all(&ftnet_control::encode(&hello))?;
     let mut dec = Decoder::default();
-    let mut buf = [0u8; 16384];
+    let mut buf = vec![0u8; 256 * 1024];
     let mut out = Vec::new();
     loop {
         if sys::stop_requested() {
+            if s.is_live() && !shims.lock().is_empty() {
+                s.lose_order(
+                    "the agent is stopping: its server can no longer get the order",
+                    &mut out,
+                );
+                let wire: Vec<u8> = out
+                    .drain(..)
+                    .flat_map(|m| ftnet_control::encode(&m))
+                    .collect();
+                let _ = stream.write_all(&wire);
+            }
             return Ok(AgentEvent::RouterLost);
         }
         let mut events = Vec::new();
-        match stream.read(&mut buf) {
-            Ok(0) => anyhow::bail!("the router closed the connection"),
-            Ok(n) => dec.push(&buf[..n]),
-            Err(e) if sys::is_transient(&e) => {}
-            Err(e) => return Err(e.into()),
+        // Wait for the router, or for a shim (room for its pending records,
+        // its close), at most 10 ms (timers).
+        let mut fds = vec![libc::pollfd {
+            fd: stream.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        }];
+        fds.extend(shims.pollfds());
+        // SAFETY: `fds` is a valid, writable array of its length.
+        unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 10) };
+        if fds[0].revents != 0 {
+            match stream.read(&mut buf) {
+                Ok(0) => anyhow::bail!("the router closed the connection"),
+                Ok(n) => dec.push(&buf[..n]),
+                Err(e) if sys::is_transient(&e) => {}
+                Err(e) => return Err(e.into()),
+            }
         }
+        let (lost, count) = shims.service();
+        for why in lost {
+            s.lose_order(&why, &mut out);
+        }
+        s.set_shims(count as u32, &mut out);
+        // Every input record of this read goes to the shims in one write.
+        let mut recs: Vec<u8> = Vec::new();
         while let Some(m) = dec.next_msg()? {
-            events.extend(s.handle(m, now_ms(), &mut out));
+            match s.handle(m, now_ms(), &mut out) {
+                Some(AgentEvent::Input(e)) => {
+                    recs.extend_from_slice(&ftnet_control::shim_record(e.seq, &e.id, e.kind, e.end))
+                }
+                Some(ev) => events.push(ev),
+                None => {}
+            }
+        }
+        if !recs.is_empty() {
+            for why in shims.send(&recs) {
+                s.lose_order(&why, &mut out);
+            }
         }
         events.extend(s.on_timeout(now_ms(), &mut out));
         if !out.is_empty() {
@@ -271,11 +499,107 @@ fn session(
                         "registered with the router (both sides proved the shared secret)"
                     );
                 }
-                AgentEvent::Input(e) => {
-                    shims.send(&ftnet_control::shim_record(e.seq, &e.id, e.kind, e.end))
-                }
+                AgentEvent::Input(_) => {}
                 other => return Ok(other),
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn records(from: u64, n: u64) -> Vec<u8> {
+        let id = ftnet_control::ConnId {
+            client: Ipv4Addr::new(198, 18, 1, 2),
+            cport: 40000,
+            vip: Ipv4Addr::new(198, 19, 0, 1),
+            vport: 6379,
+        };
+        (from..from + n)
+            .flat_map(|s| {
+                ftnet_control::shim_record(s, &id, ftnet_control::InputKind::Data, s as u32)
+            })
+            .collect()
+    }
+
+    /// A server that does not read for a while (far longer than a socket
+    /// buffer holds, far longer than the old 50 ms) loses nothing: its
+    /// records wait in the agent and arrive whole and in order.
+    #[test]
+    fn a_busy_shim_gets_every_record_in_order() {
+        let (a, mut b) = UnixStream::pair().unwrap();
+        let mut shim = Shim::new(a);
+        let (batch, batches) = (4096u64, 200u64); // ~19.7 MB
+        for i in 0..batches {
+            shim.queue(&records(i * batch, batch)).unwrap();
+            shim.service().unwrap();
+        }
+        assert!(shim.pending() > 0, "the socket cannot hold it all");
+        std::thread::sleep(Duration::from_millis(200));
+        shim.service().unwrap();
+        let want = records(0, batch * batches);
+        let reader = std::thread::spawn(move || {
+            let mut got = vec![0u8; want.len()];
+            b.read_exact(&mut got).unwrap();
+            assert!(got == want, "records arrive whole and in order");
+            b
+        });
+        let t = std::time::Instant::now();
+        while shim.pending() > 0 && t.elapsed() < Duration::from_secs(20) {
+            shim.service().unwrap();
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(shim.pending(), 0);
+        drop(reader.join().unwrap());
+    }
+
+    /// Beyond the bound, the server is taken to have lost the order (the
+    /// replica leaves), never silently dropped records.
+    #[test]
+    fn beyond_the_bound_the_order_is_lost() {
+        let (a, _b) = UnixStream::pair().unwrap();
+        let mut shim = Shim::new(a);
+        let chunk = vec![0u8; 1 << 20];
+        let mut res = Ok(());
+        for _ in 0..=(SHIM_BUFFER >> 20) + 8 {
+            res = shim.queue(&chunk).and_then(|()| shim.service());
+            if res.is_err() {
+                break;
+            }
+        }
+        assert!(
+            matches!(&res, Err(ShimEnd::Lost(why)) if why.contains("unread")),
+            "{res:?}"
+        );
+    }
+
+    /// What a shim says when it leaves, and its socket closing.
+    #[test]
+    fn a_shim_leaving_is_noticed_with_its_reason() {
+        let (a, mut b) = UnixStream::pair().unwrap();
+        let mut shim = Shim::new(a);
+        b.write_all(b"L hole in the router's order (expected 9, got 12)\n")
+            .unwrap();
+        assert!(matches!(shim.service(), Err(ShimEnd::Lost(w)) if w.contains("hole")));
+        let (a, mut b) = UnixStream::pair().unwrap();
+        let mut shim = Shim::new(a);
+        b.write_all(b"N no ordered listener\n").unwrap();
+        drop(b);
+        assert!(matches!(shim.service(), Err(ShimEnd::Quiet(_))));
+        let (a, b) = UnixStream::pair().unwrap();
+        let mut shim = Shim::new(a);
+        shim.service().unwrap();
+        drop(b);
+        assert!(matches!(shim.service(), Err(ShimEnd::Lost(w)) if w.contains("closed")));
+        // Through the list: a lost shim is reported and dropped.
+        let shims = Shims::default();
+        let (a, b) = UnixStream::pair().unwrap();
+        shims.lock().push(Shim::new(a));
+        assert_eq!(shims.service(), (vec![], 1));
+        drop(b);
+        let (lost, left) = shims.service();
+        assert_eq!((lost.len(), left), (1, 0));
     }
 }

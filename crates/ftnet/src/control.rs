@@ -28,14 +28,26 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use tracing::{info, warn};
 
-/// Records queued per agent before new ones are dropped (and counted): an
-/// agent that cannot keep up must not slow the data plane down.
-const QUEUE: usize = 65536;
+/// Records queued per agent (a few tens of MB at most): an agent that
+/// cannot keep up must not slow the data plane down. One that falls this
+/// far behind has missed input for good: its session ends and its replica
+/// leaves the group (a record is never dropped silently).
+const QUEUE: usize = 1 << 18;
+
+/// How long one write to an agent may block before the agent is given up
+/// (a truncated frame cannot be continued: the session ends, the replica
+/// leaves). Longer than a scheduling hiccup of a loaded host.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// What the control plane needs from the router process.
 pub trait RouterHandle: Send + Sync + 'static {
     /// Mark a replica's host lost; returns the services it was marked down in.
     fn host_lost(&self, addr: Ipv4Addr) -> usize;
+    /// A replica's server can no longer follow the input order (its agent
+    /// said so, or lost records): mark it down and take it out of every
+    /// connection (see `Router::replica_failed`); returns the services it
+    /// was marked down in.
+    fn replica_failed(&self, addr: Ipv4Addr) -> usize;
     /// A replica's agent registered; returns the services in which the
     /// replica stays out of service (see `Router::agent_registered`).
     fn agent_registered(&self, addr: Ipv4Addr) -> Vec<String>;
@@ -111,6 +123,9 @@ fn order_report(o: &ftnet_control::ServiceOrder) -> OrderReport {
 pub struct Registry {
     agents: Mutex<HashMap<Ipv4Addr, Agent>>,
     dropped_records: std::sync::atomic::AtomicU64,
+    /// Agents whose queue overflowed (replica → session): they missed a
+    /// record; their session thread ends them and takes the replica out.
+    overflowed: Mutex<HashMap<Ipv4Addr, u64>>,
     /// Output commit: connections whose SYN-ACK waits, and the agents whose
     /// `Stored` is still missing. Never locked while taking the router's
     /// lock (it is taken under it, in `route`).
@@ -258,7 +273,7 @@ impl Registry {
             _ => return Routed::No,
         };
         let input = matches!(ev, Event::Input { .. });
-        let agents = self.lock();
+        let mut agents = self.lock();
         // Output commit: whose confirmation the SYN-ACK waits for. The
         // pending lock is held until that is noted, so an answer that comes
         // back before this returns waits for it.
@@ -282,6 +297,14 @@ impl Registry {
                     Err(TrySendError::Full(_)) => {
                         self.dropped_records
                             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        // It missed a record: it gets none after this gap
+                        // (its session thread takes the replica out).
+                        let session = agent.session;
+                        agents.remove(&a);
+                        self.overflowed
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .insert(a, session);
                     }
                 }
             }
@@ -298,6 +321,16 @@ impl Registry {
             }
             None => Routed::Yes,
         }
+    }
+
+    /// Did this session's queue overflow (it missed a record)?
+    fn overflowed(&self, replica: Ipv4Addr, session: u64) -> bool {
+        let mut o = self.overflowed.lock().unwrap_or_else(|p| p.into_inner());
+        if o.get(&replica) == Some(&session) {
+            o.remove(&replica);
+            return true;
+        }
+        false
     }
 
     /// For the status snapshot.
@@ -413,17 +446,50 @@ fn serve(
     writer
         .lock()
         .unwrap_or_else(|p| p.into_inner())
-        .set_write_timeout(Some(hb.dead_after))?;
-    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        .set_write_timeout(Some(WRITE_TIMEOUT.max(hb.dead_after)))?;
+    let done = Arc::new(WriterState::default());
     let _stop_writer = StopOnDrop(done.clone());
+    // Servers on the replica host that follow the input order through this
+    // agent (its `Shims` message): while any does, the agent's connection
+    // ending means they lost the order.
+    let mut shims = 0u32;
     loop {
+        if let Some(r) = registered {
+            // Records this agent should have had and did not get: its
+            // server can no longer follow the order.
+            let broken = if reg.overflowed(r, id) {
+                Some(format!(
+                    "its record queue overflowed ({QUEUE} records waiting)"
+                ))
+            } else {
+                done.failure()
+            };
+            if let Some(why) = broken {
+                order_lost(
+                    router,
+                    r,
+                    peer,
+                    &format!("the router could not pass it every record: {why}"),
+                );
+                let _ = stream.shutdown(std::net::Shutdown::Both);
+                forget(reg, r, id, router);
+                // Removed from the registry already when its queue overflowed.
+                release(reg, r, router);
+                return Ok(());
+            }
+        }
         let mut events = Vec::new();
         match stream.read(&mut buf) {
             Ok(0) => {
                 // The agent closed the connection: a stopped agent, not a lost host
-                // (a lost host cannot close anything). Its replica stays in service.
+                // (a lost host cannot close anything). Its replica stays in service,
+                // unless its server followed the order through this agent.
                 if let Some(r) = registered {
-                    info!(replica = %r, %peer, "agent disconnected; the replica stays in service (passive detection still applies)");
+                    if shims > 0 {
+                        order_lost(router, r, peer, &format!("its agent's connection closed while {shims} server(s) followed the order through it"));
+                    } else {
+                        info!(replica = %r, %peer, "agent disconnected; the replica stays in service (passive detection still applies)");
+                    }
                     forget(reg, r, id, router);
                 }
                 return Ok(());
@@ -451,6 +517,9 @@ fn serve(
                 Err(e) => {
                     warn!(%peer, "control connection {id}: {e}; closing");
                     if let Some(r) = registered {
+                        if shims > 0 {
+                            order_lost(router, r, peer, &format!("its agent's connection broke ({e}) while {shims} server(s) followed the order through it"));
+                        }
                         forget(reg, r, id, router);
                     }
                     return Ok(());
@@ -471,6 +540,8 @@ fn serve(
                 if registered.is_none() {
                     return Err(e.into());
                 }
+                // A frame may be cut: nothing more can follow it.
+                done.fail(format!("writing to the agent: {e}"));
             }
         }
         for ev in events {
@@ -572,6 +643,13 @@ fn serve(
                     let _ = stream.shutdown(std::net::Shutdown::Both);
                     return Ok(());
                 }
+                RouterEvent::OrderLost { replica, reason } => {
+                    order_lost(router, replica, peer, &reason);
+                }
+                RouterEvent::Shims { replica, count } => {
+                    info!(%replica, %peer, shims = count, "servers following the input order through this agent: {count}");
+                    shims = count;
+                }
                 RouterEvent::Lost { replica, silent } => {
                     let n = router.host_lost(replica);
                     warn!(
@@ -594,18 +672,59 @@ fn serve(
     }
 }
 
+/// The replica's server lost the input order: it leaves the group now.
+fn order_lost(router: &dyn RouterHandle, replica: Ipv4Addr, peer: SocketAddr, reason: &str) {
+    let n = router.replica_failed(replica);
+    warn!(
+        %replica, %peer, reason,
+        "ORDER LOST: replica {replica}'s server can no longer follow the router's input order ({reason}); marked down in {n} service(s) and taken out of its connections (never a connection's last replica)"
+    );
+}
+
+/// Between a session and its record writer: the session ends (`stop`), or
+/// the writer could not write (`failed`: a record is lost, maybe a frame cut).
+#[derive(Default)]
+struct WriterState {
+    stop: std::sync::atomic::AtomicBool,
+    failed: Mutex<Option<String>>,
+}
+
+impl WriterState {
+    fn load(&self, o: std::sync::atomic::Ordering) -> bool {
+        self.stop.load(o)
+    }
+
+    fn fail(&self, why: String) {
+        let mut f = self.failed.lock().unwrap_or_else(|p| p.into_inner());
+        if f.is_none() {
+            *f = Some(why);
+        }
+    }
+
+    fn failure(&self) -> Option<String> {
+        self.failed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+}
+
 /// Sets the flag when the session ends, whichever way it returns.
-struct StopOnDrop(Arc<std::sync::atomic::AtomicBool>);
+struct StopOnDrop(Arc<WriterState>);
 
 impl Drop for StopOnDrop {
     fn drop(&mut self) {
-        self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.0
+            .stop
+            .store(true, std::sync::atomic::Ordering::Relaxed);
     }
 }
 
 /// Send queued records to the agent as soon as they are queued (batched
-/// when several are waiting), until the session ends.
-fn write_records(rx: &Receiver<Msg>, w: &Mutex<TcpStream>, done: &std::sync::atomic::AtomicBool) {
+/// when several are waiting), until the session ends. A write that fails
+/// (or blocks beyond the write timeout) loses records and may cut a frame:
+/// the writer stops and says why (the session takes the replica out).
+fn write_records(rx: &Receiver<Msg>, w: &Mutex<TcpStream>, done: &WriterState) {
     let mut wire = Vec::new();
     while !done.load(std::sync::atomic::Ordering::Relaxed) {
         let m = match rx.recv_timeout(Duration::from_millis(100)) {
@@ -621,11 +740,8 @@ fn write_records(rx: &Receiver<Msg>, w: &Mutex<TcpStream>, done: &std::sync::ato
                 Err(_) => break,
             }
         }
-        if w.lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .write_all(&wire)
-            .is_err()
-        {
+        if let Err(e) = w.lock().unwrap_or_else(|p| p.into_inner()).write_all(&wire) {
+            done.fail(format!("writing records to the agent: {e}"));
             return;
         }
     }
@@ -650,5 +766,110 @@ fn release(reg: &Registry, replica: Ipv4Addr, router: &dyn RouterHandle) {
     let done = reg.release(replica);
     if !done.is_empty() {
         router.records_stored(&done);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ftnet_core::InputKind;
+
+    const R: Ipv4Addr = Ipv4Addr::new(198, 18, 11, 2);
+
+    fn input(seq: u64) -> Event {
+        Event::Input {
+            seq,
+            key: ConnKey {
+                client: Ipv4Addr::new(198, 18, 1, 2),
+                cport: 40000,
+                vip: Ipv4Addr::new(198, 19, 0, 1),
+                vport: 6379,
+            },
+            kind: InputKind::Data { end: seq as u32 },
+            replicas: vec![R],
+        }
+    }
+
+    fn agent(tx: SyncSender<Msg>, session: u64) -> Agent {
+        Agent {
+            host: "h".into(),
+            peer: "198.18.11.2:1".parse().unwrap(),
+            since: std::time::Instant::now(),
+            tx,
+            records: 0,
+            lost: None,
+            session,
+            ordered: true,
+        }
+    }
+
+    /// An agent whose queue is full missed a record: it is never left
+    /// registered with a hole in its order (its session thread ends it and
+    /// takes the replica out), and gets nothing after the hole.
+    #[test]
+    fn a_full_queue_ends_the_agent() {
+        let reg = Registry::default();
+        let (tx, rx) = mpsc::sync_channel(2);
+        reg.lock().insert(R, agent(tx, 7));
+        for s in 1..=4 {
+            reg.route(&input(s));
+        }
+        let got: Vec<u64> = rx
+            .try_iter()
+            .filter_map(|m| match m {
+                Msg::Input { seq, .. } => Some(seq),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(got, vec![1, 2], "nothing after the hole");
+        assert!(reg.lock().get(&R).is_none(), "no longer registered");
+        assert!(
+            !reg.overflowed(R, 8),
+            "another session of the replica is not ended"
+        );
+        assert!(reg.overflowed(R, 7), "its session is told to end it");
+        assert_eq!(reg.status()["dropped_records"], 1);
+    }
+
+    /// A record writer that cannot write (the agent does not read: the
+    /// write times out, maybe in the middle of a frame) stops and says why,
+    /// for its session to end the agent and take the replica out.
+    #[test]
+    fn a_stalled_writer_says_why() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let c = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (_peer, _) = l.accept().unwrap();
+        c.set_write_timeout(Some(Duration::from_millis(100)))
+            .unwrap();
+        let (tx, rx) = mpsc::sync_channel(1 << 20);
+        let w = Mutex::new(c);
+        let state = WriterState::default();
+        let mut n = 0;
+        // Far more than the socket buffers hold.
+        while n < 400_000
+            && tx
+                .try_send(Msg::Input {
+                    seq: n,
+                    id: conn_id(&ConnKey {
+                        client: Ipv4Addr::new(198, 18, 1, 2),
+                        cport: 40000,
+                        vip: Ipv4Addr::new(198, 19, 0, 1),
+                        vport: 6379,
+                    }),
+                    kind: ftnet_control::InputKind::Data,
+                    end: 0,
+                })
+                .is_ok()
+        {
+            n += 1;
+        }
+        drop(tx);
+        write_records(&rx, &w, &state);
+        let why = state.failure();
+        assert!(
+            why.as_deref()
+                .is_some_and(|w| w.contains("writing records")),
+            "{why:?}"
+        );
     }
 }

@@ -213,6 +213,12 @@ impl RouterHandle for Shared {
         n
     }
 
+    fn replica_failed(&self, addr: std::net::Ipv4Addr) -> usize {
+        let n = self.lock().replica_failed(self.now(), addr);
+        self.kick();
+        n
+    }
+
     fn agent_registered(&self, addr: std::net::Ipv4Addr) -> Vec<String> {
         let out = self.lock().agent_registered(addr);
         self.kick();
@@ -599,7 +605,7 @@ fn log_event(ev: &Event) {
             };
             info!("service {service}: input order numbered on after {last} (reported: {}; {replayed} event(s) replayed to agents that were behind){miss}", list(reported));
             for (r, n) in lost {
-                warn!("service {service}: replica {r} missed input event {n} and nobody reported it; its shim falls back to the kernel's input order");
+                warn!("service {service}: ORDER LOST: replica {r} missed input event {n} and no agent can replay it; it leaves the group (out of service until `ftnet replica enable`)");
             }
         }
         Event::Diverged {

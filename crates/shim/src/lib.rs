@@ -39,10 +39,14 @@
 //! The server's registrations are a deterministic function of the input it
 //! processed, so every replica passes over the same events.
 //!
-//! Anything unexpected — no agent socket, a hole in the numbering, an
-//! internal inconsistency — makes the shim fall through to plain libc
-//! behaviour (and say so once on stderr); it never unwinds across the FFI
-//! boundary. Not supported yet: multi-threaded servers, blocking sockets,
+//! No agent socket makes the shim fall through to plain libc behaviour (and
+//! say so once on stderr). Losing the order while following it (the agent's
+//! socket closed, a hole in the numbering, a malformed record) is told to the
+//! agent (`L why`, then the socket is closed), which reports it to the router:
+//! the replica leaves the group at once. Meanwhile the shim withholds
+//! sequenced input for [`HOLD`], and only then follows the kernel's order
+//! (for connections left with this replica alone). It never unwinds across
+//! the FFI boundary. Not supported yet: multi-threaded servers, blocking sockets,
 //! timers (a server's timers run at different points of the input on
 //! different replicas).
 
@@ -197,6 +201,12 @@ struct State {
     on: bool,
     /// Gave up (logged once): plain libc from now on.
     off: bool,
+    /// Lost the order while following it: sequenced input is withheld
+    /// until then (the agent told the router, which takes this replica
+    /// out of the group), and only then follows the kernel's order. Input
+    /// taken in another order than the others' while still in the group
+    /// could reach a client first.
+    hold_until: Option<Instant>,
     path: Option<std::ffi::CString>,
     agent: c_int,
     last_try: Option<Instant>,
@@ -219,6 +229,10 @@ struct State {
     /// Chunks the last `epoll_wait` reported, by connection (at most one
     /// each): a read of that connection may return that chunk.
     granted: HashMap<Key, u64>,
+    /// Connections handed out unordered because no accept event came in
+    /// 2 s: one whose accept event comes after all was accepted at another
+    /// point of the order than on the other replicas (the order is lost).
+    unordered: HashSet<Key>,
 }
 
 fn state() -> MutexGuard<'static, State> {
@@ -241,16 +255,77 @@ fn state() -> MutexGuard<'static, State> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Say it once: the shim stops ordering input.
+/// How long a shim that lost the order withholds sequenced input before
+/// it follows the kernel's order: ample for its agent to tell the router
+/// and the router to take the replica out (milliseconds), and bounded, so
+/// connections left with this replica alone (never taken from a
+/// connection's last replica) carry on.
+const HOLD: Duration = Duration::from_secs(3);
+
+/// Say it once: the shim stops ordering input. Following the order, it
+/// tells the agent why (which reports the order lost: the router takes this
+/// replica out of the group) and withholds sequenced input for [`HOLD`].
 fn give_up(s: &mut State, why: &str) {
-    if !s.off {
+    if s.off || s.hold_until.is_some() {
+        return;
+    }
+    let ordering = s.on;
+    if ordering {
         eprintln!(
-            "ftnet-shim[{}]: {why}; input now follows the kernel's order (replicas may diverge)",
+            "ftnet-shim[{}]: ORDER LOST: {why}; told the agent (this replica leaves the group); input withheld for {} s, then it follows the kernel's order (replicas may diverge)",
+            std::process::id(),
+            HOLD.as_secs()
+        );
+        s.hold_until = Some(Instant::now() + HOLD);
+    } else {
+        eprintln!(
+            "ftnet-shim[{}]: {why}; input follows the kernel's order (replicas may diverge)",
             std::process::id()
         );
+        s.off = true;
     }
-    s.off = true;
     s.on = false;
+    detach(s, if ordering { b'L' } else { b'N' }, why);
+}
+
+/// Tell the agent why this shim leaves (`L`: it lost the order; `N`: it has
+/// nothing to order), one line, then close the socket.
+fn detach(s: &mut State, code: u8, why: &str) {
+    if s.agent < 0 {
+        return;
+    }
+    let mut line = vec![code, b' '];
+    line.extend(why.bytes().filter(|b| *b != b'\n').take(400));
+    line.push(b'\n');
+    // SAFETY: `line` is readable for its length; MSG_DONTWAIT: never block
+    // the server (a full socket loses the line, the close still tells).
+    unsafe {
+        libc::send(
+            s.agent,
+            line.as_ptr().cast(),
+            line.len(),
+            libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+        )
+    };
+    if let Some(c) = real_close() {
+        // SAFETY: our own fd.
+        unsafe { c(s.agent) };
+    }
+    s.agent = -1;
+}
+
+/// A fork-per-connection server's listeners are not ordered: with none
+/// left, the shim has nothing to order and leaves the agent quietly.
+fn maybe_nothing_to_order(s: &mut State) {
+    if s.listeners.is_empty() && s.on && s.conns.is_empty() {
+        s.on = false;
+        s.off = true;
+        detach(
+            s,
+            b'N',
+            "no ordered listener (blocking, fork-per-connection server)",
+        );
+    }
 }
 
 fn sockname(fd: c_int, peer: bool) -> Option<(u32, u16)> {
@@ -295,9 +370,26 @@ fn peer_closed(fd: c_int) -> bool {
 }
 
 impl State {
+    /// Sequenced input is withheld (the order was lost, see [`HOLD`]).
+    fn held(&mut self) -> bool {
+        match self.hold_until {
+            Some(t) if Instant::now() >= t => {
+                self.hold_until = None;
+                self.off = true;
+                eprintln!(
+                    "ftnet-shim[{}]: input now follows the kernel's order",
+                    std::process::id()
+                );
+                false
+            }
+            Some(_) => true,
+            None => false,
+        }
+    }
+
     /// Connect to the agent (at most every 100 ms) and read what it sent.
     fn pump(&mut self) {
-        if self.off {
+        if self.held() || self.off {
             return;
         }
         if self.agent < 0 {
@@ -349,7 +441,9 @@ impl State {
             );
         }
         let Some(rd) = real_read() else { return };
-        let mut buf = [0u8; 64 * RECORD];
+        // Read everything the agent sent: it buffers what does not fit the
+        // socket, and waits for room.
+        let mut buf = [0u8; 1024 * RECORD];
         loop {
             // SAFETY: `buf` is writable for its length.
             let n = unsafe { rd(self.agent, buf.as_mut_ptr().cast(), buf.len()) };
@@ -363,10 +457,12 @@ impl State {
                 break;
             }
             self.rx.extend_from_slice(&buf[..n as usize]);
-            while self.rx.len() >= RECORD {
+            let whole = self.rx.len() / RECORD * RECORD;
+            let rx = std::mem::take(&mut self.rx);
+            self.rx = rx[whole..].to_vec();
+            for rec in rx[..whole].chunks_exact(RECORD) {
                 let mut r = [0u8; RECORD];
-                r.copy_from_slice(&self.rx[..RECORD]);
-                self.rx.drain(..RECORD);
+                r.copy_from_slice(rec);
                 let Some(ev) = decode(&r) else {
                     give_up(self, "malformed record from the agent");
                     return;
@@ -374,6 +470,16 @@ impl State {
                 // Only this server's services.
                 if !self.listeners.values().any(|p| *p == ev.key.vport) {
                     continue;
+                }
+                if ev.kind == Kind::Accept && self.unordered.remove(&ev.key) {
+                    give_up(
+                        self,
+                        &format!(
+                            "the accept event of the connection from port {} came after it was handed out unordered",
+                            ev.key.cport
+                        ),
+                    );
+                    return;
                 }
                 if let Err(g) = self.order.push(ev) {
                     give_up(
@@ -401,6 +507,7 @@ impl State {
                 // See `accept_common`: a fork-per-connection server.
                 self.listeners.remove(&l);
                 self.reads.remove(&l);
+                maybe_nothing_to_order(self);
                 continue;
             }
             loop {
@@ -472,7 +579,8 @@ impl State {
     /// Does the shim decide `fd`'s input readiness (a sequenced connection
     /// or listener while the order is followed)?
     fn gated(&self, fd: c_int) -> bool {
-        self.on && (self.conns.contains_key(&fd) || self.listeners.contains_key(&fd))
+        (self.on || self.hold_until.is_some())
+            && (self.conns.contains_key(&fd) || self.listeners.contains_key(&fd))
     }
 
     /// Input readiness a wait call reports on top of the kernel's for the
@@ -495,7 +603,7 @@ impl State {
                 .find(|(_, p)| **p == port)
                 .map(|(f, _)| *f)
         };
-        if !self.on && !self.pending.is_empty() {
+        if !self.on && self.hold_until.is_none() && !self.pending.is_empty() {
             // Whatever was taken from the kernel must still be announced.
             unordered.extend(self.listeners.keys().copied());
         }
@@ -644,10 +752,16 @@ fn read_budget(fd: c_int) -> Option<usize> {
         return Some(usize::MAX);
     }
     let mut s = state();
+    if s.hold_until.is_some() && s.conns.contains_key(&fd) && s.held() {
+        return None;
+    }
     if !s.on || !s.conns.contains_key(&fd) {
         return Some(usize::MAX);
     }
     s.pump();
+    if s.hold_until.is_some() {
+        return None;
+    }
     if !s.on {
         return Some(usize::MAX);
     }
@@ -810,6 +924,7 @@ unsafe fn accept_common(
         let mut s = state();
         s.listeners.remove(&fd);
         s.reads.remove(&fd);
+        maybe_nothing_to_order(&mut s);
         drop(s);
         return pass();
     }
@@ -847,6 +962,9 @@ unsafe fn try_accept(
         drop(s);
         return Some(finish_accept(cfd, addr, len, flags));
     }
+    if s.held() {
+        return None;
+    }
     if !s.on {
         // Hand out what was already taken from the kernel, then plain accept.
         let Some((&k, _)) = s.pending.iter().next() else {
@@ -863,6 +981,10 @@ unsafe fn try_accept(
     if let Some(k) = s.stale_pending(Some(port)) {
         let (cfd, _) = s.pending.remove(&k).unwrap_or((-1, Instant::now()));
         eprintln!("ftnet-shim[{}]: connection from port {} has no accept event after 2 s; handed out unordered", std::process::id(), k.cport);
+        if s.unordered.len() >= 65536 {
+            s.unordered.clear();
+        }
+        s.unordered.insert(k);
         return Some(finish_accept(cfd, addr, len, flags));
     }
     match s.exposed() {

@@ -99,9 +99,12 @@ impl Order {
     /// received may be any number: the shim may start late).
     pub fn push(&mut self, ev: Ev) -> Result<(), Gap> {
         if let Some(last) = self.last_seq {
-            if ev.seq != last + 1 {
+            // No number follows u64::MAX: a record claiming one is a hole
+            // (checked, never a wrap or a panic on what the socket says).
+            let next = last.checked_add(1);
+            if next != Some(ev.seq) {
                 return Err(Gap {
-                    expected: last + 1,
+                    expected: next.unwrap_or(u64::MAX),
                     got: ev.seq,
                 });
             }
@@ -236,6 +239,29 @@ mod tests {
                 got: 10
             })
         );
+    }
+
+    /// Hostile numbers (the largest sequence number, offsets at the ends of
+    /// the 2^32 space) are refused or ordered, never overflowed.
+    #[test]
+    fn extreme_records_do_not_overflow() {
+        let mut o = Order::default();
+        o.push(ev(u64::MAX, A, Kind::Accept)).unwrap();
+        assert_eq!(
+            o.push(ev(0, A, Kind::Data { end: u32::MAX })),
+            Err(Gap {
+                expected: u64::MAX,
+                got: 0
+            })
+        );
+        assert!(o.push(ev(u64::MAX, A, Kind::Data { end: 1 })).is_err());
+        let mut o = Order::default();
+        o.push(ev(u64::MAX - 1, A, Kind::Data { end: u32::MAX }))
+            .unwrap();
+        o.push(ev(u64::MAX, A, Kind::Data { end: 0 })).unwrap();
+        assert_eq!(o.len(), 2, "an end past 2^32 wraps as a stream offset");
+        let b = encode(&ev(u64::MAX, B, Kind::Data { end: u32::MAX }));
+        assert_eq!(decode(&b).map(|e| e.seq), Some(u64::MAX));
     }
 
     /// Passing over a connection the server does not read, and its events

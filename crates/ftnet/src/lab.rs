@@ -993,14 +993,7 @@ fn kill(lab: &Lab, n: usize) -> anyhow::Result<()> {
 }
 
 fn cut(lab: &Lab, n: usize) -> anyhow::Result<()> {
-    let (v, vr) = lab.veth_replica(n);
-    let ns = lab.ns_replica(n);
-    if !lab.namespaces()?.contains(&ns) {
-        bail!(
-            "namespace {ns} does not exist — is lab {:?} up with at least {n} replicas?",
-            lab.name
-        );
-    }
+    let (v, vr, ns) = replica_link(lab, n)?;
     ip(&["-n", &ns, "link", "set", &v, "down"])?;
     ip(&["-n", &lab.ns_router(), "link", "set", &vr, "down"])?;
     println!(
@@ -1009,7 +1002,8 @@ fn cut(lab: &Lab, n: usize) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn heal(lab: &Lab, n: usize) -> anyhow::Result<()> {
+/// Replica N's veth (its end, the router's end) and its namespace, which must exist.
+fn replica_link(lab: &Lab, n: usize) -> anyhow::Result<(String, String, String)> {
     let (v, vr) = lab.veth_replica(n);
     let ns = lab.ns_replica(n);
     if !lab.namespaces()?.contains(&ns) {
@@ -1018,6 +1012,11 @@ fn heal(lab: &Lab, n: usize) -> anyhow::Result<()> {
             lab.name
         );
     }
+    Ok((v, vr, ns))
+}
+
+fn heal(lab: &Lab, n: usize) -> anyhow::Result<()> {
+    let (v, vr, ns) = replica_link(lab, n)?;
     ip(&["-n", &lab.ns_router(), "link", "set", &vr, "up"])?;
     ip(&["-n", &ns, "link", "set", &v, "up"])?;
     // The default route went with the link.

@@ -6,15 +6,21 @@ use std::io::{Read, Write};
 use std::path::Path;
 use std::time::Duration;
 
-/// Fetch the raw JSON snapshot.
-pub fn fetch(socket: &Path) -> anyhow::Result<Value> {
-    let mut s = std::os::unix::net::UnixStream::connect(socket).map_err(|e| {
+/// Connect to the router's status socket (answers within 3 s).
+fn connect(socket: &Path) -> anyhow::Result<std::os::unix::net::UnixStream> {
+    let s = std::os::unix::net::UnixStream::connect(socket).map_err(|e| {
         anyhow::anyhow!(
             "no router answering on {}: is `ftnet router` running in this network namespace? ({e})",
             socket.display()
         )
     })?;
     s.set_read_timeout(Some(Duration::from_secs(3)))?;
+    Ok(s)
+}
+
+/// Fetch the raw JSON snapshot.
+pub fn fetch(socket: &Path) -> anyhow::Result<Value> {
+    let mut s = connect(socket)?;
     // No request: the snapshot.
     let _ = s.shutdown(std::net::Shutdown::Write);
     let mut text = String::new();
@@ -27,13 +33,7 @@ pub fn fetch(socket: &Path) -> anyhow::Result<Value> {
 /// Send one operator request (`replica enable ADDR [SERVICE]`) and print
 /// the router's answer; an error if the router refused it.
 pub fn request(socket: &Path, req: &str) -> anyhow::Result<()> {
-    let mut s = std::os::unix::net::UnixStream::connect(socket).map_err(|e| {
-        anyhow::anyhow!(
-            "no router answering on {}: is `ftnet router` running in this network namespace? ({e})",
-            socket.display()
-        )
-    })?;
-    s.set_read_timeout(Some(Duration::from_secs(3)))?;
+    let mut s = connect(socket)?;
     s.write_all(req.as_bytes())?;
     s.shutdown(std::net::Shutdown::Write)?;
     let mut text = String::new();

@@ -474,7 +474,7 @@ impl RouterSession {
         self.handle_admitting(
             msg,
             now_ms,
-            |r| {
+            |r, _| {
                 if known(r) {
                     Ok(())
                 } else {
@@ -486,17 +486,18 @@ impl RouterSession {
     }
 
     /// [`RouterSession::handle`] with the router's admission policy:
-    /// `admit(replica)` says why this peer may not speak for `replica`, if
-    /// it may not (unknown replica, wrong source address, a live agent
-    /// already speaks for it). It is asked twice: when the peer says who it
-    /// is (so a refused peer is not even challenged), and again once it
-    /// proved the secret, just before it is welcomed (things may have
-    /// changed during the exchange).
+    /// `admit(replica, proven)` says why this peer may not speak for
+    /// `replica`, if it may not (unknown replica, wrong source address, a
+    /// live agent already speaks for it). It is asked twice: when the peer
+    /// says who it is (`proven` false: a refused peer is not even
+    /// challenged), and once it proved the secret, just before it is
+    /// welcomed (`proven` true: what only an authenticated peer may be told,
+    /// and what may have changed during the exchange).
     pub fn handle_admitting(
         &mut self,
         msg: Msg,
         now_ms: u64,
-        admit: impl Fn(Ipv4Addr) -> Result<(), String>,
+        admit: impl Fn(Ipv4Addr, bool) -> Result<(), String>,
         out: &mut Vec<Msg>,
     ) -> Option<RouterEvent> {
         self.last_heard_ms = now_ms;
@@ -513,7 +514,7 @@ impl RouterSession {
                 if version != VERSION {
                     return self.reject(format!("protocol version {version}, router speaks {VERSION} — run the same ftnet version on router and agents"), out);
                 }
-                if let Err(reason) = admit(replica) {
+                if let Err(reason) = admit(replica, false) {
                     return self.reject(reason, out);
                 }
                 if unhex(&nonce).is_none_or(|n| n.len() < 16) {
@@ -547,7 +548,7 @@ impl RouterSession {
                 ) {
                     return self.reject(format!("authentication failed for replica {replica} (host {host:?}): wrong shared secret"), out);
                 }
-                if let Err(reason) = admit(replica) {
+                if let Err(reason) = admit(replica, true) {
                     return self.reject(
                         format!("{reason} (host {host:?} proved the shared secret)"),
                         out,
@@ -924,7 +925,12 @@ mod tests {
         let (_, hello) = AgentSession::new(b"s3cret", R, "intruder", [1; 16], 0);
         let mut r = RouterSession::new(b"s3cret", [2; 16], Heartbeats::default(), 0);
         let mut out = Vec::new();
-        let ev = r.handle_admitting(hello, 0, |_| Err("speaks from 198.18.1.2".into()), &mut out);
+        let ev = r.handle_admitting(
+            hello,
+            0,
+            |_, _| Err("speaks from 198.18.1.2".into()),
+            &mut out,
+        );
         assert!(
             matches!(ev, Some(RouterEvent::Rejected { ref reason }) if reason.contains("198.18.1.2")),
             "{ev:?}"
@@ -933,10 +939,8 @@ mod tests {
 
         let (mut a, hello) = AgentSession::new(b"s3cret", R, "second", [1; 16], 0);
         let mut r = RouterSession::new(b"s3cret", [2; 16], Heartbeats::default(), 0);
-        let asked = std::cell::Cell::new(0);
-        let admit = |_| {
-            asked.set(asked.get() + 1);
-            if asked.get() == 1 {
+        let admit = |_: Ipv4Addr, proven: bool| {
+            if !proven {
                 Ok(())
             } else {
                 Err("a live agent already speaks for it".to_string())

@@ -320,8 +320,9 @@ fn conn_id(k: &ConnKey) -> ConnId {
 /// replica's own address: whoever holds the shared secret elsewhere (a
 /// client, another replica's host) cannot pose as it, make it look alive,
 /// or have it marked down by falling silent. And a replica whose agent is
-/// alive (heard within `dead_after`) keeps it: a second one is refused until
-/// the first closes its connection or falls silent.
+/// alive (heard within `dead_after`) keeps it: a second one that proved the
+/// secret (`proven`; an unproven peer is not told) is refused until the
+/// first closes its connection or falls silent.
 fn admission(
     known: &HashSet<Ipv4Addr>,
     agents: &HashMap<Ipv4Addr, Agent>,
@@ -329,6 +330,7 @@ fn admission(
     peer: SocketAddr,
     session: u64,
     dead_after: Duration,
+    proven: bool,
 ) -> Result<(), String> {
     if !known.contains(&replica) {
         return Err(format!("replica {replica} is not in the router's configuration — add it to a [[service]] or fix the agent's --replica"));
@@ -340,7 +342,7 @@ fn admission(
     if from != Some(replica) {
         return Err(format!("an agent for replica {replica} must connect from that address, this one connects from {} — run it on the replica's host, routed to the router through the replica's own interface", peer.ip()));
     }
-    if let Some(a) = agents.get(&replica) {
+    if let Some(a) = agents.get(&replica).filter(|_| proven) {
         let heard = a.last_heard.elapsed();
         if a.session != session && a.lost.is_none() && heard < dead_after {
             return Err(format!(
@@ -461,7 +463,9 @@ fn serve(
                             }
                         }
                     }
-                    let admit = |r| admission(known, &reg.lock(), r, peer, id, hb.dead_after);
+                    let admit = |r, proven| {
+                        admission(known, &reg.lock(), r, peer, id, hb.dead_after, proven)
+                    };
                     events.extend(s.handle_admitting(m, now_ms(), admit, &mut out));
                 }
                 Ok(None) => break,
@@ -499,7 +503,7 @@ fn serve(
                     let prev = {
                         let mut agents = reg.lock();
                         if let Err(reason) =
-                            admission(known, &agents, replica, peer, id, hb.dead_after)
+                            admission(known, &agents, replica, peer, id, hb.dead_after, true)
                         {
                             drop(agents);
                             warn!(%peer, "agent refused: {reason}");
@@ -699,6 +703,7 @@ mod tests {
             SocketAddr::from((peer, 40001)),
             session,
             DEAD,
+            true,
         )
     }
 
@@ -715,7 +720,16 @@ mod tests {
         assert_eq!(admit(&none, [198, 18, 12, 2], 1), Ok(()));
         let known: HashSet<Ipv4Addr> = [R2].into();
         let other = Ipv4Addr::new(198, 18, 13, 2);
-        let e = admission(&known, &none, other, SocketAddr::from((other, 1)), 1, DEAD).unwrap_err();
+        let e = admission(
+            &known,
+            &none,
+            other,
+            SocketAddr::from((other, 1)),
+            1,
+            DEAD,
+            false,
+        )
+        .unwrap_err();
         assert!(e.contains("not in the router's configuration"), "{e}");
     }
 
@@ -728,6 +742,10 @@ mod tests {
         agents.insert(R2, agent(1, Duration::from_millis(50), false));
         let e = admit(&agents, [198, 18, 12, 2], 2).unwrap_err();
         assert!(e.contains("already has a live agent"), "{e}");
+        // Not before it proved the secret (it may not even hold it).
+        let known: HashSet<Ipv4Addr> = [R2].into();
+        let peer = SocketAddr::from((R2, 40001));
+        assert_eq!(admission(&known, &agents, R2, peer, 2, DEAD, false), Ok(()));
         assert_eq!(admit(&agents, [198, 18, 12, 2], 1), Ok(()));
         agents.insert(R2, agent(1, DEAD * 2, false));
         assert_eq!(admit(&agents, [198, 18, 12, 2], 2), Ok(()));

@@ -5,9 +5,11 @@
 #       silent (SIGSTOP) for longer than dead_after;
 #   (2) a second agent with the right secret on r2's own address (r2's namespace) tries to take
 #       over from r2's live agent, then falls silent.
-# Pass: both refused and logged with the reason; r2's real agent stays registered, r2 stays
-# alive (a registered intruder falling silent would have it marked down); a fresh connection
-# is served by all three replicas.
+#   (3) SIGHUP is sent to r1's agent.
+# Pass: (1) and (2) refused and logged with the reason; r2's real agent stays registered, r2
+# stays alive (a registered intruder falling silent would have it marked down); r1's agent
+# survives SIGHUP, logs it as ignored and stays registered; a fresh connection is served by all
+# three replicas.
 #
 #   client 198.18.1.2 (intruder) ──veth── router (control :7400) ──veth── r1 (agent)
 #                                                                 ──veth── r2 (agent, 2nd agent)
@@ -53,6 +55,15 @@ check "router logged the intruder's refusal (wrong address)" \
 intrude r2 second 198.18.12.1
 check "router logged the second agent's refusal (live agent)" \
 	grep -q "agent refused: replica $R2 already has a live agent" "$LOG"
+
+# SIGHUP (logrotate, `systemctl reload`) does not stop an agent either.
+apid=$(cat "$DIR/r1/agent.pid")
+kill -HUP "$apid"
+sleep 1
+check "r1's agent survived SIGHUP" test -d "/proc/$apid"
+check "r1's agent logged SIGHUP as ignored" grep -q "SIGHUP: reload not supported yet, ignored" "$DIR/r1/agent.log"
+r1_agent=$(status_json | python3 -c "import json,sys; d=json.load(sys.stdin); print([a['state'] for a in d['control']['agents'] if a['replica'] == '$(replica_ip 1)'])")
+check_eq "r1's agent still registered" "['registered']" "$r1_agent"
 
 # A fresh connection is served by all three replicas.
 timeout 20 "$FTNET" lab exec --name "$LAB" client -- python3 "$E2E_DIR/holdconn.py" --host "$VIP" \

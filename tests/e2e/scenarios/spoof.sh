@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Reverse-path check (issue 13, item 3): a client forging a replica's source address must not
-# be taken for that replica. From the client namespace, with raw sockets (spoof.py):
+# be taken for that replica. From the client namespace, with raw IP packets built by spoof.py
+# (handed to the client's link through a packet socket, so that one addressed to the client
+# itself leaves it as a replica's would arrive):
 #   (i)   a RST|ACK from r1's address answering a SYN the client itself just sent (r1 "refusing"
 #         a connection during its handshake);
 #   (ii)  an ICMP host unreachable from r2's address quoting the client's own live connection

@@ -31,8 +31,14 @@ r2_state() { status_json | python3 -c "import json,sys; d=json.load(sys.stdin); 
 check_eq "r2 before" "alive=True agent=registered host=$LAB-r2" "$(r2_state)"
 
 INTRUDER_PID=
-stop_intruder() { [[ -n $INTRUDER_PID ]] && { kill -KILL "$INTRUDER_PID" 2>/dev/null; wait "$INTRUDER_PID" 2>/dev/null; }; INTRUDER_PID=; return 0; }
-trap 'rc=$?; stop_intruder; (exit $rc); e2e_on_exit' EXIT
+stop_intruder() {
+	if [[ -n $INTRUDER_PID ]]; then
+		kill -KILL "$INTRUDER_PID" 2>/dev/null || true
+		wait "$INTRUDER_PID" 2>/dev/null || true
+	fi
+	INTRUDER_PID=
+}
+trap 'rc=$?; set +e; stop_intruder; (exit $rc); e2e_on_exit' EXIT
 
 # intrude WHO NAME — an agent for r2 with the lab's secret, run in namespace WHO; after 1.5 s
 # it is stopped (SIGSTOP: silent, connection open) for dead_after + 1 s, then killed.

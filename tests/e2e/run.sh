@@ -38,7 +38,12 @@
 #   order for an asyncio server on each readiness call), shim-* (scenarios under the shim),
 #   vote (output voting: a divergent Redis replica evicted, the client gets the majority's bytes),
 #   vote-* (scenarios with output voting on) and takeover-{stall,get,put,synack,redis,connect} (two
-#   routers under keepalived, the master killed 10 times in a row, see tests/e2e/README.md).
+#   routers under keepalived, the master killed 10 times in a row, see tests/e2e/README.md),
+#   rejoin/n3-cut and rejoin-takeover/n3-kill (a replica that left the group is never readmitted by
+#   its agent registering again, nor by a takeover; `ftnet replica enable` brings it back),
+#   server-reset/n1-none, n3-none (a server's RST after its acknowledged FIN reaches the client),
+#   attack-client (a hostile client's raw packets against its own connection: no stall, no
+#   replica marked down, the connection survives a blind RST).
 #
 # Usage: tests/e2e/run.sh [--quick] [--figures] [--only REGEX] [--seed S] [--list]
 # A failed test runs once more (FTNET_E2E_RETRIES=0: not); passing then, it is listed as FLAKY
@@ -87,7 +92,9 @@ for id in operator/n2-none spoof/n3-none impostor/n3-none redis-order/n3-none re
 	shim-echo/n3-kill shim-nginx-get/n3-kill shim-nginx-put/n3-cut \
 	vote/n3-none vote/n3-kill vote-echo/n3-cut vote-nginx-get/n3-kill \
 	takeover-stall/n3-kill takeover-get/n3-kill takeover-put/n3-kill takeover-synack/n3-kill \
-	takeover-redis/n3-kill takeover-connect/n3-kill takeover-stall/n3-cut; do
+	takeover-redis/n3-kill takeover-connect/n3-kill takeover-stall/n3-cut \
+	rejoin/n3-cut rejoin-takeover/n3-kill server-reset/n1-none server-reset/n3-none \
+	attack-client/n3-none; do
 	[[ -z $only || $id =~ $only ]] && tests+=("$id")
 done
 if ((list)); then printf '%s\n' "${tests[@]}"; exit 0; fi

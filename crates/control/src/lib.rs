@@ -36,7 +36,7 @@ use std::net::Ipv4Addr;
 use std::time::Duration;
 
 /// Protocol version; a different one is rejected with a clear reason.
-pub const VERSION: u32 = 2;
+pub const VERSION: u32 = 3;
 /// Largest frame accepted (a connection record is ~300 bytes; an order
 /// report is ~10 KB per service port).
 pub const MAX_FRAME: usize = 256 * 1024;
@@ -110,6 +110,14 @@ pub struct InputRec {
     pub id: ConnId,
     pub kind: InputKind,
     pub end: u32,
+}
+
+/// One replica out of service for one service (its VIP and first port).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct DownReplica {
+    pub vip: Ipv4Addr,
+    pub vport: u16,
+    pub replica: Ipv4Addr,
 }
 
 /// Where one service port's input order stands at an agent: the last
@@ -224,6 +232,15 @@ pub enum Msg {
     /// got an event). A router that takes over numbers on from there.
     Order {
         services: Vec<ServiceOrder>,
+    },
+    /// Router → agent: every replica out of service (complete, every
+    /// service), sent on registering and whenever it changes; the agent
+    /// keeps it across routers. Agent → router, right after `Welcome`,
+    /// before `Order` and `Records`: what it kept, so that a router that
+    /// starts or takes over never readmits a replica that left the group
+    /// under the router before.
+    OutOfService {
+        down: Vec<DownReplica>,
     },
     /// The sequencer's `seq`-th input event of a service (router → agent →
     /// the replica's shim): `kind` accept or data (then `end` is the chunk's
@@ -401,6 +418,12 @@ pub enum RouterEvent {
     },
     /// The agent stored these connections' records.
     Stored { replica: Ipv4Addr, ids: Vec<ConnId> },
+    /// The replicas out of service as the router before told the agent
+    /// (after registering, before `Order` and `Records`).
+    OutOfService {
+        replica: Ipv4Addr,
+        down: Vec<DownReplica>,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -580,6 +603,10 @@ impl RouterSession {
                 self.state = RState::Live { replica };
                 Some(RouterEvent::Stored { replica, ids })
             }
+            (RState::Live { replica }, Msg::OutOfService { down }) => {
+                self.state = RState::Live { replica };
+                Some(RouterEvent::OutOfService { replica, down })
+            }
             (RState::Closed, _) => None,
             (_, other) => self.reject(
                 format!(
@@ -636,6 +663,7 @@ fn kind(m: &Msg) -> &'static str {
         Msg::Input { .. } => "input",
         Msg::Records { .. } => "records",
         Msg::Order { .. } => "order",
+        Msg::OutOfService { .. } => "out_of_service",
     }
 }
 
@@ -679,6 +707,8 @@ pub struct AgentSession {
     pub records: HashMap<ConnId, ConnRecord>,
     /// The input order as far as this agent passed it on.
     pub order: OrderLog,
+    /// The replicas out of service, as the last router said.
+    pub down: Vec<DownReplica>,
 }
 
 impl AgentSession {
@@ -700,6 +730,7 @@ impl AgentSession {
             seq: 0,
             records: HashMap::new(),
             order: OrderLog::default(),
+            down: Vec::new(),
         };
         let hello = Msg::Hello {
             version: VERSION,
@@ -757,6 +788,11 @@ impl AgentSession {
                     dead_ms: dead,
                 };
                 self.next_beat_ms = now_ms;
+                // First: a replica that left the group under the router
+                // before must stay out before any record is adopted.
+                out.push(Msg::OutOfService {
+                    down: self.down.clone(),
+                });
                 out.push(Msg::Order {
                     services: self.order.report(),
                 });
@@ -787,6 +823,10 @@ impl AgentSession {
                     Some(Msg::Stored { ids }) if ids.len() < STORED_PER_MSG => ids.push(id),
                     _ => out.push(Msg::Stored { ids: vec![id] }),
                 }
+                None
+            }
+            (AState::Live { .. }, Msg::OutOfService { down }) => {
+                self.down = down;
                 None
             }
             (AState::Live { .. }, Msg::ConnClose { id }) => {
@@ -891,6 +931,10 @@ mod tests {
                 RouterEvent::Registered {
                     replica: R,
                     host: "host1".into()
+                },
+                RouterEvent::OutOfService {
+                    replica: R,
+                    down: vec![]
                 },
                 RouterEvent::Order {
                     replica: R,
@@ -1170,6 +1214,41 @@ mod tests {
             |_| true,
             &mut out,
         );
+        assert!(matches!(ev, Some(RouterEvent::Rejected { .. })), "{ev:?}");
+    }
+
+    /// The replicas out of service, as a router told the agent, go to the
+    /// next router first thing after registering — before the records, so
+    /// that a replica that left the group is out before anything is
+    /// adopted; and only from an authenticated agent.
+    #[test]
+    fn the_agent_keeps_and_reports_replicas_out_of_service() {
+        let (mut a, hello) = AgentSession::new(b"k", R, "h", [1; 16], 0);
+        let mut r = RouterSession::new(b"k", [2; 16], Heartbeats::default(), 0);
+        converse(&mut a, &mut r, hello, 0);
+        let down = vec![DownReplica {
+            vip: Ipv4Addr::new(198, 19, 0, 1),
+            vport: 6379,
+            replica: Ipv4Addr::new(198, 18, 13, 2),
+        }];
+        let mut out = Vec::new();
+        a.handle(Msg::OutOfService { down: down.clone() }, 1, &mut out);
+        assert!(out.is_empty(), "kept, not answered");
+        let r0 = record(40000);
+        a.records.insert(r0.id, r0);
+        // The next router (the agent's session carries its state over).
+        let (mut b, hello) = AgentSession::new(b"k", R, "h", [3; 16], 2);
+        b.down = std::mem::take(&mut a.down);
+        b.records = std::mem::take(&mut a.records);
+        let mut r2 = RouterSession::new(b"k", [4; 16], Heartbeats::default(), 2);
+        let (_, re) = converse(&mut b, &mut r2, hello, 2);
+        let at = |f: &dyn Fn(&RouterEvent) -> bool| re.iter().position(f);
+        let oos = at(&|e| matches!(e, RouterEvent::OutOfService { replica, down: d } if *replica == R && *d == down));
+        let recs = at(&|e| matches!(e, RouterEvent::Records { .. }));
+        assert!(oos.is_some() && recs.is_some() && oos < recs, "{re:?}");
+        // Not from an agent that has not authenticated.
+        let mut r3 = RouterSession::new(b"k", [5; 16], Heartbeats::default(), 0);
+        let ev = r3.handle(Msg::OutOfService { down }, 0, |_| true, &mut out);
         assert!(matches!(ev, Some(RouterEvent::Rejected { .. })), "{ev:?}");
     }
 

@@ -77,6 +77,53 @@ pub struct Ctx<'a> {
     pub down: &'a mut Vec<(usize, usize, EvictReason)>,
     /// Emit `Event::Input` for the sequencer.
     pub sequencer: bool,
+    /// The router-wide challenge-ACK budget (RFC 5961 §7).
+    pub challenges: &'a mut ChallengeBudget,
+}
+
+/// At most one challenge ACK per this long per connection and direction
+/// (RFC 5961 §7: "an implementation SHOULD include an ACK throttling
+/// mechanism").
+pub const CHALLENGE_GAP: core::time::Duration = core::time::Duration::from_millis(50);
+/// At most this many challenge ACKs per second for the whole router (RFC
+/// 5961 §7 suggests a system-wide limit; Linux's default is 1000/s).
+pub const CHALLENGE_PER_SEC: u32 = 1000;
+
+/// The router-wide challenge-ACK budget: a count per one-second window.
+#[derive(Debug, Default)]
+pub struct ChallengeBudget {
+    window: Instant,
+    sent: u32,
+}
+
+impl ChallengeBudget {
+    /// Take one challenge ACK from the budget of the second `now` is in.
+    fn take(&mut self, now: Instant) -> bool {
+        if now.saturating_sub(self.window) >= core::time::Duration::from_secs(1) {
+            self.window = now;
+            self.sent = 0;
+        }
+        if self.sent >= CHALLENGE_PER_SEC {
+            return false;
+        }
+        self.sent += 1;
+        true
+    }
+}
+
+/// Whether a challenge ACK may go now, given when the last one of this
+/// connection and direction went (`last`, updated): RFC 5961 §7, per
+/// connection and router-wide.
+fn may_challenge(ctx: &mut Ctx, last: &mut Option<Instant>) -> bool {
+    if last.is_some_and(|t| ctx.now.saturating_sub(t) < CHALLENGE_GAP)
+        || !ctx.challenges.take(ctx.now)
+    {
+        ctx.counters.challenge_acks_limited += 1;
+        return false;
+    }
+    *last = Some(ctx.now);
+    ctx.counters.challenge_acks += 1;
+    true
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -138,6 +185,12 @@ pub struct Leg {
     /// for a connection adopted from the agents until the replica's first
     /// packet.
     pub learned: bool,
+    /// The last ACK number the router sent this replica (client-visible
+    /// space): a replica whose connection is gone answers a segment with
+    /// a RST carrying that segment's ACK number (RFC 9293 §3.10.7.1).
+    pub ack_out: Option<SeqNum>,
+    /// When the last challenge ACK went to this replica (RFC 5961 §7).
+    pub challenge_at: Option<Instant>,
 }
 
 impl Leg {
@@ -249,6 +302,8 @@ pub struct Conn {
     pub client_seen: bool,
     /// When a replica's probe was last passed on to the client.
     pub probe_passed_at: Option<Instant>,
+    /// When the last challenge ACK went to the client (RFC 5961 §7).
+    pub challenge_at: Option<Instant>,
 }
 
 /// Output voting of one connection (MISSION.md #12, `crate::vote`). The
@@ -356,6 +411,7 @@ impl Conn {
             rebuilt_at: None,
             client_seen: true,
             probe_passed_at: None,
+            challenge_at: None,
             vote: match voting {
                 Voting::Off => None,
                 Voting::Majority { tie } => Some(Box::new(VoteState {
@@ -459,7 +515,9 @@ impl Conn {
         );
         c.phase = Phase::Established;
         c.ts_on = rec.ts_base.is_some();
-        c.ws_out = rec.wscale_out;
+        // RFC 7323 §2.3: a shift count above 14 is used as 14 (a record
+        // is input too).
+        c.ws_out = rec.wscale_out.min(14);
         c.mss_out = rec.mss_out;
         c.client_ws = rec.wscale_out > 0;
         c.counted_half_open = false;
@@ -490,7 +548,8 @@ impl Conn {
         let l = &mut self.legs[i];
         l.state = LegState::Open;
         l.off = SeqDelta::between(SeqNum(r.isn), router_isn);
-        l.wscale = r.wscale;
+        // RFC 7323 §2.3: at most 14.
+        l.wscale = r.wscale.min(14);
         l.has_ts = self.ts_on;
         l.has_ws = self.client_ws;
         // A repeated SYN-ACK (the client lost the first) says the same.
@@ -700,6 +759,8 @@ impl Conn {
             mss: 0,
             syn_window: 0,
             learned: true,
+            ack_out: None,
+            challenge_at: None,
         });
         let start = self.router_isn.add(1);
         if let Some(v) = &mut self.vote {
@@ -822,14 +883,13 @@ impl Conn {
 
     /// A segment from the client on an existing connection.
     pub fn client_segment(&mut self, ctx: &mut Ctx, pkt: Packet, seg: &Seg) {
+        if seg.has(flags::RST) {
+            self.client_rst(ctx, pkt, seg);
+            return;
+        }
         if matches!(self.phase, Phase::Handshake | Phase::Committing) {
             // The client cannot have seen our SYN-ACK; only a RST makes sense.
-            if seg.has(flags::RST) {
-                self.abort_legs(ctx);
-                self.phase = Phase::Dead;
-            } else {
-                ctx.counters.drop(DropReason::BadState);
-            }
+            ctx.counters.drop(DropReason::BadState);
             return;
         }
         if !self.client_seen {
@@ -872,13 +932,20 @@ impl Conn {
             ctx.counters.drop(DropReason::OutOfWindow);
             return;
         }
-        self.last_activity = ctx.now;
-        if seg.has(flags::RST) {
-            // A client abort reaches every replica (§III-C).
-            self.fan_out(ctx, pkt, seg);
-            self.phase = Phase::Dead;
-            return;
+        if seg.payload_len > 0 {
+            if let Some(edge) = self.max_edge() {
+                if seg.seq.is_after(edge) {
+                    // RFC 9293 §3.10.7.4: bytes that start beyond every
+                    // replica's receive window are not acceptable to any;
+                    // forwarded, each would drop them, and numbered they
+                    // would make every shim wait for a chunk that can
+                    // never complete.
+                    ctx.counters.drop(DropReason::BeyondWindow);
+                    return;
+                }
+            }
         }
+        self.last_activity = ctx.now;
         if seg.has(flags::ACK) {
             self.client_ack = self.client_ack.max(seg.ack);
             if self.phase == Phase::SynAckSent && !seg.ack.is_before(self.router_isn.add(1)) {
@@ -899,15 +966,24 @@ impl Conn {
         let data_end = seg.seq.add(seg.payload_len);
         if ctx.sequencer
             && seg.payload_len > 0
-            && data_end.is_after(self.input_hi)
+            && !seg.seq.is_after(self.input_hi)
             && matches!(self.phase, Phase::Established | Phase::Closed)
         {
-            // New client bytes: the next chunk of this connection ends here
-            // (offsets count from the byte after the client's SYN). Not
-            // `client_hi`: a FIN that overtook the last data would hide it.
-            let off = data_end.diff(self.client_isn.add(1)) as u32;
-            self.input_hi = data_end;
-            self.input(ctx, InputKind::Data { end: off });
+            // New client bytes contiguous with what was numbered: the next
+            // chunk of this connection ends here (offsets count from the
+            // byte after the client's SYN). Not `client_hi`: a FIN that
+            // overtook the last data would hide it. Only bytes every live
+            // replica's window takes: a chunk that reaches beyond one
+            // could never complete there, and that replica's shim would
+            // hold every later event of the service behind it. (A segment
+            // beyond a hole gets no number; its bytes do once the hole is
+            // filled, from the segment that fills it or from a replica's
+            // acknowledgment, `number_acked`.)
+            let end = match self.min_edge() {
+                Some(e) => data_end.min(e),
+                None => data_end,
+            };
+            self.number_to(ctx, end);
         }
         if seg.payload_len > 0 || seg.has(flags::FIN) {
             // What the replicas are sent (a pure ACK's sequence number may
@@ -930,6 +1006,130 @@ impl Conn {
             self.emit_ack(ctx, false);
         }
         self.check_closed(ctx);
+    }
+
+    /// RFC 5961 §3.2 (and §3 for a connection in set-up) for a RST from
+    /// the client. Acted on only if its sequence number is exactly the next
+    /// one expected: on a half-open connection the client's ISN + 1
+    /// (RFC 9293 §3.10.7.4 SYN-RECEIVED); on an open one the end of what
+    /// the client sent (`client_hi`, its SND.NXT) or what the client was
+    /// last acknowledged (`adv_ack`: a client whose connection is gone
+    /// answers a challenge ACK with <SEQ=SEG.ACK><CTL=RST>, RFC 9293
+    /// §3.10.7.1 and §3.10.7.3). The router stands between the client and
+    /// the replicas, so its RCV.NXT is either of those. Then the abort
+    /// reaches every replica (§III-C). Elsewhere in the window the client
+    /// gets a challenge ACK and nothing changes (the replicas, which check
+    /// RFC 5961 themselves, would ignore the RST: a router that forgot the
+    /// connection would leave it hanging); outside the window the RST is
+    /// dropped.
+    fn client_rst(&mut self, ctx: &mut Ctx, pkt: Packet, seg: &Seg) {
+        let half_open = self.half_open();
+        let exact = if half_open {
+            seg.seq == self.client_isn.add(1)
+        } else {
+            seg.seq == self.client_hi || seg.seq == self.adv_ack
+        };
+        if exact {
+            self.last_activity = ctx.now;
+            if matches!(self.phase, Phase::Handshake | Phase::Committing) {
+                // No replica's SYN-ACK was passed on: reset each at the
+                // client's ISN + 1.
+                self.abort_legs(ctx);
+            } else {
+                // A client abort reaches every replica (§III-C).
+                self.fan_out(ctx, pkt, seg);
+            }
+            self.phase = Phase::Dead;
+            return;
+        }
+        // The window the client was told: from what it was acknowledged
+        // to the right edge (at least what it sent).
+        let lo = self.adv_ack;
+        let hi = self.adv_edge.max(self.client_hi.add(1));
+        if seg.seq.is_before(lo) || !seg.seq.is_before(hi) {
+            ctx.counters.drop(DropReason::RstOutOfWindow);
+            return;
+        }
+        ctx.counters.drop(DropReason::RstNotExact);
+        // No challenge ACK before the client has our SYN-ACK, nor while
+        // an adopted connection is rebuilt (its positions are not known).
+        if matches!(self.phase, Phase::Handshake | Phase::Committing) || self.recovering {
+            return;
+        }
+        let mut last = self.challenge_at;
+        if may_challenge(ctx, &mut last) {
+            self.challenge_at = last;
+            self.emit_ack(ctx, false);
+        }
+    }
+
+    /// RFC 5961 §4: a SYN with another ISN on a live connection. It
+    /// changes nothing; the client gets a challenge ACK <SEQ=SND.NXT>
+    /// <ACK=RCV.NXT>. A client whose connection is gone (its new one is in
+    /// SYN-SENT) answers it with a RST at exactly the ACK's number, which
+    /// ends this one ([`Conn::client_rst`]); its next SYN opens a fresh
+    /// connection. While an adopted connection is rebuilt its positions are
+    /// not known and no challenge ACK can be built: the SYN is only
+    /// dropped (the client repeats it).
+    pub fn syn_on_live(&mut self, ctx: &mut Ctx) {
+        ctx.counters.drop(DropReason::SynOnLiveConnection);
+        if self.recovering || self.phase != Phase::Established {
+            return;
+        }
+        let mut last = self.challenge_at;
+        if may_challenge(ctx, &mut last) {
+            self.challenge_at = last;
+            self.emit_ack(ctx, false);
+        }
+    }
+
+    /// The smallest right window edge over the live replicas whose
+    /// position is known (client stream).
+    fn min_edge(&self) -> Option<SeqNum> {
+        self.legs
+            .iter()
+            .filter(|l| l.open() && l.learned)
+            .map(|l| l.edge)
+            .reduce(|a, b| a.min(b))
+    }
+
+    /// The largest right window edge over the live replicas whose
+    /// position is known (client stream).
+    fn max_edge(&self) -> Option<SeqNum> {
+        self.legs
+            .iter()
+            .filter(|l| l.open() && l.learned)
+            .map(|l| l.edge)
+            .reduce(|a, b| a.max(b))
+    }
+
+    /// The sequencer's next chunk of this connection ends at `end` (client
+    /// stream), if that is past what was numbered.
+    fn number_to(&mut self, ctx: &mut Ctx, end: SeqNum) {
+        if !end.is_after(self.input_hi) {
+            return;
+        }
+        let off = end.diff(self.client_isn.add(1)) as u32;
+        self.input_hi = end;
+        self.input(ctx, InputKind::Data { end: off });
+    }
+
+    /// A replica acknowledged client bytes up to `ack`: they are
+    /// contiguous in the client's stream (a cumulative ACK), so they may
+    /// be numbered, also those that came beyond a hole the client filled
+    /// later. An acknowledgment may count the client's FIN.
+    fn number_acked(&mut self, ctx: &mut Ctx, ack: SeqNum) {
+        if !ctx.sequencer
+            || self.recovering
+            || !matches!(self.phase, Phase::Established | Phase::Closed)
+        {
+            return;
+        }
+        let top = match self.client_fin {
+            Some(f) => ack.min(f),
+            None => ack,
+        };
+        self.number_to(ctx, top);
     }
 
     /// Send one client segment to every open replica, translated for each.
@@ -955,7 +1155,12 @@ impl Conn {
             let Some(mut p) = copy else { break };
             // §III-D: never acknowledge to a replica bytes it has not sent
             // (Linux discards an ACK beyond its snd_nxt and stalls).
-            let ack = seg.ack.min(l.hi).unshift(l.off);
+            let ack_c = seg.ack.min(l.hi);
+            let ack = ack_c.unshift(l.off);
+            // RFC 5961 §3.2 at the replica: a RST counts only at exactly
+            // its RCV.NXT, which is at least what it acknowledged (the
+            // client's RST may be at what the group acknowledged).
+            let rst_seq = (rst && l.learned && seg.seq.is_before(l.ack)).then_some(l.ack);
             let tsecr = seg
                 .ts
                 .map(|(_, e)| if l.learned { translate_tsecr(e, l) } else { 0 });
@@ -968,9 +1173,15 @@ impl Conn {
                 if let (Some(e), Some((v, _))) = (tsecr, seg.ts) {
                     t.set_timestamps(v, e, seg.mode);
                 }
+                if let Some(s) = rst_seq {
+                    t.set_seq(s, seg.mode);
+                }
                 // The group never agreed to SACK; drop any blocks.
                 t.strip_sack(seg.mode);
             });
+            if seg.has(flags::ACK) {
+                self.legs[i].ack_out = Some(ack_c);
+            }
             ctx.tx.push_back(p);
             ctx.counters.packets_out += 1;
         }
@@ -986,6 +1197,19 @@ impl Conn {
             ctx.counters.drop(DropReason::EvictedReplica);
             return;
         }
+        if seg.has(flags::RST) && self.legs[i].open() {
+            if self.from_agents && seg.seq.shift(self.legs[i].off) == self.probe_far_ack() {
+                // A connection in SYN-RECEIVED refusing the position
+                // probe's far ACK number: it lives on.
+                ctx.counters.drop(DropReason::Rebuilding);
+                return;
+            }
+            if !self.replica_rst_acceptable(ctx, i, seg) {
+                // Not heard from either: an unacceptable RST is no sign
+                // of life.
+                return;
+            }
+        }
         self.legs[i].seen_at = ctx.now;
         self.last_activity = ctx.now;
         if seg.has(flags::SYN) {
@@ -997,12 +1221,6 @@ impl Conn {
             return;
         }
         if seg.has(flags::RST) {
-            if self.from_agents && seg.seq.shift(self.legs[i].off) == self.probe_far_ack() {
-                // A connection in SYN-RECEIVED refusing the position
-                // probe's far ACK number: it lives on.
-                ctx.counters.drop(DropReason::Rebuilding);
-                return;
-            }
             self.replica_rst(ctx, i, pkt, seg);
             return;
         }
@@ -1060,6 +1278,7 @@ impl Conn {
             l.edge = edge;
             if progressed {
                 self.confirm_aborts(ctx);
+                self.number_acked(ctx, a);
             }
             if dup && seg.payload_len == 0 {
                 self.replica_pure_ack(ctx, i, pkt, seg, true);
@@ -1205,19 +1424,57 @@ impl Conn {
         }
     }
 
+    /// RFC 5961 §3.2 for a RST from open leg `i`: acted on only if its
+    /// sequence number is exactly the one the router expects next from
+    /// that replica: the end of what it sent (`hi`; an abort carries
+    /// SND.NXT), or the ACK number the router last sent it (a replica
+    /// whose connection is gone answers a segment with <SEQ=SEG.ACK>,
+    /// RFC 9293 §3.10.7.1). Anywhere else within the window it changes
+    /// nothing and the replica gets a challenge ACK (a replica that really
+    /// reset answers it with a RST at the ACK's number, which is then
+    /// exact); further away it is dropped. The router keeps no receive
+    /// window of its own towards a replica: "the window" is the ±2^30 any
+    /// related sequence number lies within.
+    fn replica_rst_acceptable(&mut self, ctx: &mut Ctx, i: usize, seg: &Seg) -> bool {
+        let l = &self.legs[i];
+        let s = l.off_seq(seg);
+        if s == l.hi || Some(s) == l.ack_out {
+            return true;
+        }
+        if s.diff(l.hi) > MAX_WIN || s.diff(l.hi) < -MAX_WIN {
+            ctx.counters.drop(DropReason::RstOutOfWindow);
+            return false;
+        }
+        ctx.counters.drop(DropReason::RstNotExact);
+        let mut last = self.legs[i].challenge_at;
+        if may_challenge(ctx, &mut last) {
+            self.legs[i].challenge_at = last;
+            self.send_ack_to(ctx, i);
+        }
+        false
+    }
+
     fn replica_rst(&mut self, ctx: &mut Ctx, i: usize, pkt: Packet, seg: &Seg) {
         if self.phase == Phase::Closed {
             // Both sides closed: a RST now answers a stray segment.
             ctx.counters.drop(DropReason::BadState);
             return;
         }
+        let owed = self.client_hi.is_after(self.legs[i].ack);
         if self.legs[i]
             .fin
             .is_some_and(|f| self.client_ack.is_after(f))
+            && (!owed || self.recovering)
         {
-            // The client acknowledged this replica's FIN: it finished the
-            // connection, and its RST answers a stray segment (after a
-            // takeover the router may not know the close was complete).
+            // The client acknowledged this replica's FIN and sent nothing
+            // it has not acknowledged: the RST answers a stray segment (a
+            // probe of old data, a retransmitted FIN after its LAST-ACK
+            // ended; after a takeover the router may not know the close was
+            // complete, and while rebuilding it cannot tell). With new
+            // client bytes in flight it is the server resetting a
+            // half-closed connection the client writes to (RFC 9293
+            // §3.10.7.4; Redis after a protocol error): that goes the abort
+            // path below, so the client learns at once.
             ctx.counters.drop(DropReason::BadState);
             return;
         }
@@ -1785,8 +2042,17 @@ impl Conn {
             // What the client acknowledged is not known yet.
             return;
         }
+        self.send_ack_to(ctx, i);
+        ctx.counters.acks_on_behalf += 1;
+    }
+
+    /// A pure ACK to replica `i` in the client's name: what the client
+    /// acknowledged of the bytes this replica has sent.
+    fn send_ack_to(&mut self, ctx: &mut Ctx, i: usize) {
+        let a = self.client_ack.min(self.legs[i].hi);
+        self.legs[i].ack_out = Some(a);
         let l = &self.legs[i];
-        let ack = self.client_ack.min(l.hi).unshift(l.off);
+        let ack = a.unshift(l.off);
         let mut r = Repr::new(
             self.key.cport,
             self.key.vport,
@@ -1801,7 +2067,6 @@ impl Conn {
         ctx.tx
             .push_back(Packet::plain(r.emit_ipv4(self.key.client, l.addr, &[])));
         ctx.counters.packets_out += 1;
-        ctx.counters.acks_on_behalf += 1;
     }
 
     // ------------------------------------------------------------------
@@ -1934,6 +2199,44 @@ impl Conn {
                 })
                 .collect(),
         }
+    }
+
+    /// The leg of replica `replica` if `seq` (an ICMP error's quote) is
+    /// the sequence number of a segment the router sent it and it has not
+    /// acknowledged (RFC 5927 §4.1; Linux `tcp_v4_err` checks the same,
+    /// SND.UNA ≤ seq ≤ SND.NXT). In SYN-SENT the only segment sent is the
+    /// client's SYN, so the quote must be the client's ISN. An open leg was
+    /// sent client bytes from what it acknowledged up to `client_hi` (and
+    /// a liveness probe one octet below what it acknowledged).
+    pub fn icmp_quote(&self, replica: usize, seq: SeqNum) -> Option<usize> {
+        let i = self
+            .legs
+            .iter()
+            .position(|l| l.replica == replica && l.live())?;
+        let l = &self.legs[i];
+        let ok = match l.state {
+            LegState::SynSent => seq == self.client_isn,
+            _ => {
+                let lo = if l.probe_at.is_some() {
+                    l.ack.sub(1)
+                } else {
+                    l.ack
+                };
+                !seq.is_before(lo) && !seq.is_after(self.client_hi)
+            }
+        };
+        ok.then_some(i)
+    }
+
+    /// A verified ICMP destination unreachable for leg `i`: it leaves this
+    /// connection (never the last replica: the connection's own failure
+    /// detection judges that one), and only this one.
+    pub fn unreachable(&mut self, ctx: &mut Ctx, i: usize) {
+        if self.live_legs() <= 1 {
+            return;
+        }
+        self.evict(ctx, i, EvictReason::Unreachable, false);
+        self.settle(ctx);
     }
 
     /// Evict the leg of replica `replica` (service index) if it has one.
@@ -2460,7 +2763,8 @@ impl Conn {
             return;
         }
         let seq = l.ack.sub(1);
-        let ack = self.client_ack.min(l.hi).unshift(l.off);
+        let ack_c = self.client_ack.min(l.hi);
+        let ack = ack_c.unshift(l.off);
         let mut r = Repr::new(
             self.key.cport,
             self.key.vport,
@@ -2475,6 +2779,7 @@ impl Conn {
         ctx.tx
             .push_back(Packet::plain(r.emit_ipv4(self.key.client, l.addr, &[0])));
         ctx.counters.packets_out += 1;
+        self.legs[i].ack_out = Some(ack_c);
     }
 
     // ------------------------------------------------------------------

@@ -20,6 +20,6 @@ pub use metrics::{Counters, DropReason};
 pub use order::{NumberedInput, OrderReport, ORDER_LOG, ORDER_WAIT};
 pub use router::{
     AdoptRecord, Adopted, ConnSample, Event, EvictReason, InputKind, LegSample, Packet,
-    ReplicaSetup, ReplicaStatus, Router, ServiceStatus, SetupRecord, Status,
+    OutOfService, ReplicaSetup, ReplicaStatus, Router, ServiceStatus, SetupRecord, Status,
 };
 pub use time::Instant;

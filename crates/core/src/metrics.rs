@@ -9,6 +9,8 @@ macro_rules! drop_reasons {
         pub enum DropReason { $( $(#[doc = $doc])* $name, )* }
         impl DropReason {
             pub const ALL: &'static [DropReason] = &[$(DropReason::$name),*];
+            /// How many reasons there are.
+            pub const COUNT: usize = [$(DropReason::$name),*].len();
             pub fn name(self) -> &'static str { match self { $(DropReason::$name => $s,)* } }
         }
     };
@@ -52,6 +54,10 @@ drop_reasons! {
     IcmpIgnored => "icmp_ignored",
     /// No live replica to send to.
     NoReplica => "no_replica",
+    /// A SYN while no replica is in service yet because their agents have
+    /// not registered with this (just started) router: dropped, the client
+    /// retransmits it.
+    AwaitingAgents => "awaiting_agents",
     /// Output voting: a replica segment beyond a hole in what that replica
     /// sent (it will be sent again).
     VoteOutOfOrder => "vote_out_of_order",
@@ -61,6 +67,31 @@ drop_reasons! {
     /// A replica segment on a connection being rebuilt after a takeover,
     /// before every replica told its position (it will be sent again).
     Rebuilding => "rebuilding",
+    /// ICMP destination unreachable about a replica that does not check
+    /// out (RFC 5927 §4.1): not addressed to the quoted segment's source,
+    /// sent by the connection's own client or from a VIP, or quoting a
+    /// segment the router never sent that replica (no live leg, or a
+    /// sequence number outside what the replica has not acknowledged).
+    IcmpUnverified => "icmp_unverified",
+    /// A RST whose sequence number is in the window but not exactly the
+    /// next expected one (RFC 5961 §3.2): changes nothing; a challenge ACK
+    /// went back (at most one per 50 ms per connection).
+    RstNotExact => "rst_not_exact",
+    /// A RST whose sequence number is outside the window (RFC 5961 §3.2,
+    /// RFC 9293 §3.10.7.4).
+    RstOutOfWindow => "rst_out_of_window",
+    /// A replica's RST to the client's SYN whose ACK does not acknowledge
+    /// that SYN exactly (RFC 9293 §3.10.7.3): not taken as a refusal.
+    RstBadAck => "rst_bad_ack",
+    /// A SYN with another ISN on a live connection (RFC 5961 §4): answered
+    /// with a challenge ACK when the connection's positions are known (a
+    /// client whose connection ended answers it with a RST that frees the
+    /// four-tuple), else only dropped; the connection is left as it was.
+    SynOnLiveConnection => "syn_on_live_connection",
+    /// Client bytes that start beyond every live replica's receive window:
+    /// no replica would take them (RFC 9293 §3.10.7.4), so they are
+    /// neither forwarded nor numbered by the sequencer.
+    BeyondWindow => "beyond_window",
 }
 
 /// Counters of the whole router. Monotonic since start.
@@ -106,9 +137,14 @@ pub struct Counters {
     /// Output voting: payload bytes a majority agreed on before they went
     /// to a client.
     pub voted_bytes: u64,
+    /// Challenge ACKs sent (RFC 5961 §3.2, §4), to clients and replicas.
+    pub challenge_acks: u64,
+    /// Challenge ACKs not sent because of the per-connection or the global
+    /// rate limit (RFC 5961 §7).
+    pub challenge_acks_limited: u64,
     /// Drops by reason, indexed like [`DropReason::ALL`].
     #[serde(skip)]
-    pub drops: [u64; 21],
+    pub drops: [u64; DropReason::COUNT],
 }
 
 impl Counters {

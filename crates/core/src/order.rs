@@ -91,7 +91,9 @@ impl SvcOrder {
     /// Number `ev` (an `Event::Input` with `seq` 0) and remember it.
     pub fn number(&mut self, ev: &mut Event) {
         if let Event::Input { seq, key, kind, .. } = ev {
-            self.seq += 1;
+            // A hostile report may have set the number to u64::MAX
+            // (saturating: never an overflow).
+            self.seq = self.seq.saturating_add(1);
             *seq = self.seq;
             self.remember(NumberedInput {
                 seq: self.seq,
@@ -156,7 +158,7 @@ impl SvcOrder {
             .collect();
         behind.sort();
         for (a, l) in behind {
-            match self.replay(a, l + 1, top) {
+            match self.replay(a, l.saturating_add(1), top) {
                 Ok(evs) => {
                     out.replayed += evs.len();
                     out.replays.extend(evs);

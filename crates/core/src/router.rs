@@ -1,7 +1,7 @@
 //! The router: classifies packets, owns the connection table, runs timers.
 
 use crate::config::Config;
-use crate::conn::{csum_mode, Conn, ConnKey, Ctx, LegState, Phase, Seg};
+use crate::conn::{csum_mode, ChallengeBudget, Conn, ConnKey, Ctx, LegState, Phase, Seg};
 use crate::metrics::{Counters, DropReason};
 use crate::order::{OrderReport, SvcOrder, Waiting, ORDER_HOLD_MAX, ORDER_WAIT};
 use crate::time::Instant;
@@ -59,6 +59,19 @@ pub enum EvictReason {
     /// Output voting: it fell further behind the others than the vote
     /// keeps bytes to compare it with.
     Lagging,
+    /// The agents report it out of service: it left the group under an
+    /// earlier router (before a restart or a takeover) and has not been
+    /// brought back since.
+    ReportedDown,
+}
+
+/// One replica out of service for one service (named by its VIP and first
+/// port): what the agents keep for a router that starts or takes over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+pub struct OutOfService {
+    pub vip: Ipv4Addr,
+    pub port: u16,
+    pub replica: Ipv4Addr,
 }
 
 /// What a replica's agent keeps of a connection for a recovering router:
@@ -144,9 +157,14 @@ pub enum Event {
         replica: Ipv4Addr,
         reason: EvictReason,
     },
-    /// A replica declared down because its host was lost is back (its
-    /// agent registered again): new connections use it again.
+    /// An operator brought a replica that was out of service back
+    /// ([`Router::enable_replica`]): new connections use it again.
     ReplicaUp { service: String, replica: Ipv4Addr },
+    /// The set of replicas out of service changed (it is complete, every
+    /// service): for every agent to keep, so that a router that starts or
+    /// takes over never readmits a replica that left the group. Not for
+    /// the log (`ReplicaDown`/`ReplicaUp` say what changed).
+    OutOfService { down: Vec<OutOfService> },
     /// The last replica of a connection left; the client was sent a RST.
     ConnectionLost { conn: String },
     /// Every replica answered a connection's SYN: what its replicas' agents
@@ -216,7 +234,11 @@ pub enum InputKind {
 #[derive(Debug, Clone, Serialize)]
 pub struct ReplicaStatus {
     pub addr: Ipv4Addr,
+    /// In service: gets new connections.
     pub alive: bool,
+    /// Not out of service, but its agent has not registered with this
+    /// router yet (with agents, a replica serves only once it did).
+    pub awaiting_agent: bool,
     /// Connections this replica is part of.
     pub connections: usize,
     /// Largest distance, over its connections, between the bytes this
@@ -297,11 +319,13 @@ pub struct Router {
     counters: Counters,
     transmit: VecDeque<Packet>,
     events: VecDeque<Event>,
-    /// Per service, per replica: alive for new connections.
+    /// Per service, per replica: alive for new connections. A replica
+    /// marked down stays down until an operator enables it again: it missed
+    /// input while out, so its state is not the group's.
     alive: Vec<Vec<bool>>,
-    /// Per service, per replica: marked down because its host's agent fell
-    /// silent (it comes back when the agent registers again).
-    host_lost: Vec<Vec<bool>>,
+    /// With [`Router::require_agents`]: the replicas whose own agent has
+    /// registered with this router. Only those get new connections.
+    agents: Option<std::collections::HashSet<Ipv4Addr>>,
     /// (VIP, port) → service.
     by_vip: HashMap<(Ipv4Addr, u16), usize>,
     /// (replica address, port) → (service, replica).
@@ -327,6 +351,8 @@ pub struct Router {
     /// adopted since, and adopted ones that left the table unrebuilt.
     rebuild: Option<(Instant, u64)>,
     rebuild_dropped: u64,
+    /// Challenge ACKs sent this second (RFC 5961 §7).
+    challenges: ChallengeBudget,
 }
 
 impl Router {
@@ -366,11 +392,8 @@ impl Router {
             last_now: Instant::ZERO,
             rebuild: None,
             rebuild_dropped: 0,
-            host_lost: config
-                .services
-                .iter()
-                .map(|s| vec![false; s.replicas.len()])
-                .collect(),
+            agents: None,
+            challenges: ChallengeBudget::default(),
             config,
         }
     }
@@ -388,7 +411,7 @@ impl Router {
     fn classify(&mut self, now: Instant, pkt: Packet) -> Result<(), DropReason> {
         let ip = ipv4::Packet::new_checked(&pkt.data[..]).map_err(wire_reason)?;
         if ip.protocol() == ipv4::PROTO_ICMP {
-            return self.handle_icmp(now, ip.payload());
+            return self.handle_icmp(now, ip.src(), ip.dst(), ip.payload());
         }
         if ip.protocol() != ipv4::PROTO_TCP {
             return Err(DropReason::NotOurs);
@@ -415,7 +438,8 @@ impl Router {
             window: t.window(),
             payload_len: t.payload_len() as u32,
             mss: t.mss(),
-            wscale: t.wscale(),
+            // RFC 7323 §2.3: a shift count above 14 is used as 14.
+            wscale: t.wscale().map(|w| w.min(14)),
             ts: t.timestamps(),
             mode,
         };
@@ -453,6 +477,7 @@ impl Router {
         events: &'a mut VecDeque<Event>,
         config: &'a Config,
         down: &'a mut Vec<(usize, usize, EvictReason)>,
+        challenges: &'a mut ChallengeBudget,
     ) -> Ctx<'a> {
         Ctx {
             now,
@@ -462,6 +487,7 @@ impl Router {
             events,
             timeouts: &config.timeouts,
             down,
+            challenges,
         }
     }
 
@@ -481,12 +507,34 @@ impl Router {
         let is_syn = seg.has(flags::SYN) && !seg.has(flags::ACK) && !seg.has(flags::RST);
         if is_syn {
             if let Some(c) = self.conns.get(&key) {
-                // A new connection on the 4-tuple of a closed one, or of one
-                // adopted from the agents (it may have ended meanwhile).
-                let reuse = (c.phase == Phase::Closed || c.from_agents) && c.client_isn != seg.seq;
+                // A new connection on the 4-tuple of a closed one.
+                let reuse = c.phase == Phase::Closed && c.client_isn != seg.seq;
                 if !reuse {
                     if c.client_isn != seg.seq {
-                        return Err(DropReason::BadState);
+                        if c.half_open() && !c.from_agents {
+                            // Still in set-up with another ISN.
+                            return Err(DropReason::BadState);
+                        }
+                        // RFC 5961 §4: a SYN on a live connection (also
+                        // one adopted from the agents, which may have
+                        // ended while no router watched) is challenged,
+                        // not taken as a new connection.
+                        let c = self
+                            .conns
+                            .get_mut(&key)
+                            .ok_or(DropReason::UnknownConnection)?;
+                        let mut ctx = Self::ctx(
+                            now,
+                            &mut self.transmit,
+                            &mut self.counters,
+                            &mut self.events,
+                            &self.config,
+                            &mut self.down,
+                            &mut self.challenges,
+                        );
+                        c.syn_on_live(&mut ctx);
+                        self.after(now, key);
+                        return Ok(());
                     }
                     let c = self
                         .conns
@@ -499,6 +547,7 @@ impl Router {
                         &mut self.events,
                         &self.config,
                         &mut self.down,
+                        &mut self.challenges,
                     );
                     c.client_syn_again(&mut ctx, &pkt, seg);
                     self.after(now, key);
@@ -518,6 +567,7 @@ impl Router {
             &mut self.events,
             &self.config,
             &mut self.down,
+            &mut self.challenges,
         );
         c.client_segment(&mut ctx, pkt, seg);
         self.after(now, key);
@@ -534,8 +584,14 @@ impl Router {
         seg: &Seg,
     ) -> Result<(), DropReason> {
         let live: Vec<usize> = (0..self.alive[svc].len())
-            .filter(|&r| self.alive[svc][r])
+            .filter(|&r| self.in_service(svc, r))
             .collect();
+        if live.is_empty() && (0..self.alive[svc].len()).any(|r| self.alive[svc][r]) {
+            // Replicas not out of service, but their agents have not
+            // registered with this router yet: they will within moments,
+            // and the client's retransmitted SYN finds them.
+            return Err(DropReason::AwaitingAgents);
+        }
         if live.is_empty() {
             // Nothing can serve it: refuse at once rather than let the
             // client time out.
@@ -587,6 +643,7 @@ impl Router {
                     &mut self.events,
                     &self.config,
                     &mut self.down,
+                    &mut self.challenges,
                 );
                 c.discard_half_open(&mut ctx);
             }
@@ -608,6 +665,7 @@ impl Router {
             &mut self.events,
             &self.config,
             &mut self.down,
+            &mut self.challenges,
         );
         c.forward_syn(&mut ctx, &pkt, seg);
         self.counters.connections_opened += 1;
@@ -655,10 +713,25 @@ impl Router {
             &mut self.events,
             &self.config,
             &mut self.down,
+            &mut self.challenges,
         );
         if seg.has(flags::RST) && c.legs[i].state == LegState::SynSent {
-            // A RST to the SYN: nothing listens there; the replica's server
-            // is gone for every new connection too.
+            // RFC 9293 §3.10.7.3 (SYN-SENT): a RST is acceptable only if
+            // its ACK acknowledges the SYN, SEG.ACK = ISS + 1 exactly (the
+            // client's ISN here); any other is dropped.
+            if !seg.has(flags::ACK) || seg.ack != c.client_isn.add(1) {
+                return Err(DropReason::RstBadAck);
+            }
+            // An acceptable RST to the SYN: nothing listens there. The leg
+            // leaves this connection at once; the replica is marked down
+            // for the service only if another replica accepted the same
+            // SYN (`Conn::settle`), since then the service listens and this
+            // replica's server is gone. That is as far as the core can
+            // check: the client knows its own ISN and could forge this RST
+            // with the replica's source address, so the real defence is
+            // the data plane's reverse-path binding of each replica's
+            // address to the interface it is reached by (`ftnet-io`
+            // routing), which keeps such a packet from the router at all.
             c.replica_refused(&mut ctx, i);
         } else {
             c.replica_segment(&mut ctx, i, pkt, seg);
@@ -667,10 +740,25 @@ impl Router {
         Ok(())
     }
 
-    /// ICMP destination unreachable about a segment we sent to a replica:
-    /// that replica cannot be reached (COSCANet-FT §III-D, passive
-    /// detection).
-    fn handle_icmp(&mut self, _now: Instant, payload: &[u8]) -> Result<(), DropReason> {
+    /// ICMP destination unreachable about a segment we sent to a replica
+    /// (COSCANet-FT §III-D, passive detection), validated as a TCP stack
+    /// validates ICMP about its connections (RFC 5927 §4.1, the spirit of
+    /// RFC 5961): the error must be addressed to the quoted segment's
+    /// source, must not come from that connection's client or from a VIP
+    /// (a client can quote its own connection), and must quote a segment
+    /// the router actually sent that replica ([`Conn::icmp_quote`]).
+    ///
+    /// Even then one ICMP message is no proof that the replica is gone for
+    /// every client: it takes the replica out of that one connection at
+    /// most (never its last replica). Service-wide health is the agents'
+    /// heartbeats' and passive failure detection's to decide.
+    fn handle_icmp(
+        &mut self,
+        now: Instant,
+        outer_src: Ipv4Addr,
+        outer_dst: Ipv4Addr,
+        payload: &[u8],
+    ) -> Result<(), DropReason> {
         let u = icmp::parse_unreachable(payload)
             .map_err(wire_reason)?
             .ok_or(DropReason::IcmpIgnored)?;
@@ -692,7 +780,30 @@ impl Router {
         if !self.conns.contains_key(&key) {
             return Err(DropReason::IcmpIgnored);
         }
-        self.down.push((svc, replica, EvictReason::Unreachable));
+        // RFC 792: an ICMP error goes to the source of the datagram it
+        // quotes. One from the client itself (or sent to or from a VIP) is
+        // the client speaking about its own connection.
+        let from_vip = self.config.services.iter().any(|s| s.vip == outer_src);
+        if outer_dst != key.client || outer_src == key.client || from_vip {
+            return Err(DropReason::IcmpUnverified);
+        }
+        let Some(c) = self.conns.get_mut(&key) else {
+            return Err(DropReason::IcmpIgnored);
+        };
+        let i = c
+            .icmp_quote(replica, u.seq)
+            .ok_or(DropReason::IcmpUnverified)?;
+        let mut ctx = Self::ctx(
+            now,
+            &mut self.transmit,
+            &mut self.counters,
+            &mut self.events,
+            &self.config,
+            &mut self.down,
+            &mut self.challenges,
+        );
+        c.unreachable(&mut ctx, i);
+        self.after(now, key);
         Ok(())
     }
 
@@ -712,7 +823,6 @@ impl Router {
                 continue;
             }
             v[replica] = false;
-            self.host_lost[svc][replica] = reason == EvictReason::HostLost;
             let s = &self.config.services[svc];
             self.events.push_back(Event::ReplicaDown {
                 service: s.name.clone(),
@@ -734,12 +844,45 @@ impl Router {
                         &mut self.events,
                         &self.config,
                         &mut self.down,
+                        &mut self.challenges,
                     );
                     c.evict_replica(&mut ctx, replica, EvictReason::ReplicaDown);
                 }
                 self.after(now, k);
             }
+            self.announce_out_of_service();
         }
+    }
+
+    /// Serves new connections: alive, and (with `require_agents`) its
+    /// agent registered with this router.
+    fn in_service(&self, svc: usize, replica: usize) -> bool {
+        self.alive[svc][replica]
+            && self.agents.as_ref().is_none_or(|a| {
+                a.contains(&self.config.services[svc].replicas[replica])
+            })
+    }
+
+    /// Every replica out of service, every service.
+    pub fn out_of_service(&self) -> Vec<OutOfService> {
+        let mut v = Vec::new();
+        for (svc, s) in self.config.services.iter().enumerate() {
+            for (i, &replica) in s.replicas.iter().enumerate() {
+                if !self.alive[svc][i] {
+                    v.push(OutOfService {
+                        vip: s.vip,
+                        port: s.ports.first().copied().unwrap_or(0),
+                        replica,
+                    });
+                }
+            }
+        }
+        v
+    }
+
+    fn announce_out_of_service(&mut self) {
+        let down = self.out_of_service();
+        self.events.push_back(Event::OutOfService { down });
     }
 
     /// Bookkeeping after a connection handled an input: forget it if dead,
@@ -864,26 +1007,93 @@ impl Router {
         n
     }
 
-    /// A replica's host is back: its agent registered again after it was
-    /// declared lost (a flapping link, or this router was the one cut off).
-    /// It serves new connections again; connections it left stay without
-    /// it. Returns how many services took it back.
-    pub fn host_back(&mut self, addr: Ipv4Addr) -> usize {
-        let mut n = 0;
+    /// With agents (`[control]`): a replica gets new connections only once
+    /// its own agent registered with this router ([`Router::agent_registered`]).
+    /// A router that starts or takes over cannot tell a current replica from
+    /// one that left the group under its predecessor until the agents told
+    /// it ([`Router::reported_down`]); an agent registers within
+    /// milliseconds, and a client's SYN that finds no replica in service
+    /// meanwhile is dropped (it retransmits) rather than refused.
+    pub fn require_agents(&mut self) {
+        self.agents.get_or_insert_with(Default::default);
+    }
+
+    /// A replica's agent registered (again). A replica that left the group
+    /// — its host was lost, it crashed, reset, stalled or diverged — stays
+    /// out of service: its server missed input while it was out, so its
+    /// state is not the group's (a cut link that comes back brings back a
+    /// stale server). Only [`Router::enable_replica`] brings it back.
+    /// Returns the names of the services in which it stays out.
+    pub fn agent_registered(&mut self, addr: Ipv4Addr) -> Vec<String> {
+        if let Some(a) = &mut self.agents {
+            a.insert(addr);
+        }
+        let mut out = Vec::new();
         for (svc, s) in self.config.services.iter().enumerate() {
             for (i, r) in s.replicas.iter().enumerate() {
-                if *r == addr && self.host_lost[svc][i] && !self.alive[svc][i] {
+                if *r == addr && !self.alive[svc][i] {
+                    out.push(s.name.clone());
+                }
+            }
+        }
+        out
+    }
+
+    /// An agent (`reporter`) reports replicas out of service, as the
+    /// router before this one told it: they stay out here too (a router
+    /// that starts or takes over must not readmit them). Returns how many
+    /// were taken out.
+    pub fn reported_down(
+        &mut self,
+        now: Instant,
+        reporter: Ipv4Addr,
+        down: &[OutOfService],
+    ) -> usize {
+        let _ = reporter;
+        let mut n = 0;
+        for d in down {
+            let Some(&svc) = self.by_vip.get(&(d.vip, d.port)) else {
+                continue;
+            };
+            let s = &self.config.services[svc];
+            let Some(i) = s.replicas.iter().position(|r| *r == d.replica) else {
+                continue;
+            };
+            if self.alive[svc][i] && !self.down.contains(&(svc, i, EvictReason::ReportedDown)) {
+                self.down.push((svc, i, EvictReason::ReportedDown));
+                n += 1;
+            }
+        }
+        self.apply_down(now);
+        n
+    }
+
+    /// Operator action: bring replica `addr` back into service (every
+    /// service that lists it, or only `service`). Its server must hold the
+    /// group's state again (restored by the operator): nothing here can
+    /// check that. Connections it left stay without it; new ones use it.
+    /// Returns the services it came back in.
+    pub fn enable_replica(&mut self, addr: Ipv4Addr, service: Option<&str>) -> Vec<String> {
+        let mut back = Vec::new();
+        for (svc, s) in self.config.services.iter().enumerate() {
+            if service.is_some_and(|n| n != s.name) {
+                continue;
+            }
+            for (i, r) in s.replicas.iter().enumerate() {
+                if *r == addr && !self.alive[svc][i] {
                     self.alive[svc][i] = true;
-                    self.host_lost[svc][i] = false;
+                    back.push(s.name.clone());
                     self.events.push_back(Event::ReplicaUp {
                         service: s.name.clone(),
                         replica: addr,
                     });
-                    n += 1;
                 }
             }
         }
-        n
+        if !back.is_empty() {
+            self.announce_out_of_service();
+        }
+        back
     }
 
     /// Rebuild a connection another router set up (COSCANet-FT §III-C:
@@ -925,6 +1135,7 @@ impl Router {
             &mut self.events,
             &self.config,
             &mut self.down,
+            &mut self.challenges,
         );
         let before = c.legs.len();
         c.adopt_order(rec.accepted, rec.input_end);
@@ -962,6 +1173,7 @@ impl Router {
             &mut self.events,
             &self.config,
             &mut self.down,
+            &mut self.challenges,
         );
         c.commit_synack(&mut ctx, true);
         self.after(now, key);
@@ -999,6 +1211,7 @@ impl Router {
                 &mut self.events,
                 &self.config,
                 &mut self.down,
+                &mut self.challenges,
             );
             c.on_timer(&mut ctx);
             self.after(now, key);
@@ -1151,7 +1364,7 @@ impl Router {
             if last == 0 || last >= top || !self.alive[svc][ri] {
                 continue;
             }
-            let (replays, lost) = match o.replay(replica, last + 1, top) {
+            let (replays, lost) = match o.replay(replica, last.saturating_add(1), top) {
                 Ok(v) => (v, Vec::new()),
                 Err(n) => (Vec::new(), vec![(replica, n)]),
             };
@@ -1228,7 +1441,8 @@ impl Router {
                 .enumerate()
                 .map(|(ri, &addr)| ReplicaStatus {
                     addr,
-                    alive: self.alive[si][ri],
+                    alive: self.in_service(si, ri),
+                    awaiting_agent: self.alive[si][ri] && !self.in_service(si, ri),
                     connections: 0,
                     lag_out_bytes: 0,
                     lag_in_bytes: 0,

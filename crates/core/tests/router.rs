@@ -495,6 +495,89 @@ fn rst_from_every_replica_is_the_services_abort() {
     assert!(r.status().services[0].replicas.iter().all(|x| x.alive));
 }
 
+/// A server that closed its side (FIN, acknowledged by the client) and then
+/// resets the client's next write — Redis after a protocol error, any server
+/// that closes with unread input (RFC 9293 §3.10.7.4: data to a closed
+/// socket draws a RST). The client must learn at once that the connection
+/// is gone, as it would without the router; the replicas reset together, so
+/// nobody is blamed. (The router once took the RST for an answer to a stray
+/// segment and dropped it: the client wrote on into a dead connection.)
+#[test]
+fn rst_after_the_servers_acknowledged_fin_reaches_the_client() {
+    for n in [1u8, 3] {
+        let mut r = router(n);
+        let (risn, isns) = handshake(&mut r, n);
+        for i in 1..=n {
+            let mut fin = Repr::new(
+                PORT,
+                CPORT,
+                SeqNum(isns[i as usize - 1]).add(1),
+                SeqNum(CISN).add(1),
+                flags::ACK | flags::FIN,
+                500,
+            );
+            fin.timestamps = Some((7000, 1001));
+            r.handle_packet(t(10), seg(replica(i), CLIENT, fin, b""));
+        }
+        let out = drain(&mut r);
+        assert!(
+            out.iter()
+                .any(|o| o.dst == CLIENT && o.r.flags & flags::FIN != 0),
+            "n={n}: the group's FIN reaches the client"
+        );
+        // The client acknowledges the FIN and writes on (half-close).
+        let mut d = Repr::new(
+            CPORT,
+            PORT,
+            SeqNum(CISN).add(1),
+            SeqNum(risn).add(2),
+            flags::ACK | flags::PSH,
+            502,
+        );
+        d.timestamps = Some((1003, 0));
+        r.handle_packet(t(11), seg(CLIENT, VIP, d, b"more"));
+        let out = drain(&mut r);
+        assert_eq!(
+            out.iter().filter(|o| o.payload == b"more").count(),
+            n as usize,
+            "n={n}: the write goes to every replica"
+        );
+        // Every replica's kernel answers with a RST at its SND.NXT (after
+        // its FIN), as the segment's ACK field said.
+        let mut reset = Vec::new();
+        for i in 1..=n {
+            let rst = Repr::new(
+                PORT,
+                CPORT,
+                SeqNum(isns[i as usize - 1]).add(2),
+                SeqNum(0),
+                flags::RST,
+                0,
+            );
+            r.handle_packet(t(12), seg(replica(i), CLIENT, rst, b""));
+            reset.extend(drain(&mut r));
+        }
+        let rsts: Vec<&Out> = reset
+            .iter()
+            .filter(|o| o.dst == CLIENT && o.r.flags & flags::RST != 0)
+            .collect();
+        assert_eq!(rsts.len(), 1, "n={n}: the client is reset once");
+        assert_eq!(
+            rsts[0].r.seq,
+            SeqNum(risn).add(2),
+            "n={n}: at exactly the client's RCV.NXT (RFC 5961 §3.2)"
+        );
+        r.handle_timeout(t(1000));
+        assert!(
+            log_events(&mut r)
+                .iter()
+                .all(|e| !matches!(e, Event::ReplicaDown { .. })),
+            "n={n}: the service's own abort blames nobody"
+        );
+        assert_eq!(r.connections(), 0, "n={n}: the connection is gone");
+    }
+}
+
 #[test]
 fn syn_refused_by_every_replica_refuses_the_client_without_marking_down() {
     let mut r = router(3);
@@ -579,45 +662,52 @@ fn silent_lagging_replica_is_probed_and_kept_while_it_answers() {
     assert!(r.status().services[0].replicas[1].alive);
 }
 
+/// ICMP host unreachable from the replica's side of the router (its
+/// gateway address), addressed to the client, quoting a segment the
+/// router sent replica 2: the replica leaves that connection; one
+/// message does not mark it down for the service (RFC 5927 §4.1).
 #[test]
-fn icmp_unreachable_for_a_replica_evicts_it() {
+fn icmp_unreachable_for_a_replica_evicts_it_from_that_connection() {
     let mut r = router(2);
     handshake(&mut r, 2);
-    // ICMP host unreachable quoting a segment the router sent to replica 2.
-    let mut inner = Repr::new(CPORT, PORT, SeqNum(CISN).add(1), SeqNum(0), flags::ACK, 1)
-        .emit_ipv4(CLIENT, replica(2), b"");
-    inner.truncate(28);
-    let mut icmp = vec![3u8, 1, 0, 0, 0, 0, 0, 0];
-    icmp.extend_from_slice(&inner);
-    let c = ftnet_wire::checksum::complete(&icmp, 0);
-    icmp[2..4].copy_from_slice(&c.to_be_bytes());
-    let mut pkt = vec![0u8; 20];
-    ipv4::emit_header(
-        &mut pkt,
-        Ipv4Addr::new(198, 18, 12, 1),
-        CLIENT,
-        ipv4::PROTO_ICMP,
-        (20 + icmp.len()) as u16,
-        64,
+    let gw = Ipv4Addr::new(198, 18, 12, 1);
+    // A quote of a sequence number the router never sent: not believed.
+    r.handle_packet(
+        t(5),
+        icmp_unreachable(
+            gw,
+            CLIENT,
+            CLIENT,
+            CPORT,
+            replica(2),
+            SeqNum(CISN).add(5000),
+        ),
     );
-    pkt.extend_from_slice(&icmp);
-    r.handle_packet(t(5), Packet::plain(pkt));
-    let st = r.status();
-    assert!(
-        !st.services[0].replicas[1].alive,
-        "unreachable replica marked down"
+    assert!(all_alive(&r));
+    assert!(log_events(&mut r).is_empty());
+    assert_eq!(dropped(&r, "icmp_unverified"), 1);
+    r.handle_packet(
+        t(5),
+        icmp_unreachable(gw, CLIENT, CLIENT, CPORT, replica(2), SeqNum(CISN).add(1)),
     );
-    assert!(st.services[0].replicas[0].alive);
-    let ev: Vec<Event> = std::iter::from_fn(|| r.poll_event()).collect();
+    assert!(all_alive(&r), "one ICMP demotes nobody service-wide");
+    let ev = log_events(&mut r);
     assert!(
-        ev.iter().any(|e| matches!(
-            e,
-            Event::ReplicaDown {
+        matches!(
+            ev.as_slice(),
+            [Event::Evicted {
                 reason: EvictReason::Unreachable,
+                remaining: 1,
                 ..
-            }
-        )),
+            }]
+        ),
         "{ev:?}"
+    );
+    let out = drain(&mut r);
+    assert!(
+        out.iter()
+            .any(|o| o.dst == replica(2) && o.r.flags & flags::RST != 0),
+        "its side is reset"
     );
 }
 
@@ -975,20 +1065,95 @@ fn host_lost_evicts_from_idle_connections() {
     );
 }
 
-/// A replica marked down because its host's agent fell silent serves new
-/// connections again once the agent registers again (a flapping link, or
-/// this router was the one cut off); only once, and only for that reason.
+/// The replicas a client SYN is sent to.
+fn syn_targets(r: &mut Router, now: Instant, cport: u16) -> Vec<Ipv4Addr> {
+    let syn = Repr::new(cport, PORT, SeqNum(CISN), SeqNum(0), flags::SYN, 64240);
+    r.handle_packet(now, seg(CLIENT, VIP, syn, b""));
+    drain(r)
+        .iter()
+        .filter(|o| o.r.flags & flags::SYN != 0)
+        .map(|o| o.dst)
+        .collect()
+}
+
+/// A replica that left the group stays out when its agent registers again
+/// (a cut link that comes back brings back a server that missed every write
+/// while cut): only an operator brings it back.
 #[test]
-fn a_lost_host_comes_back_when_its_agent_registers() {
+fn a_lost_host_stays_out_when_its_agent_registers_again() {
     let mut r = router(3);
     assert_eq!(r.host_lost(t(1), replica(2)), 1);
-    while r.poll_event().is_some() {}
+    let evs: Vec<Event> = std::iter::from_fn(|| r.poll_event()).collect();
+    assert!(
+        evs.iter().any(|e| matches!(e, Event::OutOfService { down } if down.len() == 1 && down[0].replica == replica(2))),
+        "the agents are told who is out: {evs:?}"
+    );
+    assert_eq!(r.agent_registered(replica(2)), vec!["t".to_string()]);
+    assert!(r.poll_event().is_none(), "no ReplicaUp");
     assert!(!r.status().services[0].replicas[1].alive);
-    assert_eq!(r.host_back(replica(2)), 1);
-    assert!(matches!(r.poll_event(), Some(Event::ReplicaUp { replica: a, .. }) if a == replica(2)));
-    assert!(r.status().services[0].replicas[1].alive);
-    assert_eq!(r.host_back(replica(2)), 0, "already back");
-    assert_eq!(r.host_back(replica(3)), 0, "never lost");
+    assert_eq!(syn_targets(&mut r, t(2), 40001), vec![replica(1), replica(3)]);
+    // The operator's action brings it back (and tells the agents).
+    assert_eq!(r.enable_replica(replica(2), Some("other")), Vec::<String>::new());
+    assert_eq!(r.enable_replica(replica(2), None), vec!["t".to_string()]);
+    let evs: Vec<Event> = std::iter::from_fn(|| r.poll_event()).collect();
+    assert!(evs.iter().any(|e| matches!(e, Event::ReplicaUp { replica: a, .. } if *a == replica(2))), "{evs:?}");
+    assert!(evs.iter().any(|e| matches!(e, Event::OutOfService { down } if down.is_empty())), "{evs:?}");
+    assert_eq!(
+        syn_targets(&mut r, t(3), 40002),
+        vec![replica(1), replica(2), replica(3)]
+    );
+    assert!(r.enable_replica(replica(2), None).is_empty(), "already in service");
+}
+
+/// A router that starts or takes over (with agents) gives new connections
+/// only to replicas whose agent registered, and keeps out the replicas the
+/// agents report out of service: a replica that left the group under the
+/// router before is never readmitted by a restart or a takeover.
+#[test]
+fn replicas_reported_down_stay_out_after_a_restart() {
+    let mut r = router(3);
+    r.require_agents();
+    assert!(syn_targets(&mut r, t(1), 40001).is_empty(), "nobody confirmed yet");
+    assert_eq!(r.counters().dropped(DropReason::AwaitingAgents), 1);
+    assert!(!r.status().services[0].replicas[0].alive);
+    assert!(r.status().services[0].replicas[0].awaiting_agent);
+    assert!(r.agent_registered(replica(1)).is_empty());
+    // r1's agent kept what the router before said: r3 is out.
+    let out = [ftnet_core::OutOfService {
+        vip: VIP,
+        port: PORT,
+        replica: replica(3),
+    }];
+    assert_eq!(r.reported_down(t(2), replica(1), &out), 1);
+    assert_eq!(r.reported_down(t(2), replica(2), &out), 0, "already out");
+    let evs: Vec<Event> = log_events(&mut r);
+    assert!(evs.iter().any(|e| matches!(e, Event::ReplicaDown { replica: a, reason: EvictReason::ReportedDown, .. } if *a == replica(3))), "{evs:?}");
+    assert!(r.agent_registered(replica(2)).is_empty());
+    assert_eq!(r.agent_registered(replica(3)), vec!["t".to_string()]);
+    // r1 and r2 serve; a SYN before r2's agent would have gone to r1 only.
+    assert_eq!(syn_targets(&mut r, t(3), 40002), vec![replica(1), replica(2)]);
+    let st = r.status();
+    assert!(st.services[0].replicas[0].alive && st.services[0].replicas[1].alive);
+    assert!(!st.services[0].replicas[2].alive && !st.services[0].replicas[2].awaiting_agent);
+    // Reports about unknown services or replicas change nothing.
+    let junk = [ftnet_core::OutOfService {
+        vip: Ipv4Addr::new(10, 9, 9, 9),
+        port: PORT,
+        replica: replica(1),
+    }, ftnet_core::OutOfService {
+        vip: VIP,
+        port: PORT,
+        replica: Ipv4Addr::new(10, 9, 9, 9),
+    }];
+    assert_eq!(r.reported_down(t(4), replica(2), &junk), 0);
+    // Never the last replica in service.
+    let all = [1u8, 2].map(|i| ftnet_core::OutOfService { vip: VIP, port: PORT, replica: replica(i) });
+    assert_eq!(r.reported_down(t(5), replica(2), &all), 2);
+    assert_eq!(
+        r.status().services[0].replicas.iter().filter(|x| x.alive).count(),
+        1,
+        "the last replica in service stays"
+    );
 }
 
 /// Output commit (`record_commit`): once every replica answered, the
@@ -1251,4 +1416,537 @@ fn a_rebuilt_connection_passes_probes_to_a_silent_client() {
             .any(|o| o.dst == CLIENT && o.r.seq == SeqNum(risn).add(sent)),
         "the probe goes to the client, one below what it has"
     );
+}
+
+// ----------------------------------------------------------------------
+// A hostile client (issue 13, item 3): nothing a client sends may evict a
+// healthy replica service-wide, kill a live connection blindly, or stall
+// the sequencer.
+// ----------------------------------------------------------------------
+
+/// Drops counted under `name` (0 if the router does not know the name).
+fn dropped(r: &Router, name: &str) -> u64 {
+    r.status()
+        .drops
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map_or(0, |(_, c)| *c)
+}
+
+/// An ICMP destination unreachable (code 1, host) from `src` to `dst`
+/// quoting a segment `inner_src:iport → inner_dst:PORT` with sequence
+/// number `seq`.
+fn icmp_unreachable(
+    src: Ipv4Addr,
+    dst: Ipv4Addr,
+    inner_src: Ipv4Addr,
+    iport: u16,
+    inner_dst: Ipv4Addr,
+    seq: SeqNum,
+) -> Packet {
+    let mut inner =
+        Repr::new(iport, PORT, seq, SeqNum(0), flags::ACK, 1).emit_ipv4(inner_src, inner_dst, b"");
+    inner.truncate(28);
+    let mut icmp = vec![3u8, 1, 0, 0, 0, 0, 0, 0];
+    icmp.extend_from_slice(&inner);
+    let c = ftnet_wire::checksum::complete(&icmp, 0);
+    icmp[2..4].copy_from_slice(&c.to_be_bytes());
+    let mut pkt = vec![0u8; 20];
+    ipv4::emit_header(
+        &mut pkt,
+        src,
+        dst,
+        ipv4::PROTO_ICMP,
+        (20 + icmp.len()) as u16,
+        64,
+    );
+    pkt.extend_from_slice(&icmp);
+    Packet::plain(pkt)
+}
+
+/// Client data at stream offset `off` (bytes after the SYN), acknowledging
+/// the router's SYN-ACK.
+fn client_bytes(r: &mut Router, now: Instant, risn: u32, off: u32, payload: &[u8]) -> Vec<Out> {
+    let d = Repr::new(
+        CPORT,
+        PORT,
+        SeqNum(CISN).add(1 + off),
+        SeqNum(risn).add(1),
+        flags::ACK | flags::PSH,
+        502,
+    );
+    r.handle_packet(now, seg(CLIENT, VIP, d, payload));
+    drain(r)
+}
+
+fn all_alive(r: &Router) -> bool {
+    r.status().services[0].replicas.iter().all(|x| x.alive)
+}
+
+/// RFC 5927 §4.1: ICMP about a TCP connection is checked against the
+/// connection. The client itself (its own address, to the VIP) quoting
+/// its own connection with a replica as inner destination is no evidence
+/// of anything: before, one such packet marked the replica down for the
+/// whole service.
+#[test]
+fn icmp_from_the_client_quoting_its_own_connection_demotes_nobody() {
+    let mut r = router(3);
+    let (risn, _) = handshake(&mut r, 3);
+    let quote = SeqNum(CISN).add(1);
+    r.handle_packet(
+        t(5),
+        icmp_unreachable(CLIENT, VIP, CLIENT, CPORT, replica(2), quote),
+    );
+    // Addressed to the client, but sent by it (a spoofed gateway would
+    // not be the client's own address either way).
+    r.handle_packet(
+        t(5),
+        icmp_unreachable(CLIENT, CLIENT, CLIENT, CPORT, replica(2), quote),
+    );
+    assert!(all_alive(&r), "no replica marked down");
+    assert_eq!(dropped(&r, "icmp_unverified"), 2);
+    let out = client_bytes(&mut r, t(6), risn, 0, b"hi");
+    assert_eq!(out.len(), 3, "every replica still gets the client's bytes");
+}
+
+/// Two packets from one client took 2 of 3 replicas out of the service.
+#[test]
+fn two_client_icmps_cannot_take_two_of_three_replicas_out() {
+    let mut r = router(3);
+    let (risn, _) = handshake(&mut r, 3);
+    for i in [2u8, 3] {
+        r.handle_packet(
+            t(5),
+            icmp_unreachable(CLIENT, VIP, CLIENT, CPORT, replica(i), SeqNum(CISN).add(1)),
+        );
+    }
+    assert!(all_alive(&r));
+    let out = client_bytes(&mut r, t(6), risn, 0, b"hi");
+    assert_eq!(out.len(), 3);
+    assert!(log_events(&mut r)
+        .iter()
+        .all(|e| !matches!(e, Event::ReplicaDown { .. } | Event::Evicted { .. })));
+}
+
+/// Fully off-path: a spoofed SYN from an address the attacker does not
+/// own, then an ICMP (from yet another address) quoting exactly that SYN.
+/// The quote checks out, so the replica may leave that one (spoofed)
+/// connection; it must stay up for the service.
+#[test]
+fn off_path_spoofed_syn_then_icmp_demotes_nobody() {
+    let mut r = router(3);
+    let victim = Ipv4Addr::new(203, 0, 113, 5);
+    let isn = SeqNum(0x1234_5678);
+    let syn = Repr::new(4444, PORT, isn, SeqNum(0), flags::SYN, 64240);
+    r.handle_packet(t(0), seg(victim, VIP, syn, b""));
+    assert_eq!(drain(&mut r).len(), 3);
+    r.handle_packet(
+        t(1),
+        icmp_unreachable(
+            Ipv4Addr::new(203, 0, 113, 9),
+            victim,
+            victim,
+            4444,
+            replica(1),
+            isn,
+        ),
+    );
+    assert!(
+        all_alive(&r),
+        "one ICMP never demotes a replica service-wide"
+    );
+    let out = drain(&mut r);
+    assert!(
+        out.iter().all(|o| o.dst == replica(1)),
+        "at most that one (spoofed) connection loses the replica"
+    );
+    // A real client's connection still goes to every replica.
+    handshake(&mut r, 3);
+}
+
+/// RFC 9293 §3.10.7.3 (SYN-SENT): a RST is acceptable only if its ACK
+/// acknowledges the SYN. A RST with a replica's source address that does
+/// not is not that replica refusing.
+#[test]
+fn rst_to_the_syn_must_acknowledge_it() {
+    let mut r = router(2);
+    let syn = Repr::new(CPORT, PORT, SeqNum(CISN), SeqNum(0), flags::SYN, 64240);
+    r.handle_packet(t(0), seg(CLIENT, VIP, syn, b""));
+    drain(&mut r);
+    // No ACK flag, then a wrong ACK number.
+    let rst = Repr::new(PORT, CPORT, SeqNum(0), SeqNum(0), flags::RST, 0);
+    r.handle_packet(t(1), seg(replica(1), CLIENT, rst, b""));
+    let rst = Repr::new(
+        PORT,
+        CPORT,
+        SeqNum(0),
+        SeqNum(CISN).add(2),
+        flags::RST | flags::ACK,
+        0,
+    );
+    r.handle_packet(t(1), seg(replica(1), CLIENT, rst, b""));
+    let sa = Repr::new(
+        PORT,
+        CPORT,
+        SeqNum(77),
+        SeqNum(CISN).add(1),
+        flags::SYN | flags::ACK,
+        65160,
+    );
+    r.handle_packet(t(1), seg(replica(2), CLIENT, sa, b""));
+    assert!(all_alive(&r), "an unacceptable RST refuses nothing");
+    assert_eq!(dropped(&r, "rst_bad_ack"), 2);
+    assert!(
+        drain(&mut r).iter().all(|o| o.dst != CLIENT),
+        "the SYN-ACK still waits for replica 1"
+    );
+}
+
+/// RFC 5961 §3.2 on the replica side: a RST from an open replica counts
+/// only at exactly the sequence number the router expects next from it;
+/// one in the window but not exact is answered with a challenge ACK and
+/// changes nothing.
+#[test]
+fn replica_rst_in_window_but_not_exact_changes_nothing() {
+    let mut r = router(2);
+    let (risn, isns) = handshake(&mut r, 2);
+    let rst = Repr::new(
+        PORT,
+        CPORT,
+        SeqNum(isns[0]).add(1 + 1000),
+        SeqNum(0),
+        flags::RST,
+        0,
+    );
+    r.handle_packet(t(5), seg(replica(1), CLIENT, rst, b""));
+    let out = drain(&mut r);
+    assert_eq!(out.len(), 1, "a challenge ACK to the replica");
+    assert_eq!(out[0].dst, replica(1));
+    assert_eq!(out[0].r.flags, flags::ACK);
+    assert_eq!(out[0].r.ack, SeqNum(isns[0]).add(1));
+    r.handle_timeout(t(500));
+    assert!(log_events(&mut r).is_empty(), "nobody evicted");
+    assert_eq!(dropped(&r, "rst_not_exact"), 1);
+    let out = client_bytes(&mut r, t(501), risn, 0, b"hi");
+    assert_eq!(out.len(), 2, "both replicas still serve");
+}
+
+/// A blind RST from the client side: anywhere in the window but not
+/// exactly at the next sequence number it changes nothing (RFC 5961 §3.2)
+/// and the client gets a challenge ACK; at exactly that number it aborts
+/// the connection at every replica. Before, any RST within ±2^30 made
+/// the router forget the connection while the replicas kept it.
+#[test]
+fn blind_client_rst_in_window_changes_nothing_and_exact_one_aborts() {
+    let mut r = router(2);
+    let (risn, isns) = handshake(&mut r, 2);
+    let rst = |s: SeqNum| {
+        seg(
+            CLIENT,
+            VIP,
+            Repr::new(CPORT, PORT, s, SeqNum(0), flags::RST, 0),
+            b"",
+        )
+    };
+    r.handle_packet(t(5), rst(SeqNum(CISN).add(1 + 1000)));
+    let out = drain(&mut r);
+    assert_eq!(out.len(), 1, "one challenge ACK, nothing to the replicas");
+    assert_eq!((out[0].src, out[0].dst), (VIP, CLIENT));
+    assert_eq!(out[0].r.flags, flags::ACK);
+    assert_eq!(out[0].r.ack, SeqNum(CISN).add(1));
+    assert_eq!(out[0].r.seq, SeqNum(risn).add(1));
+    // A second one within 50 ms: no second challenge ACK (RFC 5961 §7).
+    r.handle_packet(t(6), rst(SeqNum(CISN).add(1 + 2000)));
+    assert!(drain(&mut r).is_empty());
+    // Outside the window: dropped.
+    r.handle_packet(t(7), rst(SeqNum(CISN).add(1 + (1 << 29))));
+    assert!(drain(&mut r).is_empty());
+    assert_eq!(dropped(&r, "rst_not_exact"), 2);
+    assert_eq!(dropped(&r, "rst_out_of_window"), 1);
+    assert_eq!(r.connections(), 1);
+    // The connection keeps working.
+    let out = client_bytes(&mut r, t(8), risn, 0, b"hello");
+    assert_eq!(out.len(), 2);
+    for (j, i) in [1u8, 2].iter().enumerate() {
+        r.handle_packet(t(9), ack_from(*i, isns[j], SeqNum(CISN).add(6), 500));
+    }
+    let out = drain(&mut r);
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].r.ack, SeqNum(CISN).add(6));
+    // The exact one aborts, at every replica.
+    r.handle_packet(t(10), rst(SeqNum(CISN).add(6)));
+    let out = drain(&mut r);
+    assert_eq!(
+        out.iter()
+            .filter(|o| o.r.flags & flags::RST != 0 && o.dst != CLIENT)
+            .count(),
+        2
+    );
+    assert_eq!(r.connections(), 0);
+}
+
+/// RFC 9293 §3.10.7.4 (SYN-RECEIVED) with RFC 5961 §3: a RST to a
+/// half-open connection must carry the client's ISN + 1. Before, any RST
+/// killed it.
+#[test]
+fn rst_to_a_half_open_connection_must_carry_the_isn_plus_one() {
+    let mut r = router(2);
+    let syn = Repr::new(CPORT, PORT, SeqNum(CISN), SeqNum(0), flags::SYN, 64240);
+    r.handle_packet(t(0), seg(CLIENT, VIP, syn, b""));
+    drain(&mut r);
+    let rst = |s: SeqNum| {
+        seg(
+            CLIENT,
+            VIP,
+            Repr::new(CPORT, PORT, s, SeqNum(0), flags::RST, 0),
+            b"",
+        )
+    };
+    r.handle_packet(t(1), rst(SeqNum(CISN).add(5000)));
+    assert!(drain(&mut r).is_empty());
+    assert_eq!(
+        r.connections(),
+        1,
+        "a blind RST kills no half-open connection"
+    );
+    r.handle_packet(t(2), rst(SeqNum(CISN).add(1)));
+    assert_eq!(drain(&mut r).len(), 2, "the replicas are reset");
+    assert_eq!(r.connections(), 0);
+}
+
+fn adopt_two(r: &mut Router, risn: u32, isns: [u32; 2], wscale: u8) {
+    use ftnet_core::{AdoptRecord, ConnKey, ReplicaSetup};
+    let key = ConnKey {
+        client: CLIENT,
+        cport: CPORT,
+        vip: VIP,
+        vport: PORT,
+    };
+    for i in 0..2u8 {
+        let rec = AdoptRecord {
+            key,
+            client_isn: CISN,
+            router_isn: risn,
+            wscale_out: wscale,
+            ts_base: None,
+            client_mss: 1460,
+            mss_out: 1460,
+            replica: ReplicaSetup {
+                addr: replica(i + 1),
+                isn: isns[i as usize],
+                wscale,
+            },
+            expected: vec![replica(1), replica(2)],
+            accepted: true,
+            input_end: Some(86),
+        };
+        r.adopt(t(0), &rec);
+    }
+    drain(r); // the position probes
+}
+
+/// RFC 5961 §4 after a takeover: a SYN with a new ISN on an adopted,
+/// rebuilt connection gets a challenge ACK and replaces nothing. A client
+/// whose old connection had ended answers it with a RST at exactly the
+/// ACK's number, which frees the four-tuple; its next SYN opens a fresh
+/// connection. Before, the SYN alone replaced the live connection.
+#[test]
+fn a_syn_with_a_new_isn_on_an_adopted_connection_is_challenged() {
+    let mut r = router(2);
+    let (risn, isns) = (7_000_000u32, [1_000_000u32, 2_000_000]);
+    adopt_two(&mut r, risn, isns, 0);
+    let sent = 500u32;
+    for i in 0..2u8 {
+        let a = Repr::new(
+            PORT,
+            CPORT,
+            SeqNum(isns[i as usize]).add(1 + sent),
+            SeqNum(CISN).add(1 + 86),
+            flags::ACK,
+            64,
+        );
+        r.handle_packet(t(1), seg(replica(i + 1), CLIENT, a, b""));
+    }
+    drain(&mut r);
+    assert_eq!(r.status().rebuilding, 0, "rebuilt");
+    let new_isn = SeqNum(0x5555_0000);
+    let syn = Repr::new(CPORT, PORT, new_isn, SeqNum(0), flags::SYN, 64240);
+    r.handle_packet(t(10), seg(CLIENT, VIP, syn.clone(), b""));
+    let out = drain(&mut r);
+    assert_eq!(
+        out.len(),
+        1,
+        "a challenge ACK only: {:?}",
+        out.iter().map(|o| o.dst).collect::<Vec<_>>()
+    );
+    assert_eq!((out[0].dst, out[0].r.flags), (CLIENT, flags::ACK));
+    assert_eq!(out[0].r.seq, SeqNum(risn).add(1 + sent));
+    let challenge_ack = out[0].r.ack;
+    assert_eq!(challenge_ack, SeqNum(CISN).add(1 + 86));
+    assert_eq!(
+        r.status().sample[0].adopted,
+        true,
+        "the adopted connection stays"
+    );
+    // The client's connection had ended: its SYN-SENT answers the
+    // unacceptable ACK with <SEQ=SEG.ACK><CTL=RST> (RFC 9293 §3.10.7.3).
+    let rst = Repr::new(CPORT, PORT, challenge_ack, SeqNum(0), flags::RST, 0);
+    r.handle_packet(t(11), seg(CLIENT, VIP, rst, b""));
+    let out = drain(&mut r);
+    assert_eq!(
+        out.iter().filter(|o| o.r.flags & flags::RST != 0).count(),
+        2,
+        "both replicas reset"
+    );
+    assert_eq!(r.connections(), 0);
+    // Its retransmitted SYN opens a fresh connection.
+    r.handle_packet(t(1010), seg(CLIENT, VIP, syn, b""));
+    let out = drain(&mut r);
+    assert_eq!(out.len(), 2);
+    assert!(out
+        .iter()
+        .all(|o| o.r.flags == flags::SYN && o.r.seq == new_isn));
+}
+
+/// While an adopted connection is still rebuilding its positions are not
+/// known, so no challenge ACK can be built: a SYN with a new ISN is only
+/// dropped (counted), and the connection stays.
+#[test]
+fn a_syn_on_an_adopted_connection_still_rebuilding_is_dropped() {
+    let mut r = router(2);
+    adopt_two(&mut r, 7_000_000, [1_000_000, 2_000_000], 0);
+    let syn = Repr::new(
+        CPORT,
+        PORT,
+        SeqNum(0x5555_0000),
+        SeqNum(0),
+        flags::SYN,
+        64240,
+    );
+    r.handle_packet(t(10), seg(CLIENT, VIP, syn, b""));
+    assert!(drain(&mut r).is_empty());
+    assert_eq!(r.status().rebuilding, 1, "still the adopted connection");
+    assert_eq!(dropped(&r, "syn_on_live_connection"), 1);
+}
+
+fn sequencer_router(n: u8) -> Router {
+    let mut c = Config::default();
+    c.sequencer = true;
+    c.services.push(Service {
+        name: "t".into(),
+        vip: VIP,
+        ports: vec![PORT],
+        replicas: (1..=n).map(replica).collect(),
+        voting: Default::default(),
+    });
+    Router::new(c, [9; 16])
+}
+
+/// The chunk ends the sequencer numbered, in order.
+fn input_ends(r: &mut Router) -> Vec<u32> {
+    std::iter::from_fn(|| r.poll_event())
+        .filter_map(|e| match e {
+            Event::Input {
+                kind: ftnet_core::InputKind::Data { end },
+                ..
+            } => Some(end),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The sequencer stall: a client segment 256 MiB ahead of its stream
+/// (inside ±2^30, outside every replica's window) got an input number for
+/// a chunk that could never complete, and every shim waited for it. Only
+/// bytes inside every live replica's window, contiguous from the in-order
+/// point, may be numbered.
+#[test]
+fn a_segment_far_ahead_gets_no_input_number() {
+    let mut r = sequencer_router(2);
+    let (risn, _) = handshake(&mut r, 2);
+    client_bytes(&mut r, t(3), risn, 0, b"a");
+    assert_eq!(input_ends(&mut r), vec![1]);
+    let out = client_bytes(&mut r, t(4), risn, 256 << 20, b"far");
+    assert_eq!(input_ends(&mut r), Vec::<u32>::new(), "no number for it");
+    assert!(out.is_empty(), "no replica would take it: not forwarded");
+    client_bytes(&mut r, t(5), risn, 1, b"bc");
+    assert_eq!(input_ends(&mut r), vec![3], "the next bytes are numbered");
+}
+
+/// A segment beyond a hole does not move the numbered end past the hole;
+/// the bytes are numbered once the hole is filled and a replica
+/// acknowledged them (they are then contiguous).
+#[test]
+fn a_segment_beyond_a_hole_is_numbered_once_the_hole_is_filled() {
+    let mut r = sequencer_router(2);
+    let (risn, isns) = handshake(&mut r, 2);
+    let out = client_bytes(&mut r, t(3), risn, 10, b"after");
+    assert_eq!(out.len(), 2, "forwarded: inside the window");
+    assert_eq!(input_ends(&mut r), Vec::<u32>::new(), "beyond a hole");
+    client_bytes(&mut r, t(4), risn, 0, b"0123456789");
+    assert_eq!(input_ends(&mut r), vec![10], "up to the hole's end");
+    r.handle_packet(t(5), ack_from(1, isns[0], SeqNum(CISN).add(16), 500));
+    assert_eq!(input_ends(&mut r), vec![15], "a replica has it all");
+}
+
+/// `order_report` with a hostile `last_seq` of u64::MAX: numbering on from
+/// it overflowed (a panic in a debug build).
+#[test]
+fn an_order_report_at_the_largest_number_does_not_overflow() {
+    let mut r = sequencer_router(1);
+    r.await_order();
+    r.order_report(
+        t(0),
+        replica(1),
+        &[ftnet_core::OrderReport {
+            vip: VIP,
+            vport: PORT,
+            last_seq: u64::MAX,
+            tail: Vec::new(),
+        }],
+    );
+    let (risn, _) = handshake(&mut r, 1);
+    client_bytes(&mut r, t(3), risn, 0, b"a");
+    // A late report at the largest number too.
+    r.order_report(
+        t(4),
+        replica(1),
+        &[ftnet_core::OrderReport {
+            vip: VIP,
+            vport: PORT,
+            last_seq: u64::MAX,
+            tail: Vec::new(),
+        }],
+    );
+    let n = std::iter::from_fn(|| r.poll_event()).count();
+    assert!(n > 0);
+}
+
+/// RFC 7323 §2.3: a shift count above 14 is used as 14. An adopted
+/// record with a larger one made the router shift a window by 40 bits
+/// (a panic in a debug build, garbage in release).
+#[test]
+fn an_adopted_window_scale_above_14_is_clamped() {
+    let mut r = router(2);
+    let (risn, isns) = (7_000_000u32, [1_000_000u32, 2_000_000]);
+    adopt_two(&mut r, risn, isns, 40);
+    for i in 0..2u8 {
+        let a = Repr::new(
+            PORT,
+            CPORT,
+            SeqNum(isns[i as usize]).add(1),
+            SeqNum(CISN).add(1 + 86),
+            flags::ACK,
+            64,
+        );
+        r.handle_packet(t(1), seg(replica(i + 1), CLIENT, a, b""));
+    }
+    let out = drain(&mut r);
+    assert_eq!(r.status().rebuilding, 0, "rebuilt");
+    let ack = out
+        .iter()
+        .find(|o| o.dst == CLIENT)
+        .expect("one ACK to the client");
+    // 64 << 14 bytes, told with scale 14.
+    assert_eq!(ack.r.window, 64);
 }

@@ -132,6 +132,9 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
     let now_ms = || origin.elapsed().as_millis() as u64;
     let mut records: HashMap<ConnId, ConnRecord> = HashMap::new();
     let mut order = OrderLog::default();
+    // The replicas out of service, as the last router said: told to the
+    // next one, which must not readmit them.
+    let mut down = Vec::new();
     let mut backoff = BACKOFF_MIN;
     // Attempts since the last registration (or since the start).
     let mut tries = 0u32;
@@ -162,9 +165,11 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
             AgentSession::new(&args.secret, args.replica, &args.host, nonce, now_ms());
         s.records = std::mem::take(&mut records);
         s.order = std::mem::take(&mut order);
+        s.down = std::mem::take(&mut down);
         let outcome = session(stream, &mut s, hello, &now_ms, &shims);
         records = std::mem::take(&mut s.records);
         order = std::mem::take(&mut s.order);
+        down = std::mem::take(&mut s.down);
         if s.is_live() {
             // It was registered: the router just went away; look for its
             // successor at once, and fast.

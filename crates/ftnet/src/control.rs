@@ -14,8 +14,12 @@
 use crate::config::ControlConfig;
 use crate::sys;
 use anyhow::Context;
-use ftnet_control::{ConnId, ConnRecord, Decoder, Heartbeats, Msg, RouterEvent, RouterSession};
-use ftnet_core::{AdoptRecord, Adopted, ConnKey, Event, NumberedInput, OrderReport, ReplicaSetup};
+use ftnet_control::{
+    ConnId, ConnRecord, Decoder, DownReplica, Heartbeats, Msg, RouterEvent, RouterSession,
+};
+use ftnet_core::{
+    AdoptRecord, Adopted, ConnKey, Event, NumberedInput, OrderReport, OutOfService, ReplicaSetup,
+};
 use std::collections::{HashMap, HashSet};
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
@@ -32,9 +36,14 @@ const QUEUE: usize = 65536;
 pub trait RouterHandle: Send + Sync + 'static {
     /// Mark a replica's host lost; returns the services it was marked down in.
     fn host_lost(&self, addr: Ipv4Addr) -> usize;
-    /// A lost host's agent registered again; returns the services that took
-    /// its replica back.
-    fn host_back(&self, addr: Ipv4Addr) -> usize;
+    /// A replica's agent registered; returns the services in which the
+    /// replica stays out of service (see `Router::agent_registered`).
+    fn agent_registered(&self, addr: Ipv4Addr) -> Vec<String>;
+    /// Replicas an agent reports out of service (see `Router::reported_down`);
+    /// returns how many were taken out.
+    fn reported_down(&self, reporter: Ipv4Addr, down: &[OutOfService]) -> usize;
+    /// Every replica out of service now (told to an agent that registers).
+    fn out_of_service(&self) -> Vec<OutOfService>;
     /// Rebuild connections from an agent's records (see `Router::adopt`).
     fn adopt(&self, records: &[AdoptRecord]) -> Vec<Adopted>;
     /// Every live agent of these connections stored their records: their
@@ -236,6 +245,19 @@ impl Registry {
                     Box::new(move |_| Msg::Input { seq, id, kind, end }),
                 )
             }
+            Event::OutOfService { down } => {
+                // Every agent keeps the whole set, for the next router.
+                let msg = Msg::OutOfService {
+                    down: down.iter().map(down_replica).collect(),
+                };
+                for a in self.lock().values().filter(|a| a.lost.is_none()) {
+                    if a.tx.try_send(msg.clone()).is_err() {
+                        self.dropped_records
+                            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
+                }
+                return Routed::Yes;
+            }
             _ => return Routed::No,
         };
         let input = matches!(ev, Event::Input { .. });
@@ -303,6 +325,14 @@ impl Registry {
             "dropped_records": self.dropped_records.load(std::sync::atomic::Ordering::Relaxed),
             "pending_commits": self.pending_commits(),
         })
+    }
+}
+
+fn down_replica(d: &OutOfService) -> DownReplica {
+    DownReplica {
+        vip: d.vip,
+        vport: d.port,
+        replica: d.replica,
     }
 }
 
@@ -547,7 +577,17 @@ fn serve(
                         None => String::new(),
                     };
                     info!(%replica, %host, %peer, "agent registered{again}");
-                    router.host_back(replica);
+                    let out = router.agent_registered(replica);
+                    if !out.is_empty() {
+                        warn!(%replica, "replica stays out of service {} although its agent registered: it left the group and its server missed input since; bring it back with `ftnet replica enable {replica}` once its state is the group's", out.join(", "));
+                    }
+                    // What the agent keeps for the next router.
+                    let down = router.out_of_service();
+                    if let Some(a) = reg.lock().get(&replica).filter(|a| a.session == id) {
+                        let _ = a.tx.try_send(Msg::OutOfService {
+                            down: down.iter().map(down_replica).collect(),
+                        });
+                    }
                 }
                 RouterEvent::Records { replica, records } => {
                     let t = std::time::Instant::now();
@@ -579,6 +619,22 @@ fn serve(
                             a.ordered = true;
                         }
                     });
+                }
+                RouterEvent::OutOfService { replica, down } => {
+                    let down: Vec<OutOfService> = down
+                        .iter()
+                        .map(|d| OutOfService {
+                            vip: d.vip,
+                            port: d.vport,
+                            replica: d.replica,
+                        })
+                        .collect();
+                    let n = router.reported_down(replica, &down);
+                    if n > 0 {
+                        let list: Vec<String> =
+                            down.iter().map(|d| d.replica.to_string()).collect();
+                        warn!(%replica, "the agent reports replica(s) {} out of service under the router before: {n} kept out here (never readmitted without `ftnet replica enable`)", list.join(", "));
+                    }
                 }
                 RouterEvent::Stored { replica, ids } => {
                     let done = reg.stored(replica, &ids);

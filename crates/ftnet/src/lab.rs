@@ -81,6 +81,16 @@ Examples:
         /// Replica number, 1-based.
         n: usize,
     },
+    /// Undo `cut`: replica N's link up again on both ends (a host that comes back with the
+    /// state it had when it was cut; the router keeps it out until `ftnet replica enable`).
+    #[command(after_help = "Example:\n  ftnet lab heal 3")]
+    Heal {
+        /// Lab name.
+        #[arg(long, default_value = "lab")]
+        name: String,
+        /// Replica number, 1-based.
+        n: usize,
+    },
     /// HA lab: kill -9 the ftnet router that holds the gateway addresses; the other takes over.
     #[command(name = "kill-router", after_help = "Example:\n  ftnet lab kill-router")]
     KillRouter {
@@ -244,6 +254,11 @@ pub fn run(cmd: LabCmd) -> anyhow::Result<i32> {
         LabCmd::Cut { name, n } => {
             let lab = Lab::new(&name)?;
             cut(&lab, n)?;
+            Ok(0)
+        }
+        LabCmd::Heal { name, n } => {
+            let lab = Lab::new(&name)?;
+            heal(&lab, n)?;
             Ok(0)
         }
         LabCmd::Status { name, json } => {
@@ -991,6 +1006,24 @@ fn cut(lab: &Lab, n: usize) -> anyhow::Result<()> {
     println!(
         "replica {n}: link {vr} <-> {v} is down on both ends (host loss); server still running"
     );
+    Ok(())
+}
+
+fn heal(lab: &Lab, n: usize) -> anyhow::Result<()> {
+    let (v, vr) = lab.veth_replica(n);
+    let ns = lab.ns_replica(n);
+    if !lab.namespaces()?.contains(&ns) {
+        bail!(
+            "namespace {ns} does not exist — is lab {:?} up with at least {n} replicas?",
+            lab.name
+        );
+    }
+    ip(&["-n", &lab.ns_router(), "link", "set", &vr, "up"])?;
+    ip(&["-n", &ns, "link", "set", &v, "up"])?;
+    // The default route went with the link.
+    let gw = format!("198.18.{}.1", 10 + n);
+    ip(&["-n", &ns, "route", "replace", "default", "via", &gw])?;
+    println!("replica {n}: link {vr} <-> {v} is up again on both ends");
     Ok(())
 }
 

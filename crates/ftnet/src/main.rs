@@ -39,6 +39,24 @@ struct Cli {
 }
 
 #[derive(Subcommand)]
+enum ReplicaCmd {
+    /// Serve new connections with this replica again (connections it left stay without it).
+    Enable {
+        /// The replica's address, as listed in the config's [[service]] replicas.
+        addr: std::net::Ipv4Addr,
+        /// Only in this service [default: every service that lists it].
+        #[arg(long)]
+        service: Option<String>,
+        /// Status socket of the router [default: status_socket from --config, else /run/ftnet/ftnet0.sock].
+        #[arg(long, value_name = "PATH")]
+        socket: Option<PathBuf>,
+        /// Take the socket path from this configuration file.
+        #[arg(long, value_name = "FILE", conflicts_with = "socket")]
+        config: Option<PathBuf>,
+    },
+}
+
+#[derive(Subcommand)]
 enum Cmd {
     /// Run the router: open the TUN, install policy routing, forward until SIGINT/SIGTERM (SIGHUP is ignored).
     #[command(after_help = ROUTER_HELP)]
@@ -75,6 +93,21 @@ Examples:
         /// Print the raw JSON snapshot instead of a table.
         #[arg(long)]
         json: bool,
+    },
+    /// Bring a replica that left the group back into service (operator action).
+    #[command(after_help = "\
+A replica leaves the group when it crashes, resets, stalls, diverges, loses the input order
+or its host is lost, and it stays out: its server missed input while it was out, so its
+state is no longer the group's. Not a restart of its agent, of the router, nor a takeover
+brings it back — only this command, once its server holds the group's state again (for
+example restarted from a copy of a healthy replica's data).
+
+Examples:
+  ftnet replica enable 198.18.13.2                       # every service that lists it
+  ftnet replica enable 198.18.13.2 --service redis --config /etc/ftnet/ftnet.toml")]
+    Replica {
+        #[command(subcommand)]
+        cmd: ReplicaCmd,
     },
     /// Run on a replica host: register the replica with the router (shared secret), heartbeat, keep connection records.
     #[command(after_help = AGENT_HELP)]
@@ -326,18 +359,41 @@ fn dispatch(cli: Cli) -> anyhow::Result<i32> {
             config,
             json,
         } => {
-            let path = match (socket, config) {
-                (Some(s), _) => s,
-                (None, Some(c)) => {
-                    config::load(&c)
-                        .context("reading the status socket path from the config")?
-                        .status_socket
-                }
-                (None, None) => PathBuf::from("/run/ftnet/ftnet0.sock"),
-            };
+            let path = status_socket(socket, config)?;
             status::show(&path, json)?;
+            Ok(0)
+        }
+        Cmd::Replica {
+            cmd:
+                ReplicaCmd::Enable {
+                    addr,
+                    service,
+                    socket,
+                    config,
+                },
+        } => {
+            let path = status_socket(socket, config)?;
+            let req = match service {
+                Some(s) => format!("replica enable {addr} {s}"),
+                None => format!("replica enable {addr}"),
+            };
+            status::request(&path, &req)?;
             Ok(0)
         }
         Cmd::Lab { cmd } => lab::run(cmd),
     }
+}
+
+/// The router's status socket: `--socket`, or the one `--config` names, or
+/// the default.
+fn status_socket(socket: Option<PathBuf>, config: Option<PathBuf>) -> anyhow::Result<PathBuf> {
+    Ok(match (socket, config) {
+        (Some(s), _) => s,
+        (None, Some(c)) => {
+            config::load(&c)
+                .context("reading the status socket path from the config")?
+                .status_socket
+        }
+        (None, None) => PathBuf::from("/run/ftnet/ftnet0.sock"),
+    })
 }

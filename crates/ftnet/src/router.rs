@@ -16,7 +16,7 @@ use crate::sys;
 use anyhow::Context;
 use ftnet_core::{Event, Instant, Packet, Router};
 use ftnet_io::{steer, Device, Plan, RoutingSpec, Tun, TunOptions, RECV_BUF_LEN};
-use std::io::Write;
+use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
@@ -151,6 +151,13 @@ pub fn run(cfg: FileConfig) -> anyhow::Result<()> {
             // This router may follow another (a takeover, a restart): it
             // numbers input only once the agents said where the order stands.
             r.await_order();
+            if cfg.control.is_some() {
+                // Nor can it tell a current replica from one that left the
+                // group under the router before until the agents said so:
+                // a replica serves once its own agent registered, and the
+                // agents' reports keep the ones out of service out.
+                r.require_agents();
+            }
             r
         }),
         started,
@@ -164,6 +171,7 @@ pub fn run(cfg: FileConfig) -> anyhow::Result<()> {
     if let Some(f) = cfg.fault {
         warn!(replica = %f.drop_data_to, every = f.every, "[fault] test hook active: dropping every n-th data packet to this replica");
     }
+    socket.serve_admin(shared.clone());
     if let Some(c) = &cfg.control {
         let known = cfg
             .core
@@ -242,8 +250,24 @@ impl RouterHandle for Shared {
         n
     }
 
-    fn host_back(&self, addr: std::net::Ipv4Addr) -> usize {
-        self.lock().host_back(addr)
+    fn agent_registered(&self, addr: std::net::Ipv4Addr) -> Vec<String> {
+        let out = self.lock().agent_registered(addr);
+        self.kick();
+        out
+    }
+
+    fn reported_down(
+        &self,
+        reporter: std::net::Ipv4Addr,
+        down: &[ftnet_core::OutOfService],
+    ) -> usize {
+        let n = self.lock().reported_down(self.now(), reporter, down);
+        self.kick();
+        n
+    }
+
+    fn out_of_service(&self) -> Vec<ftnet_core::OutOfService> {
+        self.lock().out_of_service()
     }
 
     fn adopt(&self, records: &[ftnet_core::AdoptRecord]) -> Vec<ftnet_core::Adopted> {
@@ -577,7 +601,7 @@ fn log_event(ev: &Event) {
             )
         }
         Event::ReplicaUp { service, replica } => {
-            warn!("service {service}: replica {replica} back (its agent registered again); new connections use it again")
+            warn!("service {service}: replica {replica} back in service (operator: `ftnet replica enable`); new connections use it again")
         }
         Event::ConnectionLost { conn } => {
             error!("connection {conn}: no replica left, client reset")
@@ -655,6 +679,7 @@ fn refresh_status(router: &Router, shared: &Shared) {
 /// The status socket: every connection gets the latest snapshot and is closed.
 struct StatusSocket {
     path: PathBuf,
+    admin: Arc<OnceLock<Arc<Shared>>>,
 }
 
 impl StatusSocket {
@@ -679,14 +704,30 @@ impl StatusSocket {
         }
         let listener = UnixListener::bind(path)
             .with_context(|| format!("binding status socket {}", path.display()))?;
+        let admin: Arc<OnceLock<Arc<Shared>>> = Arc::new(OnceLock::new());
+        let handler = admin.clone();
         std::thread::Builder::new()
             .name("status".into())
             .spawn(move || {
                 for conn in listener.incoming() {
                     let Ok(mut conn) = conn else { continue };
-                    let text = match snapshot.lock() {
-                        Ok(s) => s.clone(),
-                        Err(p) => p.into_inner().clone(),
+                    // A request is one line the client ends with a shutdown
+                    // of its side; none (an old client, or `ftnet status`,
+                    // which shuts down at once) asks for the snapshot.
+                    let _ = conn.set_read_timeout(Some(Duration::from_millis(200)));
+                    let mut req = Vec::new();
+                    let _ = (&mut conn).take(4096).read_to_end(&mut req);
+                    let req = String::from_utf8_lossy(&req);
+                    let text = if req.trim().is_empty() || req.trim() == "status" {
+                        match snapshot.lock() {
+                            Ok(s) => s.clone(),
+                            Err(p) => p.into_inner().clone(),
+                        }
+                    } else {
+                        match handler.get() {
+                            Some(sh) => admin_request(sh, req.trim()).to_string(),
+                            None => serde_json::json!({"ok": false, "error": "the router is still starting"}).to_string(),
+                        }
                     };
                     let _ = conn.set_write_timeout(Some(Duration::from_secs(1)));
                     let _ = conn
@@ -697,7 +738,45 @@ impl StatusSocket {
             .context("starting the status thread")?;
         Ok(StatusSocket {
             path: path.to_path_buf(),
+            admin,
         })
+    }
+
+    /// Operator requests (`ftnet replica …`) act on this router from now on.
+    fn serve_admin(&self, shared: Arc<Shared>) {
+        let _ = self.admin.set(shared);
+    }
+}
+
+/// One operator request from the status socket (root only: the socket is
+/// created by root in a root-owned directory). Answers JSON with `ok`.
+fn admin_request(shared: &Shared, req: &str) -> serde_json::Value {
+    let words: Vec<&str> = req.split_whitespace().collect();
+    match words.as_slice() {
+        ["replica", "enable", addr, rest @ ..] if rest.len() <= 1 => {
+            let Ok(addr) = addr.parse::<std::net::Ipv4Addr>() else {
+                return serde_json::json!({"ok": false, "error": format!("{addr:?} is not an IPv4 address")});
+            };
+            let service = rest.first().copied();
+            let back = {
+                let mut r = shared.lock();
+                let known = r.config().services.iter().any(|s| {
+                    s.replicas.contains(&addr) && service.is_none_or(|n| n == s.name)
+                });
+                if !known {
+                    return serde_json::json!({"ok": false, "error": format!("no service{} lists replica {addr}", service.map(|n| format!(" named {n:?}")).unwrap_or_default())});
+                }
+                r.enable_replica(addr, service)
+            };
+            shared.kick();
+            if back.is_empty() {
+                serde_json::json!({"ok": true, "enabled_in": back, "note": format!("replica {addr} was not out of service")})
+            } else {
+                warn!(replica = %addr, services = %back.join(", "), "operator brought the replica back into service (`ftnet replica enable`); its server must hold the group's state");
+                serde_json::json!({"ok": true, "enabled_in": back})
+            }
+        }
+        _ => serde_json::json!({"ok": false, "error": format!("unknown request {req:?}; known: `replica enable ADDR [SERVICE]`")}),
     }
 }
 

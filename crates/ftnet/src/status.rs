@@ -15,11 +15,47 @@ pub fn fetch(socket: &Path) -> anyhow::Result<Value> {
         )
     })?;
     s.set_read_timeout(Some(Duration::from_secs(3)))?;
+    // No request: the snapshot.
+    let _ = s.shutdown(std::net::Shutdown::Write);
     let mut text = String::new();
     s.read_to_string(&mut text)
         .with_context(|| format!("reading status from {}", socket.display()))?;
     serde_json::from_str(&text)
         .with_context(|| format!("router on {} sent unparsable status", socket.display()))
+}
+
+/// Send one operator request (`replica enable ADDR [SERVICE]`) and print
+/// the router's answer; an error if the router refused it.
+pub fn request(socket: &Path, req: &str) -> anyhow::Result<()> {
+    let mut s = std::os::unix::net::UnixStream::connect(socket).map_err(|e| {
+        anyhow::anyhow!(
+            "no router answering on {}: is `ftnet router` running in this network namespace? ({e})",
+            socket.display()
+        )
+    })?;
+    s.set_read_timeout(Some(Duration::from_secs(3)))?;
+    s.write_all(req.as_bytes())?;
+    s.shutdown(std::net::Shutdown::Write)?;
+    let mut text = String::new();
+    s.read_to_string(&mut text)
+        .with_context(|| format!("reading the answer from {}", socket.display()))?;
+    let v: Value = serde_json::from_str(&text)
+        .with_context(|| format!("router on {} sent an unparsable answer", socket.display()))?;
+    if v["ok"].as_bool() != Some(true) {
+        anyhow::bail!(
+            "the router refused `{req}`: {}",
+            v["error"].as_str().unwrap_or("no reason given")
+        );
+    }
+    let list: Vec<&str> = v["enabled_in"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|x| x.as_str()).collect())
+        .unwrap_or_default();
+    match v["note"].as_str() {
+        Some(n) => println!("{n}"),
+        None => println!("back in service in: {}", list.join(", ")),
+    }
+    Ok(())
 }
 
 pub fn show(socket: &Path, json: bool) -> anyhow::Result<()> {

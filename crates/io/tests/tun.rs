@@ -103,9 +103,13 @@ fn routing_installs_and_removes_exactly_its_rules() {
     in_netns(|| {
         let _tun = Tun::open(&TunOptions::new("fttest1")).expect("open TUN");
         // The replica's network, on an interface of its own.
-        ip(&["link", "add", "ftrep1", "type", "dummy"]).expect("dummy");
+        ip(&[
+            "link", "add", "ftrep1", "type", "veth", "peer", "name", "ftrep1p",
+        ])
+        .expect("veth");
         ip(&["addr", "add", "198.18.11.1/24", "dev", "ftrep1"]).expect("addr");
         ip(&["link", "set", "ftrep1", "up"]).expect("up");
+        ip(&["link", "set", "ftrep1p", "up"]).expect("up");
         // Rules nobody recorded, at our priority and elsewhere: both stay.
         ip(&[
             "rule", "add", "from", "1.2.3.4", "lookup", "7123", "pref", "7123",

@@ -515,6 +515,35 @@ impl RouterSession {
         known: impl Fn(Ipv4Addr) -> bool,
         out: &mut Vec<Msg>,
     ) -> Option<RouterEvent> {
+        self.handle_admitting(
+            msg,
+            now_ms,
+            |r, _| {
+                if known(r) {
+                    Ok(())
+                } else {
+                    Err(format!("replica {r} is not in the router's configuration — add it to a [[service]] or fix the agent's --replica"))
+                }
+            },
+            out,
+        )
+    }
+
+    /// [`RouterSession::handle`] with the router's admission policy:
+    /// `admit(replica, proven)` says why this peer may not speak for
+    /// `replica`, if it may not (unknown replica, wrong source address, a
+    /// live agent already speaks for it). It is asked twice: when the peer
+    /// says who it is (`proven` false: a refused peer is not even
+    /// challenged), and once it proved the secret, just before it is
+    /// welcomed (`proven` true: what only an authenticated peer may be told,
+    /// and what may have changed during the exchange).
+    pub fn handle_admitting(
+        &mut self,
+        msg: Msg,
+        now_ms: u64,
+        admit: impl Fn(Ipv4Addr, bool) -> Result<(), String>,
+        out: &mut Vec<Msg>,
+    ) -> Option<RouterEvent> {
         self.last_heard_ms = now_ms;
         match (std::mem::replace(&mut self.state, RState::Closed), msg) {
             (
@@ -529,8 +558,8 @@ impl RouterSession {
                 if version != VERSION {
                     return self.reject(format!("protocol version {version}, router speaks {VERSION} — run the same ftnet version on router and agents"), out);
                 }
-                if !known(replica) {
-                    return self.reject(format!("replica {replica} is not in the router's configuration — add it to a [[service]] or fix the agent's --replica"), out);
+                if let Err(reason) = admit(replica, false) {
+                    return self.reject(reason, out);
                 }
                 if unhex(&nonce).is_none_or(|n| n.len() < 16) {
                     return self.reject("malformed nonce".into(), out);
@@ -562,6 +591,12 @@ impl RouterSession {
                     &mac,
                 ) {
                     return self.reject(format!("authentication failed for replica {replica} (host {host:?}): wrong shared secret"), out);
+                }
+                if let Err(reason) = admit(replica, true) {
+                    return self.reject(
+                        format!("{reason} (host {host:?} proved the shared secret)"),
+                        out,
+                    );
                 }
                 let mac = sign(&self.secret, "router", &agent_nonce, &self.nonce, replica);
                 out.push(Msg::Welcome {
@@ -992,6 +1027,57 @@ mod tests {
             "{re:?}"
         );
         assert!(matches!(&ae[..], [AgentEvent::Rejected { .. }]), "{ae:?}");
+        assert!(r.is_closed() && r.replica().is_none());
+    }
+
+    /// The router's admission policy is asked before the challenge and again
+    /// after the proof: a peer refused at either point gets no welcome and
+    /// registers nothing, with the policy's reason (here: a live agent took
+    /// the replica while this one was authenticating).
+    #[test]
+    fn admission_refuses_before_the_challenge_and_after_the_proof() {
+        let (_, hello) = AgentSession::new(b"s3cret", R, "intruder", [1; 16], 0);
+        let mut r = RouterSession::new(b"s3cret", [2; 16], Heartbeats::default(), 0);
+        let mut out = Vec::new();
+        let ev = r.handle_admitting(
+            hello,
+            0,
+            |_, _| Err("speaks from 198.18.1.2".into()),
+            &mut out,
+        );
+        assert!(
+            matches!(ev, Some(RouterEvent::Rejected { ref reason }) if reason.contains("198.18.1.2")),
+            "{ev:?}"
+        );
+        assert!(matches!(out[..], [Msg::Reject { .. }]), "{out:?}");
+
+        let (mut a, hello) = AgentSession::new(b"s3cret", R, "second", [1; 16], 0);
+        let mut r = RouterSession::new(b"s3cret", [2; 16], Heartbeats::default(), 0);
+        let admit = |_: Ipv4Addr, proven: bool| {
+            if !proven {
+                Ok(())
+            } else {
+                Err("a live agent already speaks for it".to_string())
+            }
+        };
+        let mut to_agent = Vec::new();
+        assert_eq!(r.handle_admitting(hello, 0, admit, &mut to_agent), None);
+        let mut to_router = Vec::new();
+        for m in to_agent.drain(..) {
+            a.handle(m, 0, &mut to_router);
+        }
+        let mut re = Vec::new();
+        for m in to_router {
+            re.extend(r.handle_admitting(m, 0, admit, &mut to_agent));
+        }
+        assert!(
+            matches!(&re[..], [RouterEvent::Rejected { reason }] if reason.contains("live agent") && reason.contains("proved the shared secret")),
+            "{re:?}"
+        );
+        assert!(
+            !to_agent.iter().any(|m| matches!(m, Msg::Welcome { .. })),
+            "{to_agent:?}"
+        );
         assert!(r.is_closed() && r.replica().is_none());
     }
 

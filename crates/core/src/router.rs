@@ -997,7 +997,21 @@ impl Router {
     /// down in every service that lists it and take it out of every
     /// connection, even idle ones that passive detection cannot judge.
     /// Returns how many services it was marked down in.
+    ///
+    /// A router that has not served a connection yet (a standby whose
+    /// agents moved to the router that holds the addresses, or one just
+    /// started) judges nobody: the replica only stops being registered
+    /// here, and gets no connection until its agent registers again. What
+    /// happened to it meanwhile is the serving router's to judge, and that
+    /// router's verdicts reach this one through the agents
+    /// ([`Router::reported_down`]).
     pub fn host_lost(&mut self, now: Instant, addr: Ipv4Addr) -> usize {
+        if let Some(a) = &mut self.agents {
+            if self.counters.connections_opened + self.counters.connections_adopted == 0 {
+                a.remove(&addr);
+                return 0;
+            }
+        }
         let mut n = 0;
         for (svc, s) in self.config.services.iter().enumerate() {
             for (i, r) in s.replicas.iter().enumerate() {

@@ -1991,3 +1991,29 @@ fn a_replica_that_missed_unreplayable_input_leaves_the_group() {
     assert!(!st.services[0].replicas[1].alive);
     assert!(st.services[0].replicas[0].alive && st.services[0].replicas[2].alive);
 }
+
+/// A standby router (one that has served no connection yet) whose agents
+/// left for the router holding the addresses judges nobody: when it takes
+/// over and the agents register with it, their replicas serve. (It once
+/// marked them down for good, and a takeover lost two of three replicas.)
+#[test]
+fn a_router_that_served_nothing_marks_no_lost_host_down() {
+    let mut r = router(3);
+    r.require_agents();
+    for i in 1..=3 {
+        r.agent_registered(replica(i));
+    }
+    assert_eq!(r.host_lost(t(1), replica(1)), 0);
+    assert!(log_events(&mut r).iter().all(|e| !matches!(e, Event::ReplicaDown { .. })));
+    let st = r.status();
+    assert!(!st.services[0].replicas[0].alive && st.services[0].replicas[0].awaiting_agent);
+    assert_eq!(syn_targets(&mut r, t(2), 40001), vec![replica(2), replica(3)]);
+    assert!(r.agent_registered(replica(1)).is_empty(), "back: nothing to judge");
+    assert_eq!(
+        syn_targets(&mut r, t(3), 40002),
+        vec![replica(1), replica(2), replica(3)]
+    );
+    // Once it served, a lost host is marked down and stays out.
+    assert_eq!(r.host_lost(t(4), replica(2)), 1);
+    assert_eq!(r.agent_registered(replica(2)), vec!["t".to_string()]);
+}

@@ -148,6 +148,9 @@ struct Agent {
     host: String,
     peer: SocketAddr,
     since: std::time::Instant,
+    /// When its session last heard from it: an agent heard within
+    /// `dead_after` is alive, and nobody else may speak for its replica.
+    last_heard: std::time::Instant,
     tx: SyncSender<Msg>,
     /// Connection records the agent said it holds (from its heartbeats).
     records: u64,
@@ -375,6 +378,48 @@ fn conn_id(k: &ConnKey) -> ConnId {
     }
 }
 
+/// Why the peer at `peer` (control session `session`) may not speak for
+/// `replica` now, if it may not. An agent speaks for its replica from that
+/// replica's own address: whoever holds the shared secret elsewhere (a
+/// client, another replica's host) cannot pose as it, make it look alive,
+/// or have it marked down by falling silent. And a replica whose agent is
+/// alive (heard within `dead_after`) keeps it: a second one that proved the
+/// secret (`proven`; an unproven peer is not told) is refused until the
+/// first closes its connection or falls silent.
+fn admission(
+    known: &HashSet<Ipv4Addr>,
+    agents: &HashMap<Ipv4Addr, Agent>,
+    replica: Ipv4Addr,
+    peer: SocketAddr,
+    session: u64,
+    dead_after: Duration,
+    proven: bool,
+) -> Result<(), String> {
+    if !known.contains(&replica) {
+        return Err(format!("replica {replica} is not in the router's configuration — add it to a [[service]] or fix the agent's --replica"));
+    }
+    let from = match peer.ip() {
+        std::net::IpAddr::V4(a) => Some(a),
+        std::net::IpAddr::V6(a) => a.to_ipv4_mapped(),
+    };
+    if from != Some(replica) {
+        return Err(format!("an agent for replica {replica} must connect from that address, this one connects from {} — run it on the replica's host, routed to the router through the replica's own interface", peer.ip()));
+    }
+    if let Some(a) = agents.get(&replica).filter(|_| proven) {
+        let heard = a.last_heard.elapsed();
+        if a.session != session && a.lost.is_none() && heard < dead_after {
+            return Err(format!(
+                "replica {replica} already has a live agent (host {:?} at {}, heard {} ms ago) — a second one is refused until that one closes or is silent for {} ms",
+                a.host,
+                a.peer,
+                heard.as_millis(),
+                dead_after.as_millis()
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Start listening; agents are served on threads of their own.
 pub fn start(
     cfg: &ControlConfig,
@@ -506,12 +551,18 @@ fn serve(
         loop {
             match dec.next_msg() {
                 Ok(Some(m)) => {
-                    if let (Some(r), Msg::Heartbeat { records, .. }) = (registered, &m) {
+                    if let Some(r) = registered {
                         if let Some(a) = reg.lock().get_mut(&r).filter(|a| a.session == id) {
-                            a.records = *records;
+                            a.last_heard = std::time::Instant::now();
+                            if let Msg::Heartbeat { records, .. } = &m {
+                                a.records = *records;
+                            }
                         }
                     }
-                    events.extend(s.handle(m, now_ms(), |r| known.contains(&r), &mut out));
+                    let admit = |r, proven| {
+                        admission(known, &reg.lock(), r, peer, id, hb.dead_after, proven)
+                    };
+                    events.extend(s.handle_admitting(m, now_ms(), admit, &mut out));
                 }
                 Ok(None) => break,
                 Err(e) => {
@@ -548,29 +599,53 @@ fn serve(
             match ev {
                 RouterEvent::Registered { replica, host } => {
                     let (tx, rx) = mpsc::sync_channel(QUEUE);
+                    // Checked again and taken under one lock: of two agents
+                    // racing for one replica, one is refused.
+                    let prev = {
+                        let mut agents = reg.lock();
+                        if let Err(reason) =
+                            admission(known, &agents, replica, peer, id, hb.dead_after, true)
+                        {
+                            drop(agents);
+                            warn!(%peer, "agent refused: {reason}");
+                            let reject = ftnet_control::encode(&Msg::Reject { reason });
+                            let mut w = writer.lock().unwrap_or_else(|p| p.into_inner());
+                            let _ = w.write_all(&reject);
+                            let _ = stream.shutdown(std::net::Shutdown::Both);
+                            return Ok(());
+                        }
+                        let now = std::time::Instant::now();
+                        agents.insert(
+                            replica,
+                            Agent {
+                                host: host.clone(),
+                                peer,
+                                since: now,
+                                last_heard: now,
+                                tx,
+                                records: 0,
+                                lost: None,
+                                session: id,
+                                ordered: false,
+                            },
+                        )
+                    };
+                    registered = Some(replica);
                     let (w, d) = (writer.clone(), done.clone());
-                    std::thread::Builder::new()
+                    if let Err(e) = std::thread::Builder::new()
                         .name(format!("agent{id}-tx"))
                         .spawn(move || write_records(&rx, &w, &d))
-                        .context("starting a record writer")?;
-                    registered = Some(replica);
-                    let prev = reg.lock().insert(
-                        replica,
-                        Agent {
-                            host: host.clone(),
-                            peer,
-                            since: std::time::Instant::now(),
-                            tx,
-                            records: 0,
-                            lost: None,
-                            session: id,
-                            ordered: false,
-                        },
-                    );
-                    let again = if prev.is_some() {
-                        " (replaces an earlier registration)"
-                    } else {
-                        ""
+                    {
+                        forget(reg, replica, id, router);
+                        return Err(e).context("starting a record writer");
+                    }
+                    let again = match &prev {
+                        Some(p) if p.lost.is_some() => " (replaces a lost agent)".to_string(),
+                        Some(p) => format!(
+                            " (replaces an agent silent for {} ms)",
+                            p.last_heard.elapsed().as_millis()
+                        ),
+                        None => String::new(),
                     };
                     info!(%replica, %host, %peer, "agent registered{again}");
                     let out = router.agent_registered(replica);
@@ -652,11 +727,19 @@ fn serve(
                 }
                 RouterEvent::Lost { replica, silent } => {
                     let n = router.host_lost(replica);
-                    warn!(
-                        %replica, %peer,
-                        "agent silent for {} ms: host lost; replica marked down in {n} service(s) and taken out of its connections",
-                        silent.as_millis()
-                    );
+                    if n > 0 {
+                        warn!(
+                            %replica, %peer,
+                            "agent silent for {} ms: host lost; replica marked down in {n} service(s) and taken out of its connections",
+                            silent.as_millis()
+                        );
+                    } else {
+                        warn!(
+                            %replica, %peer,
+                            "agent silent for {} ms: host lost; not marked down here (this router has served no connection yet, so the serving router judges it; or it is a service's last replica in service)",
+                            silent.as_millis()
+                        );
+                    }
                     if let Some(a) = reg.lock().get_mut(&replica).filter(|a| a.session == id) {
                         a.lost = Some(std::time::Instant::now());
                     }
@@ -795,6 +878,7 @@ mod tests {
             host: "h".into(),
             peer: "198.18.11.2:1".parse().unwrap(),
             since: std::time::Instant::now(),
+            last_heard: std::time::Instant::now(),
             tx,
             records: 0,
             lost: None,
@@ -871,5 +955,81 @@ mod tests {
                 .is_some_and(|w| w.contains("writing records")),
             "{why:?}"
         );
+
+    const R2: Ipv4Addr = Ipv4Addr::new(198, 18, 12, 2);
+    const DEAD: Duration = Duration::from_millis(500);
+
+    fn agent_heard(session: u64, heard_ago: Duration, lost: bool) -> Agent {
+        let now = std::time::Instant::now();
+        Agent {
+            host: "r2".into(),
+            peer: SocketAddr::from((R2, 40000)),
+            since: now,
+            last_heard: now.checked_sub(heard_ago).unwrap_or(now),
+            tx: mpsc::sync_channel(1).0,
+            records: 0,
+            lost: lost.then_some(now),
+            session,
+            ordered: false,
+        }
+    }
+
+    fn admit(agents: &HashMap<Ipv4Addr, Agent>, peer: [u8; 4], session: u64) -> Result<(), String> {
+        let known: HashSet<Ipv4Addr> = [R2].into();
+        admission(
+            &known,
+            agents,
+            R2,
+            SocketAddr::from((peer, 40001)),
+            session,
+            DEAD,
+            true,
+        )
+    }
+
+    /// An agent holding the right secret but connecting from another address
+    /// (the client's) cannot speak for r2.
+    #[test]
+    fn an_agent_must_speak_from_its_replicas_address() {
+        let none = HashMap::new();
+        let e = admit(&none, [198, 18, 1, 2], 1).unwrap_err();
+        assert!(
+            e.contains("must connect from that address") && e.contains("198.18.1.2"),
+            "{e}"
+        );
+        assert_eq!(admit(&none, [198, 18, 12, 2], 1), Ok(()));
+        let known: HashSet<Ipv4Addr> = [R2].into();
+        let other = Ipv4Addr::new(198, 18, 13, 2);
+        let e = admission(
+            &known,
+            &none,
+            other,
+            SocketAddr::from((other, 1)),
+            1,
+            DEAD,
+            false,
+        )
+        .unwrap_err();
+        assert!(e.contains("not in the router's configuration"), "{e}");
+    }
+
+    /// A live agent (heard within dead_after) is never replaced; a lost,
+    /// silent or closed one (no entry) may be; a session re-checking itself
+    /// is not in its own way.
+    #[test]
+    fn a_live_agent_is_not_replaced() {
+        let mut agents = HashMap::new();
+        agents.insert(R2, agent_heard(1, Duration::from_millis(50), false));
+        let e = admit(&agents, [198, 18, 12, 2], 2).unwrap_err();
+        assert!(e.contains("already has a live agent"), "{e}");
+        // Not before it proved the secret (it may not even hold it).
+        let known: HashSet<Ipv4Addr> = [R2].into();
+        let peer = SocketAddr::from((R2, 40001));
+        assert_eq!(admission(&known, &agents, R2, peer, 2, DEAD, false), Ok(()));
+        assert_eq!(admit(&agents, [198, 18, 12, 2], 1), Ok(()));
+        agents.insert(R2, agent_heard(1, DEAD * 2, false));
+        assert_eq!(admit(&agents, [198, 18, 12, 2], 2), Ok(()));
+        agents.insert(R2, agent_heard(1, Duration::ZERO, true));
+        assert_eq!(admit(&agents, [198, 18, 12, 2], 2), Ok(()));
     }
 }

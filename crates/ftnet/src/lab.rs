@@ -222,7 +222,7 @@ pub struct UpArgs {
 pub fn run(cmd: LabCmd) -> anyhow::Result<i32> {
     match cmd {
         LabCmd::Up(args) => {
-            sys::install_stop_handler();
+            sys::install_session_stop_handler();
             let lab = Lab::new(&args.name)?;
             up(&lab, &args)?;
             print_summary(&lab, &args);
@@ -238,7 +238,7 @@ pub fn run(cmd: LabCmd) -> anyhow::Result<i32> {
             }
             // A handler rather than SIG_IGN: ignored signals stay ignored
             // across exec, handlers do not, so the command still gets Ctrl-C.
-            sys::install_stop_handler();
+            sys::install_session_stop_handler();
             let st = Command::new("ip")
                 .args(["netns", "exec", &ns])
                 .args(&cmd)
@@ -1050,6 +1050,9 @@ fn down(lab: &Lab) -> anyhow::Result<()> {
         kill_namespace(ns);
     }
     for ns in &namespaces {
+        // A router killed with SIGKILL leaves its lock files (and the record
+        // of its routing, which dies with the namespace).
+        crate::instance::forget_namespace(&Path::new("/run/netns").join(ns));
         if let Err(e) = ip(&["netns", "del", ns]) {
             first_err.get_or_insert(e.into());
         }
@@ -1215,7 +1218,7 @@ fn run_guarded(
     args: &UpArgs,
     body: impl FnOnce(&Lab) -> anyhow::Result<i32>,
 ) -> anyhow::Result<i32> {
-    sys::install_stop_handler();
+    sys::install_session_stop_handler();
     let lab = Lab::new(&args.name)?;
     ensure_not_up(&lab)?;
     let mut reaper = spawn_reaper(&lab)?;

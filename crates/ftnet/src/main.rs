@@ -4,6 +4,7 @@
 mod agent;
 mod config;
 mod control;
+mod instance;
 mod lab;
 mod router;
 mod run;
@@ -57,7 +58,7 @@ enum ReplicaCmd {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Run the router: open the TUN, install policy routing, forward until SIGINT/SIGTERM.
+    /// Run the router: open the TUN, install policy routing, forward until SIGINT/SIGTERM (SIGHUP is ignored).
     #[command(after_help = ROUTER_HELP)]
     Router {
         /// Configuration file (TOML; format below).
@@ -190,12 +191,26 @@ const ROUTER_HELP: &str = r#"Configuration format (every key but the [[service]]
   vote_tie = "first"                         # no majority (2 replicas, or all differ): "first" = the
                                              # replica listed first wins, "reset" = reset the client
 
-What the router changes in its network namespace (all undone on exit):
+What the router changes in its network namespace (all undone on exit). <dev> is the interface the
+router reaches the replica by (`ip route get <replica>` at start-up, logged):
   sysctl net.ipv4.ip_forward=1, rp_filter=0 on all, default and the TUN
   ip route add default dev <tun> table <table>
-  ip rule add to <vip>/32 lookup <table> pref <table>                                 (per VIP)
-  ip rule add from <replica> ipproto tcp sport <port> lookup <table> pref <table>    (per replica and port)
-  ip rule add from <replica> ipproto icmp lookup <table> pref <table>                (per replica)
+  ip route add blackhole default table <table> metric 4294967295
+  ip rule add pref <table+1> nop                                                    (target of the gotos)
+  ip rule add to <vip>/32 lookup <table> pref <table>                                (per VIP)
+  ip rule add from <replica> iif <dev> ipproto tcp sport <port> lookup <table> pref <table>
+                                                                                    (per replica and port)
+  ip rule add iif <dev> ipproto icmp lookup <table> pref <table>                    (per replica interface)
+  ip rule add from <replica> iif <dev> goto <table+1> pref <table>                   (per replica: the rest
+  ip rule add from <replica> blackhole pref <table>                                  of its traffic passes;
+                                                                                      its address from any
+                                                                                      other interface is dropped)
+
+One router per TUN and per table in a network namespace: it first takes exclusive locks
+(/run/ftnet/locks/net<ns>-tun-<tun>.lock, net<ns>-table-<table>.lock) and refuses to start, naming
+the running router's pid, if another holds either, or if another process holds the TUN open. The
+table's lock file records what was installed; after a crash the next router removes exactly that.
+SIGINT and SIGTERM stop the router; SIGHUP (logrotate, `systemctl reload`) is logged and ignored.
 
 Example:
   ftnet router --config /etc/ftnet/ftnet.toml --log-level debug"#;
@@ -205,6 +220,15 @@ they hold the shared secret (HMAC-SHA256 over fresh nonces of both; nothing secr
 Then it heartbeats at the router's pace. If the router hears nothing for dead_after_ms, it declares
 the replica's host lost: the replica leaves every connection at once and gets no new ones. An agent
 that is stopped cleanly closes its connection; that does not mark the replica down.
+
+The agent must connect from its replica's address (the router compares the connection's source
+address with --replica and refuses any other, logging it), so run it on the replica host with the
+router reached through the replica's interface. A replica whose agent is alive keeps it: a second
+agent for it is refused until the first closes its connection or is silent for dead_after_ms.
+A replica that left the group (crash, reset, stall, lost host, lost input order) stays out when its
+agent registers again, with this router or the next: the agent keeps the router's list of replicas
+out of service and tells it to every router it registers with. `ftnet replica enable` brings one back.
+SIGINT and SIGTERM stop the agent; SIGHUP is logged and ignored.
 
 The router sends the agent a record of every connection its replica serves (ISNs, sequence offset,
 timestamp base) and a notice when it ends; the agent keeps them across reconnections, for a router

@@ -11,10 +11,11 @@
 
 use crate::config::FileConfig;
 use crate::control::{self, Registry, Routed, RouterHandle};
+use crate::instance::{self, Instance};
 use crate::sys;
 use anyhow::Context;
 use ftnet_core::{Event, Instant, Packet, Router};
-use ftnet_io::{steer, Device, Routing, RoutingSpec, Tun, TunOptions, RECV_BUF_LEN};
+use ftnet_io::{steer, Device, Plan, RoutingSpec, Tun, TunOptions, RECV_BUF_LEN};
 use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::net::UnixListener;
@@ -33,10 +34,40 @@ const MAX_SLEEP: Duration = Duration::from_millis(100);
 const STATUS_EVERY: Duration = Duration::from_millis(250);
 
 pub fn run(cfg: FileConfig) -> anyhow::Result<()> {
+    // One router per TUN and per table, before anything is touched: a
+    // second one must neither take the first one's rules away nor share its
+    // TUN (see `instance`).
+    let (mut instance, left) = Instance::lock(&cfg.tun, cfg.table)?;
+    instance::check_tun_free(&cfg.tun)?;
+    // The status socket too, before the routing: a router that could not
+    // answer on it must not change anything. (It is bound once the routing
+    // is in place: a socket that answers means a router that serves.)
+    StatusSocket::check_free(&cfg.status_socket)?;
     sys::install_stop_handler();
     sys::ignore_sigpipe();
     sys::keep_heap();
     let started = std::time::Instant::now();
+    if !left.record.is_empty() {
+        let n = instance.clean_up(&left)?;
+        warn!(
+            table = cfg.table,
+            pid = ?left.pid,
+            "a dead router (pid {}) left its routing: removed {n} of the {} rule(s) and route(s) it had recorded",
+            left.pid.map_or("unknown".to_string(), |p| p.to_string()),
+            left.record.len()
+        );
+    }
+    let foreign = ftnet_io::rules_at(cfg.table);
+    if !foreign.is_empty() {
+        warn!(
+            table = cfg.table,
+            "{} rule(s) at priority {} or {} that no ftnet router recorded are left in place (remove them if they are stale, e.g. from an older ftnet): {}",
+            foreign.len(),
+            cfg.table,
+            cfg.table + 1,
+            foreign.join("; ")
+        );
+    }
 
     let vips: Vec<_> = cfg.core.services.iter().map(|s| s.vip).collect();
     let mut queues = Tun::open_queues(&TunOptions {
@@ -87,18 +118,24 @@ pub fn run(cfg: FileConfig) -> anyhow::Result<()> {
         vips,
         replica_ports,
     };
-    let routing = Routing::setup(&spec).context("setting up policy routing")?;
+    let plan =
+        Plan::new(&spec).context("binding each replica to the interface it is reached by")?;
+    instance
+        .install(plan)
+        .context("setting up policy routing")?;
     // Release builds abort on panic, so no destructor runs: take the rules
     // and the socket file away from the panic hook instead, or clients of
-    // the VIP would be routed into a TUN nobody reads.
-    let (table, sock) = (cfg.table, cfg.status_socket.clone());
+    // the VIP would be routed into a TUN nobody reads. (The locks go with
+    // the process.)
+    let (record, sock) = (instance.record(), cfg.status_socket.clone());
     let default_hook = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
         default_hook(info);
-        let n = Routing::purge(table);
+        let n = ftnet_io::remove_recorded(&record);
         let _ = std::fs::remove_file(&sock);
         eprintln!(
-            "ftnet router: panicked; removed {n} policy rule(s) with priority {table} and {}",
+            "ftnet router: panicked; removed {n} of its {} policy rule(s) and route(s) and {}",
+            record.len(),
             sock.display()
         );
     }));
@@ -174,7 +211,7 @@ pub fn run(cfg: FileConfig) -> anyhow::Result<()> {
         }
     }
 
-    drop(routing);
+    instance.remove_routing();
     drop(socket);
     if sys::last_signal() != 0 {
         info!(
@@ -652,16 +689,22 @@ struct StatusSocket {
 }
 
 impl StatusSocket {
+    /// Fail if another router answers on `path`.
+    fn check_free(path: &Path) -> anyhow::Result<()> {
+        if path.exists() && std::os::unix::net::UnixStream::connect(path).is_ok() {
+            anyhow::bail!("another router is already answering on {} — stop it or choose another status_socket; nothing was changed", path.display());
+        }
+        Ok(())
+    }
+
     fn bind(path: &Path, snapshot: Arc<Mutex<String>>) -> anyhow::Result<StatusSocket> {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         }
         // A socket file left by a crashed router blocks bind(2); only remove
         // it if nobody answers on it, so two routers never fight over one.
+        StatusSocket::check_free(path)?;
         if path.exists() {
-            if std::os::unix::net::UnixStream::connect(path).is_ok() {
-                anyhow::bail!("another router is already answering on {} — stop it or choose another status_socket", path.display());
-            }
             std::fs::remove_file(path)
                 .with_context(|| format!("removing stale socket {}", path.display()))?;
         }

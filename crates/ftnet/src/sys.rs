@@ -12,20 +12,102 @@ extern "C" fn on_signal(sig: libc::c_int) {
     STOP.store(true, Ordering::SeqCst);
 }
 
-/// Route SIGINT and SIGTERM (and SIGHUP) to a flag the main loop polls. No
-/// SA_RESTART, so a blocking poll(2) or wait returns EINTR promptly.
+/// Route SIGINT and SIGTERM to a flag the main loop polls, for the
+/// long-running services (`ftnet router`, `ftnet agent`). No SA_RESTART, so a
+/// blocking poll(2) or wait returns EINTR promptly.
+///
+/// SIGHUP never stops them: logrotate and `systemctl reload` send it to ask
+/// for a reload, and a router that stops on it takes the service down. There
+/// is no reload yet, so it is logged and ignored.
 pub fn install_stop_handler() {
-    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+    install(&[libc::SIGINT, libc::SIGTERM], on_signal);
+    install_hup_logger();
+}
+
+/// [`install_stop_handler`] for interactive commands (`ftnet lab ...`):
+/// SIGHUP (the terminal went away) stops them too, so that they tear down
+/// what they built.
+pub fn install_session_stop_handler() {
+    install(&[libc::SIGINT, libc::SIGTERM, libc::SIGHUP], on_signal);
+}
+
+fn install(sigs: &[libc::c_int], handler: extern "C" fn(libc::c_int)) {
+    for &sig in sigs {
         // SAFETY: `sa` is zero-initialised (a valid sigaction), the handler is an
-        // `extern "C"` function that only performs atomic stores, which is
-        // async-signal-safe.
+        // `extern "C"` function that only performs async-signal-safe work
+        // (atomic loads and stores, write(2)).
         unsafe {
             let mut sa: libc::sigaction = std::mem::zeroed();
-            sa.sa_sigaction = on_signal as *const () as usize;
+            sa.sa_sigaction = handler as *const () as usize;
             sa.sa_flags = 0;
             libc::sigemptyset(&mut sa.sa_mask);
             libc::sigaction(sig, &sa, std::ptr::null_mut());
         }
+    }
+}
+
+/// Write end of the pipe the SIGHUP handler writes one byte to; -1 before
+/// [`install_hup_logger`] ran.
+static HUP_PIPE: AtomicI32 = AtomicI32::new(-1);
+
+extern "C" fn on_hup(_sig: libc::c_int) {
+    let fd = HUP_PIPE.load(Ordering::SeqCst);
+    if fd < 0 {
+        return;
+    }
+    // SAFETY: write(2) on a non-blocking pipe is async-signal-safe; errno is
+    // saved and restored so the interrupted code does not see ours.
+    unsafe {
+        let errno = *libc::__errno_location();
+        let b = 1u8;
+        libc::write(fd, (&b as *const u8).cast(), 1);
+        *libc::__errno_location() = errno;
+    }
+}
+
+/// Log every SIGHUP from a thread of its own (logging is not
+/// async-signal-safe), and otherwise ignore it. Falls back to SIG_IGN when
+/// no pipe or thread can be had: never stopping matters more than the line.
+fn install_hup_logger() {
+    let mut fds = [0 as libc::c_int; 2];
+    // SAFETY: pipe2(2) writes two fds into the array it is given.
+    let ok = unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) } == 0;
+    if !ok {
+        ignore(libc::SIGHUP);
+        return;
+    }
+    let (rd, wr) = (fds[0], fds[1]);
+    let spawned = std::thread::Builder::new()
+        .name("sighup".into())
+        .spawn(move || loop {
+            let mut pfd = libc::pollfd {
+                fd: rd,
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: one valid pollfd that lives across the call.
+            if unsafe { libc::poll(&mut pfd, 1, -1) } < 0 {
+                continue;
+            }
+            let mut buf = [0u8; 64];
+            // SAFETY: reads at most 64 bytes into a live buffer of that size.
+            let n = unsafe { libc::read(rd, buf.as_mut_ptr().cast(), buf.len()) };
+            for _ in 0..n.max(0) {
+                tracing::warn!("SIGHUP: reload not supported yet, ignored");
+            }
+        });
+    if spawned.is_err() {
+        ignore(libc::SIGHUP);
+        return;
+    }
+    HUP_PIPE.store(wr, Ordering::SeqCst);
+    install(&[libc::SIGHUP], on_hup);
+}
+
+fn ignore(sig: libc::c_int) {
+    // SAFETY: setting a signal's disposition to SIG_IGN has no memory effects.
+    unsafe {
+        libc::signal(sig, libc::SIG_IGN);
     }
 }
 

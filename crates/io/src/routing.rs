@@ -1,15 +1,51 @@
 //! Policy routing that steers the service's traffic into the TUN device.
 //!
-//! In the router's network namespace:
+//! In the router's network namespace, all at priority T (the table number):
 //! - packets *to* a virtual IP go to table T, whose default route is the TUN;
-//! - packets *from* a replica's service port (and ICMP from a replica) go to
-//!   table T as well, so the router sees the replies it must merge.
+//! - packets *from* a replica's service port go to table T as well, so the
+//!   router sees the replies it must merge — but only when they arrive on
+//!   the interface the router reaches that replica by (its *binding*, the
+//!   output device of `ip route get <replica>` at start-up);
+//! - ICMP arriving on a replica's interface goes to table T, whatever its
+//!   source: an error about a segment sent to a replica may come from any
+//!   router on the replica's path (RFC 792; RFC 1812 §4.3.2.4), not only
+//!   from the replica, so it is matched by where it comes from rather than
+//!   by who claims to send it. The core takes only a destination
+//!   unreachable that quotes a live connection's segment to a replica and
+//!   drops the rest, so hosts behind a replica interface cannot ping
+//!   *through* the router (replicas themselves never could);
+//! - every other packet with a replica's source address that arrives on its
+//!   own interface skips the next rule (`goto T+1`, an anchor `nop` rule
+//!   there) and is routed as before;
+//! - a packet with a replica's source address that arrives anywhere else is
+//!   spoofed and dropped (`blackhole`; ingress filtering, RFC 2827 / BCP 38,
+//!   RFC 3704 §2): a client can neither pose as a replica towards the
+//!   router (a RST during its own handshake, an ICMP unreachable) nor have
+//!   such a packet forwarded to a replica.
+//!
+//! This is a reverse-path check for the replicas' addresses only.
+//! Strict `rp_filter` on the other interfaces would do the same for every
+//! address, but it also drops legitimate client traffic on asymmetric paths
+//! (a multi-homed router whose route back to a client leaves by another
+//! interface), so it is not used; rp_filter stays off (see below).
+//!
+//! Limit: when clients and replicas share one interface (or two replicas
+//! share one and one of them is compromised), the interface cannot tell
+//! them apart and the core's own checks (RFC 5961 sequence checks, the
+//! quoted segment of an ICMP error) are the only defence. The bindings are
+//! resolved once, at start-up: a replica whose route moves to another
+//! interface later needs a router restart.
 //!
 //! What the router itself writes to the TUN has src = client (towards a
 //! replica) or src = VIP (towards a client), so none of it matches a rule
 //! again and nothing loops. Forwarding must be on, and reverse-path
 //! filtering off, because packets written to the TUN carry source addresses
 //! the kernel would otherwise route elsewhere.
+//!
+//! Everything installed is described by [`Plan::record`] before it is
+//! installed: the caller keeps that record where a successor finds it (the
+//! router's lock file), so that after a crash exactly those rules — and no
+//! rule of a running router — are removed ([`remove_recorded`]).
 
 use crate::{ip, Error};
 use std::net::Ipv4Addr;
@@ -19,21 +55,42 @@ use tracing::{info, warn};
 #[derive(Debug, Clone)]
 pub struct RoutingSpec {
     pub tun: String,
-    /// Policy routing table; also used as the priority of every rule we add,
-    /// so leftovers of a crashed run can be found and removed by priority.
+    /// Policy routing table; also used as the priority of every rule we add
+    /// (the anchor of the drop rules sits at `table + 1`).
     pub table: u32,
     pub vips: Vec<Ipv4Addr>,
     /// (replica, port) pairs whose replies the router must see.
     pub replica_ports: Vec<(Ipv4Addr, u16)>,
 }
 
+/// A replica bound to the interface the router reaches it by.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Binding {
+    pub replica: Ipv4Addr,
+    pub dev: String,
+    /// The next hop, when the replica is not on a directly connected network.
+    pub via: Option<Ipv4Addr>,
+}
+
+/// What [`Routing::install`] will add, computed without changing anything.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    table: u32,
+    tun: String,
+    bindings: Vec<Binding>,
+    /// `ip rule add` arguments, in the order they are added (the kernel
+    /// evaluates rules of one priority in that order).
+    rules: Vec<Vec<String>>,
+    /// `ip route replace` arguments.
+    routes: Vec<Vec<String>>,
+}
+
 /// Installed routing state; removes exactly what it added when dropped.
 #[derive(Debug)]
 pub struct Routing {
     table: String,
-    tun: String,
     rules: Vec<Vec<String>>,
-    route_added: bool,
+    routes: Vec<Vec<String>>,
     /// (sysctl path, value before we changed it).
     sysctls: Vec<(String, String)>,
 }
@@ -41,93 +98,203 @@ pub struct Routing {
 /// Metric of the fallback blackhole route in our table (the last resort).
 const BLACKHOLE_METRIC: &str = "4294967295";
 
-impl Routing {
-    /// Install forwarding sysctls, the table's default route and the rules.
-    /// On error whatever was installed so far is removed again.
-    pub fn setup(spec: &RoutingSpec) -> Result<Routing, Error> {
-        let table = spec.table.to_string();
-        let mut r = Routing {
-            table: table.clone(),
-            tun: spec.tun.clone(),
-            rules: Vec::new(),
-            route_added: false,
-            sysctls: Vec::new(),
-        };
-        let removed = remove_leftovers(&table);
-        if removed > 0 {
-            warn!(table = %table, rules = removed, "removed leftover rules of an earlier run");
-        }
+fn strings(v: &[&str]) -> Vec<String> {
+    v.iter().map(|s| s.to_string()).collect()
+}
 
-        r.set_sysctl("/proc/sys/net/ipv4/ip_forward", "1")?;
-        for dev in ["all", "default", spec.tun.as_str()] {
-            r.set_sysctl(&format!("/proc/sys/net/ipv4/conf/{dev}/rp_filter"), "0")?;
-        }
-
-        // `replace` rather than `add`: a crashed run may have left the route
-        // in the table (it vanishes with the TUN, but the TUN may persist).
-        ip(&[
-            "route", "replace", "default", "dev", &spec.tun, "table", &table,
-        ])?;
-        r.route_added = true;
-        info!(table = %table, dev = %spec.tun, "route: default dev {} table {}", spec.tun, table);
-        // Behind it, a blackhole: if the router dies without cleaning up
-        // (kill -9), its TUN and that route vanish but the rules stay, and
-        // the captured packets must be dropped — never forwarded as they
-        // are (a replica's raw reply reaching the client draws a RST that
-        // would reset the replica's side of a live connection).
-        ip(&[
-            "route",
-            "replace",
-            "blackhole",
-            "default",
-            "table",
-            &table,
-            "metric",
-            BLACKHOLE_METRIC,
-        ])?;
-
-        let mut want: Vec<Vec<String>> = Vec::new();
-        for vip in &spec.vips {
-            want.push(vec!["to".into(), format!("{vip}/32")]);
-        }
+impl Plan {
+    /// Resolve each replica's interface (`ip route get`) and list the rules
+    /// and routes. Fails if a replica has no route, or only one through the
+    /// TUN itself.
+    pub fn new(spec: &RoutingSpec) -> Result<Plan, Error> {
         let mut replicas: Vec<Ipv4Addr> = Vec::new();
-        for (replica, port) in &spec.replica_ports {
-            want.push(vec![
-                "from".into(),
-                replica.to_string(),
-                "ipproto".into(),
-                "tcp".into(),
-                "sport".into(),
-                port.to_string(),
-            ]);
-            if !replicas.contains(replica) {
-                replicas.push(*replica);
+        for (r, _) in &spec.replica_ports {
+            if !replicas.contains(r) {
+                replicas.push(*r);
             }
         }
-        for replica in replicas {
-            want.push(vec![
-                "from".into(),
-                replica.to_string(),
-                "ipproto".into(),
-                "icmp".into(),
-            ]);
+        let mut bindings = Vec::new();
+        for r in replicas {
+            let out = ip(&["-o", "route", "get", &r.to_string()])?;
+            let (dev, via) = parse_route_get(&out).ok_or_else(|| Error::Command {
+                cmd: format!("ip -o route get {r}"),
+                status: "no output device".into(),
+                stderr: out.trim().to_string(),
+            })?;
+            if dev == spec.tun {
+                return Err(Error::Command {
+                    cmd: format!("ip -o route get {r}"),
+                    status: format!("replica {r} is routed into the TUN {dev} itself"),
+                    stderr: "fix the routes to the replicas before starting the router".into(),
+                });
+            }
+            bindings.push(Binding {
+                replica: r,
+                dev,
+                via,
+            });
         }
-        for sel in want {
-            let mut args: Vec<String> = vec!["rule".into(), "add".into()];
-            args.extend(sel.iter().cloned());
-            args.extend(["lookup".into(), table.clone(), "pref".into(), table.clone()]);
-            ip(&args.iter().map(String::as_str).collect::<Vec<_>>())?;
-            info!("rule: {} lookup {} pref {}", sel.join(" "), table, table);
-            r.rules.push(sel);
-        }
-        Ok(r)
+        Ok(Plan::with_bindings(spec, bindings))
     }
 
-    /// Remove every rule with priority `table` without any other state: the
-    /// last resort of a process about to abort (release builds abort on
-    /// panic, so `Drop` never runs). Returns how many rules were removed.
-    pub fn purge(table: u32) -> usize {
-        remove_leftovers(&table.to_string())
+    /// The rules for given bindings (no system call; [`Plan::new`] resolves
+    /// them).
+    pub fn with_bindings(spec: &RoutingSpec, bindings: Vec<Binding>) -> Plan {
+        let t = spec.table.to_string();
+        let anchor = spec.table.saturating_add(1).to_string();
+        let dev_of = |r: &Ipv4Addr| {
+            bindings
+                .iter()
+                .find(|b| b.replica == *r)
+                .map(|b| b.dev.clone())
+        };
+        let steer = |sel: &[&str]| {
+            let mut v = strings(sel);
+            v.extend(strings(&["lookup", &t, "pref", &t]));
+            v
+        };
+        // The anchor first, so that the gotos resolve as they are added.
+        let mut rules = vec![strings(&["pref", &anchor, "nop"])];
+        for vip in &spec.vips {
+            rules.push(steer(&["to", &format!("{vip}/32")]));
+        }
+        for (r, port) in &spec.replica_ports {
+            if let Some(dev) = dev_of(r) {
+                rules.push(steer(&[
+                    "from",
+                    &r.to_string(),
+                    "iif",
+                    &dev,
+                    "ipproto",
+                    "tcp",
+                    "sport",
+                    &port.to_string(),
+                ]));
+            }
+        }
+        let mut devs: Vec<&str> = Vec::new();
+        for b in &bindings {
+            if !devs.contains(&b.dev.as_str()) {
+                devs.push(&b.dev);
+                rules.push(steer(&["iif", &b.dev, "ipproto", "icmp"]));
+            }
+        }
+        for b in &bindings {
+            rules.push(strings(&[
+                "from",
+                &b.replica.to_string(),
+                "iif",
+                &b.dev,
+                "goto",
+                &anchor,
+                "pref",
+                &t,
+            ]));
+            rules.push(strings(&[
+                "from",
+                &b.replica.to_string(),
+                "blackhole",
+                "pref",
+                &t,
+            ]));
+        }
+        // The TUN's route, and behind it a blackhole: if the router dies
+        // without cleaning up (kill -9), its TUN and that route vanish but
+        // the rules stay, and the captured packets must be dropped — never
+        // forwarded as they are (a replica's raw reply reaching the client
+        // draws a RST that would reset the replica's side of a live
+        // connection).
+        let routes = vec![
+            strings(&["default", "dev", &spec.tun, "table", &t]),
+            strings(&[
+                "blackhole",
+                "default",
+                "table",
+                &t,
+                "metric",
+                BLACKHOLE_METRIC,
+            ]),
+        ];
+        Plan {
+            table: spec.table,
+            tun: spec.tun.clone(),
+            bindings,
+            rules,
+            routes,
+        }
+    }
+
+    pub fn bindings(&self) -> &[Binding] {
+        &self.bindings
+    }
+
+    /// What a successor must remove if this process dies: one line per rule
+    /// (`rule <ip rule add arguments>`) and route (`route <arguments>`).
+    pub fn record(&self) -> Vec<String> {
+        self.rules
+            .iter()
+            .map(|r| format!("rule {}", r.join(" ")))
+            .chain(self.routes.iter().map(|r| format!("route {}", r.join(" "))))
+            .collect()
+    }
+}
+
+/// Output device and next hop from `ip -o route get` ("198.18.11.2 dev r1
+/// src 198.18.11.1 uid 0 \ cache", "10.1.0.5 via 10.0.0.1 dev eth1 ...").
+fn parse_route_get(out: &str) -> Option<(String, Option<Ipv4Addr>)> {
+    let words: Vec<&str> = out.split_whitespace().collect();
+    let after = |k: &str| {
+        words
+            .iter()
+            .position(|w| *w == k)
+            .and_then(|i| words.get(i + 1))
+    };
+    let dev = after("dev")?.to_string();
+    let via = after("via").and_then(|v| v.parse().ok());
+    Some((dev, via))
+}
+
+impl Routing {
+    /// Install forwarding sysctls, the table's routes and the rules of
+    /// `plan`. On error whatever was installed so far is removed again.
+    pub fn install(plan: Plan) -> Result<Routing, Error> {
+        let table = plan.table.to_string();
+        let mut r = Routing {
+            table: table.clone(),
+            rules: Vec::new(),
+            routes: Vec::new(),
+            sysctls: Vec::new(),
+        };
+        r.set_sysctl("/proc/sys/net/ipv4/ip_forward", "1")?;
+        for dev in ["all", "default", plan.tun.as_str()] {
+            r.set_sysctl(&format!("/proc/sys/net/ipv4/conf/{dev}/rp_filter"), "0")?;
+        }
+        for b in &plan.bindings {
+            let via = b.via.map(|v| format!(" via {v}")).unwrap_or_default();
+            info!(
+                replica = %b.replica, dev = %b.dev,
+                "replica {} bound to {}{via}: its replies enter the TUN only from there, packets with its address from elsewhere are dropped",
+                b.replica, b.dev
+            );
+        }
+        for route in plan.routes {
+            // `replace` rather than `add`: a crashed run may have left the
+            // route in the table (it vanishes with the TUN, but the TUN may
+            // persist).
+            let mut args = strings(&["route", "replace"]);
+            args.extend(route.iter().cloned());
+            ip(&args.iter().map(String::as_str).collect::<Vec<_>>())?;
+            info!("route: {}", route.join(" "));
+            r.routes.push(route);
+        }
+        for rule in plan.rules {
+            let mut args = strings(&["rule", "add"]);
+            args.extend(rule.iter().cloned());
+            ip(&args.iter().map(String::as_str).collect::<Vec<_>>())?;
+            info!("rule: {}", rule.join(" "));
+            r.rules.push(rule);
+        }
+        Ok(r)
     }
 
     fn set_sysctl(&mut self, path: &str, value: &str) -> Result<(), Error> {
@@ -152,35 +319,19 @@ impl Routing {
 
 impl Drop for Routing {
     fn drop(&mut self) {
-        for sel in self.rules.drain(..).rev() {
-            let mut args: Vec<&str> = vec!["rule", "del"];
-            args.extend(sel.iter().map(String::as_str));
-            args.extend(["lookup", &self.table, "pref", &self.table]);
-            if let Err(e) = ip(&args) {
+        for rule in self.rules.drain(..).rev() {
+            let mut args = strings(&["rule", "del"]);
+            args.extend(rule);
+            if let Err(e) = ip(&args.iter().map(String::as_str).collect::<Vec<_>>()) {
                 warn!("cleanup: {e}");
             }
         }
-        if self.route_added {
-            let _ = ip(&[
-                "route",
-                "del",
-                "blackhole",
-                "default",
-                "table",
-                &self.table,
-                "metric",
-                BLACKHOLE_METRIC,
-            ]);
-            // Gone already if the TUN was closed first; that is fine.
-            let _ = ip(&[
-                "route",
-                "del",
-                "default",
-                "dev",
-                &self.tun,
-                "table",
-                &self.table,
-            ]);
+        for route in self.routes.drain(..).rev() {
+            let mut args = strings(&["route", "del"]);
+            args.extend(route);
+            // The TUN's route is gone already if the TUN was closed first;
+            // that is fine.
+            let _ = ip(&args.iter().map(String::as_str).collect::<Vec<_>>());
         }
         for (path, old) in self.sysctls.drain(..).rev() {
             // The per-device entry disappears with the TUN; nothing to restore then.
@@ -194,19 +345,115 @@ impl Drop for Routing {
     }
 }
 
-/// Delete every rule with our priority (a crashed run leaves them behind).
-/// Bounded: `ip rule del pref P` removes one rule per call.
-fn remove_leftovers(pref: &str) -> usize {
+/// Remove exactly the rules and routes of a [`Plan::record`] (those of a
+/// dead router, or our own from a panic hook). Lines that are not a record
+/// line are skipped; what is already gone is not an error. Returns how many
+/// were removed.
+pub fn remove_recorded(lines: &[String]) -> usize {
     let mut n = 0;
-    while n < 100_000 {
-        match ip(&["rule", "show", "pref", pref]) {
-            Ok(s) if !s.trim().is_empty() => {}
-            _ => break,
+    // Rules in reverse order (the drop rules before their anchor), routes
+    // after them.
+    let rules = lines.iter().rev().filter_map(|l| l.strip_prefix("rule "));
+    let routes = lines.iter().rev().filter_map(|l| l.strip_prefix("route "));
+    for (what, args) in rules
+        .map(|a| ("rule", a))
+        .chain(routes.map(|a| ("route", a)))
+    {
+        let mut argv = vec![what, "del"];
+        argv.extend(args.split_whitespace());
+        if ip(&argv).is_ok() {
+            n += 1;
         }
-        if ip(&["rule", "del", "pref", pref]).is_err() {
-            break;
-        }
-        n += 1;
     }
     n
+}
+
+/// Rules at priority `table` or `table + 1` (ours), as `ip rule show`
+/// prints them: after a dead router's record was removed, any left belong
+/// to someone else (or to a router of an older version, which kept no
+/// record) and are left alone.
+pub fn rules_at(table: u32) -> Vec<String> {
+    let mut out = Vec::new();
+    for pref in [table, table.saturating_add(1)] {
+        if let Ok(s) = ip(&["rule", "show", "pref", &pref.to_string()]) {
+            out.extend(
+                s.lines()
+                    .map(str::trim)
+                    .filter(|l| !l.is_empty())
+                    .map(str::to_string),
+            );
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec() -> RoutingSpec {
+        RoutingSpec {
+            tun: "ftnet0".into(),
+            table: 7000,
+            vips: vec![Ipv4Addr::new(198, 19, 0, 1)],
+            replica_ports: vec![
+                (Ipv4Addr::new(198, 18, 11, 2), 6379),
+                (Ipv4Addr::new(198, 18, 12, 2), 6379),
+            ],
+        }
+    }
+
+    fn bind(r: [u8; 4], dev: &str) -> Binding {
+        Binding {
+            replica: r.into(),
+            dev: dev.into(),
+            via: None,
+        }
+    }
+
+    #[test]
+    fn parses_route_get() {
+        assert_eq!(
+            parse_route_get("198.18.11.2 dev r1 src 198.18.11.1 uid 0 \\    cache \n"),
+            Some(("r1".into(), None))
+        );
+        assert_eq!(
+            parse_route_get("10.1.0.5 via 10.0.0.1 dev eth1 src 10.0.0.2 uid 0 \\    cache"),
+            Some(("eth1".into(), Some(Ipv4Addr::new(10, 0, 0, 1))))
+        );
+        assert_eq!(parse_route_get("unreachable"), None);
+    }
+
+    /// Every replica-sourced rule names the replica's interface; ICMP is
+    /// matched by interface, once per interface; each replica's address is
+    /// dropped when it comes from elsewhere, after its own interface skipped
+    /// the drop.
+    #[test]
+    fn replicas_are_bound_to_their_interfaces() {
+        let p = Plan::with_bindings(
+            &spec(),
+            vec![bind([198, 18, 11, 2], "r1"), bind([198, 18, 12, 2], "r1")],
+        );
+        let rec = p.record();
+        let expect = [
+            "rule pref 7001 nop",
+            "rule to 198.19.0.1/32 lookup 7000 pref 7000",
+            "rule from 198.18.11.2 iif r1 ipproto tcp sport 6379 lookup 7000 pref 7000",
+            "rule from 198.18.12.2 iif r1 ipproto tcp sport 6379 lookup 7000 pref 7000",
+            "rule iif r1 ipproto icmp lookup 7000 pref 7000",
+            "rule from 198.18.11.2 iif r1 goto 7001 pref 7000",
+            "rule from 198.18.11.2 blackhole pref 7000",
+            "rule from 198.18.12.2 iif r1 goto 7001 pref 7000",
+            "rule from 198.18.12.2 blackhole pref 7000",
+            "route default dev ftnet0 table 7000",
+            "route blackhole default table 7000 metric 4294967295",
+        ];
+        assert_eq!(rec, expect);
+        // No rule steers a replica's address without naming an interface.
+        for l in &rec {
+            if l.contains("from 198.18.") && !l.contains("blackhole") {
+                assert!(l.contains(" iif "), "{l}");
+            }
+        }
+    }
 }

@@ -4,7 +4,7 @@
 //! Needs root; without it the test prints a loud SKIPPED line and passes.
 
 use ftnet_core::Packet;
-use ftnet_io::{ip, Routing, RoutingSpec, Tun, TunOptions, RECV_BUF_LEN};
+use ftnet_io::{ip, remove_recorded, Plan, Routing, RoutingSpec, Tun, TunOptions, RECV_BUF_LEN};
 use ftnet_wire::checksum;
 use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
@@ -91,6 +91,9 @@ fn tun_round_trip_with_vnet_header() {
     });
 }
 
+/// Each replica is bound to the interface its route leaves by; install and
+/// drop leave every other rule alone (one at our own priority too); a
+/// record removes exactly what was installed, as after a crash.
 #[test]
 fn routing_installs_and_removes_exactly_its_rules() {
     if !is_root() {
@@ -99,11 +102,19 @@ fn routing_installs_and_removes_exactly_its_rules() {
     }
     in_netns(|| {
         let _tun = Tun::open(&TunOptions::new("fttest1")).expect("open TUN");
-        // A leftover of a "crashed" earlier run, and a foreign rule to keep.
+        // The replica's network, on an interface of its own.
+        ip(&[
+            "link", "add", "ftrep1", "type", "veth", "peer", "name", "ftrep1p",
+        ])
+        .expect("veth");
+        ip(&["addr", "add", "198.18.11.1/24", "dev", "ftrep1"]).expect("addr");
+        ip(&["link", "set", "ftrep1", "up"]).expect("up");
+        ip(&["link", "set", "ftrep1p", "up"]).expect("up");
+        // Rules nobody recorded, at our priority and elsewhere: both stay.
         ip(&[
             "rule", "add", "from", "1.2.3.4", "lookup", "7123", "pref", "7123",
         ])
-        .expect("leftover");
+        .expect("unrecorded");
         ip(&[
             "rule", "add", "from", "5.6.7.8", "lookup", "100", "pref", "100",
         ])
@@ -121,21 +132,27 @@ fn routing_installs_and_removes_exactly_its_rules() {
                 (Ipv4Addr::new(198, 18, 11, 2), 80),
             ],
         };
-        let routing = Routing::setup(&spec).expect("routing setup");
+        let plan = Plan::new(&spec).expect("plan");
+        assert_eq!(plan.bindings().len(), 1);
+        assert_eq!(plan.bindings()[0].dev, "ftrep1");
+        let record = plan.record();
+        let routing = Routing::install(plan).expect("routing install");
         let rules = ip(&["rule"]).expect("ip rule");
-        assert!(!rules.contains("1.2.3.4"), "leftover not removed:\n{rules}");
         assert!(
-            rules.contains("7123:\tfrom all to 198.19.0.1 lookup 7123"),
-            "{rules}"
+            rules.contains("1.2.3.4"),
+            "unrecorded rule removed:\n{rules}"
         );
-        assert!(
-            rules.contains("from 198.18.11.2 ipproto tcp sport 6379 lookup 7123"),
-            "{rules}"
-        );
-        assert!(
-            rules.contains("from 198.18.11.2 ipproto tcp sport 80 lookup 7123"),
-            "{rules}"
-        );
+        for want in [
+            "7123:\tfrom all to 198.19.0.1 lookup 7123",
+            "from 198.18.11.2 iif ftrep1 ipproto tcp sport 6379 lookup 7123",
+            "from 198.18.11.2 iif ftrep1 ipproto tcp sport 80 lookup 7123",
+            "from all iif ftrep1 ipproto icmp lookup 7123",
+            "from 198.18.11.2 iif ftrep1 goto 7124",
+            "from 198.18.11.2 blackhole",
+            "7124:\tfrom all nop",
+        ] {
+            assert!(rules.contains(want), "no {want:?} in:\n{rules}");
+        }
         assert_eq!(rules.matches("ipproto icmp").count(), 1, "{rules}");
         assert!(ip(&["route", "show", "table", "7123"])
             .expect("route")
@@ -148,18 +165,20 @@ fn routing_installs_and_removes_exactly_its_rules() {
         );
 
         drop(routing);
-        let after = ip(&["rule"]).expect("ip rule");
-        assert!(!after.contains("7123"), "rules left:\n{after}");
-        assert!(after.contains("5.6.7.8"), "foreign rule removed:\n{after}");
-        assert_eq!(
-            after.lines().count() + 1,
-            rules_before.lines().count(),
-            "only the leftover is gone"
-        );
+        assert_eq!(ip(&["rule"]).expect("ip rule"), rules_before);
         assert_eq!(
             std::fs::read_to_string("/proc/sys/net/ipv4/ip_forward").expect("sysctl"),
             forward_before
         );
+
+        // A "crash": nothing removed by the process; its record does it.
+        let routing = Routing::install(Plan::new(&spec).expect("plan")).expect("install");
+        std::mem::forget(routing);
+        assert_eq!(remove_recorded(&record), record.len());
+        assert_eq!(ip(&["rule"]).expect("ip rule"), rules_before);
+        assert!(!ip(&["route", "show", "table", "7123"])
+            .expect("route")
+            .contains("blackhole"));
     });
 }
 

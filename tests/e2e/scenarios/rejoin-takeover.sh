@@ -48,7 +48,9 @@ check "a new master took over" test -n "$after" -a "$after" != "$before"
 wait_for 5 test "$(agents_registered)" -ge "$N" || true
 check_eq "every agent registered with the new master" "$N" "$(agents_registered)"
 check_eq "the new master keeps r$VICTIM out from the start" False "$(victim_alive)"
-check "the new master logged the agents' report" grep -q "reports replica(s) .*$VADDR.* out of service" "$LOGDIR/$after.log"
+reported() { grep -q "reports replica(s) .*$VADDR.* out of service" "$LOGDIR/$after.log"; }
+wait_for 2 reported || true
+check "the new master logged the agents' report" reported
 check_eq "50 INCRs through the new master" 0 "$(incr 50)"
 for r in "${SURVIVORS[@]}"; do
 	wait_for 5 test "$(redis_at "$r" GET health:n)" = 90 || true

@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# Agent impersonation (issue 13, item 3): holding the shared secret is not enough to speak for a
+# replica. With agents on every replica:
+#   (1) an intruder with the RIGHT secret registers as r2 from the client namespace, then falls
+#       silent (SIGSTOP) for longer than dead_after;
+#   (2) a second agent with the right secret on r2's own address (r2's namespace) tries to take
+#       over from r2's live agent, then falls silent.
+#   (3) SIGHUP is sent to r1's agent.
+# Pass: (1) and (2) refused and logged with the reason; r2's real agent stays registered, r2
+# stays alive (a registered intruder falling silent would have it marked down); r1's agent
+# survives SIGHUP, logs it as ignored and stays registered; a fresh connection is served by all
+# three replicas.
+#
+#   client 198.18.1.2 (intruder) ──veth── router (control :7400) ──veth── r1 (agent)
+#                                                                 ──veth── r2 (agent, 2nd agent)
+#                                                                 ──veth── r3 (agent)
+set -euo pipefail
+# shellcheck source=tests/e2e/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
+e2e_init impostor "$@"
+((N == 3)) || die "impostor runs with 3 replicas"
+
+PORT=7000
+DEAD_AFTER_MS=500
+lab_up --port "$PORT" --agents --server "socat -t 60 TCP-LISTEN:{port},fork,reuseaddr EXEC:cat"
+DIR=/run/ftnet/lab/$LAB
+LOG=$DIR/router.log
+R2=$(replica_ip 2)
+status_json() { lab status --name "$LAB" --json; }
+r2_state() { status_json | python3 -c "import json,sys; d=json.load(sys.stdin); a=[a for a in d['control']['agents'] if a['replica'] == '$R2']; r=[r for r in d['status']['services'][0]['replicas'] if r['addr'] == '$R2'][0]; print(f\"alive={r['alive']} agent={a[0]['state'] if a else None} host={a[0]['host'] if a else None}\")"; }
+check_eq "r2 before" "alive=True agent=registered host=$LAB-r2" "$(r2_state)"
+
+INTRUDER_PID=
+stop_intruder() {
+	if [[ -n $INTRUDER_PID ]]; then
+		kill -KILL "$INTRUDER_PID" 2>/dev/null || true
+		wait "$INTRUDER_PID" 2>/dev/null || true
+	fi
+	INTRUDER_PID=
+}
+trap 'rc=$?; set +e; stop_intruder; (exit $rc); e2e_on_exit' EXIT
+
+# intrude WHO NAME — an agent for r2 with the lab's secret, run in namespace WHO; after 1.5 s
+# it is stopped (SIGSTOP: silent, connection open) for dead_after + 1 s, then killed.
+intrude() {
+	local who=$1 name=$2 ns
+	ns=ftnet-$LAB-$who
+	ip netns exec "$ns" "$FTNET" agent --router "$3:7400" --replica "$R2" \
+		--secret-file "$DIR/secret" --host "$name" --shim-socket "$T/$name-shim.sock" >"$T/$name.log" 2>&1 &
+	INTRUDER_PID=$!
+	sleep 1.5
+	kill -STOP "$INTRUDER_PID"
+	say "$name (in $who) stopped after 1.5 s: $(grep -m1 -E 'registered|refused' "$T/$name.log" | cut -c1-250)"
+	sleep $(((DEAD_AFTER_MS + 1000) / 1000)).5
+	check_eq "$name: r2 unaffected" "alive=True agent=registered host=$LAB-r2" "$(r2_state)"
+	stop_intruder
+}
+intrude client intruder 198.18.1.1
+check "router logged the intruder's refusal (wrong address)" \
+	grep -q "agent refused: an agent for replica $R2 must connect from that address, this one connects from 198.18.1.2" "$LOG"
+intrude r2 second 198.18.12.1
+check "router logged the second agent's refusal (live agent)" \
+	grep -q "agent refused: replica $R2 already has a live agent" "$LOG"
+
+# SIGHUP (logrotate, `systemctl reload`) does not stop an agent either.
+apid=$(cat "$DIR/r1/agent.pid")
+kill -HUP "$apid"
+sleep 1
+check "r1's agent survived SIGHUP" test -d "/proc/$apid"
+check "r1's agent logged SIGHUP as ignored" grep -q "SIGHUP: reload not supported yet, ignored" "$DIR/r1/agent.log"
+r1_agent=$(status_json | python3 -c "import json,sys; d=json.load(sys.stdin); print([a['state'] for a in d['control']['agents'] if a['replica'] == '$(replica_ip 1)'])")
+check_eq "r1's agent still registered" "['registered']" "$r1_agent"
+
+# A fresh connection is served by all three replicas.
+timeout 20 "$FTNET" lab exec --name "$LAB" client -- python3 "$E2E_DIR/holdconn.py" --host "$VIP" \
+	--port "$PORT" --ready-file "$T/held.port" --release-file "$T/held.release" --max 10 \
+	>"$T/fresh.json" 2>"$T/fresh.err" &
+HELD_PID=$!
+wait_for 10 test -s "$T/held.port" || true
+sleep 0.6
+conns=$(status_json | python3 -c 'import json,sys; d=json.load(sys.stdin); print(" ".join(str(r["connections"]) for r in d["status"]["services"][0]["replicas"]))')
+touch "$T/held.release"
+rc=0
+wait "$HELD_PID" || rc=$?
+check_eq "fresh connection echoed ($(cat "$T/fresh.json"))" 0 "$rc"
+check "the fresh connection is served by all three replicas (connections per replica: $conns)" \
+	python3 -c "import sys; c=[int(x) for x in '$conns'.split()]; sys.exit(0 if len(c) == 3 and min(c) >= 1 else 1)"
+e2e_finish

@@ -955,6 +955,7 @@ mod tests {
                 .is_some_and(|w| w.contains("writing records")),
             "{why:?}"
         );
+    }
 
     const R2: Ipv4Addr = Ipv4Addr::new(198, 18, 12, 2);
     const DEAD: Duration = Duration::from_millis(500);

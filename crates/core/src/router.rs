@@ -495,6 +495,28 @@ impl Router {
         }
     }
 
+    /// Run `f` on connection `key` of the table with a [`Ctx`] for `now`;
+    /// `None` if there is no such connection. (The caller runs
+    /// [`Router::after`].)
+    fn on_conn<R>(
+        &mut self,
+        now: Instant,
+        key: ConnKey,
+        f: impl FnOnce(&mut Conn, &mut Ctx) -> R,
+    ) -> Option<R> {
+        let c = self.conns.get_mut(&key)?;
+        let mut ctx = Self::ctx(
+            now,
+            &mut self.transmit,
+            &mut self.counters,
+            &mut self.events,
+            &self.config,
+            &mut self.down,
+            &mut self.challenges,
+        );
+        Some(f(c, &mut ctx))
+    }
+
     fn on_client(
         &mut self,
         now: Instant,
@@ -523,37 +545,13 @@ impl Router {
                         // one adopted from the agents, which may have
                         // ended while no router watched) is challenged,
                         // not taken as a new connection.
-                        let c = self
-                            .conns
-                            .get_mut(&key)
+                        self.on_conn(now, key, |c, ctx| c.syn_on_live(ctx))
                             .ok_or(DropReason::UnknownConnection)?;
-                        let mut ctx = Self::ctx(
-                            now,
-                            &mut self.transmit,
-                            &mut self.counters,
-                            &mut self.events,
-                            &self.config,
-                            &mut self.down,
-                            &mut self.challenges,
-                        );
-                        c.syn_on_live(&mut ctx);
                         self.after(now, key);
                         return Ok(());
                     }
-                    let c = self
-                        .conns
-                        .get_mut(&key)
+                    self.on_conn(now, key, |c, ctx| c.client_syn_again(ctx, &pkt, seg))
                         .ok_or(DropReason::UnknownConnection)?;
-                    let mut ctx = Self::ctx(
-                        now,
-                        &mut self.transmit,
-                        &mut self.counters,
-                        &mut self.events,
-                        &self.config,
-                        &mut self.down,
-                        &mut self.challenges,
-                    );
-                    c.client_syn_again(&mut ctx, &pkt, seg);
                     self.after(now, key);
                     return Ok(());
                 }
@@ -561,19 +559,8 @@ impl Router {
             }
             return self.open(now, svc, key, pkt, seg);
         }
-        let Some(c) = self.conns.get_mut(&key) else {
-            return Err(DropReason::UnknownConnection);
-        };
-        let mut ctx = Self::ctx(
-            now,
-            &mut self.transmit,
-            &mut self.counters,
-            &mut self.events,
-            &self.config,
-            &mut self.down,
-            &mut self.challenges,
-        );
-        c.client_segment(&mut ctx, pkt, seg);
+        self.on_conn(now, key, |c, ctx| c.client_segment(ctx, pkt, seg))
+            .ok_or(DropReason::UnknownConnection)?;
         self.after(now, key);
         Ok(())
     }
@@ -639,18 +626,7 @@ impl Router {
             if stale {
                 continue;
             }
-            if let Some(c) = self.conns.get_mut(&k) {
-                let mut ctx = Self::ctx(
-                    now,
-                    &mut self.transmit,
-                    &mut self.counters,
-                    &mut self.events,
-                    &self.config,
-                    &mut self.down,
-                    &mut self.challenges,
-                );
-                c.discard_half_open(&mut ctx);
-            }
+            self.on_conn(now, k, |c, ctx| c.discard_half_open(ctx));
             self.counters.drop(DropReason::HalfOpenEvicted);
             self.remove(k);
         }
@@ -704,21 +680,12 @@ impl Router {
             vip,
             vport: seg.sport,
         };
-        let Some(c) = self.conns.get_mut(&key) else {
+        let Some(c) = self.conns.get(&key) else {
             return Err(DropReason::UnknownConnection);
         };
         let Some(i) = c.legs.iter().position(|l| l.replica == replica) else {
             return Err(DropReason::EvictedReplica);
         };
-        let mut ctx = Self::ctx(
-            now,
-            &mut self.transmit,
-            &mut self.counters,
-            &mut self.events,
-            &self.config,
-            &mut self.down,
-            &mut self.challenges,
-        );
         if seg.has(flags::RST) && c.legs[i].state == LegState::SynSent {
             // RFC 9293 §3.10.7.3 (SYN-SENT): a RST is acceptable only if
             // its ACK acknowledges the SYN, SEG.ACK = ISS + 1 exactly (the
@@ -736,9 +703,9 @@ impl Router {
             // the data plane's reverse-path binding of each replica's
             // address to the interface it is reached by (`ftnet-io`
             // routing), which keeps such a packet from the router at all.
-            c.replica_refused(&mut ctx, i);
+            self.on_conn(now, key, |c, ctx| c.replica_refused(ctx, i));
         } else {
-            c.replica_segment(&mut ctx, i, pkt, seg);
+            self.on_conn(now, key, |c, ctx| c.replica_segment(ctx, i, pkt, seg));
         }
         self.after(now, key);
         Ok(())
@@ -791,22 +758,13 @@ impl Router {
         if outer_dst != key.client || outer_src == key.client || from_vip {
             return Err(DropReason::IcmpUnverified);
         }
-        let Some(c) = self.conns.get_mut(&key) else {
+        let Some(c) = self.conns.get(&key) else {
             return Err(DropReason::IcmpIgnored);
         };
         let i = c
             .icmp_quote(replica, u.seq)
             .ok_or(DropReason::IcmpUnverified)?;
-        let mut ctx = Self::ctx(
-            now,
-            &mut self.transmit,
-            &mut self.counters,
-            &mut self.events,
-            &self.config,
-            &mut self.down,
-            &mut self.challenges,
-        );
-        c.unreachable(&mut ctx, i);
+        self.on_conn(now, key, |c, ctx| c.unreachable(ctx, i));
         self.after(now, key);
         Ok(())
     }
@@ -840,18 +798,9 @@ impl Router {
                 .map(|(k, _)| *k)
                 .collect();
             for k in keys {
-                if let Some(c) = self.conns.get_mut(&k) {
-                    let mut ctx = Self::ctx(
-                        now,
-                        &mut self.transmit,
-                        &mut self.counters,
-                        &mut self.events,
-                        &self.config,
-                        &mut self.down,
-                        &mut self.challenges,
-                    );
-                    c.evict_replica(&mut ctx, replica, EvictReason::ReplicaDown);
-                }
+                self.on_conn(now, k, |c, ctx| {
+                    c.evict_replica(ctx, replica, EvictReason::ReplicaDown)
+                });
                 self.after(now, k);
             }
             self.announce_out_of_service();
@@ -862,9 +811,10 @@ impl Router {
     /// agent registered with this router.
     fn in_service(&self, svc: usize, replica: usize) -> bool {
         self.alive[svc][replica]
-            && self.agents.as_ref().is_none_or(|a| {
-                a.contains(&self.config.services[svc].replicas[replica])
-            })
+            && self
+                .agents
+                .as_ref()
+                .is_none_or(|a| a.contains(&self.config.services[svc].replicas[replica]))
     }
 
     /// Every replica out of service, every service.
@@ -1169,22 +1119,14 @@ impl Router {
                 true
             }
         };
-        let Some(c) = self.conns.get_mut(&key) else {
+        let Some(added) = self.on_conn(now, key, |c, ctx| {
+            let before = c.legs.len();
+            c.adopt_order(rec.accepted, rec.input_end);
+            c.adopt_leg(ctx, replica, &rec.replica);
+            c.legs.len() > before
+        }) else {
             return Adopted::Refused;
         };
-        let mut ctx = Self::ctx(
-            now,
-            &mut self.transmit,
-            &mut self.counters,
-            &mut self.events,
-            &self.config,
-            &mut self.down,
-            &mut self.challenges,
-        );
-        let before = c.legs.len();
-        c.adopt_order(rec.accepted, rec.input_end);
-        c.adopt_leg(&mut ctx, replica, &rec.replica);
-        let added = c.legs.len() > before;
         self.after(now, key);
         match (fresh, added) {
             (true, _) => {
@@ -1204,22 +1146,10 @@ impl Router {
     /// held for that (`Timeouts::record_commit`), goes to the client.
     /// Anything else (unknown, already sent) is ignored.
     pub fn record_stored(&mut self, now: Instant, key: ConnKey) {
-        let Some(c) = self.conns.get_mut(&key) else {
-            return;
-        };
-        if c.phase != Phase::Committing {
+        if self.conns.get(&key).map(|c| c.phase) != Some(Phase::Committing) {
             return;
         }
-        let mut ctx = Self::ctx(
-            now,
-            &mut self.transmit,
-            &mut self.counters,
-            &mut self.events,
-            &self.config,
-            &mut self.down,
-            &mut self.challenges,
-        );
-        c.commit_synack(&mut ctx, true);
+        self.on_conn(now, key, |c, ctx| c.commit_synack(ctx, true));
         self.after(now, key);
     }
 
@@ -1248,16 +1178,7 @@ impl Router {
                 continue;
             }
             c.timer_at = None;
-            let mut ctx = Self::ctx(
-                now,
-                &mut self.transmit,
-                &mut self.counters,
-                &mut self.events,
-                &self.config,
-                &mut self.down,
-                &mut self.challenges,
-            );
-            c.on_timer(&mut ctx);
+            self.on_conn(now, key, |c, ctx| c.on_timer(ctx));
             self.after(now, key);
         }
         self.apply_down(now);

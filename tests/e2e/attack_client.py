@@ -18,37 +18,12 @@ Prints one line per step; exit status 0 if the connection still works.
 
 usage: attack_client.py VIP PORT R2 R3
 """
-import os
 import socket
 import struct
 import sys
 import time
 
-
-def csum(data: bytes) -> int:
-    if len(data) % 2:
-        data += b"\0"
-    s = sum(struct.unpack("!%dH" % (len(data) // 2), data))
-    while s >> 16:
-        s = (s & 0xFFFF) + (s >> 16)
-    return ~s & 0xFFFF
-
-
-def ip_header(src: str, dst: str, proto: int, payload_len: int) -> bytes:
-    h = struct.pack(
-        "!BBHHHBBH4s4s",
-        0x45, 0, 20 + payload_len, os.getpid() & 0xFFFF, 0x4000, 64, proto, 0,
-        socket.inet_aton(src), socket.inet_aton(dst),
-    )
-    return h[:10] + struct.pack("!H", csum(h)) + h[12:]
-
-
-def tcp_segment(src, dst, sport, dport, seq, ack, flags, window, payload=b""):
-    h = struct.pack("!HHIIBBHHH", sport, dport, seq & 0xFFFFFFFF, ack & 0xFFFFFFFF,
-                    5 << 4, flags, window, 0, 0)
-    pseudo = socket.inet_aton(src) + socket.inet_aton(dst) + struct.pack("!BBH", 0, 6, len(h) + len(payload))
-    c = csum(pseudo + h + payload)
-    return h[:16] + struct.pack("!H", c) + h[18:] + payload
+from rawpkt import csum, ip_header, tcp_segment
 
 
 def send_raw(pkt: bytes, dst: str):
@@ -112,22 +87,22 @@ def main():
 
     # 1. A segment 256 MiB ahead (sequencer stall).
     seg = tcp_segment(me, vip, lport, port, snd_nxt + (256 << 20), rcv_nxt, 0x18, 502, b"PING\r\n")
-    send_raw(ip_header(me, vip, 6, len(seg)) + seg, vip)
+    send_raw(ip_header(me, vip, 6, len(seg), df=True) + seg, vip)
     print("sent: data segment 256 MiB ahead", flush=True)
 
     # 2. ICMP host unreachable from the client itself, quoting its own
     #    connection with replicas 2 and 3 as inner destination.
     for r in (r2, r3):
         inner_tcp = struct.pack("!HHI", lport, port, snd_nxt)
-        inner = ip_header(me, r, 6, 20) + inner_tcp
+        inner = ip_header(me, r, 6, 20, df=True) + inner_tcp
         icmp = struct.pack("!BBHI", 3, 1, 0, 0) + inner
         icmp = icmp[:2] + struct.pack("!H", csum(icmp)) + icmp[4:]
-        send_raw(ip_header(me, vip, 1, len(icmp)) + icmp, vip)
+        send_raw(ip_header(me, vip, 1, len(icmp), df=True) + icmp, vip)
         print("sent: ICMP host unreachable quoting %s:%d -> %s:%d" % (me, lport, r, port), flush=True)
 
     # 3. A blind RST, in the window but not at the exact sequence number.
     seg = tcp_segment(me, vip, lport, port, snd_nxt + 1000, 0, 0x04, 0)
-    send_raw(ip_header(me, vip, 6, len(seg)) + seg, vip)
+    send_raw(ip_header(me, vip, 6, len(seg), df=True) + seg, vip)
     print("sent: RST at snd_nxt + 1000", flush=True)
 
     time.sleep(0.3)

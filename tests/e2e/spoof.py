@@ -23,29 +23,7 @@ import socket
 import struct
 import time
 
-
-def csum(b: bytes) -> int:
-    if len(b) % 2:
-        b += b"\0"
-    s = sum(struct.unpack(f"!{len(b) // 2}H", b))
-    while s >> 16:
-        s = (s & 0xFFFF) + (s >> 16)
-    return ~s & 0xFFFF
-
-
-def ip_header(src: str, dst: str, proto: int, payload_len: int) -> bytes:
-    h = struct.pack(
-        "!BBHHHBBH4s4s",
-        0x45, 0, 20 + payload_len, random.randrange(1, 65535), 0, 64, proto, 0,
-        socket.inet_aton(src), socket.inet_aton(dst),
-    )
-    return h[:10] + struct.pack("!H", csum(h)) + h[12:]
-
-
-def tcp_segment(src: str, dst: str, sport: int, dport: int, seq: int, ack: int, flags: int) -> bytes:
-    t = struct.pack("!HHIIBBHHH", sport, dport, seq, ack, 5 << 4, flags, 65535, 0, 0)
-    pseudo = socket.inet_aton(src) + socket.inet_aton(dst) + struct.pack("!BBH", 0, 6, len(t))
-    return t[:16] + struct.pack("!H", csum(pseudo + t)) + t[18:]
+from rawpkt import csum, ip_header, tcp_segment
 
 
 class Link:

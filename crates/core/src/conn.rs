@@ -10,8 +10,12 @@
 //! otherwise, every `SeqNum` kept here is in client-visible space.
 
 use crate::config::{Tie, Timeouts, Voting};
+use crate::event::{Event, EvictReason, InputKind};
+use crate::key::ConnKey;
 use crate::metrics::{Counters, DropReason};
-use crate::router::{Event, EvictReason, InputKind, Packet};
+use crate::packet::Packet;
+use crate::record::{AdoptRecord, ReplicaSetup, SetupRecord};
+use crate::status::{ConnSample, LegSample};
 use crate::time::Instant;
 use crate::vote::{self, Offer, Outcome};
 use ftnet_wire::tcp::{self, flags, CsumMode, Repr};
@@ -19,25 +23,6 @@ use ftnet_wire::vnet::VnetHdr;
 use ftnet_wire::{ipv4, SeqDelta, SeqNum};
 use std::collections::VecDeque;
 use std::net::Ipv4Addr;
-
-/// The four-tuple as the client sees it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
-pub struct ConnKey {
-    pub client: Ipv4Addr,
-    pub cport: u16,
-    pub vip: Ipv4Addr,
-    pub vport: u16,
-}
-
-impl std::fmt::Display for ConnKey {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "{}:{}->{}:{}",
-            self.client, self.cport, self.vip, self.vport
-        )
-    }
-}
 
 /// What the router learnt of a TCP segment when it classified it. Only
 /// built from a packet that passed `new_checked` on both headers.
@@ -472,8 +457,8 @@ impl Conn {
     }
 
     /// What the replicas' agents keep of this connection (see `SetupRecord`).
-    pub fn setup_record(&self) -> crate::router::SetupRecord {
-        crate::router::SetupRecord {
+    pub fn setup_record(&self) -> SetupRecord {
+        SetupRecord {
             key: self.key,
             client_isn: self.client_isn.0,
             router_isn: self.router_isn.0,
@@ -485,7 +470,7 @@ impl Conn {
                 .legs
                 .iter()
                 .filter(|l| l.live())
-                .map(|l| crate::router::ReplicaSetup {
+                .map(|l| ReplicaSetup {
                     addr: l.addr,
                     isn: self.router_isn.unshift(l.off).0,
                     wscale: l.wscale,
@@ -501,12 +486,7 @@ impl Conn {
     /// tells its position, and the connection waits (forwarding the
     /// client's segments, sending the client nothing) until every live leg
     /// did. Output voting is not resumed on an adopted connection.
-    pub fn adopted(
-        key: ConnKey,
-        svc: usize,
-        now: Instant,
-        rec: &crate::router::AdoptRecord,
-    ) -> Conn {
+    pub fn adopted(key: ConnKey, svc: usize, now: Instant, rec: &AdoptRecord) -> Conn {
         let client_isn = SeqNum(rec.client_isn);
         let syn = Seg {
             src: key.client,
@@ -564,7 +544,7 @@ impl Conn {
     }
 
     /// Add replica `replica`'s leg to an adopted connection and probe it.
-    pub fn adopt_leg(&mut self, ctx: &mut Ctx, replica: usize, r: &crate::router::ReplicaSetup) {
+    pub fn adopt_leg(&mut self, ctx: &mut Ctx, replica: usize, r: &ReplicaSetup) {
         if self.legs.iter().any(|l| l.replica == replica) {
             return;
         }
@@ -2221,10 +2201,10 @@ impl Conn {
     }
 
     /// Where this connection stands, for the status.
-    pub fn sample(&self) -> crate::router::ConnSample {
+    pub fn sample(&self) -> ConnSample {
         let cin = |x: SeqNum| x.diff(self.client_isn.add(1)) as u32;
         let out = |x: SeqNum| x.diff(self.router_isn.add(1)) as u32;
-        crate::router::ConnSample {
+        ConnSample {
             conn: self.key.to_string(),
             phase: format!("{:?}", self.phase),
             recovering: self.recovering,
@@ -2236,7 +2216,7 @@ impl Conn {
             legs: self
                 .legs
                 .iter()
-                .map(|l| crate::router::LegSample {
+                .map(|l| LegSample {
                     addr: l.addr,
                     state: format!("{:?}", l.state),
                     sent: out(l.hi),

@@ -8,18 +8,24 @@
 
 mod config;
 mod conn;
+mod event;
+mod key;
 mod metrics;
 mod order;
+mod packet;
+mod record;
 mod router;
+mod status;
 mod time;
 mod vote;
 
 pub use config::{Config, Limits, Service, Tie, Timeouts, Voting};
-pub use conn::ConnKey;
+pub use event::{Adopted, Event, EvictReason, InputKind, OutOfService};
+pub use key::ConnKey;
 pub use metrics::{Counters, DropReason};
 pub use order::{NumberedInput, OrderReport, ORDER_LOG, ORDER_WAIT};
-pub use router::{
-    AdoptRecord, Adopted, ConnSample, Event, EvictReason, InputKind, LegSample, Packet,
-    OutOfService, ReplicaSetup, ReplicaStatus, Router, ServiceStatus, SetupRecord, Status,
-};
+pub use packet::Packet;
+pub use record::{AdoptRecord, ReplicaSetup, SetupRecord};
+pub use router::Router;
+pub use status::{ConnSample, LegSample, ReplicaStatus, ServiceStatus, Status};
 pub use time::Instant;

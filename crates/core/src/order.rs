@@ -13,8 +13,8 @@
 //! others' reports), and numbers on from the highest number reported: every
 //! replica's shim sees one gap-free order, the old router's events first.
 
-use crate::conn::ConnKey;
-use crate::router::{Event, InputKind};
+use crate::event::{Event, InputKind};
+use crate::key::ConnKey;
 use crate::time::Instant;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::net::Ipv4Addr;

@@ -1,0 +1,161 @@
+//! What the router tells its driver: events for the operator, the agents
+//! and the sequencer, and why a replica left.
+
+use crate::key::ConnKey;
+use crate::record::SetupRecord;
+use serde::Serialize;
+use std::net::Ipv4Addr;
+
+/// Why a replica left a connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EvictReason {
+    /// RST from this replica while the others carry on (COSCANet-FT §III-D).
+    Reset,
+    /// FIN from this replica at a point the others went past.
+    Fin,
+    /// No SYN-ACK after the configured SYN retries (§III-E), or none while
+    /// the others answered for longer than the failure-detection time.
+    NoSynAck,
+    /// No progress for the failure-detection time while others progressed.
+    Stalled,
+    /// ICMP destination unreachable for this replica.
+    Unreachable,
+    /// Its TCP options disagree with the group's (window scale, timestamps).
+    OptionMismatch,
+    /// The replica was marked down for the whole service.
+    ReplicaDown,
+    /// Its host's agent stopped heartbeating (active failure detection).
+    HostLost,
+    /// Output voting: its bytes contradict the majority's (or lost a tie).
+    Diverged,
+    /// Output voting: it fell further behind the others than the vote
+    /// keeps bytes to compare it with.
+    Lagging,
+    /// Its server can no longer get the sequencer's exact input order
+    /// (its agent lost records, its shim lost its agent or fell back to
+    /// the kernel's order): serving on would diverge silently.
+    OrderLost,
+    /// The agents report it out of service: it left the group under an
+    /// earlier router (before a restart or a takeover) and has not been
+    /// brought back since.
+    ReportedDown,
+}
+
+/// One replica out of service for one service (named by its VIP and first
+/// port): what the agents keep for a router that starts or takes over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+pub struct OutOfService {
+    pub vip: Ipv4Addr,
+    pub port: u16,
+    pub replica: Ipv4Addr,
+}
+
+/// What [`Router::adopt`] did with a record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Adopted {
+    /// A connection this router did not know: now in its table, being
+    /// rebuilt from the next packets.
+    New,
+    /// Another replica of a connection being rebuilt.
+    Leg,
+    /// The router already serves this connection (an agent reconnected).
+    Known,
+    /// No service or replica matches, or the table is full.
+    Refused,
+}
+
+/// Something an operator wants in the log.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub enum Event {
+    /// A replica left one connection; the rest carry on.
+    Evicted {
+        conn: String,
+        replica: Ipv4Addr,
+        reason: EvictReason,
+        remaining: usize,
+        /// For a verdict from silence (`Stalled`, `NoSynAck`): what the
+        /// replica's side looked like against the others', so that the log
+        /// explains the failover. Empty otherwise.
+        detail: String,
+    },
+    /// A replica was declared down for its service: new connections skip it.
+    ReplicaDown {
+        service: String,
+        replica: Ipv4Addr,
+        reason: EvictReason,
+    },
+    /// An operator brought a replica that was out of service back
+    /// ([`Router::enable_replica`]): new connections use it again.
+    ReplicaUp { service: String, replica: Ipv4Addr },
+    /// The set of replicas out of service changed (it is complete, every
+    /// service): for every agent to keep, so that a router that starts or
+    /// takes over never readmits a replica that left the group. Not for
+    /// the log (`ReplicaDown`/`ReplicaUp` say what changed).
+    OutOfService { down: Vec<OutOfService> },
+    /// The last replica of a connection left; the client was sent a RST.
+    ConnectionLost { conn: String },
+    /// Every replica answered a connection's SYN: what its replicas' agents
+    /// store. With `Timeouts::record_commit` its SYN-ACK waits for
+    /// [`Router::record_stored`]. Frequent (one per connection): not for
+    /// the log.
+    Established { record: SetupRecord },
+    /// Output voting: replica `replica` sent bytes that differ from the
+    /// majority's at server-stream `offset` (bytes after the SYN, modulo
+    /// 2^32). `agreeing` replicas agreed on what the client got; with no
+    /// majority (`agreeing` < half the live ones) the service's tie policy
+    /// decided.
+    Diverged {
+        conn: String,
+        replica: Ipv4Addr,
+        offset: u32,
+        agreeing: usize,
+        live: usize,
+    },
+    /// A connection announced with `Established` left the table.
+    /// Frequent: not for the log.
+    Forgotten {
+        key: ConnKey,
+        replicas: Vec<Ipv4Addr>,
+    },
+    /// The sequencer's total order of input for one service (only with
+    /// `Config::sequencer`): the `seq`-th input event of the service is
+    /// `kind` on connection `key`. Every replica's shim hands the server
+    /// its input in exactly this order. Frequent: not for the log.
+    Input {
+        seq: u64,
+        key: ConnKey,
+        kind: InputKind,
+        replicas: Vec<Ipv4Addr>,
+    },
+    /// Every connection adopted from the agents' records since the first
+    /// record came is rebuilt (or left the table), `after_ms` after it.
+    TableRebuilt { connections: u64, after_ms: u64 },
+    /// A router that started or took over numbers a service's input on
+    /// from `last` (the highest number its agents reported): `reported`
+    /// replicas' agents told where they stood, `missing` ones did not in
+    /// time; `replayed` events went to agents that were behind; `lost`
+    /// replicas missed events nobody reported (from that number on their
+    /// shims fall back to the kernel's order). Also for an agent that
+    /// reports after the order resumed (`reported` is that one).
+    OrderResumed {
+        service: String,
+        last: u64,
+        reported: Vec<Ipv4Addr>,
+        missing: Vec<Ipv4Addr>,
+        replayed: usize,
+        lost: Vec<(Ipv4Addr, u64)>,
+    },
+}
+
+/// One input event of the sequencer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum InputKind {
+    /// The connection is accepted (ESTABLISHED at the router).
+    Accept,
+    /// Client bytes up to stream offset `end` (bytes after the SYN,
+    /// modulo 2^32) are the next chunk: one read returns at most one chunk.
+    Data { end: u32 },
+}

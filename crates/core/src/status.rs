@@ -1,0 +1,83 @@
+//! The operator's snapshot of the router (`ftnet status`).
+
+use crate::metrics::Counters;
+use serde::Serialize;
+use std::net::Ipv4Addr;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ReplicaStatus {
+    pub addr: Ipv4Addr,
+    /// In service: gets new connections.
+    pub alive: bool,
+    /// Not out of service, but its agent has not registered with this
+    /// router yet (with agents, a replica serves only once it did).
+    pub awaiting_agent: bool,
+    /// Connections this replica is part of.
+    pub connections: usize,
+    /// Largest distance, over its connections, between the bytes this
+    /// replica has sent and the bytes the client was sent.
+    pub lag_out_bytes: u64,
+    /// Largest distance between the client bytes this replica acknowledged
+    /// and the most any replica acknowledged.
+    pub lag_in_bytes: u64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ServiceStatus {
+    pub name: String,
+    pub vip: Ipv4Addr,
+    pub ports: Vec<u16>,
+    pub replicas: Vec<ReplicaStatus>,
+    pub connections: usize,
+}
+
+/// One replica's leg of a connection in [`ConnSample`]: stream offsets
+/// (bytes after the SYN, modulo 2^32) as the router knows them.
+#[derive(Debug, Clone, Serialize)]
+pub struct LegSample {
+    pub addr: Ipv4Addr,
+    pub state: String,
+    /// Server stream: the end of what this replica sent.
+    pub sent: u32,
+    /// Client stream: what this replica acknowledged.
+    pub acked: u32,
+    /// Client stream: the right edge of its window.
+    pub window_edge: u32,
+    /// Position learnt (after a takeover).
+    pub learned: bool,
+}
+
+/// A few connections in detail, for an operator (or a failed test's
+/// evidence) to see where each side stands.
+#[derive(Debug, Clone, Serialize)]
+pub struct ConnSample {
+    pub conn: String,
+    pub phase: String,
+    pub recovering: bool,
+    pub adopted: bool,
+    /// Client stream: the end of what the client sent.
+    pub client_sent: u32,
+    /// Server stream: the end of what the client was sent, and what it
+    /// acknowledged.
+    pub client_was_sent: u32,
+    pub client_acked: u32,
+    /// The client's last window field (unscaled).
+    pub client_window: u16,
+    pub legs: Vec<LegSample>,
+}
+
+/// A snapshot for `ftnet status`.
+#[derive(Debug, Clone, Serialize)]
+pub struct Status {
+    pub services: Vec<ServiceStatus>,
+    pub connections: usize,
+    pub half_open: usize,
+    /// Connections adopted from the agents whose replicas have not all
+    /// told their positions yet.
+    pub rebuilding: usize,
+    pub counters: Counters,
+    /// Drops by reason name.
+    pub drops: Vec<(&'static str, u64)>,
+    /// Up to 8 connections in detail (lowest client address and port first).
+    pub sample: Vec<ConnSample>,
+}

@@ -1,0 +1,319 @@
+//! Group bookkeeping: evictions, what the client hears after the group
+//! changed (`settle`), and the end of the connection.
+
+use super::{Conn, Ctx, LegState, Phase};
+use crate::event::{Event, EvictReason};
+use crate::packet::Packet;
+use ftnet_wire::tcp::{flags, Repr};
+use ftnet_wire::SeqNum;
+
+impl Conn {
+    /// Take replica leg `i` out of the connection: RST its side so that a
+    /// partitioned replica frees the connection, and log why.
+    pub fn evict(&mut self, ctx: &mut Ctx, i: usize, reason: EvictReason, service_wide: bool) {
+        if self.announced && self.legs[i].state != LegState::Evicted {
+            // Its agent forgets the connection: a router taking over must
+            // not bring the replica back into it.
+            ctx.events.push_back(Event::Forgotten {
+                key: self.key,
+                replicas: vec![self.legs[i].addr],
+            });
+        }
+        if self.legs[i].state == LegState::Aborted {
+            // It already reset its side; only the verdict was pending.
+            self.legs[i].state = LegState::Evicted;
+            ctx.counters.evictions += 1;
+            let remaining = self.live_legs();
+            ctx.events.push_back(Event::Evicted {
+                conn: self.key.to_string(),
+                replica: self.legs[i].addr,
+                reason,
+                remaining,
+                detail: String::new(),
+            });
+            return;
+        }
+        let detail = match reason {
+            EvictReason::Stalled | EvictReason::NoSynAck => self.silence_detail(i, ctx.now),
+            _ => String::new(),
+        };
+        if !self.legs[i].live() {
+            return;
+        }
+        let l = &self.legs[i];
+        let (seq, ack, fl) = match l.state {
+            LegState::Open => (self.client_hi, l.hi.unshift(l.off), flags::RST | flags::ACK),
+            _ => (self.client_isn.add(1), SeqNum(0), flags::RST),
+        };
+        // RFC 5961 §3.2: a RST is accepted only at exactly RCV.NXT; the
+        // replica's RCV.NXT is at most what it acknowledged of client_hi.
+        let seq = if l.state == LegState::Open {
+            l.ack.min(seq)
+        } else {
+            seq
+        };
+        let r = Repr::new(self.key.cport, self.key.vport, seq, ack, fl, 0);
+        ctx.tx
+            .push_back(Packet::plain(r.emit_ipv4(self.key.client, l.addr, &[])));
+        ctx.counters.packets_out += 1;
+        self.legs[i].state = LegState::Evicted;
+        ctx.counters.evictions += 1;
+        let remaining = self.live_legs();
+        ctx.events.push_back(Event::Evicted {
+            conn: self.key.to_string(),
+            replica: self.legs[i].addr,
+            reason,
+            remaining,
+            detail,
+        });
+        if service_wide {
+            ctx.down.push((self.svc, self.legs[i].replica, reason));
+        }
+    }
+
+    /// The leg of replica `replica` if `seq` (an ICMP error's quote) is
+    /// the sequence number of a segment the router sent it and it has not
+    /// acknowledged (RFC 5927 §4.1; Linux `tcp_v4_err` checks the same,
+    /// SND.UNA ≤ seq ≤ SND.NXT). In SYN-SENT the only segment sent is the
+    /// client's SYN, so the quote must be the client's ISN. An open leg was
+    /// sent client bytes from what it acknowledged up to `client_hi` (and
+    /// a liveness probe one octet below what it acknowledged).
+    pub fn icmp_quote(&self, replica: usize, seq: SeqNum) -> Option<usize> {
+        let i = self
+            .legs
+            .iter()
+            .position(|l| l.replica == replica && l.live())?;
+        let l = &self.legs[i];
+        let ok = match l.state {
+            LegState::SynSent => seq == self.client_isn,
+            _ => {
+                let lo = if l.probe_at.is_some() {
+                    l.ack.sub(1)
+                } else {
+                    l.ack
+                };
+                !seq.is_before(lo) && !seq.is_after(self.client_hi)
+            }
+        };
+        ok.then_some(i)
+    }
+
+    /// A verified ICMP destination unreachable for leg `i`: it leaves this
+    /// connection (never the last replica: the connection's own failure
+    /// detection judges that one), and only this one.
+    pub fn unreachable(&mut self, ctx: &mut Ctx, i: usize) {
+        if self.live_legs() <= 1 {
+            return;
+        }
+        self.evict(ctx, i, EvictReason::Unreachable, false);
+        self.settle(ctx);
+    }
+
+    /// Evict the leg of replica `replica` (service index) if it has one.
+    pub fn evict_replica(&mut self, ctx: &mut Ctx, replica: usize, reason: EvictReason) {
+        if let Some(i) = self
+            .legs
+            .iter()
+            .position(|l| l.replica == replica && l.live())
+        {
+            if self.live_legs() == 1 {
+                // Never the connection's last replica: with the others gone
+                // (a router cut off from every replica host sees them all
+                // "lost" one after the other) resetting the client helps
+                // nobody. The connection's own failure detection judges it.
+                return;
+            }
+            self.evict(ctx, i, reason, false);
+            self.settle(ctx);
+        }
+    }
+
+    /// Re-derive what the client should hear after the group changed: the
+    /// handshake completes, the ACK or window moves, a FIN all agreed on
+    /// goes out, or, with no replica left, a RST.
+    pub fn settle(&mut self, ctx: &mut Ctx) {
+        if self.phase == Phase::Dead || self.phase == Phase::Closed {
+            return;
+        }
+        if self.phase == Phase::Handshake && !self.legs.iter().any(|l| l.state == LegState::SynSent)
+        {
+            let open = self.legs.iter().any(|l| l.open());
+            for i in 0..self.legs.len() {
+                if self.legs[i].state == LegState::Refused {
+                    if open {
+                        // Others accept: nothing listens on this replica any
+                        // more, for this or any new connection.
+                        self.legs[i].state = LegState::SynSent;
+                        self.evict(ctx, i, EvictReason::Reset, true);
+                    } else {
+                        // Every replica refused: that is the service's answer.
+                        self.legs[i].state = LegState::Evicted;
+                    }
+                }
+            }
+        }
+        if !matches!(self.phase, Phase::Handshake | Phase::Committing) && self.vote.is_some() {
+            self.vote_progress(ctx);
+        }
+        if self.live_legs() == 0 {
+            if matches!(self.phase, Phase::Handshake | Phase::Committing) {
+                // Nobody takes the connection: refuse it.
+                let r = Repr::new(
+                    self.key.vport,
+                    self.key.cport,
+                    SeqNum(0),
+                    self.client_isn.add(1),
+                    flags::RST | flags::ACK,
+                    0,
+                );
+                ctx.tx.push_back(Packet::plain(r.emit_ipv4(
+                    self.key.vip,
+                    self.key.client,
+                    &[],
+                )));
+            } else {
+                // RFC 5961: exactly the client's RCV.NXT, which is what it
+                // last acknowledged.
+                let r = Repr::new(
+                    self.key.vport,
+                    self.key.cport,
+                    self.client_ack,
+                    self.client_hi,
+                    flags::RST | flags::ACK,
+                    0,
+                );
+                ctx.tx.push_back(Packet::plain(r.emit_ipv4(
+                    self.key.vip,
+                    self.key.client,
+                    &[],
+                )));
+                if !self.legs.iter().any(|l| l.state == LegState::Aborted) {
+                    ctx.events.push_back(Event::ConnectionLost {
+                        conn: self.key.to_string(),
+                    });
+                    ctx.counters.connections_lost += 1;
+                }
+            }
+            ctx.counters.packets_out += 1;
+            self.phase = Phase::Dead;
+            return;
+        }
+        if self.phase == Phase::Handshake {
+            if self.legs.iter().all(|l| l.state != LegState::SynSent) {
+                match ctx.timeouts.record_commit {
+                    Some(wait) if !wait.is_zero() => {
+                        // Output commit: the record first (the router
+                        // announces it after this input), then the SYN-ACK.
+                        self.synack_options();
+                        self.phase = Phase::Committing;
+                        self.commit_by = ctx.now + wait;
+                    }
+                    _ => self.emit_synack(ctx),
+                }
+            }
+            return;
+        }
+        if self.phase == Phase::Committing {
+            return;
+        }
+        if !self.finish_recovery(ctx) {
+            // Rebuilding: the client hears nothing until every live
+            // replica told its position.
+            return;
+        }
+        // A FIN every live replica sent at the same place.
+        let mut fin_now = false;
+        if let Some(v) = &self.vote {
+            // Voting: a majority decided the FIN (one that closes elsewhere
+            // is evicted); it goes out once every live replica closed there,
+            // as without voting, so the client cannot finish the connection
+            // while a replica still lags behind it.
+            let f = v.decided();
+            if !self.fin_sent
+                && v.fin
+                && self.sent_hi == f
+                && self
+                    .legs
+                    .iter()
+                    .filter(|l| l.live())
+                    .all(|l| l.fin == Some(f))
+            {
+                self.sent_hi = v.decided().add(1);
+                self.fin_sent = true;
+                fin_now = true;
+            }
+        } else if !self.fin_sent {
+            if let Some(f) = self.legs.iter().find(|l| l.live()).and_then(|l| l.fin) {
+                if self
+                    .legs
+                    .iter()
+                    .filter(|l| l.live())
+                    .all(|l| l.fin == Some(f))
+                    && !self.sent_hi.is_before(f)
+                {
+                    self.sent_hi = f.add(1);
+                    self.fin_sent = true;
+                    fin_now = true;
+                }
+            }
+        }
+        let (Some(ack), Some(edge)) = (self.group_ack(), self.group_edge()) else {
+            return;
+        };
+        if fin_now || ack.is_after(self.adv_ack) || edge.is_after(self.adv_edge) {
+            self.emit_ack(ctx, fin_now);
+        }
+        self.check_closed(ctx);
+    }
+
+    /// Both directions closed and acknowledged by everyone: enter the
+    /// quiet period after which the router forgets the connection.
+    pub(super) fn check_closed(&mut self, ctx: &mut Ctx) {
+        if self.phase != Phase::Established
+            || !self.fin_sent
+            || !self.client_seen
+            || self.client_ack != self.sent_hi
+        {
+            return;
+        }
+        let Some(cf) = self.client_fin else { return };
+        if self
+            .legs
+            .iter()
+            .filter(|l| l.open())
+            .all(|l| !l.ack.is_before(cf.add(1)))
+        {
+            // The others completed the connection: any reset still awaiting
+            // its verdict was a crash.
+            self.confirm_aborts(ctx);
+            self.phase = Phase::Closed;
+            self.closed_at = Some(ctx.now);
+        }
+    }
+
+    pub(super) fn abort_legs(&mut self, ctx: &mut Ctx) {
+        for i in 0..self.legs.len() {
+            if self.legs[i].live() || self.legs[i].state == LegState::Refused {
+                let l = &self.legs[i];
+                let r = Repr::new(
+                    self.key.cport,
+                    self.key.vport,
+                    self.client_isn.add(1),
+                    SeqNum(0),
+                    flags::RST,
+                    0,
+                );
+                ctx.tx
+                    .push_back(Packet::plain(r.emit_ipv4(self.key.client, l.addr, &[])));
+                ctx.counters.packets_out += 1;
+                self.legs[i].state = LegState::Evicted;
+            }
+        }
+    }
+
+    /// Drop this connection to make room (SYN flood): free the replicas.
+    pub fn discard_half_open(&mut self, ctx: &mut Ctx) {
+        self.abort_legs(ctx);
+        self.phase = Phase::Dead;
+    }
+}

@@ -1,0 +1,431 @@
+//! Failure detection and timers (COSCANet-FT §III-D): which legs owe an
+//! answer, when they are probed, when they are evicted.
+
+use super::{Conn, Ctx, LegState, Phase, ADOPT_WAIT};
+use crate::config::Timeouts;
+use crate::event::EvictReason;
+use crate::packet::Packet;
+use crate::time::Instant;
+use ftnet_wire::tcp::{flags, Repr};
+
+impl Conn {
+    /// Why leg `i` looks dead, for the eviction's log line: how long ago
+    /// it was heard from and made progress, and how far it is behind the
+    /// furthest live replica and the client.
+    pub(super) fn silence_detail(&self, i: usize, now: Instant) -> String {
+        let l = &self.legs[i];
+        let ago = |t: Instant| now.saturating_sub(t).as_millis();
+        let others = self
+            .legs
+            .iter()
+            .enumerate()
+            .filter(|&(j, o)| j != i && o.live() && o.open());
+        let (mut ack_gap, mut out_gap) = (0i64, 0i64);
+        for (_, o) in others {
+            ack_gap = ack_gap.max(i64::from(o.ack.diff(l.ack)));
+            out_gap = out_gap.max(i64::from(o.data_hi().diff(l.data_hi())));
+        }
+        let mut d = format!(
+            "last heard {} ms ago, last progress {} ms ago",
+            ago(l.seen_at),
+            ago(l.progress_at)
+        );
+        if let Some(b) = l.behind_since {
+            d += &format!(", behind for {} ms", ago(b));
+        }
+        if l.open() {
+            d += &format!(
+                "; it acknowledged {} client byte(s) less than the client sent and {ack_gap} less than the furthest replica, and sent {out_gap} byte(s) less",
+                self.client_hi.diff(l.ack).max(0)
+            );
+        }
+        if let Some(p) = l.probe_at {
+            d += &format!("; last probed {} ms ago", ago(p));
+        }
+        d += &format!("; connection {:?}", self.phase);
+        d
+    }
+
+    /// A leg is suspect when it owes an answer: another live leg has
+    /// acknowledged or sent more, or answered the SYN while it did not, or
+    /// it holds client bytes it has not acknowledged. (Position alone is not
+    /// enough: a dead replica that was ahead would never look behind.)
+    pub(super) fn behind(&self, i: usize) -> bool {
+        let l = &self.legs[i];
+        if l.state == LegState::Open && !l.learned {
+            // It owes the answer to the probe that asks its position.
+            return true;
+        }
+        if self.recovering {
+            // It told its position; until every replica has, nothing it
+            // is sent could be judged (what the client has is not known).
+            return false;
+        }
+        if l.state == LegState::Open && self.client_hi.is_after(l.ack) {
+            return true;
+        }
+        self.legs.iter().enumerate().any(|(j, o)| {
+            j != i
+                && o.live()
+                && match (l.state, o.state) {
+                    (LegState::SynSent, LegState::Open) => true,
+                    // Data only: a FIN the others did not send is no output
+                    // they owe; alone it is the evidence of a crash that the
+                    // next bytes from the others will confirm.
+                    (LegState::Open, LegState::Open) => {
+                        o.ack.is_after(l.ack) || o.data_hi().is_after(l.data_hi())
+                    }
+                    _ => false,
+                }
+        })
+    }
+
+    /// Another replica made progress while some reset: those resets were
+    /// crashes, not the service's abort (§III-D).
+    pub(super) fn confirm_aborts(&mut self, ctx: &mut Ctx) {
+        for j in 0..self.legs.len() {
+            if self.legs[j].state == LegState::Aborted {
+                self.evict(ctx, j, EvictReason::Reset, false);
+            }
+        }
+    }
+
+    /// When leg `i` is to be evicted, if it is suspect, and whether the
+    /// others' behaviour makes that a service-wide verdict.
+    ///
+    /// A suspect leg fails when it stays silent for the detection time
+    /// while another replica was heard from, or makes no progress for ten
+    /// times that (at least 1 s) while another progressed: an application
+    /// that stopped while its kernel still answers. When nobody else spoke
+    /// either, the client's path or the client is the likelier culprit, and
+    /// evicting everyone would turn a stall into a reset: then only a much
+    /// longer silence (30 times, at least 3 s) counts, and only for this
+    /// connection.
+    pub(super) fn fail_deadline(&self, i: usize, t: &Timeouts) -> Option<(Instant, bool)> {
+        let l = &self.legs[i];
+        if !l.live() || !self.behind(i) {
+            return None;
+        }
+        let since = l.behind_since.unwrap_or(l.seen_at);
+        let others = || {
+            self.legs
+                .iter()
+                .enumerate()
+                .filter(move |&(j, o)| j != i && o.live())
+                .map(|(_, o)| o)
+        };
+        let silent_from = l.seen_at.max(since);
+        let others_spoke = others().any(|o| o.seen_at > silent_from);
+        let silent = if others_spoke {
+            silent_from + t.failure_detection
+        } else {
+            silent_from + (t.failure_detection * 30).max(core::time::Duration::from_secs(3))
+        };
+        let stuck_from = l.progress_at.max(since);
+        let others_progressed = others().any(|o| o.progress_at > stuck_from);
+        if others_progressed {
+            let stuck =
+                stuck_from + (t.failure_detection * 10).max(core::time::Duration::from_secs(1));
+            if stuck < silent {
+                return Some((stuck.max(self.grace_until()), true));
+            }
+        }
+        Some((silent.max(self.grace_until()), others_spoke))
+    }
+
+    /// While a suspect leg is silent it is probed every quarter of the
+    /// detection time, so that a replica that is merely waiting for a lost
+    /// segment answers and is not mistaken for a dead one.
+    pub(super) fn probe_deadline(&self, i: usize, t: &Timeouts) -> Instant {
+        let l = &self.legs[i];
+        let since = l.behind_since.unwrap_or(l.seen_at);
+        let last = l
+            .seen_at
+            .max(since)
+            .max(l.probe_at.unwrap_or(Instant::ZERO));
+        last + t.failure_detection / 4
+    }
+
+    /// Note which legs fell behind (or caught up) with this input.
+    pub fn update_behind(&mut self, now: Instant) {
+        for i in 0..self.legs.len() {
+            let b = self.legs[i].live() && self.behind(i);
+            let l = &mut self.legs[i];
+            match (b, l.behind_since) {
+                (true, None) => l.behind_since = Some(now),
+                (false, Some(_)) => l.behind_since = None,
+                _ => {}
+            }
+        }
+    }
+
+    /// The earliest time this connection needs `on_timer`.
+    pub fn next_deadline(&self, t: &Timeouts) -> Instant {
+        let mut d = match self.phase {
+            Phase::Closed => self.closed_at.unwrap_or(self.last_activity) + t.time_wait,
+            Phase::Handshake | Phase::SynAckSent => {
+                (self.created + t.handshake).min(self.last_activity + t.idle)
+            }
+            Phase::Committing => (self.created + t.handshake)
+                .min(self.last_activity + t.idle)
+                .min(self.commit_by),
+            _ => self.last_activity + t.idle,
+        };
+        if self.phase != Phase::Closed {
+            for i in 0..self.legs.len() {
+                // Exactly the deadlines `on_timer` acts on: a deadline it
+                // would not act on would spin the timer loop.
+                if let Some((fail, _)) = self.fail_deadline(i, t) {
+                    d = d.min(fail).min(self.probe_deadline(i, t));
+                }
+            }
+            for l in &self.legs {
+                if let (LegState::Aborted, Some(a)) = (l.state, l.aborted_at) {
+                    d = d.min(a + t.failure_detection);
+                }
+            }
+            if self.recovering && !self.expected.is_empty() {
+                d = d.min(self.created + ADOPT_WAIT);
+            }
+        }
+        d
+    }
+
+    /// Run what is due at `ctx.now`.
+    pub fn on_timer(&mut self, ctx: &mut Ctx) {
+        let t = ctx.timeouts;
+        let now = ctx.now;
+        match self.phase {
+            Phase::Closed if self.closed_at.is_none_or(|c| c + t.time_wait <= now) => {
+                self.phase = Phase::Dead;
+                return;
+            }
+            Phase::Handshake | Phase::Committing | Phase::SynAckSent
+                if self.created + t.handshake <= now =>
+            {
+                self.abort_legs(ctx);
+                self.phase = Phase::Dead;
+                return;
+            }
+            _ if self.last_activity + t.idle <= now => {
+                // Like a NAT mapping, an idle connection is forgotten
+                // silently; the endpoints' keep-alives would have kept it.
+                self.phase = Phase::Dead;
+                return;
+            }
+            _ => {}
+        }
+        if self.phase == Phase::Closed {
+            return;
+        }
+        if self.phase == Phase::Committing && self.commit_by <= now {
+            self.commit_synack(ctx, false);
+        }
+        // A reset that the others did not follow: that replica crashed.
+        for i in 0..self.legs.len() {
+            if self.legs[i].state == LegState::Aborted
+                && self.legs[i]
+                    .aborted_at
+                    .is_some_and(|a| a + t.failure_detection <= now)
+            {
+                self.evict(ctx, i, EvictReason::Reset, false);
+            }
+        }
+        for i in 0..self.legs.len() {
+            let Some((due, service_wide)) = self.fail_deadline(i, t) else {
+                continue;
+            };
+            if due <= now {
+                let reason = if self.legs[i].state == LegState::SynSent {
+                    EvictReason::NoSynAck
+                } else {
+                    EvictReason::Stalled
+                };
+                // A connection rebuilt from the agents' records may be one
+                // that ended while no router watched: what it shows is no
+                // evidence against the replica for other connections.
+                self.evict(ctx, i, reason, service_wide && !self.from_agents);
+            } else if self.probe_deadline(i, t) <= now {
+                self.probe(ctx, i);
+            }
+        }
+        self.settle(ctx);
+    }
+
+    /// Ask a silent replica whether it is alive. An open one gets a TCP
+    /// keep-alive with one garbage octet (RFC 9293 §3.8.4): old data, which
+    /// a live stack acknowledges at once (Linux does not rate-limit ACKs to
+    /// segments that carry data). One that has not answered the SYN gets the
+    /// client's SYN again.
+    pub(super) fn probe(&mut self, ctx: &mut Ctx, i: usize) {
+        self.legs[i].probe_at = Some(ctx.now);
+        if self.legs[i].state == LegState::SynSent {
+            if let Some(base) = self.syn_copy.take() {
+                self.send_syn(ctx, &base, self.key.vip, i);
+                self.syn_copy = Some(base);
+            }
+            return;
+        }
+        let l = &self.legs[i];
+        if !l.learned {
+            // Its position is unknown. Two segments with one octet of old
+            // data ending at the client's ISN, below anything it can still
+            // accept, so that it answers with an ACK carrying its sequence
+            // and acknowledgment numbers (RFC 9293 §3.10.7.4: "an
+            // acknowledgment should be sent in reply"). Stacks differ in
+            // which ACK number they let through to that check:
+            // - its ISN + 1: Linux checks the sequence number first and
+            //   answers in any state; a connection still in SYN-RECEIVED
+            //   (killed between SYN-ACK and the client's ACK) takes it as
+            //   the handshake's ACK number and answers too;
+            // - far ahead (beyond its SND.NXT): smoltcp silently drops an
+            //   ACK below its SND.UNA but answers one beyond SND.NXT. In
+            //   SYN-RECEIVED this one draws a RST, which `replica_segment`
+            //   recognises by its sequence number and ignores.
+            //
+            // With timestamps, PAWS comes first: Linux silently drops a pure
+            // ACK below RCV.NXT whose TSval is older than the newest client
+            // TSval it holds (TS.Recent), which this router may not know
+            // (each replica saw the client's segments up to another point).
+            // Two TSvals half the space apart: one of them is never older.
+            // (The probes are out of window: TS.Recent is not updated.)
+            let halves: &[u32] = if self.ts_on { &[0, 0x8000_0000] } else { &[0] };
+            for &h in halves {
+                let tsval = self.client_tsval.wrapping_add(h);
+                for ack in [self.router_isn.add(1), self.probe_far_ack()] {
+                    let mut r = Repr::new(
+                        self.key.cport,
+                        self.key.vport,
+                        self.client_isn.sub(1),
+                        ack.unshift(l.off),
+                        flags::ACK,
+                        self.client_win,
+                    );
+                    if self.ts_on {
+                        r.timestamps = Some((tsval, 0));
+                    }
+                    // One garbage octet: Linux rate-limits its answers to
+                    // out-of-window segments to one per 500 ms per
+                    // connection, but not for segments that carry data (a
+                    // pure ACK probe could go unanswered for half a second
+                    // after the replica answered anything else). It sits
+                    // just before the client's ISN: ending at the ISN, it
+                    // is unacceptable even to a connection that has received
+                    // nothing yet (RCV.NXT = ISN + 1), whose TS.Recent it
+                    // would otherwise overwrite with the half-space TSval.
+                    ctx.tx
+                        .push_back(Packet::plain(r.emit_ipv4(self.key.client, l.addr, &[0])));
+                    ctx.counters.packets_out += 1;
+                }
+            }
+            return;
+        }
+        let seq = l.ack.sub(1);
+        let (ack_c, ack) = l.ack_for(self.client_ack);
+        let mut r = Repr::new(
+            self.key.cport,
+            self.key.vport,
+            seq,
+            ack,
+            flags::ACK,
+            self.client_win,
+        );
+        if self.ts_on {
+            r.timestamps = Some((self.client_tsval, l.ts_last));
+        }
+        ctx.tx
+            .push_back(Packet::plain(r.emit_ipv4(self.key.client, l.addr, &[0])));
+        ctx.counters.packets_out += 1;
+        self.legs[i].ack_out = Some(ack_c);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::fixture::{conn, CLIENT_ISN};
+    use super::super::recovery::REBUILD_GRACE;
+    use super::*;
+    use crate::config::Voting;
+    use core::time::Duration;
+
+    fn at(ms: u64) -> Instant {
+        Instant::ZERO + Duration::from_millis(ms)
+    }
+
+    fn timeouts(fd_ms: u64) -> Timeouts {
+        Timeouts {
+            failure_detection: Duration::from_millis(fd_ms),
+            ..Timeouts::default()
+        }
+    }
+
+    /// Two open replicas; leg 1 acknowledged 10 client bytes, leg 0 none
+    /// (it owes them). Leg 0 was last heard at `heard0`, made progress at
+    /// `prog0`; leg 1 at `heard1` / `prog1`.
+    fn pair(heard0: u64, prog0: u64, heard1: u64, prog1: u64) -> Conn {
+        let mut c = conn(2, Voting::Off);
+        c.client_hi = CLIENT_ISN.add(11);
+        for (i, (h, p)) in [(heard0, prog0), (heard1, prog1)].into_iter().enumerate() {
+            let l = &mut c.legs[i];
+            l.state = LegState::Open;
+            l.seen_at = at(h);
+            l.progress_at = at(p);
+        }
+        c.legs[0].ack = CLIENT_ISN.add(1);
+        c.legs[1].ack = CLIENT_ISN.add(11);
+        c
+    }
+
+    #[test]
+    fn silent_while_another_spoke_fails_after_the_detection_time() {
+        let c = pair(1000, 1000, 1500, 1500);
+        assert_eq!(c.fail_deadline(0, &timeouts(100)), Some((at(1100), true)));
+        // The one ahead owes nothing.
+        assert_eq!(c.fail_deadline(1, &timeouts(100)), None);
+    }
+
+    #[test]
+    fn silent_with_everyone_fails_much_later_and_for_this_connection() {
+        // Nobody spoke since: 30 times the detection time, at least 3 s.
+        let c = pair(1000, 1000, 900, 900);
+        assert_eq!(c.fail_deadline(0, &timeouts(100)), Some((at(4000), false)));
+        assert_eq!(c.fail_deadline(0, &timeouts(200)), Some((at(7000), false)));
+    }
+
+    #[test]
+    fn talking_without_progress_fails_after_ten_times() {
+        // Leg 0 keeps answering (heard at 5 s) but moved nothing since 1 s
+        // while leg 1 progressed: ten times the detection time, at least
+        // 1 s, from its last progress (behind since then).
+        let mut c = pair(5000, 1000, 1500, 1500);
+        c.legs[0].behind_since = Some(at(1000));
+        assert_eq!(c.fail_deadline(0, &timeouts(100)), Some((at(2000), true)));
+        assert_eq!(c.fail_deadline(0, &timeouts(300)), Some((at(4000), true)));
+    }
+
+    #[test]
+    fn a_rebuilt_connection_is_not_judged_during_its_grace() {
+        let mut c = pair(1000, 1000, 1500, 1500);
+        c.rebuilt_at = Some(at(1200));
+        assert_eq!(
+            c.fail_deadline(0, &timeouts(100)),
+            Some((at(1200) + REBUILD_GRACE, true))
+        );
+        // Also a replica that talks without progress.
+        let mut c = pair(5000, 1000, 1500, 1500);
+        c.legs[0].behind_since = Some(at(1000));
+        c.rebuilt_at = Some(at(1000));
+        assert_eq!(
+            c.fail_deadline(0, &timeouts(100)),
+            Some((at(1000) + REBUILD_GRACE, true))
+        );
+    }
+
+    #[test]
+    fn the_probe_comes_every_quarter_of_the_detection_time() {
+        let mut c = pair(1000, 1000, 1500, 1500);
+        assert_eq!(c.probe_deadline(0, &timeouts(100)), at(1025));
+        c.legs[0].probe_at = Some(at(1050));
+        assert_eq!(c.probe_deadline(0, &timeouts(100)), at(1075));
+    }
+}

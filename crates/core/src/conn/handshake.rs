@@ -1,0 +1,208 @@
+//! Establishment (COSCANet-FT §III-E): the client's SYN to every replica,
+//! one SYN-ACK built from their answers.
+
+use super::{csum_mode, rewrite, Conn, Ctx, Leg, LegState, Phase, Seg};
+use crate::event::EvictReason;
+use crate::metrics::DropReason;
+use crate::packet::Packet;
+use ftnet_wire::tcp::{flags, Repr};
+use ftnet_wire::SeqDelta;
+use std::net::Ipv4Addr;
+
+impl Conn {
+    /// A retransmitted client SYN (same ISN): count the try against every
+    /// replica that has not answered, evict those past `syn_retries`
+    /// (§III-E), and repeat the SYN to the rest.
+    pub fn client_syn_again(&mut self, ctx: &mut Ctx, pkt: &Packet, seg: &Seg) {
+        self.last_activity = ctx.now;
+        if self.phase == Phase::SynAckSent || self.phase == Phase::Established {
+            // Our SYN-ACK was lost: the client asks again.
+            self.emit_synack(ctx);
+            return;
+        }
+        if self.phase == Phase::Committing {
+            // Every replica answered; the SYN-ACK follows its record.
+            ctx.counters.drop(DropReason::SynAckHeld);
+            return;
+        }
+        // A copy duplicated by the network is not a retry: only a SYN at
+        // least one failure-detection time after the last counts.
+        if ctx.now.saturating_sub(self.syn_at) >= ctx.timeouts.failure_detection {
+            self.syn_at = ctx.now;
+            for i in 0..self.legs.len() {
+                if self.legs[i].state != LegState::SynSent {
+                    continue;
+                }
+                self.legs[i].syn_tries += 1;
+                if self.legs[i].syn_tries > ctx.timeouts.syn_retries {
+                    self.evict(ctx, i, EvictReason::NoSynAck, true);
+                }
+            }
+        }
+        self.forward_syn(ctx, pkt, seg);
+        self.settle(ctx);
+    }
+
+    /// Copy the client's SYN to every replica that has not answered.
+    pub fn forward_syn(&mut self, ctx: &mut Ctx, pkt: &Packet, seg: &Seg) {
+        let mut base = pkt.clone();
+        rewrite(&mut base, |_, t| {
+            // SACK is not offered to the group: a SACK block is only
+            // truthful per replica, and the client-side blocks would have
+            // to be the intersection over replicas. Without SACK TCP falls
+            // back to NewReno recovery (RFC 6582).
+            t.strip_sack_permitted(seg.mode);
+        });
+        for i in 0..self.legs.len() {
+            if self.legs[i].state == LegState::SynSent {
+                self.send_syn(ctx, &base, seg.dst, i);
+            }
+        }
+        self.syn_copy = Some(base);
+    }
+
+    /// The client's SYN (as kept in `syn_copy` form) to leg `i`.
+    pub(super) fn send_syn(&self, ctx: &mut Ctx, base: &Packet, vip: Ipv4Addr, i: usize) {
+        let addr = self.legs[i].addr;
+        let mode = csum_mode(&base.vnet);
+        let mut p = base.clone();
+        rewrite(&mut p, |ip, t| {
+            ip.set_dst(addr);
+            t.update_pseudo_addr(vip, addr, mode);
+        });
+        ctx.tx.push_back(p);
+        ctx.counters.packets_out += 1;
+    }
+
+    pub(super) fn replica_synack(&mut self, ctx: &mut Ctx, i: usize, seg: &Seg) {
+        if !seg.has(flags::ACK) || seg.ack != self.client_isn.add(1) {
+            ctx.counters.drop(DropReason::BadState);
+            return;
+        }
+        if self.legs[i].state == LegState::Open {
+            // A retransmitted SYN-ACK: the replica did not get the client's
+            // ACK yet. Once our own SYN-ACK is out, repeat it to the client
+            // so that a lost third ACK gets repaired.
+            if matches!(self.phase, Phase::SynAckSent | Phase::Established) {
+                self.emit_synack(ctx);
+            } else {
+                ctx.counters.drop(DropReason::SynAckHeld);
+            }
+            return;
+        }
+        if self.phase != Phase::Handshake {
+            // Too late: the group already answered the client without it.
+            ctx.counters.drop(DropReason::BadState);
+            return;
+        }
+        // The first replica to answer sets the group's option profile;
+        // one that differs cannot share the client's connection.
+        let reference = self
+            .legs
+            .iter()
+            .find(|l| l.open())
+            .map(|l| (l.has_ts, l.has_ws));
+        let mine = (seg.ts.is_some(), seg.wscale.is_some());
+        if let Some(r) = reference {
+            if r != mine {
+                self.evict(ctx, i, EvictReason::OptionMismatch, false);
+                self.settle(ctx);
+                return;
+            }
+        }
+        let now = ctx.now;
+        let ts_now = self.router_ts(now);
+        let client_ws = self.client_ws;
+        let router_isn = self.router_isn;
+        let l = &mut self.legs[i];
+        l.state = LegState::Open;
+        l.off = SeqDelta::between(seg.seq, router_isn);
+        l.hi = router_isn.add(1);
+        l.ack = seg.ack;
+        l.has_ts = seg.ts.is_some();
+        l.has_ws = seg.wscale.is_some();
+        // RFC 7323 §2.2: the scale applies only if both sides sent it.
+        l.wscale = if client_ws {
+            seg.wscale.unwrap_or(0).min(14)
+        } else {
+            0
+        };
+        l.edge = seg.ack.add(seg.window as u32);
+        l.mss = seg.mss.unwrap_or(536);
+        l.syn_window = seg.window;
+        if let Some((v, _)) = seg.ts {
+            l.ts_last = v;
+            l.ts_off = ts_now.wrapping_sub(v);
+        }
+        l.progress_at = now;
+        ctx.counters.drop(DropReason::SynAckHeld);
+        self.settle(ctx);
+    }
+
+    /// The group's options for the client (what the connection's record
+    /// holds): MSS, timestamps and window scale; returns the SYN-ACK's
+    /// window and scale option. `None` with no replica open.
+    pub(super) fn synack_options(&mut self) -> Option<(u16, Option<u8>)> {
+        let open: Vec<&Leg> = self.legs.iter().filter(|l| l.open()).collect();
+        let first = open.first()?;
+        let mss = open.iter().map(|l| l.mss).min().unwrap_or(536);
+        let win = open.iter().map(|l| l.syn_window).min().unwrap_or(0);
+        let ts_on = self.client_ts && first.has_ts;
+        let ws = if self.client_ws && first.has_ws {
+            Some(open.iter().map(|l| l.wscale).max().unwrap_or(0))
+        } else {
+            None
+        };
+        self.mss_out = mss;
+        self.ts_on = ts_on;
+        self.ws_out = ws.unwrap_or(0);
+        Some((win, ws))
+    }
+
+    /// `Committing`: the record is stored (`confirmed`) or the wait ran
+    /// out; the client gets its SYN-ACK.
+    pub fn commit_synack(&mut self, ctx: &mut Ctx, confirmed: bool) {
+        if self.phase != Phase::Committing {
+            return;
+        }
+        if confirmed {
+            ctx.counters.synacks_committed += 1;
+        } else {
+            ctx.counters.synacks_uncommitted += 1;
+        }
+        self.phase = Phase::Handshake;
+        self.emit_synack(ctx);
+    }
+
+    /// The one SYN-ACK the client sees, built from what the replicas
+    /// answered (§III-E): router ISN, MSS = min, window scale = the largest
+    /// replica scale (every replica window fits), timestamps if all agreed.
+    pub(super) fn emit_synack(&mut self, ctx: &mut Ctx) {
+        let Some((win, ws)) = self.synack_options() else {
+            return;
+        };
+        let (mss, ts_on) = (self.mss_out, self.ts_on);
+        let mut r = Repr::new(
+            self.key.vport,
+            self.key.cport,
+            self.router_isn,
+            self.client_isn.add(1),
+            flags::SYN | flags::ACK,
+            win,
+        );
+        r.mss = Some(mss);
+        r.wscale = ws;
+        if ts_on {
+            r.timestamps = Some((self.router_ts(ctx.now), self.client_tsval));
+        }
+        let data = r.emit_ipv4(self.key.vip, self.key.client, &[]);
+        ctx.tx.push_back(Packet::plain(data));
+        ctx.counters.packets_out += 1;
+        self.sent_hi = self.sent_hi.max(self.router_isn.add(1));
+        self.adv_ack = self.client_isn.add(1);
+        self.adv_edge = self.adv_ack.add(win as u32);
+        if self.phase == Phase::Handshake {
+            self.phase = Phase::SynAckSent;
+        }
+    }
+}

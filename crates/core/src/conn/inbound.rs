@@ -1,0 +1,340 @@
+//! Client → replicas (COSCANet-FT §III-C): checks on the client's
+//! segments, the sequencer's input numbering, the fan-out.
+
+use super::{may_challenge, rewrite, translate_tsecr, Conn, Ctx, Phase, Seg, MAX_WIN};
+use crate::event::{Event, InputKind};
+use crate::metrics::DropReason;
+use crate::packet::Packet;
+use ftnet_wire::tcp::flags;
+use ftnet_wire::SeqNum;
+
+impl Conn {
+    /// One input event for the sequencer (numbered by the router). A
+    /// connection's first event is always its Accept (an adopted one whose
+    /// Accept no agent saw gets it before its first chunk).
+    ///
+    /// Every event goes to every replica its Accept went to (the live legs
+    /// then; after a takeover, every replica of the connection's record),
+    /// also to one that has left the connection since: the order is
+    /// numbered per service, and a replica that left one connection (its
+    /// server closed or reset it, as Redis does with a client that sent a
+    /// malformed request; or it was evicted from that one alone) still
+    /// serves the others, so its shim must see every number or it finds a
+    /// hole and gives up ordering. Its shim drops the events of a
+    /// connection its server closed; one the router evicted it from is
+    /// reset (see `evict`), and a reset connection's chunks are complete
+    /// for its shim.
+    pub(super) fn input(&mut self, ctx: &mut Ctx, kind: InputKind) {
+        match kind {
+            InputKind::Accept if self.order_accepted => return,
+            InputKind::Data { .. } if !self.order_accepted => self.input(ctx, InputKind::Accept),
+            _ => {}
+        }
+        self.order_accepted = true;
+        if self.order_to.is_empty() {
+            self.order_to = self
+                .legs
+                .iter()
+                .filter(|l| l.live())
+                .map(|l| l.addr)
+                .collect();
+        }
+        let replicas = self.order_to.clone();
+        ctx.events.push_back(Event::Input {
+            seq: 0,
+            key: self.key,
+            kind,
+            replicas,
+        });
+    }
+
+    /// A segment from the client on an existing connection.
+    pub fn client_segment(&mut self, ctx: &mut Ctx, pkt: Packet, seg: &Seg) {
+        if seg.has(flags::RST) {
+            self.client_rst(ctx, pkt, seg);
+            return;
+        }
+        if matches!(self.phase, Phase::Handshake | Phase::Committing) {
+            // The client cannot have seen our SYN-ACK; only a RST makes sense.
+            ctx.counters.drop(DropReason::BadState);
+            return;
+        }
+        if !self.client_seen {
+            self.learn_client(seg);
+        }
+        if let (true, Some((_, e))) = (self.ts_on, seg.ts) {
+            // The client echoes the newest TSval it got. A router that took
+            // over must never send one below it (PAWS would drop its
+            // segments, RFC 7323 §5): its clock moves forward to it.
+            let now_ts = self.router_ts(ctx.now);
+            if e != 0 && SeqNum(e).is_after(SeqNum(now_ts)) {
+                self.ts_base = self.ts_base.wrapping_add(e.wrapping_sub(now_ts));
+            }
+        }
+        // RFC 9293 §3.10.7.4 / RFC 5961: sequence and ACK plausibility.
+        let lo = self
+            .legs
+            .iter()
+            .filter(|l| l.open())
+            .map(|l| l.ack)
+            .reduce(|a, b| a.min(b))
+            .unwrap_or(self.client_hi);
+        if seg.seq.diff(lo) < -MAX_WIN || seg.seq.diff(self.client_hi) > MAX_WIN {
+            ctx.counters.drop(DropReason::OutOfWindow);
+            return;
+        }
+        if seg.has(flags::ACK)
+            && self.from_agents
+            && seg.ack.is_after(self.sent_hi)
+            && seg.ack.diff(self.sent_hi) < MAX_WIN
+        {
+            // After a takeover the router before may have sent more than
+            // this one knows of (a replica learnt from a repeat of old
+            // data looks behind where it is): the client's word counts.
+            self.sent_hi = seg.ack;
+        }
+        if seg.has(flags::ACK)
+            && (seg.ack.is_after(self.sent_hi) || seg.ack.diff(self.client_ack) < -MAX_WIN)
+        {
+            ctx.counters.drop(DropReason::OutOfWindow);
+            return;
+        }
+        if seg.payload_len > 0 {
+            // Beyond the window the client was told too: a replica's edge
+            // seen last may be an old ACK's (reordered), and a client never
+            // sends past what it was offered.
+            if let Some(edge) = self.max_edge().map(|e| e.max(self.adv_edge)) {
+                if seg.seq.is_after(edge) {
+                    // RFC 9293 §3.10.7.4: bytes that start beyond every
+                    // replica's receive window are not acceptable to any;
+                    // forwarded, each would drop them, and numbered they
+                    // would make every shim wait for a chunk that can
+                    // never complete.
+                    ctx.counters.drop(DropReason::BeyondWindow);
+                    return;
+                }
+            }
+        }
+        self.last_activity = ctx.now;
+        if seg.has(flags::ACK) {
+            self.client_ack = self.client_ack.max(seg.ack);
+            if self.phase == Phase::SynAckSent && !seg.ack.is_before(self.router_isn.add(1)) {
+                self.phase = Phase::Established;
+                self.syn_copy = None;
+                if ctx.sequencer {
+                    self.input(ctx, InputKind::Accept);
+                }
+            }
+        }
+        if let Some((tsval, _)) = seg.ts {
+            if SeqNum(tsval).is_after(SeqNum(self.client_tsval)) || tsval == self.client_tsval {
+                self.client_tsval = tsval;
+            }
+        }
+        self.client_win = seg.window;
+        let end = seg.seq.add(seg.payload_len + seg.has(flags::FIN) as u32);
+        let data_end = seg.seq.add(seg.payload_len);
+        if ctx.sequencer
+            && seg.payload_len > 0
+            && !seg.seq.is_after(self.input_hi)
+            && matches!(self.phase, Phase::Established | Phase::Closed)
+        {
+            // New client bytes contiguous with what was numbered: the next
+            // chunk of this connection ends here (offsets count from the
+            // byte after the client's SYN). Not `client_hi`: a FIN that
+            // overtook the last data would hide it. Only bytes every live
+            // replica's window takes: a chunk that reaches beyond one
+            // could never complete there, and that replica's shim would
+            // hold every later event of the service behind it. (A segment
+            // beyond a hole gets no number; its bytes do once the hole is
+            // filled, from the segment that fills it or from a replica's
+            // acknowledgment, `number_acked`.)
+            let end = match self.min_edge() {
+                Some(e) => data_end.min(e),
+                None => data_end,
+            };
+            self.number_to(ctx, end);
+        }
+        if seg.payload_len > 0 || seg.has(flags::FIN) {
+            // What the replicas are sent (a pure ACK's sequence number may
+            // count bytes that reached no router, after a takeover).
+            self.client_hi = self.client_hi.max(end);
+        }
+        if seg.has(flags::FIN) {
+            self.client_fin = Some(seg.seq.add(seg.payload_len));
+        }
+        ctx.counters.client_bytes_in += seg.payload_len as u64;
+        self.fan_out(ctx, pkt, seg);
+        // Bytes (or a FIN) the group already acknowledged: the client did
+        // not get our ACK. The replicas will only repeat theirs, which change
+        // nothing and are absorbed, so the router answers (RFC 9293 §3.10.7.4:
+        // a duplicate segment is acknowledged).
+        if (seg.payload_len > 0 || seg.has(flags::FIN))
+            && !end.is_after(self.adv_ack)
+            && self.phase == Phase::Established
+        {
+            self.emit_ack(ctx, false);
+        }
+        self.check_closed(ctx);
+    }
+
+    /// RFC 5961 §3.2 (and §3 for a connection in set-up) for a RST from
+    /// the client. Acted on only if its sequence number is exactly the next
+    /// one expected: on a half-open connection the client's ISN + 1
+    /// (RFC 9293 §3.10.7.4 SYN-RECEIVED); on an open one the end of what
+    /// the client sent (`client_hi`, its SND.NXT) or what the client was
+    /// last acknowledged (`adv_ack`: a client whose connection is gone
+    /// answers a challenge ACK with <SEQ=SEG.ACK><CTL=RST>, RFC 9293
+    /// §3.10.7.1 and §3.10.7.3). The router stands between the client and
+    /// the replicas, so its RCV.NXT is either of those. Then the abort
+    /// reaches every replica (§III-C). Elsewhere in the window the client
+    /// gets a challenge ACK and nothing changes (the replicas, which check
+    /// RFC 5961 themselves, would ignore the RST: a router that forgot the
+    /// connection would leave it hanging); outside the window the RST is
+    /// dropped.
+    pub(super) fn client_rst(&mut self, ctx: &mut Ctx, pkt: Packet, seg: &Seg) {
+        let half_open = self.half_open();
+        let exact = if half_open {
+            seg.seq == self.client_isn.add(1)
+        } else {
+            seg.seq == self.client_hi || seg.seq == self.adv_ack
+        };
+        if exact {
+            self.last_activity = ctx.now;
+            if matches!(self.phase, Phase::Handshake | Phase::Committing) {
+                // No replica's SYN-ACK was passed on: reset each at the
+                // client's ISN + 1.
+                self.abort_legs(ctx);
+            } else {
+                // A client abort reaches every replica (§III-C).
+                self.fan_out(ctx, pkt, seg);
+            }
+            self.phase = Phase::Dead;
+            return;
+        }
+        // The window the client was told: from what it was acknowledged
+        // to the right edge (at least what it sent).
+        let lo = self.adv_ack;
+        let hi = self.adv_edge.max(self.client_hi.add(1));
+        if seg.seq.is_before(lo) || !seg.seq.is_before(hi) {
+            ctx.counters.drop(DropReason::RstOutOfWindow);
+            return;
+        }
+        ctx.counters.drop(DropReason::RstNotExact);
+        // No challenge ACK before the client has our SYN-ACK, nor while
+        // an adopted connection is rebuilt (its positions are not known).
+        if matches!(self.phase, Phase::Handshake | Phase::Committing) || self.recovering {
+            return;
+        }
+        let mut last = self.challenge_at;
+        if may_challenge(ctx, &mut last) {
+            self.challenge_at = last;
+            self.emit_ack(ctx, false);
+        }
+    }
+
+    /// RFC 5961 §4: a SYN with another ISN on a live connection. It
+    /// changes nothing; the client gets a challenge ACK <SEQ=SND.NXT>
+    /// <ACK=RCV.NXT>. A client whose connection is gone (its new one is in
+    /// SYN-SENT) answers it with a RST at exactly the ACK's number, which
+    /// ends this one ([`Conn::client_rst`]); its next SYN opens a fresh
+    /// connection. While an adopted connection is rebuilt its positions are
+    /// not known and no challenge ACK can be built: the SYN is only
+    /// dropped (the client repeats it).
+    pub fn syn_on_live(&mut self, ctx: &mut Ctx) {
+        ctx.counters.drop(DropReason::SynOnLiveConnection);
+        if self.recovering || self.phase != Phase::Established {
+            return;
+        }
+        let mut last = self.challenge_at;
+        if may_challenge(ctx, &mut last) {
+            self.challenge_at = last;
+            self.emit_ack(ctx, false);
+        }
+    }
+
+    /// The sequencer's next chunk of this connection ends at `end` (client
+    /// stream), if that is past what was numbered.
+    pub(super) fn number_to(&mut self, ctx: &mut Ctx, end: SeqNum) {
+        if !end.is_after(self.input_hi) {
+            return;
+        }
+        let off = end.diff(self.client_isn.add(1)) as u32;
+        self.input_hi = end;
+        self.input(ctx, InputKind::Data { end: off });
+    }
+
+    /// A replica acknowledged client bytes up to `ack`: they are
+    /// contiguous in the client's stream (a cumulative ACK), so they may
+    /// be numbered, also those that came beyond a hole the client filled
+    /// later. An acknowledgment may count the client's FIN.
+    pub(super) fn number_acked(&mut self, ctx: &mut Ctx, ack: SeqNum) {
+        if !ctx.sequencer
+            || self.recovering
+            || !matches!(self.phase, Phase::Established | Phase::Closed)
+        {
+            return;
+        }
+        let top = match self.client_fin {
+            Some(f) => ack.min(f),
+            None => ack,
+        };
+        self.number_to(ctx, top);
+    }
+
+    /// Send one client segment to every open replica, translated for each.
+    pub(super) fn fan_out(&mut self, ctx: &mut Ctx, pkt: Packet, seg: &Seg) {
+        // A leg whose position is not known yet (an adopted connection,
+        // until it answers the position probe) gets no client segment but
+        // a RST: any ACK number could be beyond what it sent, which makes a
+        // stack drop the segment, data and all. The client sends the data
+        // again, since the group did not acknowledge it.
+        let rst = seg.has(flags::RST);
+        let targets: Vec<usize> = (0..self.legs.len())
+            .filter(|&i| self.legs[i].open() && (self.legs[i].learned || rst))
+            .collect();
+        let mut pkt = Some(pkt);
+        for (n, &i) in targets.iter().enumerate() {
+            let l = &self.legs[i];
+            // The last copy reuses the buffer: one fewer copy per fan-out.
+            let copy = if n + 1 == targets.len() {
+                pkt.take()
+            } else {
+                pkt.clone()
+            };
+            let Some(mut p) = copy else { break };
+            let (ack_c, ack) = l.ack_for(seg.ack);
+            // RFC 5961 §3.2 at the replica: a RST counts only at exactly
+            // its RCV.NXT, which is at least what it acknowledged (the
+            // client's RST may be at what the group acknowledged).
+            let rst_seq = (rst && l.learned && seg.seq.is_before(l.ack)).then_some(l.ack);
+            let tsecr = seg.ts.map(|(_, e)| {
+                if l.learned {
+                    translate_tsecr(e, l.ts_off, l.ts_last)
+                } else {
+                    0
+                }
+            });
+            rewrite(&mut p, |ip, t| {
+                ip.set_dst(l.addr);
+                t.update_pseudo_addr(seg.dst, l.addr, seg.mode);
+                if seg.has(flags::ACK) {
+                    t.set_ack(ack, seg.mode);
+                }
+                if let (Some(e), Some((v, _))) = (tsecr, seg.ts) {
+                    t.set_timestamps(v, e, seg.mode);
+                }
+                if let Some(s) = rst_seq {
+                    t.set_seq(s, seg.mode);
+                }
+                // The group never agreed to SACK; drop any blocks.
+                t.strip_sack(seg.mode);
+            });
+            if seg.has(flags::ACK) {
+                self.legs[i].ack_out = Some(ack_c);
+            }
+            ctx.tx.push_back(p);
+            ctx.counters.packets_out += 1;
+        }
+    }
+}

@@ -1,0 +1,206 @@
+//! One replica's side of a connection.
+
+use super::{Conn, Seg};
+use crate::time::Instant;
+use ftnet_wire::{SeqDelta, SeqNum};
+use std::net::Ipv4Addr;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LegState {
+    /// The client's SYN went to the replica; no SYN-ACK yet.
+    SynSent,
+    /// The replica answered; its sequence space is known.
+    Open,
+    /// The replica refused the SYN with a RST. Whether that is a crash
+    /// (others accept) or the service's answer (all refuse) is decided once
+    /// every replica answered.
+    Refused,
+    /// The replica reset an open connection. It is out of the group at once
+    /// so nobody waits for it; whether that was a crash (others carry on)
+    /// or the service's own abort (all reset) is decided later.
+    Aborted,
+    /// Out of the group for the rest of the connection.
+    Evicted,
+}
+
+/// One replica's side of a connection.
+#[derive(Debug, Clone)]
+pub struct Leg {
+    pub(crate) replica: usize,
+    pub(crate) addr: Ipv4Addr,
+    pub(crate) state: LegState,
+    /// Replica space + off = client space.
+    pub(crate) off: SeqDelta,
+    /// End of everything this replica has sent (data, and FIN as one).
+    pub(crate) hi: SeqNum,
+    /// Highest client-stream byte this replica acknowledged.
+    pub(crate) ack: SeqNum,
+    /// Right edge of the replica's receive window: ack + window.
+    pub(crate) edge: SeqNum,
+    pub(crate) wscale: u8,
+    /// Where this replica's FIN sits, if it sent one.
+    pub(crate) fin: Option<SeqNum>,
+    pub(crate) has_ts: bool,
+    pub(crate) has_ws: bool,
+    /// Router TSval minus this replica's TSval when last translated.
+    pub(crate) ts_off: u32,
+    /// Latest TSval from this replica.
+    pub(crate) ts_last: u32,
+    /// Last packet of any kind from this replica.
+    pub(crate) seen_at: Instant,
+    /// Last time `ack` or `hi` moved.
+    pub(crate) progress_at: Instant,
+    /// Since when another replica has been ahead of this one.
+    pub(crate) behind_since: Option<Instant>,
+    /// Client SYN copies sent without an answer.
+    pub(crate) syn_tries: u32,
+    /// Last liveness probe sent to this replica.
+    pub(crate) probe_at: Option<Instant>,
+    /// When it reset the connection (state `Aborted`).
+    pub(crate) aborted_at: Option<Instant>,
+    pub(crate) mss: u16,
+    pub(crate) syn_window: u16,
+    /// Its position (`ack`, `hi`, `edge`, timestamps) is known. False only
+    /// for a connection adopted from the agents until the replica's first
+    /// packet.
+    pub(crate) learned: bool,
+    /// The last ACK number the router sent this replica (client-visible
+    /// space): a replica whose connection is gone answers a segment with
+    /// a RST carrying that segment's ACK number (RFC 9293 §3.10.7.1).
+    pub(crate) ack_out: Option<SeqNum>,
+    /// When the last challenge ACK went to this replica (RFC 5961 §7).
+    pub(crate) challenge_at: Option<Instant>,
+}
+
+impl Leg {
+    /// End of the data this replica sent, its FIN not counted.
+    pub(super) fn data_hi(&self) -> SeqNum {
+        self.fin.unwrap_or(self.hi)
+    }
+
+    /// Still part of the group.
+    pub(super) fn live(&self) -> bool {
+        matches!(self.state, LegState::SynSent | LegState::Open)
+    }
+    /// The segment's sequence number in the client's view (router space).
+    pub(super) fn off_seq(&self, seg: &Seg) -> SeqNum {
+        seg.seq.shift(self.off)
+    }
+    pub(super) fn open(&self) -> bool {
+        self.state == LegState::Open
+    }
+    /// The ACK number this replica gets for the client's `ack` (client
+    /// space): never beyond what it sent, §III-D (Linux discards an ACK
+    /// beyond its SND.NXT and stalls). Returns it in client space and in
+    /// the replica's own space.
+    pub(super) fn ack_for(&self, ack: SeqNum) -> (SeqNum, SeqNum) {
+        let c = ack.min(self.hi);
+        (c, c.unshift(self.off))
+    }
+}
+
+impl Conn {
+    pub fn add_leg(&mut self, replica: usize, addr: Ipv4Addr, now: Instant) {
+        self.legs.push(Leg {
+            replica,
+            addr,
+            state: LegState::SynSent,
+            off: SeqDelta(0),
+            hi: self.router_isn,
+            ack: self.client_isn,
+            edge: self.client_isn,
+            wscale: 0,
+            fin: None,
+            has_ts: false,
+            has_ws: false,
+            ts_off: 0,
+            ts_last: 0,
+            seen_at: now,
+            progress_at: now,
+            behind_since: None,
+            syn_tries: 0,
+            probe_at: None,
+            aborted_at: None,
+            mss: 0,
+            syn_window: 0,
+            learned: true,
+            ack_out: None,
+            challenge_at: None,
+        });
+        let start = self.router_isn.add(1);
+        if let Some(v) = &mut self.vote {
+            v.pending.push(Vec::new());
+            v.seen.push(start);
+            v.stash.push(Vec::new());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::fixture::{conn, CLIENT_ISN, ROUTER_ISN};
+    use super::*;
+    use crate::config::Voting;
+    use ftnet_wire::tcp::{flags, CsumMode};
+    use std::net::Ipv4Addr;
+
+    /// A leg whose replica picked ISN 1000: its space is 1000 → router ISN.
+    fn leg() -> Leg {
+        let mut c = conn(1, Voting::Off);
+        let mut l = c.legs.remove(0);
+        l.off = SeqDelta::between(SeqNum(1000), ROUTER_ISN);
+        l.hi = ROUTER_ISN.add(1).add(500);
+        l
+    }
+
+    #[test]
+    fn replica_space_maps_onto_client_space() {
+        let l = leg();
+        let seg = Seg {
+            src: Ipv4Addr::new(10, 0, 1, 1),
+            dst: Ipv4Addr::new(10, 0, 0, 1),
+            sport: 80,
+            dport: 40000,
+            seq: SeqNum(1001),
+            ack: CLIENT_ISN.add(1),
+            flags: flags::ACK,
+            window: 0,
+            payload_len: 0,
+            mss: None,
+            wscale: None,
+            ts: None,
+            mode: CsumMode::Complete,
+        };
+        // The replica's first byte is the client-visible first byte,
+        // across the wrap of sequence space.
+        assert_eq!(l.off_seq(&seg), ROUTER_ISN.add(1));
+        assert_eq!(l.off_seq(&seg), SeqNum(0xffff_ff01));
+        let later = Seg {
+            seq: SeqNum(1001 + 300),
+            ..seg
+        };
+        assert_eq!(l.off_seq(&later), SeqNum(0xffff_ff01).add(300));
+        assert_eq!(l.off_seq(&later), SeqNum(0x2d));
+    }
+
+    #[test]
+    fn ack_to_a_replica_never_passes_what_it_sent() {
+        let l = leg();
+        // Within what it sent: translated into its space.
+        let a = ROUTER_ISN.add(1).add(200);
+        assert_eq!(l.ack_for(a), (a, SeqNum(1001 + 200)));
+        // Beyond (another replica sent more): held at its own end.
+        let far = ROUTER_ISN.add(1).add(900);
+        assert_eq!(l.ack_for(far), (l.hi, SeqNum(1001 + 500)));
+    }
+
+    #[test]
+    fn data_hi_leaves_the_fin_out() {
+        let mut l = leg();
+        assert_eq!(l.data_hi(), l.hi);
+        let f = l.hi;
+        l.fin = Some(f);
+        l.hi = f.add(1);
+        assert_eq!(l.data_hi(), f);
+    }
+}

@@ -1,0 +1,403 @@
+//! One replicated connection: the per-connection state machine of
+//! COSCANet-FT §III-C (inbound multicast), §III-D (outbound aggregation,
+//! timestamps, windows, failure evidence) and §III-E (establishment).
+//!
+//! Sequence spaces. The client's stream has one sequence space, shared by
+//! the client and every replica (the client's SYN reaches every replica
+//! unchanged). The server's stream has one space per replica (each picks its
+//! own ISN) and a client-visible space that starts at the router's ISN; a
+//! leg's `off` maps replica space onto client space. Unless a name says
+//! otherwise, every `SeqNum` kept here is in client-visible space.
+
+mod challenge;
+mod close;
+mod detect;
+mod handshake;
+mod inbound;
+mod leg;
+mod outbound;
+mod recovery;
+mod translate;
+mod voting;
+
+use challenge::may_challenge;
+pub use challenge::ChallengeBudget;
+pub use leg::{Leg, LegState};
+use recovery::ADOPT_WAIT;
+pub use translate::csum_mode;
+use translate::{payload_of, rewrite, translate_tsecr};
+use voting::VoteState;
+
+use crate::config::{Timeouts, Voting};
+use crate::event::{Event, EvictReason};
+use crate::key::ConnKey;
+use crate::metrics::Counters;
+use crate::packet::Packet;
+use crate::status::{ConnSample, LegSample};
+use crate::time::Instant;
+use ftnet_wire::tcp::CsumMode;
+use ftnet_wire::SeqNum;
+use std::collections::VecDeque;
+use std::net::Ipv4Addr;
+
+/// What the router learnt of a TCP segment when it classified it. Only
+/// built from a packet that passed `new_checked` on both headers.
+#[derive(Debug, Clone, Copy)]
+pub struct Seg {
+    pub src: Ipv4Addr,
+    pub dst: Ipv4Addr,
+    pub sport: u16,
+    pub dport: u16,
+    pub seq: SeqNum,
+    pub ack: SeqNum,
+    pub flags: u8,
+    pub window: u16,
+    pub payload_len: u32,
+    pub mss: Option<u16>,
+    pub wscale: Option<u8>,
+    pub ts: Option<(u32, u32)>,
+    pub mode: CsumMode,
+}
+
+impl Seg {
+    pub fn has(&self, f: u8) -> bool {
+        self.flags & f != 0
+    }
+}
+
+/// Everything a connection may touch outside itself while it handles one
+/// input.
+pub struct Ctx<'a> {
+    pub now: Instant,
+    pub tx: &'a mut VecDeque<Packet>,
+    pub counters: &'a mut Counters,
+    pub events: &'a mut VecDeque<Event>,
+    pub timeouts: &'a Timeouts,
+    /// (service, replica) pairs that this input proved dead for the whole
+    /// service; the router marks them down after the call.
+    pub down: &'a mut Vec<(usize, usize, EvictReason)>,
+    /// Emit `Event::Input` for the sequencer.
+    pub sequencer: bool,
+    /// The router-wide challenge-ACK budget (RFC 5961 §7).
+    pub challenges: &'a mut ChallengeBudget,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// Waiting for every live replica's SYN-ACK.
+    Handshake,
+    /// Every replica answered; the SYN-ACK waits until the connection's
+    /// record is stored at the agents (`Timeouts::record_commit`), so that
+    /// no client holds a SYN-ACK of a connection a new router cannot find.
+    Committing,
+    /// The client got our SYN-ACK; waiting for its ACK.
+    SynAckSent,
+    Established,
+    /// Both directions closed and acknowledged; kept for `time_wait`.
+    Closed,
+    /// Gone: the router removes it after this input.
+    Dead,
+}
+
+/// A replicated connection.
+#[derive(Debug)]
+pub struct Conn {
+    pub(crate) key: ConnKey,
+    pub(crate) svc: usize,
+    pub(crate) phase: Phase,
+    pub(crate) created: Instant,
+    pub(crate) last_activity: Instant,
+    pub(crate) closed_at: Option<Instant>,
+    pub(crate) client_isn: SeqNum,
+    pub(crate) router_isn: SeqNum,
+    pub(crate) legs: Vec<Leg>,
+    /// Client stream: end of what the client sent (its FIN counted).
+    pub(crate) client_hi: SeqNum,
+    /// Client stream: end of the data announced to the sequencer.
+    pub(crate) input_hi: SeqNum,
+    /// The sequencer's Accept of this connection went out (by this router,
+    /// or by the one before a takeover, as the agents' records say).
+    pub(crate) order_accepted: bool,
+    /// The replicas this connection's input events go to: those its Accept
+    /// went to (see `input`). Not only the live legs: a replica stays here
+    /// after it left the connection.
+    pub(crate) order_to: Vec<Ipv4Addr>,
+    pub(crate) client_fin: Option<SeqNum>,
+    pub(crate) client_win: u16,
+    pub(crate) client_tsval: u32,
+    pub(crate) client_ts: bool,
+    pub(crate) client_ws: bool,
+    /// Server stream: end of what the client was sent.
+    pub(crate) sent_hi: SeqNum,
+    /// Server stream: highest ACK from the client.
+    pub(crate) client_ack: SeqNum,
+    pub(crate) fin_sent: bool,
+    /// What the client was last told.
+    pub(crate) adv_ack: SeqNum,
+    pub(crate) adv_edge: SeqNum,
+    /// Negotiated for the group.
+    pub(crate) ts_on: bool,
+    pub(crate) ws_out: u8,
+    pub(crate) ts_base: u32,
+    /// Earliest timer this connection has in the router's heap.
+    pub(crate) timer_at: Option<Instant>,
+    /// Counted in the router's half-open total.
+    pub(crate) counted_half_open: bool,
+    /// Queued in the router's closed list.
+    pub(crate) counted_closed: bool,
+    /// `Event::Established` was emitted (so `Forgotten` follows).
+    pub(crate) announced: bool,
+    /// The client's SYN as the replicas get it, kept during the handshake
+    /// to probe a replica whose copy may have been lost.
+    pub(crate) syn_copy: Option<Packet>,
+    /// When a client SYN last counted as a retry.
+    pub(crate) syn_at: Instant,
+    /// `Committing`: the SYN-ACK goes out by then even unconfirmed.
+    pub(crate) commit_by: Instant,
+    /// The MSS the client announced (what one segment to it may carry).
+    pub(crate) client_mss: u16,
+    /// The MSS announced to the client in our SYN-ACK.
+    pub(crate) mss_out: u16,
+    /// Output voting state, for services that vote.
+    vote: Option<Box<VoteState>>,
+    /// Adopted from the agents' records by a router that took over: the
+    /// stream positions are not known yet, nothing goes to the client
+    /// until every live replica told its own (see `adopted`).
+    pub(crate) recovering: bool,
+    /// Adopted from the agents' records (position probes were sent).
+    pub(crate) from_agents: bool,
+    /// Adopted: the replicas whose records are awaited, and since when.
+    pub(crate) expected: Vec<Ipv4Addr>,
+    /// When an adopted connection was whole again.
+    pub(crate) rebuilt_at: Option<Instant>,
+    /// A segment from the client was seen (always, but for an adopted
+    /// connection until the client speaks): `client_ack`, `sent_hi` and
+    /// `client_tsval` are the client's.
+    pub(crate) client_seen: bool,
+    /// When a replica's probe was last passed on to the client.
+    pub(crate) probe_passed_at: Option<Instant>,
+    /// When the last challenge ACK went to the client (RFC 5961 §7).
+    pub(crate) challenge_at: Option<Instant>,
+}
+
+/// Largest distance two related sequence numbers may have; beyond it a
+/// segment is out of window (RFC 9293 windows are at most 2^30).
+const MAX_WIN: i32 = 1 << 30;
+
+impl Conn {
+    pub fn new(
+        key: ConnKey,
+        svc: usize,
+        now: Instant,
+        syn: &Seg,
+        router_isn: SeqNum,
+        ts_base: u32,
+        voting: Voting,
+    ) -> Conn {
+        Conn {
+            key,
+            svc,
+            phase: Phase::Handshake,
+            created: now,
+            last_activity: now,
+            closed_at: None,
+            client_isn: syn.seq,
+            router_isn,
+            legs: Vec::new(),
+            client_hi: syn.seq.add(1),
+            input_hi: syn.seq.add(1),
+            order_accepted: false,
+            order_to: Vec::new(),
+            client_fin: None,
+            client_win: syn.window,
+            client_tsval: syn.ts.map(|t| t.0).unwrap_or(0),
+            client_ts: syn.ts.is_some(),
+            client_ws: syn.wscale.is_some(),
+            sent_hi: router_isn,
+            client_ack: router_isn,
+            fin_sent: false,
+            adv_ack: router_isn,
+            adv_edge: router_isn,
+            ts_on: false,
+            ws_out: 0,
+            ts_base,
+            timer_at: None,
+            counted_half_open: true,
+            counted_closed: false,
+            announced: false,
+            syn_copy: None,
+            syn_at: now,
+            commit_by: now,
+            client_mss: syn.mss.unwrap_or(536).max(64),
+            mss_out: 536,
+            recovering: false,
+            from_agents: false,
+            expected: Vec::new(),
+            rebuilt_at: None,
+            client_seen: true,
+            probe_passed_at: None,
+            challenge_at: None,
+            vote: match voting {
+                Voting::Off => None,
+                Voting::Majority { tie } => Some(Box::new(VoteState {
+                    tie,
+                    base: router_isn.add(1),
+                    agreed: VecDeque::new(),
+                    pending: Vec::new(),
+                    seen: Vec::new(),
+                    stash: Vec::new(),
+                    fin: false,
+                })),
+            },
+        }
+    }
+
+    pub fn live_legs(&self) -> usize {
+        self.legs.iter().filter(|l| l.live()).count()
+    }
+
+    pub fn half_open(&self) -> bool {
+        matches!(
+            self.phase,
+            Phase::Handshake | Phase::Committing | Phase::SynAckSent
+        )
+    }
+
+    /// Router timestamp clock (RFC 7323 §5.4: 1 ms ticks), offset per
+    /// connection so that it reveals nothing about the router's uptime.
+    fn router_ts(&self, now: Instant) -> u32 {
+        self.ts_base.wrapping_add(now.as_millis() as u32)
+    }
+
+    /// Group ACK towards the client: the minimum over live replicas that
+    /// answered (COSCANet-FT §III-C: the client is acknowledged only for
+    /// what every replica acknowledged).
+    fn group_ack(&self) -> Option<SeqNum> {
+        self.legs
+            .iter()
+            .filter(|l| l.open())
+            .map(|l| l.ack)
+            .reduce(|a, b| a.min(b))
+    }
+
+    /// Group window right edge: the minimum (§III-D).
+    fn group_edge(&self) -> Option<SeqNum> {
+        self.legs
+            .iter()
+            .filter(|l| l.open())
+            .map(|l| l.edge)
+            .reduce(|a, b| a.min(b))
+    }
+
+    /// The window field for the client given the group edge and ack.
+    fn window_field(&self, ack: SeqNum, edge: SeqNum) -> u16 {
+        translate::window_field(ack, edge, self.ws_out)
+    }
+
+    /// The smallest right window edge over the live replicas whose
+    /// position is known (client stream).
+    fn min_edge(&self) -> Option<SeqNum> {
+        self.legs
+            .iter()
+            .filter(|l| l.open() && l.learned)
+            .map(|l| l.edge)
+            .reduce(|a, b| a.min(b))
+    }
+
+    /// The largest right window edge over the live replicas whose
+    /// position is known (client stream).
+    fn max_edge(&self) -> Option<SeqNum> {
+        self.legs
+            .iter()
+            .filter(|l| l.open() && l.learned)
+            .map(|l| l.edge)
+            .reduce(|a, b| a.max(b))
+    }
+
+    /// Where this connection stands, for the status.
+    pub fn sample(&self) -> ConnSample {
+        let cin = |x: SeqNum| x.diff(self.client_isn.add(1)) as u32;
+        let out = |x: SeqNum| x.diff(self.router_isn.add(1)) as u32;
+        ConnSample {
+            conn: self.key.to_string(),
+            phase: format!("{:?}", self.phase),
+            recovering: self.recovering,
+            adopted: self.from_agents,
+            client_sent: cin(self.client_hi),
+            client_was_sent: out(self.sent_hi),
+            client_acked: out(self.client_ack),
+            client_window: self.client_win,
+            legs: self
+                .legs
+                .iter()
+                .map(|l| LegSample {
+                    addr: l.addr,
+                    state: format!("{:?}", l.state),
+                    sent: out(l.hi),
+                    acked: cin(l.ack),
+                    window_edge: cin(l.edge),
+                    learned: l.learned,
+                })
+                .collect(),
+        }
+    }
+
+    /// (output lag, input lag) of leg `i` in bytes.
+    pub fn lag(&self, i: usize) -> (u64, u64) {
+        let l = &self.legs[i];
+        let max_ack = self
+            .legs
+            .iter()
+            .filter(|o| o.open())
+            .map(|o| o.ack)
+            .reduce(|a, b| a.max(b))
+            .unwrap_or(l.ack);
+        (
+            self.sent_hi.diff(l.hi).max(0) as u64,
+            max_ack.diff(l.ack).max(0) as u64,
+        )
+    }
+}
+
+/// A connection to test the pure pieces with: a client SYN from
+/// 10.0.0.1:40000 to 10.0.0.100:80 and `legs` replicas that have not
+/// answered yet.
+#[cfg(test)]
+pub(super) mod fixture {
+    use super::*;
+    use ftnet_wire::tcp::flags;
+
+    pub(crate) const CLIENT_ISN: SeqNum = SeqNum(5000);
+    /// Near the wrap of sequence space, so that the tests cross it.
+    pub(crate) const ROUTER_ISN: SeqNum = SeqNum(0xffff_ff00);
+
+    pub(crate) fn conn(legs: usize, voting: Voting) -> Conn {
+        let key = ConnKey {
+            client: Ipv4Addr::new(10, 0, 0, 1),
+            cport: 40000,
+            vip: Ipv4Addr::new(10, 0, 0, 100),
+            vport: 80,
+        };
+        let syn = Seg {
+            src: key.client,
+            dst: key.vip,
+            sport: key.cport,
+            dport: key.vport,
+            seq: CLIENT_ISN,
+            ack: SeqNum(0),
+            flags: flags::SYN,
+            window: 65535,
+            payload_len: 0,
+            mss: Some(1460),
+            wscale: Some(7),
+            ts: Some((1, 0)),
+            mode: CsumMode::Complete,
+        };
+        let mut c = Conn::new(key, 0, Instant::ZERO, &syn, ROUTER_ISN, 0, voting);
+        for r in 0..legs {
+            let last = u8::try_from(r + 1).expect("a few legs");
+            c.add_leg(r, Ipv4Addr::new(10, 0, 1, last), Instant::ZERO);
+        }
+        c
+    }
+}

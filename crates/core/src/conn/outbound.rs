@@ -1,0 +1,535 @@
+//! Replica → client (COSCANet-FT §III-D): a replica's segments, what the
+//! client is sent of them, and what the replicas are sent in its name.
+
+use super::{may_challenge, rewrite, Conn, Ctx, LegState, Phase, Seg, MAX_WIN};
+use crate::event::EvictReason;
+use crate::metrics::DropReason;
+use crate::packet::Packet;
+use ftnet_wire::tcp::{flags, Repr};
+use ftnet_wire::vnet::VnetHdr;
+use ftnet_wire::{ipv4, SeqNum};
+
+/// Largest payload of one packet the router builds (IPv4 total length).
+const MAX_BUILT_PAYLOAD: usize = 65535 - 20 - 60;
+
+/// At most one replica probe (zero-window or keep-alive) per this long goes
+/// on to the client: the client's one answer reaches every replica.
+const PROBE_PASS_GAP: core::time::Duration = core::time::Duration::from_millis(50);
+
+impl Conn {
+    /// A segment from replica leg `i`.
+    pub fn replica_segment(&mut self, ctx: &mut Ctx, i: usize, pkt: Packet, seg: &Seg) {
+        if !self.legs[i].live() {
+            ctx.counters.drop(DropReason::EvictedReplica);
+            return;
+        }
+        if seg.has(flags::RST) && self.legs[i].open() {
+            if self.from_agents && seg.seq.shift(self.legs[i].off) == self.probe_far_ack() {
+                // A connection in SYN-RECEIVED refusing the position
+                // probe's far ACK number: it lives on.
+                ctx.counters.drop(DropReason::Rebuilding);
+                return;
+            }
+            if !self.replica_rst_acceptable(ctx, i, seg) {
+                // Not heard from either: an unacceptable RST is no sign
+                // of life.
+                return;
+            }
+        }
+        self.legs[i].seen_at = ctx.now;
+        self.last_activity = ctx.now;
+        if seg.has(flags::SYN) {
+            self.replica_synack(ctx, i, seg);
+            return;
+        }
+        if self.legs[i].state != LegState::Open {
+            ctx.counters.drop(DropReason::BadState);
+            return;
+        }
+        if seg.has(flags::RST) {
+            self.replica_rst(ctx, i, pkt, seg);
+            return;
+        }
+        if self.recovering || !self.legs[i].learned {
+            // Rebuilding: this segment tells where the replica stands.
+            let whole = self.learn_leg(ctx, i, seg);
+            if !whole || seg.payload_len == 0 {
+                // Nothing for the client yet (a replica repeats data).
+                if whole {
+                    self.settle(ctx);
+                } else {
+                    ctx.counters.drop(DropReason::Rebuilding);
+                }
+                return;
+            }
+        }
+        if let (true, Some((v, _))) = (self.ts_on, seg.ts) {
+            let ts_now = self.router_ts(ctx.now);
+            let l = &mut self.legs[i];
+            l.ts_off = ts_now.wrapping_sub(v);
+            l.ts_last = v;
+        }
+        if self.from_agents && seg.payload_len == 0 && !seg.has(flags::FIN) {
+            // On a rebuilt connection the position learnt may be one short:
+            // a replica in zero-window persist sends probes at SND.UNA − 1
+            // (Linux), and one of those may have been taken for its answer.
+            // Its later pure ACKs carry SND.NXT; acknowledging it below its
+            // SND.UNA would be ignored, window update included, and leave
+            // it stopped for good.
+            let l = &mut self.legs[i];
+            let s = seg.seq.shift(l.off);
+            if s.is_after(l.hi) && s.diff(l.hi) <= MAX_WIN {
+                l.hi = s;
+            }
+        }
+        let l = &self.legs[i];
+        let s = seg.seq.shift(l.off);
+        if s.diff(l.hi) > MAX_WIN || s.diff(l.hi) < -MAX_WIN {
+            ctx.counters.drop(DropReason::OutOfWindow);
+            return;
+        }
+        // The ACK field: what this replica has of the client's stream.
+        if seg.has(flags::ACK) {
+            let a = seg.ack.min(self.client_hi);
+            let l = &mut self.legs[i];
+            let edge = a.add((seg.window as u32) << l.wscale);
+            // The window may move with a duplicate ACK (a receiver buffering
+            // out-of-order data); the ACK number is what signals the hole.
+            let dup = a == l.ack && seg.payload_len == 0 && !seg.has(flags::FIN);
+            let progressed = a.is_after(l.ack);
+            if progressed {
+                l.ack = a;
+                l.progress_at = ctx.now;
+            }
+            l.edge = edge;
+            if progressed {
+                self.confirm_aborts(ctx);
+                // Also after a takeover, where it may be past every chunk
+                // (see `cover_acked`).
+                self.number_acked(ctx, a);
+            }
+            if dup && seg.payload_len == 0 {
+                self.replica_pure_ack(ctx, i, pkt, seg, true);
+                return;
+            }
+        }
+        if seg.payload_len == 0 && !seg.has(flags::FIN) {
+            self.replica_pure_ack(ctx, i, pkt, seg, false);
+            return;
+        }
+        self.replica_data(ctx, i, pkt, seg, s);
+    }
+
+    /// RFC 5961 §3.2 for a RST from open leg `i`: acted on only if its
+    /// sequence number is exactly the one the router expects next from
+    /// that replica: the end of what it sent (`hi`; an abort carries
+    /// SND.NXT), or the ACK number the router last sent it (a replica
+    /// whose connection is gone answers a segment with <SEQ=SEG.ACK>,
+    /// RFC 9293 §3.10.7.1). Anywhere else within the window it changes
+    /// nothing and the replica gets a challenge ACK (a replica that really
+    /// reset answers it with a RST at the ACK's number, which is then
+    /// exact); further away it is dropped. The router keeps no receive
+    /// window of its own towards a replica: "the window" is the ±2^30 any
+    /// related sequence number lies within.
+    pub(super) fn replica_rst_acceptable(&mut self, ctx: &mut Ctx, i: usize, seg: &Seg) -> bool {
+        let l = &self.legs[i];
+        let s = l.off_seq(seg);
+        if s == l.hi || Some(s) == l.ack_out {
+            return true;
+        }
+        if s.diff(l.hi) > MAX_WIN || s.diff(l.hi) < -MAX_WIN {
+            ctx.counters.drop(DropReason::RstOutOfWindow);
+            return false;
+        }
+        ctx.counters.drop(DropReason::RstNotExact);
+        let mut last = self.legs[i].challenge_at;
+        if may_challenge(ctx, &mut last) {
+            self.legs[i].challenge_at = last;
+            self.send_ack_to(ctx, i);
+        }
+        false
+    }
+
+    pub(super) fn replica_rst(&mut self, ctx: &mut Ctx, i: usize, pkt: Packet, seg: &Seg) {
+        if self.phase == Phase::Closed {
+            // Both sides closed: a RST now answers a stray segment.
+            ctx.counters.drop(DropReason::BadState);
+            return;
+        }
+        let owed = self.client_hi.is_after(self.legs[i].ack);
+        if self.legs[i]
+            .fin
+            .is_some_and(|f| self.client_ack.is_after(f))
+            && (!owed || self.recovering)
+        {
+            // The client acknowledged this replica's FIN and sent nothing
+            // it has not acknowledged: the RST answers a stray segment (a
+            // probe of old data, a retransmitted FIN after its LAST-ACK
+            // ended; after a takeover the router may not know the close was
+            // complete, and while rebuilding it cannot tell). With new
+            // client bytes in flight it is the server resetting a
+            // half-closed connection the client writes to (RFC 9293
+            // §3.10.7.4; Redis after a protocol error): that goes the abort
+            // path below, so the client learns at once.
+            ctx.counters.drop(DropReason::BadState);
+            return;
+        }
+        if self.live_legs() > 1 {
+            // §III-D: a RST from one replica while the others carry on is
+            // evidence of its crash, not a close. It leaves the group now so
+            // nobody waits for it; if every replica resets, it was the
+            // service's own abort and no replica is blamed.
+            self.legs[i].state = LegState::Aborted;
+            self.legs[i].aborted_at = Some(ctx.now);
+            self.settle(ctx);
+            return;
+        }
+        // The last replica resets: the client gets it.
+        let off = self.legs[i].off;
+        let mut p = pkt;
+        let vip = self.key.vip;
+        rewrite(&mut p, |ip, t| {
+            ip.set_src(vip);
+            t.update_pseudo_addr(seg.src, vip, seg.mode);
+            t.set_seq(seg.seq.shift(off), seg.mode);
+        });
+        ctx.tx.push_back(p);
+        ctx.counters.packets_out += 1;
+        self.legs[i].state = LegState::Evicted;
+        self.phase = Phase::Dead;
+    }
+
+    /// A RST in answer to the client's SYN.
+    pub fn replica_refused(&mut self, ctx: &mut Ctx, i: usize) {
+        self.legs[i].state = LegState::Refused;
+        self.settle(ctx);
+    }
+
+    pub(super) fn replica_pure_ack(
+        &mut self,
+        ctx: &mut Ctx,
+        i: usize,
+        pkt: Packet,
+        seg: &Seg,
+        dup: bool,
+    ) {
+        // The last ACK of a close comes as a pure ACK.
+        self.check_closed(ctx);
+        // One below what it was acknowledged, with nothing in it: a probe
+        // (Linux sends zero-window probes and keep-alives at SND.UNA − 1;
+        // a stack that rewinds SND.NXT to SND.UNA after a timeout sends
+        // its ACKs there, which are not probes). It asks the client for
+        // its window, or whether it lives; absorbed, a client's window
+        // update that was lost (or went to a router that died) would stop
+        // the connection for good. One per PROBE_PASS_GAP goes on: the
+        // client must answer an old sequence number with an ACK and its
+        // window, which reaches every replica.
+        // (On a rebuilt connection the client may not have spoken yet: its
+        // window update went to the router that died, and this probe is
+        // what makes it speak.)
+        if self.legs[i].off_seq(seg).add(1) == self.client_ack.min(self.legs[i].hi)
+            && !self.recovering
+            && self.phase == Phase::Established
+            && self
+                .probe_passed_at
+                .is_none_or(|t| ctx.now.saturating_sub(t) >= PROBE_PASS_GAP)
+        {
+            self.probe_passed_at = Some(ctx.now);
+            ctx.counters.probes_passed += 1;
+            self.forward_to_client(ctx, i, pkt, seg, None, false);
+            return;
+        }
+        let (Some(ack), Some(edge)) = (self.group_ack(), self.group_edge()) else {
+            ctx.counters.drop(DropReason::AckAbsorbed);
+            return;
+        };
+        let advances = ack.is_after(self.adv_ack) || edge.is_after(self.adv_edge);
+        // A duplicate ACK from the replica that holds the group back means
+        // it is missing client data; passing it on lets the client's fast
+        // retransmit repair the router–replica link (§III-C).
+        let bottleneck_dup = dup && self.legs[i].ack == ack && self.client_hi.is_after(ack);
+        if !advances && !bottleneck_dup {
+            ctx.counters.drop(DropReason::AckAbsorbed);
+            return;
+        }
+        self.forward_to_client(ctx, i, pkt, seg, Some(self.sent_hi), false);
+    }
+
+    pub(super) fn replica_data(
+        &mut self,
+        ctx: &mut Ctx,
+        i: usize,
+        pkt: Packet,
+        seg: &Seg,
+        s: SeqNum,
+    ) {
+        if self.vote.is_some() {
+            // Where the replicas disagree, the vote decides, FIN included.
+            self.vote_data(ctx, i, &pkt, seg, s);
+            return;
+        }
+        let e = s.add(seg.payload_len);
+        let prev_hi = self.legs[i].hi;
+        let end = e.add(seg.has(flags::FIN) as u32);
+        if end.is_after(prev_hi) {
+            self.legs[i].hi = end;
+            self.legs[i].progress_at = ctx.now;
+            self.confirm_aborts(ctx);
+        }
+        let mut fin_agreed = false;
+        if seg.has(flags::FIN) {
+            if let Some(f) = self.legs[i].fin {
+                if f != e {
+                    // The same replica moved its FIN: it cannot be trusted.
+                    self.evict(ctx, i, EvictReason::Fin, false);
+                    self.settle(ctx);
+                    return;
+                }
+            }
+            self.legs[i].fin = Some(e);
+        }
+        // A FIN from another replica at a point this one went past means
+        // that replica stopped early: it crashed (§III-D).
+        let hi = self.legs[i].hi;
+        for j in 0..self.legs.len() {
+            if j == i || !self.legs[j].live() {
+                continue;
+            }
+            if let Some(f) = self.legs[j].fin {
+                if hi.is_after(f.add(1)) {
+                    self.evict(ctx, j, EvictReason::Fin, false);
+                }
+            }
+        }
+        if let Some(f) = self.legs[i].fin {
+            // This replica's FIN is itself contradicted by another that has
+            // sent beyond it.
+            if self
+                .legs
+                .iter()
+                .any(|l| l.live() && l.hi.is_after(f.add(1)))
+            {
+                self.evict(ctx, i, EvictReason::Fin, false);
+                self.settle(ctx);
+                return;
+            }
+            fin_agreed = self
+                .legs
+                .iter()
+                .filter(|l| l.live())
+                .all(|l| l.fin == Some(f));
+        }
+        let end_for_client = if fin_agreed { e.add(1) } else { e };
+        let new_data = e.is_after(self.sent_hi);
+        // The replica repeats what it sent before and the client still
+        // lacks it: the copy that went first may have been lost.
+        // (After a takeover, until the client speaks, what it has is not
+        // known: a repeat goes to it, and its answer tells.)
+        let retx_needed = s.is_before(prev_hi)
+            && (end_for_client.is_after(self.client_ack) || !self.client_seen)
+            && (seg.payload_len > 0 || self.fin_sent);
+        if new_data || retx_needed {
+            self.forward_to_client(ctx, i, pkt, seg, None, seg.has(flags::FIN) && !fin_agreed);
+            self.sent_hi = self.sent_hi.max(end_for_client);
+            if fin_agreed {
+                self.fin_sent = true;
+            }
+            self.check_closed(ctx);
+            return;
+        }
+        if fin_agreed && !self.fin_sent {
+            // Only the FIN is new: send it bare rather than repeat bytes the
+            // client was already sent (first copy wins).
+            self.settle(ctx);
+            return;
+        }
+        ctx.counters.drop(DropReason::DuplicateSuppressed);
+        ctx.counters.suppressed_bytes += seg.payload_len as u64;
+        // Mission #4: a lagging replica now sends bytes the client already
+        // acknowledged; nothing from the client will ever acknowledge them
+        // again, so the router does it on the client's behalf.
+        if self.client_ack.is_after(s) {
+            self.ack_on_behalf(ctx, i);
+        }
+        self.settle(ctx);
+    }
+
+    /// Build data segments to the client carrying `data` at `seq`, with the
+    /// group's ACK, window and the router's timestamp. More than one
+    /// segment's worth goes as a GSO super-packet that the kernel cuts.
+    pub(super) fn send_built(&mut self, ctx: &mut Ctx, seq: SeqNum, data: &[u8]) {
+        if data.is_empty() {
+            return;
+        }
+        let ack = self.group_ack().unwrap_or(self.client_hi);
+        let edge = self.group_edge().unwrap_or(ack);
+        let win = self.window_field(ack, edge);
+        let ts = self
+            .ts_on
+            .then(|| (self.router_ts(ctx.now), self.client_tsval));
+        let opt_len = if ts.is_some() { 12 } else { 0 };
+        let seg_size = (self.client_mss as usize).saturating_sub(opt_len).max(1);
+        let per_packet = (MAX_BUILT_PAYLOAD / seg_size).max(1) * seg_size;
+        let (vip, client) = (self.key.vip, self.key.client);
+        let mut off = 0usize;
+        for chunk in data.chunks(per_packet) {
+            let last = off + chunk.len() == data.len();
+            let fl = if last {
+                flags::ACK | flags::PSH
+            } else {
+                flags::ACK
+            };
+            let mut r = Repr::new(
+                self.key.vport,
+                self.key.cport,
+                seq.add(off as u32),
+                ack,
+                fl,
+                win,
+            );
+            r.timestamps = ts;
+            let mut bytes = r.emit_ipv4(vip, client, chunk);
+            let vnet = if chunk.len() > seg_size {
+                // The checksum field holds the pseudo-header sum; the kernel
+                // completes it for every segment it cuts.
+                let ihl = ipv4::MIN_HEADER_LEN;
+                let tcp_len = (bytes.len() - ihl) as u32;
+                let partial = ftnet_wire::checksum::fold(ftnet_wire::checksum::pseudo_header(
+                    vip,
+                    client,
+                    ipv4::PROTO_TCP,
+                    tcp_len,
+                ));
+                bytes[ihl + 16..ihl + 18].copy_from_slice(&partial.to_be_bytes());
+                VnetHdr {
+                    flags: ftnet_wire::vnet::F_NEEDS_CSUM,
+                    gso_type: ftnet_wire::vnet::GSO_TCPV4,
+                    hdr_len: (ihl + r.header_len()) as u16,
+                    gso_size: seg_size as u16,
+                    csum_start: ihl as u16,
+                    csum_offset: 16,
+                }
+            } else {
+                VnetHdr::NONE
+            };
+            ctx.tx.push_back(Packet { vnet, data: bytes });
+            ctx.counters.packets_out += 1;
+            off += chunk.len();
+        }
+        ctx.counters.client_bytes_out += data.len() as u64;
+        self.adv_ack = self.adv_ack.max(ack);
+        self.adv_edge = self.adv_edge.max(edge);
+    }
+
+    /// Rewrite a replica's segment for the client and queue it.
+    pub(super) fn forward_to_client(
+        &mut self,
+        ctx: &mut Ctx,
+        i: usize,
+        mut p: Packet,
+        seg: &Seg,
+        seq_override: Option<SeqNum>,
+        strip_fin: bool,
+    ) {
+        let ack = self.group_ack().unwrap_or(self.client_hi);
+        let edge = self.group_edge().unwrap_or(ack);
+        let win = self.window_field(ack, edge);
+        let ts_now = self.router_ts(ctx.now);
+        let seq = seq_override.unwrap_or(seg.seq.shift(self.legs[i].off));
+        let vip = self.key.vip;
+        let ts_on = self.ts_on;
+        rewrite(&mut p, |ip, t| {
+            ip.set_src(vip);
+            t.update_pseudo_addr(seg.src, vip, seg.mode);
+            t.set_seq(seq, seg.mode);
+            if seg.has(flags::ACK) {
+                t.set_ack(ack, seg.mode);
+                t.set_window(win, seg.mode);
+            }
+            if let (true, Some((_, e))) = (ts_on, seg.ts) {
+                // §III-D: the router's clock towards the client.
+                t.set_timestamps(ts_now, e, seg.mode);
+            }
+            t.strip_sack(seg.mode);
+            if strip_fin {
+                // Not every live replica closed here yet: the FIN waits.
+                t.set_flags(seg.flags & !flags::FIN, seg.mode);
+            }
+        });
+        ctx.tx.push_back(p);
+        ctx.counters.packets_out += 1;
+        ctx.counters.client_bytes_out += seg.payload_len as u64;
+        self.adv_ack = self.adv_ack.max(ack);
+        self.adv_edge = self.adv_edge.max(edge);
+    }
+
+    /// An ACK to replica `i` in the client's name, for what the client
+    /// acknowledged of the bytes this replica has sent.
+    pub(super) fn ack_on_behalf(&mut self, ctx: &mut Ctx, i: usize) {
+        if !self.client_seen {
+            // What the client acknowledged is not known yet.
+            return;
+        }
+        self.send_ack_to(ctx, i);
+        ctx.counters.acks_on_behalf += 1;
+    }
+
+    /// A pure ACK to replica `i` in the client's name: what the client
+    /// acknowledged of the bytes this replica has sent.
+    pub(super) fn send_ack_to(&mut self, ctx: &mut Ctx, i: usize) {
+        let (a, ack) = self.legs[i].ack_for(self.client_ack);
+        self.legs[i].ack_out = Some(a);
+        let l = &self.legs[i];
+        let mut r = Repr::new(
+            self.key.cport,
+            self.key.vport,
+            self.client_hi,
+            ack,
+            flags::ACK,
+            self.client_win,
+        );
+        if self.ts_on {
+            r.timestamps = Some((self.client_tsval, l.ts_last));
+        }
+        ctx.tx
+            .push_back(Packet::plain(r.emit_ipv4(self.key.client, l.addr, &[])));
+        ctx.counters.packets_out += 1;
+    }
+
+    /// A pure ACK (or FIN-ACK) to the client with the group's ACK and
+    /// window.
+    pub(super) fn emit_ack(&mut self, ctx: &mut Ctx, fin: bool) {
+        let (Some(ack), Some(edge)) = (self.group_ack(), self.group_edge()) else {
+            return;
+        };
+        let seq = if fin {
+            self.sent_hi.sub(1)
+        } else {
+            self.sent_hi
+        };
+        let fl = if fin {
+            flags::ACK | flags::FIN
+        } else {
+            flags::ACK
+        };
+        let mut r = Repr::new(
+            self.key.vport,
+            self.key.cport,
+            seq,
+            ack,
+            fl,
+            self.window_field(ack, edge),
+        );
+        if self.ts_on {
+            r.timestamps = Some((self.router_ts(ctx.now), self.client_tsval));
+        }
+        ctx.tx.push_back(Packet::plain(r.emit_ipv4(
+            self.key.vip,
+            self.key.client,
+            &[],
+        )));
+        ctx.counters.packets_out += 1;
+        self.adv_ack = self.adv_ack.max(ack);
+        self.adv_edge = self.adv_edge.max(edge);
+    }
+}

@@ -1,0 +1,322 @@
+//! Adoption: a connection another router set up, rebuilt from what the
+//! replicas' agents kept (COSCANet-FT §III-C), until every live replica told
+//! its position.
+
+use super::{Conn, Ctx, LegState, Phase, Seg};
+use crate::config::Voting;
+use crate::event::InputKind;
+use crate::key::ConnKey;
+use crate::record::{AdoptRecord, ReplicaSetup, SetupRecord};
+use crate::time::Instant;
+use ftnet_wire::tcp::{flags, CsumMode};
+use ftnet_wire::{SeqDelta, SeqNum};
+
+/// How long replicas of a rebuilt connection are not judged stalled.
+pub(super) const REBUILD_GRACE: core::time::Duration = core::time::Duration::from_millis(1500);
+
+/// How long an adopted connection waits for the records of the replicas
+/// whose agents have not registered yet.
+pub(super) const ADOPT_WAIT: core::time::Duration = core::time::Duration::from_millis(1000);
+
+impl Conn {
+    /// What the replicas' agents keep of this connection (see `SetupRecord`).
+    pub fn setup_record(&self) -> SetupRecord {
+        SetupRecord {
+            key: self.key,
+            client_isn: self.client_isn.0,
+            router_isn: self.router_isn.0,
+            wscale_out: self.ws_out,
+            ts_base: self.ts_on.then_some(self.ts_base),
+            client_mss: self.client_mss,
+            mss_out: self.mss_out,
+            replicas: self
+                .legs
+                .iter()
+                .filter(|l| l.live())
+                .map(|l| ReplicaSetup {
+                    addr: l.addr,
+                    isn: self.router_isn.unshift(l.off).0,
+                    wscale: l.wscale,
+                })
+                .collect(),
+        }
+    }
+
+    /// A connection another router set up, rebuilt from what the agents
+    /// kept (`SetupRecord`): the sequence spaces, window scale and
+    /// timestamp base are known, the stream positions are not. Legs are
+    /// added with [`Conn::adopt_leg`]; each is probed at once so that it
+    /// tells its position, and the connection waits (forwarding the
+    /// client's segments, sending the client nothing) until every live leg
+    /// did. Output voting is not resumed on an adopted connection.
+    pub fn adopted(key: ConnKey, svc: usize, now: Instant, rec: &AdoptRecord) -> Conn {
+        let client_isn = SeqNum(rec.client_isn);
+        let syn = Seg {
+            src: key.client,
+            dst: key.vip,
+            sport: key.cport,
+            dport: key.vport,
+            seq: client_isn,
+            ack: SeqNum(0),
+            flags: flags::SYN,
+            window: 0,
+            payload_len: 0,
+            mss: Some(rec.client_mss),
+            wscale: Some(0),
+            ts: rec.ts_base.map(|_| (0, 0)),
+            mode: CsumMode::Complete,
+        };
+        let router_isn = SeqNum(rec.router_isn);
+        let mut c = Conn::new(
+            key,
+            svc,
+            now,
+            &syn,
+            router_isn,
+            rec.ts_base.unwrap_or(0),
+            Voting::Off,
+        );
+        c.phase = Phase::Established;
+        c.ts_on = rec.ts_base.is_some();
+        // RFC 7323 §2.3: a shift count above 14 is used as 14 (a record
+        // is input too).
+        c.ws_out = rec.wscale_out.min(14);
+        c.mss_out = rec.mss_out;
+        c.client_ws = rec.wscale_out > 0;
+        c.counted_half_open = false;
+        c.announced = true;
+        c.recovering = true;
+        c.from_agents = true;
+        c.expected = rec.expected.clone();
+        // Its input events go to every replica of the record, also to one
+        // that left it before the takeover (see `input`).
+        c.order_to = rec.expected.clone();
+        if !c.order_to.contains(&rec.replica.addr) {
+            c.order_to.push(rec.replica.addr);
+        }
+        c.client_seen = false;
+        // Until the client speaks, the window the router's own segments
+        // to the replicas announce (probes, ACKs on its behalf): never 0,
+        // which would stop a replica until someone reopens it.
+        c.client_win = u16::MAX;
+        c.sent_hi = router_isn.add(1);
+        c.client_ack = router_isn.add(1);
+        c.adv_ack = client_isn.add(1);
+        c.adv_edge = client_isn.add(1);
+        c
+    }
+
+    /// Add replica `replica`'s leg to an adopted connection and probe it.
+    pub fn adopt_leg(&mut self, ctx: &mut Ctx, replica: usize, r: &ReplicaSetup) {
+        if self.legs.iter().any(|l| l.replica == replica) {
+            return;
+        }
+        self.add_leg(replica, r.addr, ctx.now);
+        let router_isn = self.router_isn;
+        let i = self.legs.len() - 1;
+        let l = &mut self.legs[i];
+        l.state = LegState::Open;
+        l.off = SeqDelta::between(SeqNum(r.isn), router_isn);
+        // RFC 7323 §2.3: at most 14.
+        l.wscale = r.wscale.min(14);
+        l.has_ts = self.ts_on;
+        l.has_ws = self.client_ws;
+        // A repeated SYN-ACK (the client lost the first) says the same.
+        l.mss = self.mss_out;
+        l.syn_window = 8192;
+        l.learned = false;
+        l.hi = router_isn.add(1);
+        l.ack = self.client_hi;
+        l.edge = self.client_hi;
+        self.probe(ctx, i);
+    }
+
+    /// After a rebuild every endpoint recovers what the outage dropped on
+    /// its own timers (RTOs of 200 ms and more): a learnt replica is not
+    /// judged for that long (an unlearnt one is: it owes the probe's answer).
+    pub(super) fn grace_until(&self) -> Instant {
+        match self.rebuilt_at {
+            Some(t) => t + REBUILD_GRACE,
+            // Still rebuilding: a replica that has not answered the
+            // position probe yet may be rate-limiting its answers (Linux
+            // answers an out-of-window segment at most every 500 ms per
+            // connection): several probe rounds before it is judged.
+            None if self.from_agents => self.created + REBUILD_GRACE,
+            None => Instant::ZERO,
+        }
+    }
+
+    /// The far-ahead ACK number of the position probe (client-visible
+    /// space): 1.5 GiB beyond the router's ISN.
+    pub(super) fn probe_far_ack(&self) -> SeqNum {
+        self.router_isn.add(1).add(0x6000_0000)
+    }
+
+    /// What replica leg `i`'s segment tells of its position, while the
+    /// connection is rebuilt. Returns whether the segment is used further.
+    pub(super) fn learn_leg(&mut self, ctx: &mut Ctx, i: usize, seg: &Seg) -> bool {
+        let l = &mut self.legs[i];
+        let s = seg.seq.shift(l.off);
+        let end = s.add(seg.payload_len + seg.has(flags::FIN) as u32);
+        if !l.learned {
+            l.learned = true;
+            l.hi = end;
+            if seg.has(flags::ACK) {
+                l.ack = seg.ack;
+                l.edge = seg.ack.add((seg.window as u32) << l.wscale);
+            }
+        } else {
+            l.hi = l.hi.max(end);
+            if seg.has(flags::ACK) {
+                l.ack = l.ack.max(seg.ack);
+                l.edge = seg.ack.add((seg.window as u32) << l.wscale);
+            }
+        }
+        if let (true, Some((v, e))) = (self.ts_on, seg.ts) {
+            l.ts_off = self
+                .ts_base
+                .wrapping_add(ctx.now.as_millis() as u32)
+                .wrapping_sub(v);
+            l.ts_last = v;
+            // Its TSecr is the newest client TSval it took: what the
+            // router's own segments to it must carry at least (PAWS).
+            if !self.client_seen && SeqNum(e).is_after(SeqNum(self.client_tsval)) {
+                self.client_tsval = e;
+            }
+        }
+        l.progress_at = ctx.now;
+        let a = l.ack;
+        if a.is_after(self.client_hi) {
+            self.client_hi = a;
+        }
+        self.finish_recovery(ctx)
+    }
+
+    /// Every live leg told its position: the connection is whole again.
+    /// Returns whether it is.
+    pub(super) fn finish_recovery(&mut self, ctx: &mut Ctx) -> bool {
+        if !self.recovering {
+            return true;
+        }
+        // Every replica of the connection sends its record when its agent
+        // registers; one that joined after the group moved on could never
+        // catch up. So wait for the others' records, for a while (an agent
+        // whose host died with the router never comes).
+        if ctx.now >= self.created + ADOPT_WAIT {
+            self.expected = Vec::new();
+        }
+        let legs = &self.legs;
+        self.expected.retain(|a| !legs.iter().any(|l| l.addr == *a));
+        if !self.expected.is_empty()
+            || self.legs.iter().any(|l| l.open() && !l.learned)
+            || self.live_legs() == 0
+        {
+            return false;
+        }
+        self.recovering = false;
+        self.rebuilt_at = Some(ctx.now);
+        if !self.client_seen {
+            // The client got at least what the slowest replica sent.
+            let lo = self
+                .legs
+                .iter()
+                .filter(|l| l.open())
+                .map(|l| l.hi)
+                .reduce(|a, b| a.min(b))
+                .unwrap_or(self.sent_hi);
+            self.sent_hi = lo;
+            self.client_ack = lo;
+        }
+        // One ACK to the client with the group's position and window.
+        if let (Some(a), Some(e)) = (self.group_ack(), self.group_edge()) {
+            self.adv_ack = a.sub(1);
+            self.adv_edge = e.sub(1);
+        }
+        if ctx.sequencer {
+            // The order goes on where the old router left it: an Accept if
+            // no agent saw one, and one chunk for bytes some replica holds
+            // that no agent saw numbered (the old router died between
+            // forwarding them and telling the agents).
+            if !self.order_accepted {
+                self.input(ctx, InputKind::Accept);
+            }
+            self.cover_acked(ctx);
+        }
+        ctx.counters.connections_rebuilt += 1;
+        true
+    }
+
+    /// The rule: every client byte a replica acknowledged lies inside a
+    /// numbered chunk. The router numbers each client segment before it
+    /// forwards it, so an acknowledgment passes the last chunk only after a
+    /// takeover: the router that died forwarded those bytes and their chunk
+    /// died with it (in its agents' writers). Not only at the rebuild: a
+    /// replica that kept them out of order acknowledges them later, once
+    /// the client's retransmissions fill the hole before them, and the
+    /// client never repeats them (they are acknowledged), so this router may
+    /// never see them. The acknowledgment itself announces them: one chunk
+    /// up to the furthest acknowledgment of a live replica, the client's
+    /// FIN excluded when known (a replica's RCV.NXT counts it). The replicas
+    /// that lack the bytes get them from the client, whose data the group's
+    /// (minimum) acknowledgment does not cover yet.
+    pub(super) fn cover_acked(&mut self, ctx: &mut Ctx) {
+        if !ctx.sequencer {
+            return;
+        }
+        let top = self
+            .legs
+            .iter()
+            .filter(|l| l.open() && l.learned)
+            .map(|l| l.ack)
+            .reduce(|a, b| a.max(b));
+        let top = match (top, self.client_fin) {
+            (Some(t), Some(f)) => Some(t.min(f)),
+            (t, _) => t,
+        };
+        if let Some(top) = top {
+            self.number_to(ctx, top);
+        }
+    }
+
+    /// What a replica's agent knew of this connection's input order: its
+    /// Accept went out, and the chunks up to stream offset `input_end`.
+    pub fn adopt_order(&mut self, accepted: bool, input_end: Option<u32>) {
+        self.order_accepted |= accepted;
+        if let Some(e) = input_end {
+            let at = self.client_isn.add(1).add(e);
+            if at.is_after(self.input_hi) {
+                self.input_hi = at;
+            }
+        }
+    }
+
+    /// The client's first segment on an adopted connection: its ACK is what
+    /// it received, its sequence number where its stream stands.
+    pub(super) fn learn_client(&mut self, seg: &Seg) {
+        self.client_seen = true;
+        let end = seg.seq.add(seg.payload_len + seg.has(flags::FIN) as u32);
+        if seg.has(flags::ACK) {
+            self.client_ack = seg.ack;
+            self.sent_hi = seg.ack;
+        }
+        // Its sequence number says where its stream stands, not what
+        // reached a router: bytes it sent while none was up are not owed by
+        // any replica. Only bytes this segment carries count.
+        if (seg.payload_len > 0 || seg.has(flags::FIN)) && end.is_after(self.client_hi) {
+            self.client_hi = seg.seq;
+            // Bytes before it are covered by this segment's chunk (a chunk
+            // is every byte up to its end). A bare FIN makes no chunk: the
+            // bytes before it get theirs when the rebuild completes.
+            if seg.payload_len > 0 {
+                self.input_hi = self.input_hi.max(seg.seq);
+            }
+        }
+        for l in self.legs.iter_mut().filter(|l| !l.learned) {
+            l.ack = seg.seq;
+            l.edge = seg.seq;
+        }
+        if let Some((v, _)) = seg.ts {
+            self.client_tsval = v;
+        }
+    }
+}

@@ -1,0 +1,344 @@
+//! Output voting of a connection (MISSION.md #12): bytes go to the client
+//! once a majority of the live replicas agreed on them.
+
+use super::{payload_of, Conn, Ctx, Seg};
+use crate::config::Tie;
+use crate::event::{Event, EvictReason};
+use crate::metrics::DropReason;
+use crate::packet::Packet;
+use crate::vote::{self, Offer, Outcome};
+use ftnet_wire::tcp::flags;
+use ftnet_wire::SeqNum;
+use std::collections::VecDeque;
+
+/// Output voting of one connection (MISSION.md #12, `crate::vote`). The
+/// server stream is cut at `decided()`: before it, bytes a majority of the
+/// live replicas agreed on (the client was sent them); after it, what each
+/// replica offered that has no majority yet.
+#[derive(Debug)]
+pub(super) struct VoteState {
+    pub(super) tie: Tie,
+    /// Client-space position of `agreed[0]`.
+    pub(super) base: SeqNum,
+    /// Decided bytes, kept until every live replica has sent past them so
+    /// that a lagging replica is still compared.
+    pub(super) agreed: VecDeque<u8>,
+    /// Per leg: its bytes from `decided()` on (empty while it is behind).
+    pub(super) pending: Vec<Vec<u8>>,
+    /// Per leg: end of the bytes it offered, contiguous from the start.
+    pub(super) seen: Vec<SeqNum>,
+    /// Per leg: segments beyond a hole in what it sent, for when the hole
+    /// is filled.
+    pub(super) stash: Vec<Vec<(SeqNum, Vec<u8>)>>,
+    /// The FIN was decided, at `decided()`.
+    pub(super) fin: bool,
+}
+
+impl VoteState {
+    pub(super) fn decided(&self) -> SeqNum {
+        self.base.add(self.agreed.len() as u32)
+    }
+}
+
+/// What one replica may offer the vote beyond the decided point; more
+/// waits for a retransmission (the replica is that far ahead of the
+/// majority).
+const VOTE_MAX_PENDING: usize = 8 << 20;
+/// Segments kept per replica beyond a hole in what it sent.
+const VOTE_MAX_STASHED: usize = 256;
+/// Decided bytes kept for a lagging replica; one further behind is evicted.
+const VOTE_MAX_AGREED: usize = 16 << 20;
+
+impl Conn {
+    /// Data or a FIN from leg `i` of a voting connection: check what it
+    /// repeats of the decided bytes, offer what is new, let the vote decide
+    /// (`vote_progress`, from `settle`). Nothing goes to the client here
+    /// except a repeat of decided bytes the client may have lost.
+    pub(super) fn vote_data(
+        &mut self,
+        ctx: &mut Ctx,
+        i: usize,
+        pkt: &Packet,
+        seg: &Seg,
+        s: SeqNum,
+    ) {
+        let payload = payload_of(pkt);
+        let e = s.add(payload.len() as u32);
+        if seg.has(flags::FIN) {
+            if self.legs[i].fin.is_some_and(|f| f != e) {
+                // The same replica moved its FIN: it cannot be trusted.
+                self.evict(ctx, i, EvictReason::Fin, false);
+                self.settle(ctx);
+                return;
+            }
+            self.legs[i].fin = Some(e);
+        }
+        let client_ack = self.client_ack;
+        let Some(v) = self.vote.as_mut() else { return };
+        let (decided, seen) = (v.decided(), v.seen[i]);
+        if seen.is_before(v.base) {
+            // Behind what the vote still keeps: it cannot be checked.
+            self.evict(ctx, i, EvictReason::Lagging, false);
+            self.settle(ctx);
+            return;
+        }
+        if s.is_after(seen) {
+            // A hole in what this replica sent. Keep the segment for when
+            // the hole is filled, and answer with a duplicate ACK as the
+            // client would: the replica's `hi` stays at the hole, so the ACK
+            // repeats and its fast retransmit fills it.
+            let st = &mut v.stash[i];
+            let bytes: usize = st.iter().map(|(_, b)| b.len()).sum();
+            if st.len() < VOTE_MAX_STASHED && bytes + payload.len() <= VOTE_MAX_PENDING {
+                if !st.iter().any(|(a, b)| *a == s && b.len() >= payload.len()) {
+                    st.push((s, payload.to_vec()));
+                }
+            } else {
+                ctx.counters.drop(DropReason::VoteOutOfOrder);
+            }
+            self.ack_on_behalf(ctx, i);
+            self.settle(ctx);
+            return;
+        }
+        // Bytes it sent before and that matched: a repeat the client may
+        // need (its copy was lost), as TCP repeats the same bytes.
+        let lo = s.max(client_ack);
+        let hi = e.min(seen).min(decided);
+        if hi.is_after(lo) {
+            let (a, b) = (lo.diff(s) as usize, hi.diff(s) as usize);
+            self.send_built(ctx, lo, &payload[a..b]);
+        } else if seg.payload_len > 0 && !e.is_after(seen) {
+            ctx.counters.drop(DropReason::DuplicateSuppressed);
+            ctx.counters.suppressed_bytes += seg.payload_len as u64;
+        }
+        let mut verdict = self.vote_accept(ctx, i, s, payload);
+        // Stashed segments the new bytes reached.
+        while verdict == Ok(true) {
+            let Some(v) = self.vote.as_mut() else { return };
+            let seen = v.seen[i];
+            v.stash[i].retain(|(a, b)| a.add(b.len() as u32).is_after(seen));
+            let Some(k) = v.stash[i].iter().position(|(a, _)| !a.is_after(seen)) else {
+                break;
+            };
+            let (a, b) = v.stash[i].swap_remove(k);
+            verdict = self.vote_accept(ctx, i, a, &b);
+        }
+        let Some(v) = self.vote.as_mut() else { return };
+        let seen = v.seen[i];
+        let decided = v.decided();
+        let mut diverged_at = verdict.err();
+        if diverged_at.is_none()
+            && self.legs[i]
+                .fin
+                .is_some_and(|f| f == seen && f.is_before(decided))
+        {
+            // It closes where the majority's bytes go on.
+            diverged_at = Some(seen);
+        }
+        if let Some(at) = diverged_at {
+            let others = self.live_legs() - 1;
+            self.diverge(ctx, i, at, others, true);
+            self.settle(ctx);
+            return;
+        }
+        // What the vote accepted of this replica is what it has sent.
+        let end = seen.add((self.legs[i].fin == Some(seen)) as u32);
+        if end.is_after(self.legs[i].hi) {
+            self.legs[i].hi = end;
+            self.legs[i].progress_at = ctx.now;
+            self.confirm_aborts(ctx);
+        }
+        if seg.has(flags::FIN) && self.fin_sent && self.client_ack != self.sent_hi {
+            // A repeated FIN the client has not acknowledged.
+            self.emit_ack(ctx, true);
+        }
+        if self.client_ack.is_after(s) {
+            self.ack_on_behalf(ctx, i);
+        }
+        self.settle(ctx);
+    }
+
+    /// Take `bytes` at `s` from leg `i`, where `s` is not after what the
+    /// vote has of it: compare the part below the decided point with the
+    /// decided bytes, offer the rest. `Ok(true)` when it has more of the
+    /// leg than before, `Err(at)` when the leg contradicts the decided
+    /// bytes at `at`.
+    pub(super) fn vote_accept(
+        &mut self,
+        ctx: &mut Ctx,
+        i: usize,
+        s: SeqNum,
+        bytes: &[u8],
+    ) -> Result<bool, SeqNum> {
+        let Some(v) = self.vote.as_mut() else {
+            return Ok(false);
+        };
+        let (decided, seen) = (v.decided(), v.seen[i]);
+        let e = s.add(bytes.len() as u32);
+        if !e.is_after(seen) {
+            return Ok(false);
+        }
+        let fresh = &bytes[seen.diff(s) as usize..];
+        let upto = e.min(decided);
+        if upto.is_after(seen) {
+            let n = upto.diff(seen) as usize;
+            let from = seen.diff(v.base) as usize;
+            if let Some(k) = v
+                .agreed
+                .range(from..from + n)
+                .zip(&fresh[..n])
+                .position(|(a, b)| a != b)
+            {
+                return Err(seen.add(k as u32));
+            }
+        }
+        if e.is_after(decided) {
+            if v.fin {
+                // The majority closed here.
+                return Err(decided);
+            }
+            let from = decided.max(seen);
+            let rest = &bytes[from.diff(s) as usize..];
+            if v.pending[i].len() + rest.len() > VOTE_MAX_PENDING {
+                ctx.counters.drop(DropReason::VoteBufferFull);
+                return Ok(false);
+            }
+            v.pending[i].extend_from_slice(rest);
+        }
+        v.seen[i] = e;
+        Ok(true)
+    }
+
+    /// Leg `i` sent bytes that differ from what the others agreed on (or
+    /// lost a tie): count it, say where, and take it out.
+    pub(super) fn diverge(
+        &mut self,
+        ctx: &mut Ctx,
+        i: usize,
+        at: SeqNum,
+        agreeing: usize,
+        blame: bool,
+    ) {
+        ctx.counters.divergences += 1;
+        ctx.events.push_back(Event::Diverged {
+            conn: self.key.to_string(),
+            replica: self.legs[i].addr,
+            offset: at.0.wrapping_sub(self.router_isn.0.wrapping_add(1)),
+            agreeing,
+            live: self.live_legs(),
+        });
+        if let Some(v) = &mut self.vote {
+            v.pending[i] = Vec::new();
+            v.stash[i] = Vec::new();
+        }
+        self.evict(ctx, i, EvictReason::Diverged, blame);
+    }
+
+    /// Let the vote decide what it can: send the bytes a majority of the
+    /// live replicas agree on, evict those that contradict them, apply the
+    /// tie policy when no majority can form, and let go of decided bytes
+    /// every live replica has passed.
+    pub(super) fn vote_progress(&mut self, ctx: &mut Ctx) {
+        loop {
+            let Some(v) = self.vote.as_mut() else { return };
+            if v.fin {
+                break;
+            }
+            let decided = v.decided();
+            let live: Vec<usize> = (0..self.legs.len())
+                .filter(|&k| self.legs[k].open())
+                .collect();
+            if live.is_empty() {
+                return;
+            }
+            let quorum = live.len() / 2 + 1;
+            let offers: Vec<Offer> = live
+                .iter()
+                .map(|&k| Offer {
+                    bytes: &v.pending[k],
+                    fin: self.legs[k].fin == Some(v.seen[k]) && !v.seen[k].is_before(decided),
+                })
+                .collect();
+            match vote::decide(&offers, quorum) {
+                Outcome::Wait => break,
+                Outcome::Decide {
+                    from,
+                    len,
+                    fin,
+                    diverged,
+                } => {
+                    let bytes: Vec<u8> = v.pending[live[from]][..len].to_vec();
+                    for &k in &live {
+                        let p = &mut v.pending[k];
+                        let n = len.min(p.len());
+                        p.drain(..n);
+                    }
+                    v.agreed.extend(&bytes);
+                    v.fin = fin;
+                    ctx.counters.voted_bytes += len as u64;
+                    self.send_built(ctx, decided, &bytes);
+                    self.sent_hi = self.sent_hi.max(decided.add(len as u32));
+                    let agreeing = live.len() - diverged.len();
+                    for (o, at) in diverged {
+                        self.diverge(ctx, live[o], decided.add(at as u32), agreeing, true);
+                    }
+                }
+                Outcome::Split { groups } => match v.tie {
+                    Tie::First => {
+                        // The group that holds the replica listed first.
+                        let first =
+                            |g: &Vec<usize>| g.iter().map(|&o| self.legs[live[o]].replica).min();
+                        let Some(win) = groups.iter().min_by_key(|g| first(g)).cloned() else {
+                            break;
+                        };
+                        for g in groups.iter().filter(|g| **g != win) {
+                            for &o in g {
+                                self.diverge(ctx, live[o], decided, win.len(), true);
+                            }
+                        }
+                    }
+                    Tie::Reset => {
+                        // Nobody is blamed; the client is reset (by
+                        // `settle`, with no replica left) rather than sent
+                        // bytes no majority vouched for.
+                        for g in &groups {
+                            for &o in g {
+                                self.diverge(ctx, live[o], decided, 0, false);
+                            }
+                        }
+                        for &k in &live {
+                            self.evict(ctx, k, EvictReason::Diverged, false);
+                        }
+                        return;
+                    }
+                },
+            }
+        }
+        // Let go of decided bytes that every live replica has passed; a
+        // replica too far behind for the buffer is evicted.
+        loop {
+            let Some(v) = self.vote.as_mut() else { return };
+            for (k, l) in self.legs.iter().enumerate() {
+                if !l.open() && (!v.pending[k].is_empty() || !v.stash[k].is_empty()) {
+                    v.pending[k] = Vec::new();
+                    v.stash[k] = Vec::new();
+                }
+            }
+            let decided = v.decided();
+            let slowest = (0..self.legs.len())
+                .filter(|&k| self.legs[k].open())
+                .min_by_key(|&k| v.seen[k].diff(decided));
+            let Some(k) = slowest else { return };
+            let upto = v.seen[k].min(decided);
+            if upto.is_after(v.base) {
+                let n = upto.diff(v.base) as usize;
+                v.agreed.drain(..n);
+                v.base = upto;
+            }
+            if v.agreed.len() <= VOTE_MAX_AGREED {
+                return;
+            }
+            self.evict(ctx, k, EvictReason::Lagging, false);
+        }
+    }
+}

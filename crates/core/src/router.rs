@@ -1,7 +1,7 @@
 //! The router: classifies packets, owns the connection table, runs timers.
 
 use crate::config::Config;
-use crate::conn::{csum_mode, ChallengeBudget, Conn, Ctx, LegState, Phase, Seg};
+use crate::conn::{csum_mode, ChallengeBudget, Conn, Ctx, Seg, SynOnKey};
 use crate::event::{Adopted, Event, EvictReason, OutOfService};
 use crate::key::ConnKey;
 use crate::metrics::{Counters, DropReason};
@@ -237,30 +237,22 @@ impl Router {
         };
         let is_syn = seg.has(flags::SYN) && !seg.has(flags::ACK) && !seg.has(flags::RST);
         if is_syn {
-            if let Some(c) = self.conns.get(&key) {
-                // A new connection on the 4-tuple of a closed one.
-                let reuse = c.phase == Phase::Closed && c.client_isn != seg.seq;
-                if !reuse {
-                    if c.client_isn != seg.seq {
-                        if c.half_open() && !c.from_agents {
-                            // Still in set-up with another ISN.
-                            return Err(DropReason::BadState);
-                        }
-                        // RFC 5961 §4: a SYN on a live connection (also
-                        // one adopted from the agents, which may have
-                        // ended while no router watched) is challenged,
-                        // not taken as a new connection.
-                        self.on_conn(now, key, |c, ctx| c.syn_on_live(ctx))
-                            .ok_or(DropReason::UnknownConnection)?;
-                        self.after(now, key);
-                        return Ok(());
-                    }
+            match self.conns.get(&key).map(|c| c.syn_on_key(seg.seq)) {
+                None => {}
+                Some(SynOnKey::Reuse) => self.remove(key),
+                Some(SynOnKey::BadState) => return Err(DropReason::BadState),
+                Some(SynOnKey::Challenge) => {
+                    self.on_conn(now, key, |c, ctx| c.syn_on_live(ctx))
+                        .ok_or(DropReason::UnknownConnection)?;
+                    self.after(now, key);
+                    return Ok(());
+                }
+                Some(SynOnKey::Again) => {
                     self.on_conn(now, key, |c, ctx| c.client_syn_again(ctx, &pkt, seg))
                         .ok_or(DropReason::UnknownConnection)?;
                     self.after(now, key);
                     return Ok(());
                 }
-                self.remove(key);
             }
             return self.open(now, svc, key, pkt, seg);
         }
@@ -312,7 +304,7 @@ impl Router {
             if self
                 .conns
                 .get(&k)
-                .is_some_and(|c| c.phase == Phase::Closed && c.closed_at == Some(t))
+                .is_some_and(|c| c.closed_since() == Some(t))
             {
                 self.remove(k);
             }
@@ -324,10 +316,10 @@ impl Router {
             let Some((k, t)) = self.half_open.pop_front() else {
                 break;
             };
-            let stale = match self.conns.get(&k) {
-                Some(c) => c.created != t || !c.counted_half_open,
-                None => true,
-            };
+            let stale = self
+                .conns
+                .get(&k)
+                .is_none_or(|c| c.half_open_since() != Some(t));
             if stale {
                 continue;
             }
@@ -363,7 +355,7 @@ impl Router {
             self.half_open.retain(|(k, t)| {
                 conns
                     .get(k)
-                    .is_some_and(|c| c.created == *t && c.counted_half_open)
+                    .is_some_and(|c| c.half_open_since() == Some(*t))
             });
         }
         self.after(now, key);
@@ -388,30 +380,11 @@ impl Router {
         let Some(c) = self.conns.get(&key) else {
             return Err(DropReason::UnknownConnection);
         };
-        let Some(i) = c.legs.iter().position(|l| l.replica == replica) else {
+        let Some(i) = c.leg_of(replica) else {
             return Err(DropReason::EvictedReplica);
         };
-        if seg.has(flags::RST) && c.legs[i].state == LegState::SynSent {
-            // RFC 9293 §3.10.7.3 (SYN-SENT): a RST is acceptable only if
-            // its ACK acknowledges the SYN, SEG.ACK = ISS + 1 exactly (the
-            // client's ISN here); any other is dropped.
-            if !seg.has(flags::ACK) || seg.ack != c.client_isn.add(1) {
-                return Err(DropReason::RstBadAck);
-            }
-            // An acceptable RST to the SYN: nothing listens there. The leg
-            // leaves this connection at once; the replica is marked down
-            // for the service only if another replica accepted the same
-            // SYN (`Conn::settle`), since then the service listens and this
-            // replica's server is gone. That is as far as the core can
-            // check: the client knows its own ISN and could forge this RST
-            // with the replica's source address, so the real defence is
-            // the data plane's reverse-path binding of each replica's
-            // address to the interface it is reached by (`ftnet-io`
-            // routing), which keeps such a packet from the router at all.
-            self.on_conn(now, key, |c, ctx| c.replica_refused(ctx, i));
-        } else {
-            self.on_conn(now, key, |c, ctx| c.replica_segment(ctx, i, pkt, seg));
-        }
+        self.on_conn(now, key, |c, ctx| c.replica_input(ctx, i, pkt, seg))
+            .ok_or(DropReason::UnknownConnection)??;
         self.after(now, key);
         Ok(())
     }
@@ -499,7 +472,7 @@ impl Router {
             let keys: Vec<ConnKey> = self
                 .conns
                 .iter()
-                .filter(|(_, c)| c.svc == svc)
+                .filter(|(_, c)| c.service() == svc)
                 .map(|(k, _)| *k)
                 .collect();
             for k in keys {
@@ -550,61 +523,23 @@ impl Router {
         let Some(c) = self.conns.get_mut(&key) else {
             return;
         };
-        c.update_behind(now);
-        if c.phase == Phase::Dead {
+        let tr = c.after_input(now, &self.config.timeouts, &mut self.events);
+        if tr.gone {
             self.remove(key);
             return;
         }
-        if c.counted_half_open && !c.half_open() {
-            c.counted_half_open = false;
+        if tr.left_half_open {
             self.half_open_count = self.half_open_count.saturating_sub(1);
         }
-        // Announced once every replica answered, before the client is sent
-        // the SYN-ACK (with `record_commit`, only once `record_stored` says
-        // the agents have it): from then on the client may send data, and
-        // a router taking over must find the connection in their records.
-        if !c.announced
-            && matches!(
-                c.phase,
-                Phase::Committing | Phase::SynAckSent | Phase::Established
-            )
-        {
-            c.announced = true;
-            self.events.push_back(Event::Established {
-                record: c.setup_record(),
-            });
-        }
-        if c.phase == Phase::Closed && c.announced {
-            // Closed: the agents need its record no more (a router taking
-            // over must not adopt a finished connection; a retransmitted
-            // FIN then meets silence, as any unknown segment does).
-            c.announced = false;
-            self.events.push_back(Event::Forgotten {
-                key,
-                replicas: c.legs.iter().map(|l| l.addr).collect(),
-            });
-        }
-        let newly_closed = (c.phase == Phase::Closed && !c.counted_closed).then(|| {
-            c.counted_closed = true;
-            c.closed_at.unwrap_or(now)
-        });
-        let d = c.next_deadline(&self.config.timeouts);
-        let schedule = c.timer_at.is_none_or(|t| d < t);
-        if schedule {
-            c.timer_at = Some(d);
-        }
-        if let Some(t) = newly_closed {
+        if let Some(t) = tr.closed_at {
             self.closed.push_back((key, t));
             if self.closed.len() > 2 * self.conns.len() + 1024 {
                 let conns = &self.conns;
-                self.closed.retain(|(k, t)| {
-                    conns
-                        .get(k)
-                        .is_some_and(|c| c.phase == Phase::Closed && c.closed_at == Some(*t))
-                });
+                self.closed
+                    .retain(|(k, t)| conns.get(k).is_some_and(|c| c.closed_since() == Some(*t)));
             }
         }
-        if schedule {
+        if let Some(d) = tr.schedule {
             self.timers.push(Reverse((d, key)));
             self.compact_timers();
         }
@@ -621,7 +556,7 @@ impl Router {
         self.timers = self
             .conns
             .iter()
-            .filter_map(|(k, c)| c.timer_at.map(|t| Reverse((t, *k))))
+            .filter_map(|(k, c)| c.timer().map(|t| Reverse((t, *k))))
             .collect();
     }
 
@@ -632,18 +567,13 @@ impl Router {
     }
 
     fn remove(&mut self, key: ConnKey) {
-        if let Some(c) = self.conns.remove(&key) {
-            if c.recovering {
+        if let Some(mut c) = self.conns.remove(&key) {
+            let gone = c.removed(&mut self.events);
+            if gone.rebuilding {
                 self.rebuild_dropped += 1;
             }
-            if c.counted_half_open {
+            if gone.half_open {
                 self.half_open_count = self.half_open_count.saturating_sub(1);
-            }
-            if c.announced {
-                self.events.push_back(Event::Forgotten {
-                    key,
-                    replicas: c.legs.iter().map(|l| l.addr).collect(),
-                });
             }
         }
     }
@@ -814,7 +744,7 @@ impl Router {
         }
         let key = rec.key;
         let fresh = match self.conns.get(&key) {
-            Some(c) if c.recovering && c.router_isn.0 == rec.router_isn => false,
+            Some(c) if c.takes_record(rec) => false,
             Some(_) => return Adopted::Known,
             None => {
                 if self.conns.len() >= self.config.limits.max_connections {
@@ -825,10 +755,8 @@ impl Router {
             }
         };
         let Some(added) = self.on_conn(now, key, |c, ctx| {
-            let before = c.legs.len();
             c.adopt_order(rec.accepted, rec.input_end);
-            c.adopt_leg(ctx, replica, &rec.replica);
-            c.legs.len() > before
+            c.adopt_leg(ctx, replica, &rec.replica)
         }) else {
             return Adopted::Refused;
         };
@@ -851,7 +779,7 @@ impl Router {
     /// held for that (`Timeouts::record_commit`), goes to the client.
     /// Anything else (unknown, already sent) is ignored.
     pub fn record_stored(&mut self, now: Instant, key: ConnKey) {
-        if self.conns.get(&key).map(|c| c.phase) != Some(Phase::Committing) {
+        if !self.conns.get(&key).is_some_and(|c| c.is_committing()) {
             return;
         }
         self.on_conn(now, key, |c, ctx| c.commit_synack(ctx, true));
@@ -876,13 +804,9 @@ impl Router {
                 break;
             }
             self.timers.pop();
-            let Some(c) = self.conns.get_mut(&key) else {
-                continue;
-            };
-            if c.timer_at != Some(t) {
+            if !self.conns.get_mut(&key).is_some_and(|c| c.take_timer(t)) {
                 continue;
             }
-            c.timer_at = None;
             self.on_conn(now, key, |c, ctx| c.on_timer(ctx));
             self.after(now, key);
         }
@@ -1140,14 +1064,10 @@ impl Router {
                 })
                 .collect();
             let mut n = 0;
-            for c in self.conns.values().filter(|c| c.svc == si) {
+            for c in self.conns.values().filter(|c| c.service() == si) {
                 n += 1;
-                for (i, l) in c.legs.iter().enumerate() {
-                    if l.state != LegState::Open {
-                        continue;
-                    }
-                    let (o, inn) = c.lag(i);
-                    let r = &mut replicas[l.replica];
+                for (replica, o, inn) in c.lags() {
+                    let r = &mut replicas[replica];
                     r.connections += 1;
                     r.lag_out_bytes = r.lag_out_bytes.max(o);
                     r.lag_in_bytes = r.lag_in_bytes.max(inn);
@@ -1174,7 +1094,7 @@ impl Router {
             services,
             connections: self.conns.len(),
             half_open: self.half_open_count,
-            rebuilding: self.conns.values().filter(|c| c.recovering).count(),
+            rebuilding: self.conns.values().filter(|c| c.is_rebuilding()).count(),
             counters: self.counters.clone(),
             drops: self.counters.drop_table(),
         }

@@ -10,14 +10,17 @@ use ftnet_wire::SeqNum;
 impl Conn {
     /// Take replica leg `i` out of the connection: RST its side so that a
     /// partitioned replica frees the connection, and log why.
-    pub fn evict(&mut self, ctx: &mut Ctx, i: usize, reason: EvictReason, service_wide: bool) {
+    pub(crate) fn evict(
+        &mut self,
+        ctx: &mut Ctx,
+        i: usize,
+        reason: EvictReason,
+        service_wide: bool,
+    ) {
         if self.announced && self.legs[i].state != LegState::Evicted {
             // Its agent forgets the connection: a router taking over must
             // not bring the replica back into it.
-            ctx.events.push_back(Event::Forgotten {
-                key: self.key,
-                replicas: vec![self.legs[i].addr],
-            });
+            self.forget(ctx.events, vec![self.legs[i].addr]);
         }
         if self.legs[i].state == LegState::Aborted {
             // It already reset its side; only the verdict was pending.
@@ -78,7 +81,7 @@ impl Conn {
     /// client's SYN, so the quote must be the client's ISN. An open leg was
     /// sent client bytes from what it acknowledged up to `client_hi` (and
     /// a liveness probe one octet below what it acknowledged).
-    pub fn icmp_quote(&self, replica: usize, seq: SeqNum) -> Option<usize> {
+    pub(crate) fn icmp_quote(&self, replica: usize, seq: SeqNum) -> Option<usize> {
         let i = self
             .legs
             .iter()
@@ -101,7 +104,7 @@ impl Conn {
     /// A verified ICMP destination unreachable for leg `i`: it leaves this
     /// connection (never the last replica: the connection's own failure
     /// detection judges that one), and only this one.
-    pub fn unreachable(&mut self, ctx: &mut Ctx, i: usize) {
+    pub(crate) fn unreachable(&mut self, ctx: &mut Ctx, i: usize) {
         if self.live_legs() <= 1 {
             return;
         }
@@ -110,7 +113,7 @@ impl Conn {
     }
 
     /// Evict the leg of replica `replica` (service index) if it has one.
-    pub fn evict_replica(&mut self, ctx: &mut Ctx, replica: usize, reason: EvictReason) {
+    pub(crate) fn evict_replica(&mut self, ctx: &mut Ctx, replica: usize, reason: EvictReason) {
         if let Some(i) = self
             .legs
             .iter()
@@ -131,7 +134,7 @@ impl Conn {
     /// Re-derive what the client should hear after the group changed: the
     /// handshake completes, the ACK or window moves, a FIN all agreed on
     /// goes out, or, with no replica left, a RST.
-    pub fn settle(&mut self, ctx: &mut Ctx) {
+    pub(crate) fn settle(&mut self, ctx: &mut Ctx) {
         if self.phase == Phase::Dead || self.phase == Phase::Closed {
             return;
         }
@@ -312,7 +315,7 @@ impl Conn {
     }
 
     /// Drop this connection to make room (SYN flood): free the replicas.
-    pub fn discard_half_open(&mut self, ctx: &mut Ctx) {
+    pub(crate) fn discard_half_open(&mut self, ctx: &mut Ctx) {
         self.abort_legs(ctx);
         self.phase = Phase::Dead;
     }

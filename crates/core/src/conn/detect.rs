@@ -147,7 +147,7 @@ impl Conn {
     }
 
     /// Note which legs fell behind (or caught up) with this input.
-    pub fn update_behind(&mut self, now: Instant) {
+    pub(crate) fn update_behind(&mut self, now: Instant) {
         for i in 0..self.legs.len() {
             let b = self.legs[i].live() && self.behind(i);
             let l = &mut self.legs[i];
@@ -160,7 +160,7 @@ impl Conn {
     }
 
     /// The earliest time this connection needs `on_timer`.
-    pub fn next_deadline(&self, t: &Timeouts) -> Instant {
+    pub(crate) fn next_deadline(&self, t: &Timeouts) -> Instant {
         let mut d = match self.phase {
             Phase::Closed => self.closed_at.unwrap_or(self.last_activity) + t.time_wait,
             Phase::Handshake | Phase::SynAckSent => {
@@ -192,7 +192,7 @@ impl Conn {
     }
 
     /// Run what is due at `ctx.now`.
-    pub fn on_timer(&mut self, ctx: &mut Ctx) {
+    pub(crate) fn on_timer(&mut self, ctx: &mut Ctx) {
         let t = ctx.timeouts;
         let now = ctx.now;
         match self.phase {

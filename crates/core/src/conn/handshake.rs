@@ -13,7 +13,7 @@ impl Conn {
     /// A retransmitted client SYN (same ISN): count the try against every
     /// replica that has not answered, evict those past `syn_retries`
     /// (§III-E), and repeat the SYN to the rest.
-    pub fn client_syn_again(&mut self, ctx: &mut Ctx, pkt: &Packet, seg: &Seg) {
+    pub(crate) fn client_syn_again(&mut self, ctx: &mut Ctx, pkt: &Packet, seg: &Seg) {
         self.last_activity = ctx.now;
         if self.phase == Phase::SynAckSent || self.phase == Phase::Established {
             // Our SYN-ACK was lost: the client asks again.
@@ -44,7 +44,7 @@ impl Conn {
     }
 
     /// Copy the client's SYN to every replica that has not answered.
-    pub fn forward_syn(&mut self, ctx: &mut Ctx, pkt: &Packet, seg: &Seg) {
+    pub(crate) fn forward_syn(&mut self, ctx: &mut Ctx, pkt: &Packet, seg: &Seg) {
         let mut base = pkt.clone();
         rewrite(&mut base, |_, t| {
             // SACK is not offered to the group: a SACK block is only
@@ -161,7 +161,7 @@ impl Conn {
 
     /// `Committing`: the record is stored (`confirmed`) or the wait ran
     /// out; the client gets its SYN-ACK.
-    pub fn commit_synack(&mut self, ctx: &mut Ctx, confirmed: bool) {
+    pub(crate) fn commit_synack(&mut self, ctx: &mut Ctx, confirmed: bool) {
         if self.phase != Phase::Committing {
             return;
         }

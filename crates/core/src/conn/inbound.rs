@@ -49,7 +49,7 @@ impl Conn {
     }
 
     /// A segment from the client on an existing connection.
-    pub fn client_segment(&mut self, ctx: &mut Ctx, pkt: Packet, seg: &Seg) {
+    pub(crate) fn client_segment(&mut self, ctx: &mut Ctx, pkt: Packet, seg: &Seg) {
         if seg.has(flags::RST) {
             self.client_rst(ctx, pkt, seg);
             return;
@@ -241,7 +241,7 @@ impl Conn {
     /// connection. While an adopted connection is rebuilt its positions are
     /// not known and no challenge ACK can be built: the SYN is only
     /// dropped (the client repeats it).
-    pub fn syn_on_live(&mut self, ctx: &mut Ctx) {
+    pub(crate) fn syn_on_live(&mut self, ctx: &mut Ctx) {
         ctx.counters.drop(DropReason::SynOnLiveConnection);
         if self.recovering || self.phase != Phase::Established {
             return;

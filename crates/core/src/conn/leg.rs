@@ -6,7 +6,7 @@ use ftnet_wire::{SeqDelta, SeqNum};
 use std::net::Ipv4Addr;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LegState {
+pub(super) enum LegState {
     /// The client's SYN went to the replica; no SYN-ACK yet.
     SynSent,
     /// The replica answered; its sequence space is known.
@@ -25,51 +25,51 @@ pub enum LegState {
 
 /// One replica's side of a connection.
 #[derive(Debug, Clone)]
-pub struct Leg {
-    pub(crate) replica: usize,
-    pub(crate) addr: Ipv4Addr,
-    pub(crate) state: LegState,
+pub(super) struct Leg {
+    pub(super) replica: usize,
+    pub(super) addr: Ipv4Addr,
+    pub(super) state: LegState,
     /// Replica space + off = client space.
-    pub(crate) off: SeqDelta,
+    pub(super) off: SeqDelta,
     /// End of everything this replica has sent (data, and FIN as one).
-    pub(crate) hi: SeqNum,
+    pub(super) hi: SeqNum,
     /// Highest client-stream byte this replica acknowledged.
-    pub(crate) ack: SeqNum,
+    pub(super) ack: SeqNum,
     /// Right edge of the replica's receive window: ack + window.
-    pub(crate) edge: SeqNum,
-    pub(crate) wscale: u8,
+    pub(super) edge: SeqNum,
+    pub(super) wscale: u8,
     /// Where this replica's FIN sits, if it sent one.
-    pub(crate) fin: Option<SeqNum>,
-    pub(crate) has_ts: bool,
-    pub(crate) has_ws: bool,
+    pub(super) fin: Option<SeqNum>,
+    pub(super) has_ts: bool,
+    pub(super) has_ws: bool,
     /// Router TSval minus this replica's TSval when last translated.
-    pub(crate) ts_off: u32,
+    pub(super) ts_off: u32,
     /// Latest TSval from this replica.
-    pub(crate) ts_last: u32,
+    pub(super) ts_last: u32,
     /// Last packet of any kind from this replica.
-    pub(crate) seen_at: Instant,
+    pub(super) seen_at: Instant,
     /// Last time `ack` or `hi` moved.
-    pub(crate) progress_at: Instant,
+    pub(super) progress_at: Instant,
     /// Since when another replica has been ahead of this one.
-    pub(crate) behind_since: Option<Instant>,
+    pub(super) behind_since: Option<Instant>,
     /// Client SYN copies sent without an answer.
-    pub(crate) syn_tries: u32,
+    pub(super) syn_tries: u32,
     /// Last liveness probe sent to this replica.
-    pub(crate) probe_at: Option<Instant>,
+    pub(super) probe_at: Option<Instant>,
     /// When it reset the connection (state `Aborted`).
-    pub(crate) aborted_at: Option<Instant>,
-    pub(crate) mss: u16,
-    pub(crate) syn_window: u16,
+    pub(super) aborted_at: Option<Instant>,
+    pub(super) mss: u16,
+    pub(super) syn_window: u16,
     /// Its position (`ack`, `hi`, `edge`, timestamps) is known. False only
     /// for a connection adopted from the agents until the replica's first
     /// packet.
-    pub(crate) learned: bool,
+    pub(super) learned: bool,
     /// The last ACK number the router sent this replica (client-visible
     /// space): a replica whose connection is gone answers a segment with
     /// a RST carrying that segment's ACK number (RFC 9293 §3.10.7.1).
-    pub(crate) ack_out: Option<SeqNum>,
+    pub(super) ack_out: Option<SeqNum>,
     /// When the last challenge ACK went to this replica (RFC 5961 §7).
-    pub(crate) challenge_at: Option<Instant>,
+    pub(super) challenge_at: Option<Instant>,
 }
 
 impl Leg {
@@ -100,7 +100,7 @@ impl Leg {
 }
 
 impl Conn {
-    pub fn add_leg(&mut self, replica: usize, addr: Ipv4Addr, now: Instant) {
+    pub(crate) fn add_leg(&mut self, replica: usize, addr: Ipv4Addr, now: Instant) {
         self.legs.push(Leg {
             replica,
             addr,

@@ -15,6 +15,7 @@ mod detect;
 mod handshake;
 mod inbound;
 mod leg;
+mod lifecycle;
 mod outbound;
 mod recovery;
 mod translate;
@@ -22,7 +23,8 @@ mod voting;
 
 use challenge::may_challenge;
 pub use challenge::ChallengeBudget;
-pub use leg::{Leg, LegState};
+use leg::{Leg, LegState};
+pub(crate) use lifecycle::SynOnKey;
 use recovery::ADOPT_WAIT;
 pub use translate::csum_mode;
 use translate::{payload_of, rewrite, translate_tsecr};
@@ -60,7 +62,7 @@ pub struct Seg {
 }
 
 impl Seg {
-    pub fn has(&self, f: u8) -> bool {
+    pub(crate) fn has(&self, f: u8) -> bool {
         self.flags & f != 0
     }
 }
@@ -83,7 +85,7 @@ pub struct Ctx<'a> {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Phase {
+enum Phase {
     /// Waiting for every live replica's SYN-ACK.
     Handshake,
     /// Every replica answered; the SYN-ACK waits until the connection's
@@ -102,82 +104,82 @@ pub enum Phase {
 /// A replicated connection.
 #[derive(Debug)]
 pub struct Conn {
-    pub(crate) key: ConnKey,
-    pub(crate) svc: usize,
-    pub(crate) phase: Phase,
-    pub(crate) created: Instant,
-    pub(crate) last_activity: Instant,
-    pub(crate) closed_at: Option<Instant>,
-    pub(crate) client_isn: SeqNum,
-    pub(crate) router_isn: SeqNum,
-    pub(crate) legs: Vec<Leg>,
+    key: ConnKey,
+    svc: usize,
+    phase: Phase,
+    created: Instant,
+    last_activity: Instant,
+    closed_at: Option<Instant>,
+    client_isn: SeqNum,
+    router_isn: SeqNum,
+    legs: Vec<Leg>,
     /// Client stream: end of what the client sent (its FIN counted).
-    pub(crate) client_hi: SeqNum,
+    client_hi: SeqNum,
     /// Client stream: end of the data announced to the sequencer.
-    pub(crate) input_hi: SeqNum,
+    input_hi: SeqNum,
     /// The sequencer's Accept of this connection went out (by this router,
     /// or by the one before a takeover, as the agents' records say).
-    pub(crate) order_accepted: bool,
+    order_accepted: bool,
     /// The replicas this connection's input events go to: those its Accept
     /// went to (see `input`). Not only the live legs: a replica stays here
     /// after it left the connection.
-    pub(crate) order_to: Vec<Ipv4Addr>,
-    pub(crate) client_fin: Option<SeqNum>,
-    pub(crate) client_win: u16,
-    pub(crate) client_tsval: u32,
-    pub(crate) client_ts: bool,
-    pub(crate) client_ws: bool,
+    order_to: Vec<Ipv4Addr>,
+    client_fin: Option<SeqNum>,
+    client_win: u16,
+    client_tsval: u32,
+    client_ts: bool,
+    client_ws: bool,
     /// Server stream: end of what the client was sent.
-    pub(crate) sent_hi: SeqNum,
+    sent_hi: SeqNum,
     /// Server stream: highest ACK from the client.
-    pub(crate) client_ack: SeqNum,
-    pub(crate) fin_sent: bool,
+    client_ack: SeqNum,
+    fin_sent: bool,
     /// What the client was last told.
-    pub(crate) adv_ack: SeqNum,
-    pub(crate) adv_edge: SeqNum,
+    adv_ack: SeqNum,
+    adv_edge: SeqNum,
     /// Negotiated for the group.
-    pub(crate) ts_on: bool,
-    pub(crate) ws_out: u8,
-    pub(crate) ts_base: u32,
+    ts_on: bool,
+    ws_out: u8,
+    ts_base: u32,
     /// Earliest timer this connection has in the router's heap.
-    pub(crate) timer_at: Option<Instant>,
+    timer_at: Option<Instant>,
     /// Counted in the router's half-open total.
-    pub(crate) counted_half_open: bool,
+    counted_half_open: bool,
     /// Queued in the router's closed list.
-    pub(crate) counted_closed: bool,
+    counted_closed: bool,
     /// `Event::Established` was emitted (so `Forgotten` follows).
-    pub(crate) announced: bool,
+    announced: bool,
     /// The client's SYN as the replicas get it, kept during the handshake
     /// to probe a replica whose copy may have been lost.
-    pub(crate) syn_copy: Option<Packet>,
+    syn_copy: Option<Packet>,
     /// When a client SYN last counted as a retry.
-    pub(crate) syn_at: Instant,
+    syn_at: Instant,
     /// `Committing`: the SYN-ACK goes out by then even unconfirmed.
-    pub(crate) commit_by: Instant,
+    commit_by: Instant,
     /// The MSS the client announced (what one segment to it may carry).
-    pub(crate) client_mss: u16,
+    client_mss: u16,
     /// The MSS announced to the client in our SYN-ACK.
-    pub(crate) mss_out: u16,
+    mss_out: u16,
     /// Output voting state, for services that vote.
     vote: Option<Box<VoteState>>,
     /// Adopted from the agents' records by a router that took over: the
     /// stream positions are not known yet, nothing goes to the client
     /// until every live replica told its own (see `adopted`).
-    pub(crate) recovering: bool,
+    recovering: bool,
     /// Adopted from the agents' records (position probes were sent).
-    pub(crate) from_agents: bool,
+    from_agents: bool,
     /// Adopted: the replicas whose records are awaited, and since when.
-    pub(crate) expected: Vec<Ipv4Addr>,
+    expected: Vec<Ipv4Addr>,
     /// When an adopted connection was whole again.
-    pub(crate) rebuilt_at: Option<Instant>,
+    rebuilt_at: Option<Instant>,
     /// A segment from the client was seen (always, but for an adopted
     /// connection until the client speaks): `client_ack`, `sent_hi` and
     /// `client_tsval` are the client's.
-    pub(crate) client_seen: bool,
+    client_seen: bool,
     /// When a replica's probe was last passed on to the client.
-    pub(crate) probe_passed_at: Option<Instant>,
+    probe_passed_at: Option<Instant>,
     /// When the last challenge ACK went to the client (RFC 5961 §7).
-    pub(crate) challenge_at: Option<Instant>,
+    challenge_at: Option<Instant>,
 }
 
 /// Largest distance two related sequence numbers may have; beyond it a
@@ -185,7 +187,7 @@ pub struct Conn {
 const MAX_WIN: i32 = 1 << 30;
 
 impl Conn {
-    pub fn new(
+    pub(crate) fn new(
         key: ConnKey,
         svc: usize,
         now: Instant,
@@ -252,11 +254,11 @@ impl Conn {
         }
     }
 
-    pub fn live_legs(&self) -> usize {
+    pub(crate) fn live_legs(&self) -> usize {
         self.legs.iter().filter(|l| l.live()).count()
     }
 
-    pub fn half_open(&self) -> bool {
+    pub(crate) fn half_open(&self) -> bool {
         matches!(
             self.phase,
             Phase::Handshake | Phase::Committing | Phase::SynAckSent
@@ -315,7 +317,7 @@ impl Conn {
     }
 
     /// Where this connection stands, for the status.
-    pub fn sample(&self) -> ConnSample {
+    pub(crate) fn sample(&self) -> ConnSample {
         let cin = |x: SeqNum| x.diff(self.client_isn.add(1)) as u32;
         let out = |x: SeqNum| x.diff(self.router_isn.add(1)) as u32;
         ConnSample {
@@ -342,8 +344,19 @@ impl Conn {
         }
     }
 
+    /// Per open leg: (replica, output lag, input lag), lags in bytes.
+    pub(crate) fn lags(&self) -> Vec<(usize, u64, u64)> {
+        (0..self.legs.len())
+            .filter(|&i| self.legs[i].state == LegState::Open)
+            .map(|i| {
+                let (o, inn) = self.lag(i);
+                (self.legs[i].replica, o, inn)
+            })
+            .collect()
+    }
+
     /// (output lag, input lag) of leg `i` in bytes.
-    pub fn lag(&self, i: usize) -> (u64, u64) {
+    fn lag(&self, i: usize) -> (u64, u64) {
         let l = &self.legs[i];
         let max_ack = self
             .legs

@@ -17,8 +17,40 @@ const MAX_BUILT_PAYLOAD: usize = 65535 - 20 - 60;
 const PROBE_PASS_GAP: core::time::Duration = core::time::Duration::from_millis(50);
 
 impl Conn {
+    /// A segment from replica leg `i`, as the router received it.
+    pub(crate) fn replica_input(
+        &mut self,
+        ctx: &mut Ctx,
+        i: usize,
+        pkt: Packet,
+        seg: &Seg,
+    ) -> Result<(), DropReason> {
+        if seg.has(flags::RST) && self.legs[i].state == LegState::SynSent {
+            // RFC 9293 §3.10.7.3 (SYN-SENT): a RST is acceptable only if
+            // its ACK acknowledges the SYN, SEG.ACK = ISS + 1 exactly (the
+            // client's ISN here); any other is dropped.
+            if !seg.has(flags::ACK) || seg.ack != self.client_isn.add(1) {
+                return Err(DropReason::RstBadAck);
+            }
+            // An acceptable RST to the SYN: nothing listens there. The leg
+            // leaves this connection at once; the replica is marked down
+            // for the service only if another replica accepted the same
+            // SYN (`Conn::settle`), since then the service listens and this
+            // replica's server is gone. That is as far as the core can
+            // check: the client knows its own ISN and could forge this RST
+            // with the replica's source address, so the real defence is
+            // the data plane's reverse-path binding of each replica's
+            // address to the interface it is reached by (`ftnet-io`
+            // routing), which keeps such a packet from the router at all.
+            self.replica_refused(ctx, i);
+        } else {
+            self.replica_segment(ctx, i, pkt, seg);
+        }
+        Ok(())
+    }
+
     /// A segment from replica leg `i`.
-    pub fn replica_segment(&mut self, ctx: &mut Ctx, i: usize, pkt: Packet, seg: &Seg) {
+    fn replica_segment(&mut self, ctx: &mut Ctx, i: usize, pkt: Packet, seg: &Seg) {
         if !self.legs[i].live() {
             ctx.counters.drop(DropReason::EvictedReplica);
             return;
@@ -200,7 +232,7 @@ impl Conn {
     }
 
     /// A RST in answer to the client's SYN.
-    pub fn replica_refused(&mut self, ctx: &mut Ctx, i: usize) {
+    fn replica_refused(&mut self, ctx: &mut Ctx, i: usize) {
         self.legs[i].state = LegState::Refused;
         self.settle(ctx);
     }

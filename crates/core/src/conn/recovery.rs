@@ -20,7 +20,7 @@ pub(super) const ADOPT_WAIT: core::time::Duration = core::time::Duration::from_m
 
 impl Conn {
     /// What the replicas' agents keep of this connection (see `SetupRecord`).
-    pub fn setup_record(&self) -> SetupRecord {
+    pub(crate) fn setup_record(&self) -> SetupRecord {
         SetupRecord {
             key: self.key,
             client_isn: self.client_isn.0,
@@ -49,7 +49,7 @@ impl Conn {
     /// tells its position, and the connection waits (forwarding the
     /// client's segments, sending the client nothing) until every live leg
     /// did. Output voting is not resumed on an adopted connection.
-    pub fn adopted(key: ConnKey, svc: usize, now: Instant, rec: &AdoptRecord) -> Conn {
+    pub(crate) fn adopted(key: ConnKey, svc: usize, now: Instant, rec: &AdoptRecord) -> Conn {
         let client_isn = SeqNum(rec.client_isn);
         let syn = Seg {
             src: key.client,
@@ -107,9 +107,10 @@ impl Conn {
     }
 
     /// Add replica `replica`'s leg to an adopted connection and probe it.
-    pub fn adopt_leg(&mut self, ctx: &mut Ctx, replica: usize, r: &ReplicaSetup) {
+    /// Returns whether it was new.
+    pub(crate) fn adopt_leg(&mut self, ctx: &mut Ctx, replica: usize, r: &ReplicaSetup) -> bool {
         if self.legs.iter().any(|l| l.replica == replica) {
-            return;
+            return false;
         }
         self.add_leg(replica, r.addr, ctx.now);
         let router_isn = self.router_isn;
@@ -129,6 +130,7 @@ impl Conn {
         l.ack = self.client_hi;
         l.edge = self.client_hi;
         self.probe(ctx, i);
+        true
     }
 
     /// After a rebuild every endpoint recovers what the outage dropped on
@@ -280,7 +282,7 @@ impl Conn {
 
     /// What a replica's agent knew of this connection's input order: its
     /// Accept went out, and the chunks up to stream offset `input_end`.
-    pub fn adopt_order(&mut self, accepted: bool, input_end: Option<u32>) {
+    pub(crate) fn adopt_order(&mut self, accepted: bool, input_end: Option<u32>) {
         self.order_accepted |= accepted;
         if let Some(e) = input_end {
             let at = self.client_isn.add(1).add(e);

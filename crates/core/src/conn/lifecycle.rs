@@ -1,0 +1,301 @@
+//! A connection's life as the router's tables see it: after each input the
+//! connection reports what changed (announced, left set-up, closed, gone,
+//! its next timer) and on removal what it leaves behind. The router acts
+//! on these reports and never reads the connection's state itself.
+
+use super::{Conn, Phase};
+use crate::config::Timeouts;
+use crate::event::Event;
+use crate::record::AdoptRecord;
+use crate::time::Instant;
+use ftnet_wire::SeqNum;
+use std::collections::VecDeque;
+use std::net::Ipv4Addr;
+
+/// What changed in a connection with one input, for the router's tables.
+/// (The events it owes the agents, `Established` and `Forgotten`, it
+/// queued itself.)
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct Transition {
+    /// Gone: the router removes it ([`Conn::removed`]).
+    pub gone: bool,
+    /// It left set-up: no longer one of the half-open connections.
+    pub left_half_open: bool,
+    /// It closed at this time and waits for `time_wait` in the closed list.
+    pub closed_at: Option<Instant>,
+    /// Its earliest deadline moved before the timer it had: schedule one.
+    pub schedule: Option<Instant>,
+}
+
+/// What a connection the router removes leaves in the router's counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Removed {
+    /// It was counted among the half-open connections.
+    pub half_open: bool,
+    /// It was adopted and not rebuilt yet.
+    pub rebuilding: bool,
+}
+
+/// What a client SYN (not a SYN-ACK, no RST) means on the 4-tuple of a
+/// connection in the table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SynOnKey {
+    /// A new connection on the 4-tuple of a closed one: the old one goes.
+    Reuse,
+    /// The same SYN again ([`Conn::client_syn_again`]).
+    Again,
+    /// Another ISN while still in set-up: dropped.
+    BadState,
+    /// RFC 5961 §4: a SYN on a live connection (also one adopted from the
+    /// agents, which may have ended while no router watched) is
+    /// challenged, not taken as a new connection ([`Conn::syn_on_live`]).
+    Challenge,
+}
+
+impl Conn {
+    /// Bookkeeping after the connection handled an input: note which legs
+    /// fell behind, announce it or forget it at the agents, and report
+    /// what the router's tables must change.
+    pub(crate) fn after_input(
+        &mut self,
+        now: Instant,
+        t: &Timeouts,
+        events: &mut VecDeque<Event>,
+    ) -> Transition {
+        self.update_behind(now);
+        if self.phase == Phase::Dead {
+            return Transition {
+                gone: true,
+                ..Transition::default()
+            };
+        }
+        let mut tr = Transition::default();
+        if self.counted_half_open && !self.half_open() {
+            self.counted_half_open = false;
+            tr.left_half_open = true;
+        }
+        // Announced once every replica answered, before the client is sent
+        // the SYN-ACK (with `record_commit`, only once `record_stored` says
+        // the agents have it): from then on the client may send data, and
+        // a router taking over must find the connection in their records.
+        if !self.announced
+            && matches!(
+                self.phase,
+                Phase::Committing | Phase::SynAckSent | Phase::Established
+            )
+        {
+            self.announced = true;
+            events.push_back(Event::Established {
+                record: self.setup_record(),
+            });
+        }
+        if self.phase == Phase::Closed && self.announced {
+            // Closed: the agents need its record no more (a router taking
+            // over must not adopt a finished connection; a retransmitted
+            // FIN then meets silence, as any unknown segment does).
+            self.announced = false;
+            let all = self.legs.iter().map(|l| l.addr).collect();
+            self.forget(events, all);
+        }
+        if self.phase == Phase::Closed && !self.counted_closed {
+            self.counted_closed = true;
+            tr.closed_at = Some(self.closed_at.unwrap_or(now));
+        }
+        let d = self.next_deadline(t);
+        if self.timer_at.is_none_or(|at| d < at) {
+            self.timer_at = Some(d);
+            tr.schedule = Some(d);
+        }
+        tr
+    }
+
+    /// The router takes the connection out of its table.
+    pub(crate) fn removed(&mut self, events: &mut VecDeque<Event>) -> Removed {
+        if self.announced {
+            self.announced = false;
+            let all = self.legs.iter().map(|l| l.addr).collect();
+            self.forget(events, all);
+        }
+        Removed {
+            half_open: self.counted_half_open,
+            rebuilding: self.recovering,
+        }
+    }
+
+    /// The agents of `replicas` forget this connection's record (the one
+    /// place `Event::Forgotten` is made).
+    pub(super) fn forget(&self, events: &mut VecDeque<Event>, replicas: Vec<Ipv4Addr>) {
+        events.push_back(Event::Forgotten {
+            key: self.key,
+            replicas,
+        });
+    }
+
+    /// What a client SYN with sequence number `isn` means here.
+    pub(crate) fn syn_on_key(&self, isn: SeqNum) -> SynOnKey {
+        if self.client_isn == isn {
+            SynOnKey::Again
+        } else if self.phase == Phase::Closed {
+            SynOnKey::Reuse
+        } else if self.half_open() && !self.from_agents {
+            SynOnKey::BadState
+        } else {
+            SynOnKey::Challenge
+        }
+    }
+
+    /// Counted among the half-open connections: since when (its creation).
+    pub(crate) fn half_open_since(&self) -> Option<Instant> {
+        self.counted_half_open.then_some(self.created)
+    }
+
+    /// Closed (in its quiet period): since when.
+    pub(crate) fn closed_since(&self) -> Option<Instant> {
+        if self.phase == Phase::Closed {
+            self.closed_at
+        } else {
+            None
+        }
+    }
+
+    /// The timer the router holds for this connection.
+    pub(crate) fn timer(&self) -> Option<Instant> {
+        self.timer_at
+    }
+
+    /// The router's timer entry for `at` came due: whether it is the
+    /// connection's current one (then it is used up).
+    pub(crate) fn take_timer(&mut self, at: Instant) -> bool {
+        if self.timer_at != Some(at) {
+            return false;
+        }
+        self.timer_at = None;
+        true
+    }
+
+    /// The service this connection belongs to.
+    pub(crate) fn service(&self) -> usize {
+        self.svc
+    }
+
+    /// Adopted and not rebuilt yet.
+    pub(crate) fn is_rebuilding(&self) -> bool {
+        self.recovering
+    }
+
+    /// Its SYN-ACK waits for the record to be stored.
+    pub(crate) fn is_committing(&self) -> bool {
+        self.phase == Phase::Committing
+    }
+
+    /// Another replica's record of the same adopted connection (a
+    /// connection being rebuilt, set up by the same router).
+    pub(crate) fn takes_record(&self, rec: &AdoptRecord) -> bool {
+        self.recovering && self.router_isn.0 == rec.router_isn
+    }
+
+    /// The leg of replica `replica` (service index), live or not.
+    pub(crate) fn leg_of(&self, replica: usize) -> Option<usize> {
+        self.legs.iter().position(|l| l.replica == replica)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::fixture::{conn, CLIENT_ISN};
+    use super::*;
+    use crate::config::Voting;
+    use core::time::Duration;
+
+    #[test]
+    fn a_client_syn_on_the_key_of_a_connection() {
+        let mut c = conn(2, Voting::Off);
+        assert_eq!(c.syn_on_key(CLIENT_ISN), SynOnKey::Again);
+        assert_eq!(c.syn_on_key(CLIENT_ISN.add(9)), SynOnKey::BadState);
+        c.from_agents = true;
+        assert_eq!(c.syn_on_key(CLIENT_ISN.add(9)), SynOnKey::Challenge);
+        c.from_agents = false;
+        c.phase = Phase::Established;
+        assert_eq!(c.syn_on_key(CLIENT_ISN.add(9)), SynOnKey::Challenge);
+        c.phase = Phase::Closed;
+        assert_eq!(c.syn_on_key(CLIENT_ISN.add(9)), SynOnKey::Reuse);
+        assert_eq!(c.syn_on_key(CLIENT_ISN), SynOnKey::Again);
+    }
+
+    #[test]
+    fn announced_once_forgotten_once() {
+        let t = Timeouts::default();
+        let now = Instant::ZERO + Duration::from_millis(10);
+        let mut events = VecDeque::new();
+        let mut c = conn(2, Voting::Off);
+        let tr = c.after_input(now, &t, &mut events);
+        assert!(!tr.gone && !tr.left_half_open && tr.closed_at.is_none());
+        assert!(tr.schedule.is_some(), "a new connection gets a timer");
+        assert!(
+            events.is_empty(),
+            "not announced before every replica answered"
+        );
+        c.phase = Phase::SynAckSent;
+        let tr = c.after_input(now, &t, &mut events);
+        assert!(!tr.left_half_open, "still half-open until the client's ACK");
+        assert!(matches!(
+            events.pop_front(),
+            Some(Event::Established { .. })
+        ));
+        c.phase = Phase::Established;
+        let tr = c.after_input(now, &t, &mut events);
+        assert!(tr.left_half_open && events.is_empty());
+        let tr = c.after_input(now, &t, &mut events);
+        assert!(!tr.left_half_open, "left once");
+        c.phase = Phase::Closed;
+        c.closed_at = Some(now);
+        let tr = c.after_input(now, &t, &mut events);
+        assert_eq!(tr.closed_at, Some(now));
+        assert!(matches!(
+            events.pop_front(),
+            Some(Event::Forgotten { replicas, .. }) if replicas.len() == 2
+        ));
+        // Closed once; removed later, it owes the agents nothing more.
+        let tr = c.after_input(now, &t, &mut events);
+        assert_eq!(tr.closed_at, None);
+        let gone = c.removed(&mut events);
+        assert!(events.is_empty());
+        assert_eq!(
+            gone,
+            Removed {
+                half_open: false,
+                rebuilding: false
+            }
+        );
+        c.phase = Phase::Dead;
+        assert!(c.after_input(now, &t, &mut events).gone);
+    }
+
+    #[test]
+    fn removing_an_announced_connection_forgets_it() {
+        let mut events = VecDeque::new();
+        let mut c = conn(3, Voting::Off);
+        c.phase = Phase::Established;
+        c.after_input(Instant::ZERO, &Timeouts::default(), &mut events);
+        events.clear();
+        c.removed(&mut events);
+        assert!(matches!(
+            events.pop_front(),
+            Some(Event::Forgotten { replicas, .. }) if replicas.len() == 3
+        ));
+    }
+
+    #[test]
+    fn a_timer_entry_counts_only_while_current() {
+        let mut events = VecDeque::new();
+        let mut c = conn(1, Voting::Off);
+        let d = c
+            .after_input(Instant::ZERO, &Timeouts::default(), &mut events)
+            .schedule
+            .expect("scheduled");
+        assert_eq!(c.timer(), Some(d));
+        assert!(!c.take_timer(Instant::ZERO));
+        assert!(c.take_timer(d));
+        assert!(!c.take_timer(d), "used up");
+    }
+}

@@ -1,7 +1,7 @@
 //! Failure detection and timers (COSCANet-FT §III-D): which legs owe an
 //! answer, when they are probed, when they are evicted.
 
-use super::{Conn, Ctx, LegState, Phase, ADOPT_WAIT};
+use super::{Conn, Ctx, LegState};
 use crate::config::Timeouts;
 use crate::event::EvictReason;
 use crate::packet::Packet;
@@ -157,99 +157,6 @@ impl Conn {
                 _ => {}
             }
         }
-    }
-
-    /// The earliest time this connection needs `on_timer`.
-    pub(crate) fn next_deadline(&self, t: &Timeouts) -> Instant {
-        let mut d = match self.phase {
-            Phase::Closed => self.closed_at.unwrap_or(self.last_activity) + t.time_wait,
-            Phase::Handshake | Phase::SynAckSent => {
-                (self.created + t.handshake).min(self.last_activity + t.idle)
-            }
-            Phase::Committing => (self.created + t.handshake)
-                .min(self.last_activity + t.idle)
-                .min(self.commit_by),
-            _ => self.last_activity + t.idle,
-        };
-        if self.phase != Phase::Closed {
-            for i in 0..self.legs.len() {
-                // Exactly the deadlines `on_timer` acts on: a deadline it
-                // would not act on would spin the timer loop.
-                if let Some((fail, _)) = self.fail_deadline(i, t) {
-                    d = d.min(fail).min(self.probe_deadline(i, t));
-                }
-            }
-            for l in &self.legs {
-                if let (LegState::Aborted, Some(a)) = (l.state, l.aborted_at) {
-                    d = d.min(a + t.failure_detection);
-                }
-            }
-            if self.recovering && !self.expected.is_empty() {
-                d = d.min(self.created + ADOPT_WAIT);
-            }
-        }
-        d
-    }
-
-    /// Run what is due at `ctx.now`.
-    pub(crate) fn on_timer(&mut self, ctx: &mut Ctx) {
-        let t = ctx.timeouts;
-        let now = ctx.now;
-        match self.phase {
-            Phase::Closed if self.closed_at.is_none_or(|c| c + t.time_wait <= now) => {
-                self.phase = Phase::Dead;
-                return;
-            }
-            Phase::Handshake | Phase::Committing | Phase::SynAckSent
-                if self.created + t.handshake <= now =>
-            {
-                self.abort_legs(ctx);
-                self.phase = Phase::Dead;
-                return;
-            }
-            _ if self.last_activity + t.idle <= now => {
-                // Like a NAT mapping, an idle connection is forgotten
-                // silently; the endpoints' keep-alives would have kept it.
-                self.phase = Phase::Dead;
-                return;
-            }
-            _ => {}
-        }
-        if self.phase == Phase::Closed {
-            return;
-        }
-        if self.phase == Phase::Committing && self.commit_by <= now {
-            self.commit_synack(ctx, false);
-        }
-        // A reset that the others did not follow: that replica crashed.
-        for i in 0..self.legs.len() {
-            if self.legs[i].state == LegState::Aborted
-                && self.legs[i]
-                    .aborted_at
-                    .is_some_and(|a| a + t.failure_detection <= now)
-            {
-                self.evict(ctx, i, EvictReason::Reset, false);
-            }
-        }
-        for i in 0..self.legs.len() {
-            let Some((due, service_wide)) = self.fail_deadline(i, t) else {
-                continue;
-            };
-            if due <= now {
-                let reason = if self.legs[i].state == LegState::SynSent {
-                    EvictReason::NoSynAck
-                } else {
-                    EvictReason::Stalled
-                };
-                // A connection rebuilt from the agents' records may be one
-                // that ended while no router watched: what it shows is no
-                // evidence against the replica for other connections.
-                self.evict(ctx, i, reason, service_wide && !self.from_agents);
-            } else if self.probe_deadline(i, t) <= now {
-                self.probe(ctx, i);
-            }
-        }
-        self.settle(ctx);
     }
 
     /// Ask a silent replica whether it is alive. An open one gets a TCP

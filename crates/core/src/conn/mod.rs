@@ -18,6 +18,7 @@ mod leg;
 mod lifecycle;
 mod outbound;
 mod recovery;
+mod timer;
 mod translate;
 mod voting;
 
@@ -25,7 +26,6 @@ use challenge::may_challenge;
 pub use challenge::ChallengeBudget;
 use leg::{Leg, LegState};
 pub(crate) use lifecycle::SynOnKey;
-use recovery::ADOPT_WAIT;
 pub use translate::csum_mode;
 use translate::{payload_of, rewrite, translate_tsecr};
 use voting::VoteState;
@@ -412,5 +412,30 @@ pub(super) mod fixture {
             c.add_leg(r, Ipv4Addr::new(10, 0, 1, last), Instant::ZERO);
         }
         c
+    }
+
+    /// What a connection may touch outside itself, owned by a test.
+    #[derive(Default)]
+    pub(crate) struct Outside {
+        pub tx: VecDeque<Packet>,
+        pub counters: Counters,
+        pub events: VecDeque<Event>,
+        pub down: Vec<(usize, usize, EvictReason)>,
+        pub challenges: ChallengeBudget,
+    }
+
+    impl Outside {
+        pub(crate) fn ctx<'a>(&'a mut self, now: Instant, timeouts: &'a Timeouts) -> Ctx<'a> {
+            Ctx {
+                now,
+                tx: &mut self.tx,
+                counters: &mut self.counters,
+                events: &mut self.events,
+                timeouts,
+                down: &mut self.down,
+                sequencer: true,
+                challenges: &mut self.challenges,
+            }
+        }
     }
 }

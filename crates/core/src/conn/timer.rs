@@ -1,0 +1,301 @@
+//! A connection's timers: one [`Timer`] per reason the connection may need
+//! `on_timer`, and one table ([`Conn::deadline`]) that says when each is
+//! due. `next_deadline` is the earliest entry of the table and `on_timer`
+//! acts on exactly the entries that are due, so the two cannot disagree (a
+//! deadline `on_timer` would not act on would spin the router's timer
+//! loop; the property test at the bottom checks that none does).
+
+use super::recovery::ADOPT_WAIT;
+use super::{Conn, Ctx, LegState, Phase};
+use crate::config::Timeouts;
+use crate::event::EvictReason;
+use crate::time::Instant;
+
+/// Why a connection may need `on_timer`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Timer {
+    /// Closed: forgotten after `time_wait`.
+    TimeWait,
+    /// In set-up for longer than `handshake`: aborted.
+    Handshake,
+    /// Nothing heard either way for `idle`: forgotten.
+    Idle,
+    /// `Committing`: the SYN-ACK goes out even unconfirmed.
+    Commit,
+    /// Adopted: the records of replicas whose agents have not registered
+    /// are no longer waited for (acted on by `settle`).
+    AdoptWait,
+    /// Leg `i` reset while the others carried on: it crashed.
+    Abort(usize),
+    /// Leg `i` owes an answer for too long: evicted.
+    Fail(usize),
+    /// Leg `i` owes an answer: probed.
+    Probe(usize),
+}
+
+impl Conn {
+    /// Every timer this connection has, in the order `on_timer` acts on
+    /// them.
+    fn timers(&self) -> impl Iterator<Item = Timer> {
+        let n = self.legs.len();
+        [
+            Timer::TimeWait,
+            Timer::Handshake,
+            Timer::Idle,
+            Timer::Commit,
+            Timer::AdoptWait,
+        ]
+        .into_iter()
+        .chain((0..n).map(Timer::Abort))
+        .chain((0..n).flat_map(|i| [Timer::Fail(i), Timer::Probe(i)]))
+    }
+
+    /// The timer table: when `timer` is due, `None` while it is not armed.
+    pub(super) fn deadline(&self, timer: Timer, t: &Timeouts) -> Option<Instant> {
+        let closed = self.phase == Phase::Closed;
+        match timer {
+            Timer::TimeWait => {
+                closed.then(|| self.closed_at.unwrap_or(self.last_activity) + t.time_wait)
+            }
+            Timer::Handshake => self.half_open().then(|| self.created + t.handshake),
+            // A closed connection is kept for `time_wait`, idle or not.
+            Timer::Idle => (!closed).then(|| self.last_activity + t.idle),
+            Timer::Commit => (self.phase == Phase::Committing).then_some(self.commit_by),
+            Timer::AdoptWait => (!closed && self.recovering && !self.expected.is_empty())
+                .then(|| self.created + ADOPT_WAIT),
+            Timer::Abort(i) => {
+                let l = &self.legs[i];
+                match (closed, l.state, l.aborted_at) {
+                    (false, LegState::Aborted, Some(a)) => Some(a + t.failure_detection),
+                    _ => None,
+                }
+            }
+            Timer::Fail(i) => {
+                if closed {
+                    return None;
+                }
+                self.fail_deadline(i, t).map(|(fail, _)| fail)
+            }
+            Timer::Probe(i) => {
+                if closed {
+                    return None;
+                }
+                self.fail_deadline(i, t).map(|_| self.probe_deadline(i, t))
+            }
+        }
+    }
+
+    fn due(&self, timer: Timer, t: &Timeouts, now: Instant) -> bool {
+        self.deadline(timer, t).is_some_and(|d| d <= now)
+    }
+
+    /// The earliest time this connection needs `on_timer`.
+    pub(crate) fn next_deadline(&self, t: &Timeouts) -> Instant {
+        self.timers()
+            .filter_map(|timer| self.deadline(timer, t))
+            .min()
+            // Never: `Idle` or `TimeWait` is always armed.
+            .unwrap_or(self.last_activity + t.idle)
+    }
+
+    /// Run what is due at `ctx.now`, in the order of [`Conn::timers`]; each
+    /// deadline is read when its turn comes (an eviction changes the
+    /// others').
+    pub(crate) fn on_timer(&mut self, ctx: &mut Ctx) {
+        let t = ctx.timeouts;
+        let now = ctx.now;
+        if self.due(Timer::TimeWait, t, now) {
+            self.phase = Phase::Dead;
+            return;
+        }
+        if self.due(Timer::Handshake, t, now) {
+            self.abort_legs(ctx);
+            self.phase = Phase::Dead;
+            return;
+        }
+        if self.due(Timer::Idle, t, now) {
+            // Like a NAT mapping, an idle connection is forgotten
+            // silently; the endpoints' keep-alives would have kept it.
+            self.phase = Phase::Dead;
+            return;
+        }
+        if self.phase == Phase::Closed {
+            return;
+        }
+        if self.due(Timer::Commit, t, now) {
+            self.commit_synack(ctx, false);
+        }
+        // A reset that the others did not follow: that replica crashed.
+        for i in 0..self.legs.len() {
+            if self.due(Timer::Abort(i), t, now) {
+                self.evict(ctx, i, EvictReason::Reset, false);
+            }
+        }
+        for i in 0..self.legs.len() {
+            if self.due(Timer::Fail(i), t, now) {
+                let service_wide = self.fail_deadline(i, t).is_some_and(|(_, w)| w);
+                let reason = if self.legs[i].state == LegState::SynSent {
+                    EvictReason::NoSynAck
+                } else {
+                    EvictReason::Stalled
+                };
+                // A connection rebuilt from the agents' records may be one
+                // that ended while no router watched: what it shows is no
+                // evidence against the replica for other connections.
+                self.evict(ctx, i, reason, service_wide && !self.from_agents);
+            } else if self.due(Timer::Probe(i), t, now) {
+                self.probe(ctx, i);
+            }
+        }
+        // `Timer::AdoptWait` and anything the above changed.
+        self.settle(ctx);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::fixture::{conn, Outside, CLIENT_ISN};
+    use super::*;
+    use crate::config::Voting;
+    use core::time::Duration;
+    use proptest::prelude::*;
+    use std::net::Ipv4Addr;
+
+    fn ms(x: u64) -> Instant {
+        Instant::ZERO + Duration::from_millis(x)
+    }
+
+    /// One leg's state: (state, learned, ack, hi, heard, progress,
+    /// behind since, probed, aborted at, fin).
+    type LegGen = (
+        usize,
+        bool,
+        u32,
+        u32,
+        u64,
+        u64,
+        Option<u64>,
+        Option<u64>,
+        Option<u64>,
+        Option<u32>,
+    );
+
+    fn leg_gen() -> impl Strategy<Value = LegGen> {
+        (
+            0usize..5,
+            any::<bool>(),
+            0u32..20,
+            0u32..20,
+            0u64..20_000,
+            0u64..20_000,
+            proptest::option::of(0u64..20_000),
+            proptest::option::of(0u64..20_000),
+            proptest::option::of(0u64..20_000),
+            proptest::option::of(0u32..20),
+        )
+    }
+
+    const STATES: [LegState; 5] = [
+        LegState::SynSent,
+        LegState::Open,
+        LegState::Refused,
+        LegState::Aborted,
+        LegState::Evicted,
+    ];
+    const PHASES: [Phase; 5] = [
+        Phase::Handshake,
+        Phase::Committing,
+        Phase::SynAckSent,
+        Phase::Established,
+        Phase::Closed,
+    ];
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+
+        /// Every deadline `next_deadline` returns is acted on: run
+        /// `on_timer` at it, as the router's timer loop does while the
+        /// connection's next deadline is not later (what one round changes
+        /// may arm a timer that is already due, e.g. a probe once a rebuild
+        /// completed), and within a few rounds the connection is gone or
+        /// its next deadline lies later. Else the loop would spin.
+        #[test]
+        fn every_deadline_is_acted_on(
+            legs in proptest::collection::vec(leg_gen(), 1..5),
+            phase in 0usize..5,
+            (created, last, closed, commit) in (0u64..5_000, 0u64..20_000, 0u64..20_000, 0u64..20_000),
+            adopted in any::<bool>(),
+            rebuilding in any::<bool>(),
+            expected in any::<bool>(),
+            rebuilt in proptest::option::of(0u64..20_000),
+            client_hi in 0u32..20,
+            fd in 10u64..2_000,
+        ) {
+            let t = Timeouts {
+                failure_detection: Duration::from_millis(fd),
+                idle: Duration::from_secs(60),
+                handshake: Duration::from_secs(5),
+                time_wait: Duration::from_secs(2),
+                ..Timeouts::default()
+            };
+            let mut c = conn(legs.len(), Voting::Off);
+            c.phase = PHASES[phase];
+            c.created = ms(created);
+            c.last_activity = ms(last);
+            c.closed_at = Some(ms(closed));
+            c.commit_by = ms(commit);
+            c.client_hi = CLIENT_ISN.add(1 + client_hi);
+            if adopted && c.phase == Phase::Established {
+                // Only an established connection is adopted.
+                c.from_agents = true;
+                c.recovering = rebuilding;
+                c.rebuilt_at = if rebuilding { None } else { rebuilt.map(ms) };
+                if rebuilding && expected {
+                    c.expected = vec![Ipv4Addr::new(10, 0, 9, 9)];
+                }
+            }
+            for (l, g) in c.legs.iter_mut().zip(&legs) {
+                let (state, learned, ack, hi, heard, progress, behind, probe, aborted, fin) = *g;
+                l.state = STATES[state];
+                l.learned = learned || !c.from_agents;
+                l.ack = CLIENT_ISN.add(1 + ack);
+                l.edge = l.ack.add(65535);
+                l.hi = c.router_isn.add(1 + hi);
+                l.seen_at = ms(heard);
+                l.progress_at = ms(progress);
+                l.behind_since = behind.map(ms);
+                l.probe_at = probe.map(ms);
+                l.aborted_at = aborted.map(ms);
+                l.fin = fin.map(|f| c.router_isn.add(1 + f.min(hi)));
+            }
+            let d = c.next_deadline(&t);
+            let mut out = Outside::default();
+            let mut rounds = 0;
+            while c.phase != Phase::Dead && c.next_deadline(&t) <= d {
+                prop_assert!(
+                    rounds < 4,
+                    "deadline {:?} not acted on: next {:?}, phase {:?}",
+                    d,
+                    c.next_deadline(&t),
+                    c.phase
+                );
+                c.on_timer(&mut out.ctx(d, &t));
+                rounds += 1;
+            }
+        }
+    }
+
+    #[test]
+    fn the_table_is_the_deadline() {
+        let t = Timeouts::default();
+        let mut c = conn(2, Voting::Off);
+        c.phase = Phase::Closed;
+        c.closed_at = Some(ms(100));
+        assert_eq!(c.next_deadline(&t), ms(100) + t.time_wait);
+        assert_eq!(c.deadline(Timer::Idle, &t), None);
+        c.phase = Phase::Committing;
+        c.commit_by = ms(50);
+        assert_eq!(c.next_deadline(&t), ms(50));
+        assert_eq!(c.deadline(Timer::TimeWait, &t), None);
+    }
+}

@@ -27,5 +27,5 @@ pub use order::{NumberedInput, OrderReport, ORDER_LOG, ORDER_WAIT};
 pub use packet::Packet;
 pub use record::{AdoptRecord, ReplicaSetup, SetupRecord};
 pub use router::Router;
-pub use status::{ConnSample, LegSample, ReplicaStatus, ServiceStatus, Status};
+pub use status::{ConnSample, LegSample, ReplicaDown, ReplicaStatus, ServiceStatus, Status};
 pub use time::Instant;

@@ -8,7 +8,7 @@ use crate::metrics::{Counters, DropReason};
 use crate::order::{OrderReport, SvcOrder, Waiting, ORDER_HOLD_MAX, ORDER_WAIT};
 use crate::packet::Packet;
 use crate::record::AdoptRecord;
-use crate::status::{ReplicaStatus, ServiceStatus, Status};
+use crate::status::{ReplicaDown, ReplicaStatus, ServiceStatus, Status};
 use crate::time::Instant;
 use ftnet_wire::tcp::{self, flags, Repr};
 use ftnet_wire::{icmp, ipv4, SeqNum};
@@ -21,6 +21,21 @@ use std::net::Ipv4Addr;
 /// Connections shown in detail in the status.
 const SAMPLE_CONNS: usize = 8;
 
+/// One replica's standing in one service.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Health {
+    /// Gets new connections (with agents, once its agent registered).
+    Up,
+    /// Out of service since `since`, for `reason`.
+    Down { reason: EvictReason, since: Instant },
+}
+
+impl Health {
+    fn is_up(&self) -> bool {
+        *self == Health::Up
+    }
+}
+
 /// The router state machine.
 pub struct Router {
     config: Config,
@@ -28,10 +43,10 @@ pub struct Router {
     counters: Counters,
     transmit: VecDeque<Packet>,
     events: VecDeque<Event>,
-    /// Per service, per replica: alive for new connections. A replica
+    /// Per service, per replica: up, or down and why. A replica
     /// marked down stays down until an operator enables it again: it missed
     /// input while out, so its state is not the group's.
-    alive: Vec<Vec<bool>>,
+    health: Vec<Vec<Health>>,
     /// With [`Router::require_agents`]: the replicas whose own agent has
     /// registered with this router. Only those get new connections.
     agents: Option<std::collections::HashSet<Ipv4Addr>>,
@@ -69,7 +84,7 @@ impl Router {
     pub fn new(config: Config, secret: [u8; 16]) -> Router {
         let mut by_vip = HashMap::new();
         let mut by_replica = HashMap::new();
-        let mut alive = Vec::new();
+        let mut health = Vec::new();
         for (si, s) in config.services.iter().enumerate() {
             for &p in &s.ports {
                 by_vip.insert((s.vip, p), si);
@@ -77,14 +92,14 @@ impl Router {
                     by_replica.insert((r, p), (si, ri));
                 }
             }
-            alive.push(vec![true; s.replicas.len()]);
+            health.push(vec![Health::Up; s.replicas.len()]);
         }
         Router {
             secret,
             counters: Counters::default(),
             transmit: VecDeque::new(),
             events: VecDeque::new(),
-            alive,
+            health,
             by_vip,
             by_replica,
             conns: HashMap::new(),
@@ -271,10 +286,10 @@ impl Router {
         pkt: Packet,
         seg: &Seg,
     ) -> Result<(), DropReason> {
-        let live: Vec<usize> = (0..self.alive[svc].len())
+        let live: Vec<usize> = (0..self.health[svc].len())
             .filter(|&r| self.in_service(svc, r))
             .collect();
-        if live.is_empty() && (0..self.alive[svc].len()).any(|r| self.alive[svc][r]) {
+        if live.is_empty() && self.health[svc].iter().any(Health::is_up) {
             // Replicas not out of service, but their agents have not
             // registered with this router yet: they will within moments,
             // and the client's retransmitted SYN finds them.
@@ -452,17 +467,19 @@ impl Router {
     fn apply_down(&mut self, now: Instant) {
         self.check_rebuilt(now);
         while let Some((svc, replica, reason)) = self.down.pop() {
-            let Some(v) = self.alive.get_mut(svc) else {
+            let Some(v) = self.health.get_mut(svc) else {
                 continue;
             };
             // The last live replica of a service is never marked down: there
             // is nothing to fail over to, and a replica that was only slow
             // (or a path that was only cut for a while) must still get new
             // connections when it answers again.
-            if v.get(replica) != Some(&true) || v.iter().filter(|&&x| x).count() <= 1 {
+            if !v.get(replica).is_some_and(Health::is_up)
+                || v.iter().filter(|h| h.is_up()).count() <= 1
+            {
                 continue;
             }
-            v[replica] = false;
+            v[replica] = Health::Down { reason, since: now };
             let s = &self.config.services[svc];
             self.events.push_back(Event::ReplicaDown {
                 service: s.name.clone(),
@@ -485,10 +502,18 @@ impl Router {
         }
     }
 
-    /// Serves new connections: alive, and (with `require_agents`) its
+    /// Not out of service.
+    fn up(&self, svc: usize, replica: usize) -> bool {
+        self.health
+            .get(svc)
+            .and_then(|v| v.get(replica))
+            .is_some_and(Health::is_up)
+    }
+
+    /// Serves new connections: up, and (with `require_agents`) its
     /// agent registered with this router.
     fn in_service(&self, svc: usize, replica: usize) -> bool {
-        self.alive[svc][replica]
+        self.up(svc, replica)
             && self
                 .agents
                 .as_ref()
@@ -500,7 +525,7 @@ impl Router {
         let mut v = Vec::new();
         for (svc, s) in self.config.services.iter().enumerate() {
             for (i, &replica) in s.replicas.iter().enumerate() {
-                if !self.alive[svc][i] {
+                if !self.up(svc, i) {
                     v.push(OutOfService {
                         vip: s.vip,
                         port: s.ports.first().copied().unwrap_or(0),
@@ -600,7 +625,7 @@ impl Router {
         let mut n = 0;
         for (svc, s) in self.config.services.iter().enumerate() {
             for (i, r) in s.replicas.iter().enumerate() {
-                if *r == addr && self.alive.get(svc).and_then(|v| v.get(i)) == Some(&true) {
+                if *r == addr && self.up(svc, i) {
                     self.down.push((svc, i, EvictReason::HostLost));
                     n += 1;
                 }
@@ -621,11 +646,11 @@ impl Router {
         let mut n = 0;
         for (svc, s) in self.config.services.iter().enumerate() {
             for (i, r) in s.replicas.iter().enumerate() {
-                let alive = self.alive.get(svc).map_or(&[][..], |v| &v[..]);
+                let health = self.health.get(svc).map_or(&[][..], |v| &v[..]);
                 // Counted only where it is really taken out (not the last).
                 if *r == addr
-                    && alive.get(i) == Some(&true)
-                    && alive.iter().filter(|&&x| x).count() > 1
+                    && health.get(i).is_some_and(Health::is_up)
+                    && health.iter().filter(|h| h.is_up()).count() > 1
                 {
                     self.down.push((svc, i, EvictReason::OrderLost));
                     n += 1;
@@ -660,7 +685,7 @@ impl Router {
         let mut out = Vec::new();
         for (svc, s) in self.config.services.iter().enumerate() {
             for (i, r) in s.replicas.iter().enumerate() {
-                if *r == addr && !self.alive[svc][i] {
+                if *r == addr && !self.up(svc, i) {
                     out.push(s.name.clone());
                 }
             }
@@ -688,7 +713,7 @@ impl Router {
             let Some(i) = s.replicas.iter().position(|r| *r == d.replica) else {
                 continue;
             };
-            if self.alive[svc][i] && !self.down.contains(&(svc, i, EvictReason::ReportedDown)) {
+            if self.up(svc, i) && !self.down.contains(&(svc, i, EvictReason::ReportedDown)) {
                 self.down.push((svc, i, EvictReason::ReportedDown));
                 n += 1;
             }
@@ -709,8 +734,8 @@ impl Router {
                 continue;
             }
             for (i, r) in s.replicas.iter().enumerate() {
-                if *r == addr && !self.alive[svc][i] {
-                    self.alive[svc][i] = true;
+                if *r == addr && !self.up(svc, i) {
+                    self.health[svc][i] = Health::Up;
                     back.push(s.name.clone());
                     self.events.push_back(Event::ReplicaUp {
                         service: s.name.clone(),
@@ -739,7 +764,7 @@ impl Router {
         let Some(&(rsvc, replica)) = self.by_replica.get(&(rec.replica.addr, rec.key.vport)) else {
             return Adopted::Refused;
         };
-        if rsvc != svc || self.alive[svc].get(replica) != Some(&true) {
+        if rsvc != svc || !self.up(svc, replica) {
             return Adopted::Refused;
         }
         let key = rec.key;
@@ -940,12 +965,12 @@ impl Router {
                 if let Some(w) = &mut o.waiting {
                     w.deadline.get_or_insert(now + ORDER_WAIT);
                 }
-                let alive = &self.alive[svc];
+                let health = &self.health[svc];
                 let all = o.waiting.as_ref().is_some_and(|w| {
                     s.replicas
                         .iter()
                         .enumerate()
-                        .all(|(i, r)| !alive[i] || w.reported.contains_key(r))
+                        .all(|(i, r)| !health[i].is_up() || w.reported.contains_key(r))
                 });
                 if all {
                     self.resume_order(svc);
@@ -955,7 +980,7 @@ impl Router {
             // Late: bring it up to date from the log.
             o.report(replica, &mine);
             let (last, top) = (mine.last_seq, o.seq);
-            if last == 0 || last >= top || !self.alive[svc][ri] {
+            if last == 0 || last >= top || !self.health[svc][ri].is_up() {
                 continue;
             }
             let (replays, lost) = match o.replay(replica, last.saturating_add(1), top) {
@@ -1001,7 +1026,7 @@ impl Router {
             .replicas
             .iter()
             .enumerate()
-            .filter(|(i, a)| self.alive[svc][*i] && !reported.contains(a))
+            .filter(|(i, a)| self.health[svc][*i].is_up() && !reported.contains(a))
             .map(|(_, a)| *a)
             .collect();
         let last = o.seq;
@@ -1057,7 +1082,14 @@ impl Router {
                 .map(|(ri, &addr)| ReplicaStatus {
                     addr,
                     alive: self.in_service(si, ri),
-                    awaiting_agent: self.alive[si][ri] && !self.in_service(si, ri),
+                    awaiting_agent: self.up(si, ri) && !self.in_service(si, ri),
+                    down: match self.health[si][ri] {
+                        Health::Up => None,
+                        Health::Down { reason, since } => Some(ReplicaDown {
+                            reason,
+                            since_ms: since.as_millis(),
+                        }),
+                    },
                     connections: 0,
                     lag_out_bytes: 0,
                     lag_in_bytes: 0,
@@ -1108,5 +1140,60 @@ fn wire_reason(e: ftnet_wire::Error) -> DropReason {
         ftnet_wire::Error::NotIpv4 => DropReason::NotIpv4,
         ftnet_wire::Error::Fragment => DropReason::Fragment,
         ftnet_wire::Error::Checksum => DropReason::BadChecksum,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Service;
+    use core::time::Duration;
+
+    fn router(n: u8) -> Router {
+        let mut c = Config::default();
+        c.services.push(Service {
+            name: "t".into(),
+            vip: Ipv4Addr::new(10, 0, 0, 100),
+            ports: vec![80],
+            replicas: (1..=n).map(|i| Ipv4Addr::new(10, 0, 1, i)).collect(),
+            voting: Default::default(),
+        });
+        Router::new(c, [7; 16])
+    }
+
+    fn down(r: &Router) -> Vec<Option<(EvictReason, u64)>> {
+        r.status().services[0]
+            .replicas
+            .iter()
+            .map(|x| x.down.as_ref().map(|d| (d.reason, d.since_ms)))
+            .collect()
+    }
+
+    #[test]
+    fn health_says_why_and_since_when() {
+        let mut r = router(3);
+        assert_eq!(down(&r), vec![None, None, None]);
+        let t = Instant::ZERO + Duration::from_millis(1234);
+        assert_eq!(r.replica_failed(t, Ipv4Addr::new(10, 0, 1, 2)), 1);
+        assert_eq!(
+            down(&r),
+            vec![None, Some((EvictReason::OrderLost, 1234)), None]
+        );
+        assert!(!r.status().services[0].replicas[1].alive);
+        // A second verdict does not move the first.
+        let later = t + Duration::from_secs(1);
+        r.down.push((0, 1, EvictReason::HostLost));
+        r.apply_down(later);
+        assert_eq!(down(&r)[1], Some((EvictReason::OrderLost, 1234)));
+        // The last replica in service is never taken out.
+        assert_eq!(r.host_lost(later, Ipv4Addr::new(10, 0, 1, 1)), 1);
+        assert_eq!(r.replica_failed(later, Ipv4Addr::new(10, 0, 1, 3)), 0);
+        r.host_lost(later, Ipv4Addr::new(10, 0, 1, 3));
+        assert_eq!(down(&r)[2], None);
+        assert_eq!(r.out_of_service().len(), 2);
+        // The operator brings one back.
+        assert_eq!(r.enable_replica(Ipv4Addr::new(10, 0, 1, 2), None), ["t"]);
+        assert_eq!(down(&r)[1], None);
+        assert!(r.status().services[0].replicas[1].alive);
     }
 }

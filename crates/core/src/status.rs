@@ -1,5 +1,6 @@
 //! The operator's snapshot of the router (`ftnet status`).
 
+use crate::event::EvictReason;
 use crate::metrics::Counters;
 use serde::Serialize;
 use std::net::Ipv4Addr;
@@ -20,6 +21,18 @@ pub struct ReplicaStatus {
     /// Largest distance between the client bytes this replica acknowledged
     /// and the most any replica acknowledged.
     pub lag_in_bytes: u64,
+    /// Out of service: why, and since when.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub down: Option<ReplicaDown>,
+}
+
+/// Why and since when a replica is out of service.
+#[derive(Debug, Clone, Serialize)]
+pub struct ReplicaDown {
+    /// The verdict that took it out.
+    pub reason: EvictReason,
+    /// When, on the router's clock (milliseconds).
+    pub since_ms: u64,
 }
 
 #[derive(Debug, Clone, Serialize)]

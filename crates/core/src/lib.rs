@@ -9,6 +9,7 @@
 mod config;
 mod conn;
 mod event;
+mod ids;
 mod key;
 mod metrics;
 mod order;

@@ -3,6 +3,7 @@
 use crate::config::Config;
 use crate::conn::{csum_mode, ChallengeBudget, Conn, Ctx, Seg, SynOnKey};
 use crate::event::{Adopted, Event, EvictReason, OutOfService};
+use crate::ids::{ReplicaId, ServiceId};
 use crate::key::ConnKey;
 use crate::metrics::{Counters, DropReason};
 use crate::order::{OrderReport, SvcOrder, Waiting, ORDER_HOLD_MAX, ORDER_WAIT};
@@ -51,9 +52,9 @@ pub struct Router {
     /// registered with this router. Only those get new connections.
     agents: Option<std::collections::HashSet<Ipv4Addr>>,
     /// (VIP, port) → service.
-    by_vip: HashMap<(Ipv4Addr, u16), usize>,
+    by_vip: HashMap<(Ipv4Addr, u16), ServiceId>,
     /// (replica address, port) → (service, replica).
-    by_replica: HashMap<(Ipv4Addr, u16), (usize, usize)>,
+    by_replica: HashMap<(Ipv4Addr, u16), (ServiceId, ReplicaId)>,
     conns: HashMap<ConnKey, Conn>,
     /// Timers, earliest first; an entry is live only while it equals its
     /// connection's `timer_at`.
@@ -65,7 +66,7 @@ pub struct Router {
     /// Closed connections in closing order, the first to give way when the
     /// table is full.
     closed: VecDeque<(ConnKey, Instant)>,
-    down: Vec<(usize, usize, EvictReason)>,
+    down: Vec<(ServiceId, ReplicaId, EvictReason)>,
     /// The sequencer's numbering, per service.
     order: Vec<SvcOrder>,
     /// The latest `now` the router was given (for hold deadlines set
@@ -87,9 +88,9 @@ impl Router {
         let mut health = Vec::new();
         for (si, s) in config.services.iter().enumerate() {
             for &p in &s.ports {
-                by_vip.insert((s.vip, p), si);
+                by_vip.insert((s.vip, p), ServiceId(si));
                 for (ri, &r) in s.replicas.iter().enumerate() {
-                    by_replica.insert((r, p), (si, ri));
+                    by_replica.insert((r, p), (ServiceId(si), ReplicaId(ri)));
                 }
             }
             health.push(vec![Health::Up; s.replicas.len()]);
@@ -200,7 +201,7 @@ impl Router {
         counters: &'a mut Counters,
         events: &'a mut VecDeque<Event>,
         config: &'a Config,
-        down: &'a mut Vec<(usize, usize, EvictReason)>,
+        down: &'a mut Vec<(ServiceId, ReplicaId, EvictReason)>,
         challenges: &'a mut ChallengeBudget,
     ) -> Ctx<'a> {
         Ctx {
@@ -240,7 +241,7 @@ impl Router {
     fn on_client(
         &mut self,
         now: Instant,
-        svc: usize,
+        svc: ServiceId,
         pkt: Packet,
         seg: &Seg,
     ) -> Result<(), DropReason> {
@@ -281,15 +282,16 @@ impl Router {
     fn open(
         &mut self,
         now: Instant,
-        svc: usize,
+        svc: ServiceId,
         key: ConnKey,
         pkt: Packet,
         seg: &Seg,
     ) -> Result<(), DropReason> {
-        let live: Vec<usize> = (0..self.health[svc].len())
+        let live: Vec<ReplicaId> = (0..self.health[svc.0].len())
+            .map(ReplicaId)
             .filter(|&r| self.in_service(svc, r))
             .collect();
-        if live.is_empty() && self.health[svc].iter().any(Health::is_up) {
+        if live.is_empty() && self.health[svc.0].iter().any(Health::is_up) {
             // Replicas not out of service, but their agents have not
             // registered with this router yet: they will within moments,
             // and the client's retransmitted SYN finds them.
@@ -344,11 +346,11 @@ impl Router {
         }
         let isn = self.isn(now, &key);
         let ts_base = self.keyed(&key, 1) as u32;
-        let voting = self.config.services[svc].voting;
+        let voting = self.config.services[svc.0].voting;
         let mut c = Conn::new(key, svc, now, seg, isn, ts_base, voting);
-        let addrs = &self.config.services[svc].replicas;
+        let addrs = &self.config.services[svc.0].replicas;
         for r in live {
-            c.add_leg(r, addrs[r], now);
+            c.add_leg(r, addrs[r.0], now);
         }
         let mut ctx = Self::ctx(
             now,
@@ -380,12 +382,12 @@ impl Router {
     fn on_replica(
         &mut self,
         now: Instant,
-        svc: usize,
-        replica: usize,
+        svc: ServiceId,
+        replica: ReplicaId,
         pkt: Packet,
         seg: &Seg,
     ) -> Result<(), DropReason> {
-        let vip = self.config.services[svc].vip;
+        let vip = self.config.services[svc.0].vip;
         let key = ConnKey {
             client: seg.dst,
             cport: seg.dport,
@@ -438,7 +440,7 @@ impl Router {
         let key = ConnKey {
             client: u.src,
             cport: u.src_port,
-            vip: self.config.services[svc].vip,
+            vip: self.config.services[svc.0].vip,
             vport: u.dst_port,
         };
         if !self.conns.contains_key(&key) {
@@ -467,23 +469,23 @@ impl Router {
     fn apply_down(&mut self, now: Instant) {
         self.check_rebuilt(now);
         while let Some((svc, replica, reason)) = self.down.pop() {
-            let Some(v) = self.health.get_mut(svc) else {
+            let Some(v) = self.health.get_mut(svc.0) else {
                 continue;
             };
             // The last live replica of a service is never marked down: there
             // is nothing to fail over to, and a replica that was only slow
             // (or a path that was only cut for a while) must still get new
             // connections when it answers again.
-            if !v.get(replica).is_some_and(Health::is_up)
+            if !v.get(replica.0).is_some_and(Health::is_up)
                 || v.iter().filter(|h| h.is_up()).count() <= 1
             {
                 continue;
             }
-            v[replica] = Health::Down { reason, since: now };
-            let s = &self.config.services[svc];
+            v[replica.0] = Health::Down { reason, since: now };
+            let s = &self.config.services[svc.0];
             self.events.push_back(Event::ReplicaDown {
                 service: s.name.clone(),
-                replica: s.replicas[replica],
+                replica: s.replicas[replica.0],
                 reason,
             });
             let keys: Vec<ConnKey> = self
@@ -503,21 +505,21 @@ impl Router {
     }
 
     /// Not out of service.
-    fn up(&self, svc: usize, replica: usize) -> bool {
+    fn up(&self, svc: ServiceId, replica: ReplicaId) -> bool {
         self.health
-            .get(svc)
-            .and_then(|v| v.get(replica))
+            .get(svc.0)
+            .and_then(|v| v.get(replica.0))
             .is_some_and(Health::is_up)
     }
 
     /// Serves new connections: up, and (with `require_agents`) its
     /// agent registered with this router.
-    fn in_service(&self, svc: usize, replica: usize) -> bool {
+    fn in_service(&self, svc: ServiceId, replica: ReplicaId) -> bool {
         self.up(svc, replica)
             && self
                 .agents
                 .as_ref()
-                .is_none_or(|a| a.contains(&self.config.services[svc].replicas[replica]))
+                .is_none_or(|a| a.contains(&self.config.services[svc.0].replicas[replica.0]))
     }
 
     /// Every replica out of service, every service.
@@ -525,7 +527,7 @@ impl Router {
         let mut v = Vec::new();
         for (svc, s) in self.config.services.iter().enumerate() {
             for (i, &replica) in s.replicas.iter().enumerate() {
-                if !self.up(svc, i) {
+                if !self.up(ServiceId(svc), ReplicaId(i)) {
                     v.push(OutOfService {
                         vip: s.vip,
                         port: s.ports.first().copied().unwrap_or(0),
@@ -625,6 +627,7 @@ impl Router {
         let mut n = 0;
         for (svc, s) in self.config.services.iter().enumerate() {
             for (i, r) in s.replicas.iter().enumerate() {
+                let (svc, i) = (ServiceId(svc), ReplicaId(i));
                 if *r == addr && self.up(svc, i) {
                     self.down.push((svc, i, EvictReason::HostLost));
                     n += 1;
@@ -652,7 +655,8 @@ impl Router {
                     && health.get(i).is_some_and(Health::is_up)
                     && health.iter().filter(|h| h.is_up()).count() > 1
                 {
-                    self.down.push((svc, i, EvictReason::OrderLost));
+                    self.down
+                        .push((ServiceId(svc), ReplicaId(i), EvictReason::OrderLost));
                     n += 1;
                 }
             }
@@ -685,7 +689,7 @@ impl Router {
         let mut out = Vec::new();
         for (svc, s) in self.config.services.iter().enumerate() {
             for (i, r) in s.replicas.iter().enumerate() {
-                if *r == addr && !self.up(svc, i) {
+                if *r == addr && !self.up(ServiceId(svc), ReplicaId(i)) {
                     out.push(s.name.clone());
                 }
             }
@@ -709,10 +713,11 @@ impl Router {
             let Some(&svc) = self.by_vip.get(&(d.vip, d.port)) else {
                 continue;
             };
-            let s = &self.config.services[svc];
+            let s = &self.config.services[svc.0];
             let Some(i) = s.replicas.iter().position(|r| *r == d.replica) else {
                 continue;
             };
+            let i = ReplicaId(i);
             if self.up(svc, i) && !self.down.contains(&(svc, i, EvictReason::ReportedDown)) {
                 self.down.push((svc, i, EvictReason::ReportedDown));
                 n += 1;
@@ -734,7 +739,7 @@ impl Router {
                 continue;
             }
             for (i, r) in s.replicas.iter().enumerate() {
-                if *r == addr && !self.up(svc, i) {
+                if *r == addr && !self.up(ServiceId(svc), ReplicaId(i)) {
                     self.health[svc][i] = Health::Up;
                     back.push(s.name.clone());
                     self.events.push_back(Event::ReplicaUp {
@@ -821,7 +826,7 @@ impl Router {
                 .and_then(|w| w.deadline)
                 .is_some_and(|d| d <= now);
             if due {
-                self.resume_order(svc);
+                self.resume_order(ServiceId(svc));
             }
         }
         while let Some(Reverse((t, key))) = self.timers.peek().copied() {
@@ -904,7 +909,7 @@ impl Router {
             let Some(svc) = svc else {
                 return Some(ev);
             };
-            let o = &mut self.order[svc];
+            let o = &mut self.order[svc.0];
             if let Some(w) = &mut o.waiting {
                 // Not numbered before the agents said where the order stands.
                 w.deadline.get_or_insert(self.last_now + ORDER_WAIT);
@@ -973,7 +978,7 @@ impl Router {
                         .all(|(i, r)| !health[i].is_up() || w.reported.contains_key(r))
                 });
                 if all {
-                    self.resume_order(svc);
+                    self.resume_order(ServiceId(svc));
                 }
                 continue;
             }
@@ -989,7 +994,7 @@ impl Router {
             };
             let replayed = replays.len();
             let service = s.name.clone();
-            self.order_lost(svc, &lost);
+            self.order_lost(ServiceId(svc), &lost);
             // Ahead of the events queued unnumbered (they come after `top`).
             for ev in replays.into_iter().rev() {
                 self.events.push_front(ev);
@@ -1008,9 +1013,9 @@ impl Router {
 
     /// Number on: replays for the agents that are behind first, then the
     /// held events, ahead of everything else queued.
-    fn resume_order(&mut self, svc: usize) {
-        let s = &self.config.services[svc];
-        let o = &mut self.order[svc];
+    fn resume_order(&mut self, svc: ServiceId) {
+        let s = &self.config.services[svc.0];
+        let o = &mut self.order[svc.0];
         let reported = o.reported();
         let r = o.resume();
         let mut front: Vec<Event> = r.replays;
@@ -1026,7 +1031,7 @@ impl Router {
             .replicas
             .iter()
             .enumerate()
-            .filter(|(i, a)| self.health[svc][*i].is_up() && !reported.contains(a))
+            .filter(|(i, a)| self.health[svc.0][*i].is_up() && !reported.contains(a))
             .map(|(_, a)| *a)
             .collect();
         let last = o.seq;
@@ -1046,14 +1051,14 @@ impl Router {
     /// shims cannot keep the order, so they leave the group (fail safe:
     /// never serve on in the kernel's order). Applied with the next input
     /// or timer, like every other way out.
-    fn order_lost(&mut self, svc: usize, lost: &[(Ipv4Addr, u64)]) {
+    fn order_lost(&mut self, svc: ServiceId, lost: &[(Ipv4Addr, u64)]) {
         for (addr, _) in lost {
-            if let Some(i) = self.config.services[svc]
+            if let Some(i) = self.config.services[svc.0]
                 .replicas
                 .iter()
                 .position(|r| r == addr)
             {
-                self.down.push((svc, i, EvictReason::OrderLost));
+                self.down.push((svc, ReplicaId(i), EvictReason::OrderLost));
             }
         }
     }
@@ -1079,11 +1084,12 @@ impl Router {
                 .replicas
                 .iter()
                 .enumerate()
-                .map(|(ri, &addr)| ReplicaStatus {
+                .map(|(ri, &addr)| (ReplicaId(ri), addr))
+                .map(|(r, addr)| ReplicaStatus {
                     addr,
-                    alive: self.in_service(si, ri),
-                    awaiting_agent: self.up(si, ri) && !self.in_service(si, ri),
-                    down: match self.health[si][ri] {
+                    alive: self.in_service(ServiceId(si), r),
+                    awaiting_agent: self.up(ServiceId(si), r) && !self.in_service(ServiceId(si), r),
+                    down: match self.health[si][r.0] {
                         Health::Up => None,
                         Health::Down { reason, since } => Some(ReplicaDown {
                             reason,
@@ -1096,10 +1102,10 @@ impl Router {
                 })
                 .collect();
             let mut n = 0;
-            for c in self.conns.values().filter(|c| c.service() == si) {
+            for c in self.conns.values().filter(|c| c.service() == ServiceId(si)) {
                 n += 1;
                 for (replica, o, inn) in c.lags() {
-                    let r = &mut replicas[replica];
+                    let r = &mut replicas[replica.0];
                     r.connections += 1;
                     r.lag_out_bytes = r.lag_out_bytes.max(o);
                     r.lag_in_bytes = r.lag_in_bytes.max(inn);
@@ -1182,7 +1188,8 @@ mod tests {
         assert!(!r.status().services[0].replicas[1].alive);
         // A second verdict does not move the first.
         let later = t + Duration::from_secs(1);
-        r.down.push((0, 1, EvictReason::HostLost));
+        r.down
+            .push((ServiceId(0), ReplicaId(1), EvictReason::HostLost));
         r.apply_down(later);
         assert_eq!(down(&r)[1], Some((EvictReason::OrderLost, 1234)));
         // The last replica in service is never taken out.

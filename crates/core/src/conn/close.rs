@@ -3,6 +3,7 @@
 
 use super::{Conn, Ctx, LegState, Phase};
 use crate::event::{Event, EvictReason};
+use crate::ids::{LegId, ReplicaId};
 use crate::packet::Packet;
 use ftnet_wire::tcp::{flags, Repr};
 use ftnet_wire::SeqNum;
@@ -13,7 +14,7 @@ impl Conn {
     pub(crate) fn evict(
         &mut self,
         ctx: &mut Ctx,
-        i: usize,
+        LegId(i): LegId,
         reason: EvictReason,
         service_wide: bool,
     ) {
@@ -81,7 +82,7 @@ impl Conn {
     /// client's SYN, so the quote must be the client's ISN. An open leg was
     /// sent client bytes from what it acknowledged up to `client_hi` (and
     /// a liveness probe one octet below what it acknowledged).
-    pub(crate) fn icmp_quote(&self, replica: usize, seq: SeqNum) -> Option<usize> {
+    pub(crate) fn icmp_quote(&self, replica: ReplicaId, seq: SeqNum) -> Option<LegId> {
         let i = self
             .legs
             .iter()
@@ -98,13 +99,13 @@ impl Conn {
                 !seq.is_before(lo) && !seq.is_after(self.client_hi)
             }
         };
-        ok.then_some(i)
+        ok.then_some(LegId(i))
     }
 
     /// A verified ICMP destination unreachable for leg `i`: it leaves this
     /// connection (never the last replica: the connection's own failure
     /// detection judges that one), and only this one.
-    pub(crate) fn unreachable(&mut self, ctx: &mut Ctx, i: usize) {
+    pub(crate) fn unreachable(&mut self, ctx: &mut Ctx, i: LegId) {
         if self.live_legs() <= 1 {
             return;
         }
@@ -113,7 +114,7 @@ impl Conn {
     }
 
     /// Evict the leg of replica `replica` (service index) if it has one.
-    pub(crate) fn evict_replica(&mut self, ctx: &mut Ctx, replica: usize, reason: EvictReason) {
+    pub(crate) fn evict_replica(&mut self, ctx: &mut Ctx, replica: ReplicaId, reason: EvictReason) {
         if let Some(i) = self
             .legs
             .iter()
@@ -126,7 +127,7 @@ impl Conn {
                 // nobody. The connection's own failure detection judges it.
                 return;
             }
-            self.evict(ctx, i, reason, false);
+            self.evict(ctx, LegId(i), reason, false);
             self.settle(ctx);
         }
     }
@@ -147,7 +148,7 @@ impl Conn {
                         // Others accept: nothing listens on this replica any
                         // more, for this or any new connection.
                         self.legs[i].state = LegState::SynSent;
-                        self.evict(ctx, i, EvictReason::Reset, true);
+                        self.evict(ctx, LegId(i), EvictReason::Reset, true);
                     } else {
                         // Every replica refused: that is the service's answer.
                         self.legs[i].state = LegState::Evicted;

@@ -4,6 +4,7 @@
 use super::{Conn, Ctx, LegState};
 use crate::config::Timeouts;
 use crate::event::EvictReason;
+use crate::ids::LegId;
 use crate::packet::Packet;
 use crate::time::Instant;
 use ftnet_wire::tcp::{flags, Repr};
@@ -85,7 +86,7 @@ impl Conn {
     pub(super) fn confirm_aborts(&mut self, ctx: &mut Ctx) {
         for j in 0..self.legs.len() {
             if self.legs[j].state == LegState::Aborted {
-                self.evict(ctx, j, EvictReason::Reset, false);
+                self.evict(ctx, LegId(j), EvictReason::Reset, false);
             }
         }
     }

@@ -3,6 +3,7 @@
 
 use super::{csum_mode, rewrite, Conn, Ctx, Leg, LegState, Phase, Seg};
 use crate::event::EvictReason;
+use crate::ids::LegId;
 use crate::metrics::DropReason;
 use crate::packet::Packet;
 use ftnet_wire::tcp::{flags, Repr};
@@ -35,7 +36,7 @@ impl Conn {
                 }
                 self.legs[i].syn_tries += 1;
                 if self.legs[i].syn_tries > ctx.timeouts.syn_retries {
-                    self.evict(ctx, i, EvictReason::NoSynAck, true);
+                    self.evict(ctx, LegId(i), EvictReason::NoSynAck, true);
                 }
             }
         }
@@ -105,7 +106,7 @@ impl Conn {
         let mine = (seg.ts.is_some(), seg.wscale.is_some());
         if let Some(r) = reference {
             if r != mine {
-                self.evict(ctx, i, EvictReason::OptionMismatch, false);
+                self.evict(ctx, LegId(i), EvictReason::OptionMismatch, false);
                 self.settle(ctx);
                 return;
             }

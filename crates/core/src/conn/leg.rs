@@ -1,6 +1,7 @@
 //! One replica's side of a connection.
 
 use super::{Conn, Seg};
+use crate::ids::ReplicaId;
 use crate::time::Instant;
 use ftnet_wire::{SeqDelta, SeqNum};
 use std::net::Ipv4Addr;
@@ -26,7 +27,7 @@ pub(super) enum LegState {
 /// One replica's side of a connection.
 #[derive(Debug, Clone)]
 pub(super) struct Leg {
-    pub(super) replica: usize,
+    pub(super) replica: ReplicaId,
     pub(super) addr: Ipv4Addr,
     pub(super) state: LegState,
     /// Replica space + off = client space.
@@ -100,7 +101,7 @@ impl Leg {
 }
 
 impl Conn {
-    pub(crate) fn add_leg(&mut self, replica: usize, addr: Ipv4Addr, now: Instant) {
+    pub(crate) fn add_leg(&mut self, replica: ReplicaId, addr: Ipv4Addr, now: Instant) {
         self.legs.push(Leg {
             replica,
             addr,

@@ -6,6 +6,7 @@
 use super::{Conn, Phase};
 use crate::config::Timeouts;
 use crate::event::Event;
+use crate::ids::{LegId, ReplicaId, ServiceId};
 use crate::record::AdoptRecord;
 use crate::time::Instant;
 use ftnet_wire::SeqNum;
@@ -174,7 +175,7 @@ impl Conn {
     }
 
     /// The service this connection belongs to.
-    pub(crate) fn service(&self) -> usize {
+    pub(crate) fn service(&self) -> ServiceId {
         self.svc
     }
 
@@ -195,8 +196,11 @@ impl Conn {
     }
 
     /// The leg of replica `replica` (service index), live or not.
-    pub(crate) fn leg_of(&self, replica: usize) -> Option<usize> {
-        self.legs.iter().position(|l| l.replica == replica)
+    pub(crate) fn leg_of(&self, replica: ReplicaId) -> Option<LegId> {
+        self.legs
+            .iter()
+            .position(|l| l.replica == replica)
+            .map(LegId)
     }
 }
 

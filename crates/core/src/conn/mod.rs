@@ -32,6 +32,7 @@ use voting::VoteState;
 
 use crate::config::{Timeouts, Voting};
 use crate::event::{Event, EvictReason};
+use crate::ids::{ReplicaId, ServiceId};
 use crate::key::ConnKey;
 use crate::metrics::Counters;
 use crate::packet::Packet;
@@ -77,7 +78,7 @@ pub struct Ctx<'a> {
     pub timeouts: &'a Timeouts,
     /// (service, replica) pairs that this input proved dead for the whole
     /// service; the router marks them down after the call.
-    pub down: &'a mut Vec<(usize, usize, EvictReason)>,
+    pub down: &'a mut Vec<(ServiceId, ReplicaId, EvictReason)>,
     /// Emit `Event::Input` for the sequencer.
     pub sequencer: bool,
     /// The router-wide challenge-ACK budget (RFC 5961 §7).
@@ -105,7 +106,7 @@ enum Phase {
 #[derive(Debug)]
 pub struct Conn {
     key: ConnKey,
-    svc: usize,
+    svc: ServiceId,
     phase: Phase,
     created: Instant,
     last_activity: Instant,
@@ -189,7 +190,7 @@ const MAX_WIN: i32 = 1 << 30;
 impl Conn {
     pub(crate) fn new(
         key: ConnKey,
-        svc: usize,
+        svc: ServiceId,
         now: Instant,
         syn: &Seg,
         router_isn: SeqNum,
@@ -345,7 +346,7 @@ impl Conn {
     }
 
     /// Per open leg: (replica, output lag, input lag), lags in bytes.
-    pub(crate) fn lags(&self) -> Vec<(usize, u64, u64)> {
+    pub(crate) fn lags(&self) -> Vec<(ReplicaId, u64, u64)> {
         (0..self.legs.len())
             .filter(|&i| self.legs[i].state == LegState::Open)
             .map(|i| {
@@ -406,10 +407,18 @@ pub(super) mod fixture {
             ts: Some((1, 0)),
             mode: CsumMode::Complete,
         };
-        let mut c = Conn::new(key, 0, Instant::ZERO, &syn, ROUTER_ISN, 0, voting);
+        let mut c = Conn::new(
+            key,
+            ServiceId(0),
+            Instant::ZERO,
+            &syn,
+            ROUTER_ISN,
+            0,
+            voting,
+        );
         for r in 0..legs {
             let last = u8::try_from(r + 1).expect("a few legs");
-            c.add_leg(r, Ipv4Addr::new(10, 0, 1, last), Instant::ZERO);
+            c.add_leg(ReplicaId(r), Ipv4Addr::new(10, 0, 1, last), Instant::ZERO);
         }
         c
     }
@@ -420,7 +429,7 @@ pub(super) mod fixture {
         pub tx: VecDeque<Packet>,
         pub counters: Counters,
         pub events: VecDeque<Event>,
-        pub down: Vec<(usize, usize, EvictReason)>,
+        pub down: Vec<(ServiceId, ReplicaId, EvictReason)>,
         pub challenges: ChallengeBudget,
     }
 

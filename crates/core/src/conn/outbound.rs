@@ -3,6 +3,7 @@
 
 use super::{may_challenge, rewrite, Conn, Ctx, LegState, Phase, Seg, MAX_WIN};
 use crate::event::EvictReason;
+use crate::ids::LegId;
 use crate::metrics::DropReason;
 use crate::packet::Packet;
 use ftnet_wire::tcp::{flags, Repr};
@@ -21,7 +22,7 @@ impl Conn {
     pub(crate) fn replica_input(
         &mut self,
         ctx: &mut Ctx,
-        i: usize,
+        LegId(i): LegId,
         pkt: Packet,
         seg: &Seg,
     ) -> Result<(), DropReason> {
@@ -313,7 +314,7 @@ impl Conn {
             if let Some(f) = self.legs[i].fin {
                 if f != e {
                     // The same replica moved its FIN: it cannot be trusted.
-                    self.evict(ctx, i, EvictReason::Fin, false);
+                    self.evict(ctx, LegId(i), EvictReason::Fin, false);
                     self.settle(ctx);
                     return;
                 }
@@ -329,7 +330,7 @@ impl Conn {
             }
             if let Some(f) = self.legs[j].fin {
                 if hi.is_after(f.add(1)) {
-                    self.evict(ctx, j, EvictReason::Fin, false);
+                    self.evict(ctx, LegId(j), EvictReason::Fin, false);
                 }
             }
         }
@@ -341,7 +342,7 @@ impl Conn {
                 .iter()
                 .any(|l| l.live() && l.hi.is_after(f.add(1)))
             {
-                self.evict(ctx, i, EvictReason::Fin, false);
+                self.evict(ctx, LegId(i), EvictReason::Fin, false);
                 self.settle(ctx);
                 return;
             }

@@ -5,6 +5,7 @@
 use super::{Conn, Ctx, LegState, Phase, Seg};
 use crate::config::Voting;
 use crate::event::InputKind;
+use crate::ids::{ReplicaId, ServiceId};
 use crate::key::ConnKey;
 use crate::record::{AdoptRecord, ReplicaSetup, SetupRecord};
 use crate::time::Instant;
@@ -49,7 +50,7 @@ impl Conn {
     /// tells its position, and the connection waits (forwarding the
     /// client's segments, sending the client nothing) until every live leg
     /// did. Output voting is not resumed on an adopted connection.
-    pub(crate) fn adopted(key: ConnKey, svc: usize, now: Instant, rec: &AdoptRecord) -> Conn {
+    pub(crate) fn adopted(key: ConnKey, svc: ServiceId, now: Instant, rec: &AdoptRecord) -> Conn {
         let client_isn = SeqNum(rec.client_isn);
         let syn = Seg {
             src: key.client,
@@ -108,7 +109,12 @@ impl Conn {
 
     /// Add replica `replica`'s leg to an adopted connection and probe it.
     /// Returns whether it was new.
-    pub(crate) fn adopt_leg(&mut self, ctx: &mut Ctx, replica: usize, r: &ReplicaSetup) -> bool {
+    pub(crate) fn adopt_leg(
+        &mut self,
+        ctx: &mut Ctx,
+        replica: ReplicaId,
+        r: &ReplicaSetup,
+    ) -> bool {
         if self.legs.iter().any(|l| l.replica == replica) {
             return false;
         }

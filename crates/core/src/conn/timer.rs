@@ -9,6 +9,7 @@ use super::recovery::ADOPT_WAIT;
 use super::{Conn, Ctx, LegState, Phase};
 use crate::config::Timeouts;
 use crate::event::EvictReason;
+use crate::ids::LegId;
 use crate::time::Instant;
 
 /// Why a connection may need `on_timer`.
@@ -128,7 +129,7 @@ impl Conn {
         // A reset that the others did not follow: that replica crashed.
         for i in 0..self.legs.len() {
             if self.due(Timer::Abort(i), t, now) {
-                self.evict(ctx, i, EvictReason::Reset, false);
+                self.evict(ctx, LegId(i), EvictReason::Reset, false);
             }
         }
         for i in 0..self.legs.len() {
@@ -142,7 +143,7 @@ impl Conn {
                 // A connection rebuilt from the agents' records may be one
                 // that ended while no router watched: what it shows is no
                 // evidence against the replica for other connections.
-                self.evict(ctx, i, reason, service_wide && !self.from_agents);
+                self.evict(ctx, LegId(i), reason, service_wide && !self.from_agents);
             } else if self.due(Timer::Probe(i), t, now) {
                 self.probe(ctx, i);
             }

@@ -4,6 +4,7 @@
 use super::{payload_of, Conn, Ctx, Seg};
 use crate::config::Tie;
 use crate::event::{Event, EvictReason};
+use crate::ids::LegId;
 use crate::metrics::DropReason;
 use crate::packet::Packet;
 use crate::vote::{self, Offer, Outcome};
@@ -67,7 +68,7 @@ impl Conn {
         if seg.has(flags::FIN) {
             if self.legs[i].fin.is_some_and(|f| f != e) {
                 // The same replica moved its FIN: it cannot be trusted.
-                self.evict(ctx, i, EvictReason::Fin, false);
+                self.evict(ctx, LegId(i), EvictReason::Fin, false);
                 self.settle(ctx);
                 return;
             }
@@ -78,7 +79,7 @@ impl Conn {
         let (decided, seen) = (v.decided(), v.seen[i]);
         if seen.is_before(v.base) {
             // Behind what the vote still keeps: it cannot be checked.
-            self.evict(ctx, i, EvictReason::Lagging, false);
+            self.evict(ctx, LegId(i), EvictReason::Lagging, false);
             self.settle(ctx);
             return;
         }
@@ -231,7 +232,7 @@ impl Conn {
             v.pending[i] = Vec::new();
             v.stash[i] = Vec::new();
         }
-        self.evict(ctx, i, EvictReason::Diverged, blame);
+        self.evict(ctx, LegId(i), EvictReason::Diverged, blame);
     }
 
     /// Let the vote decide what it can: send the bytes a majority of the
@@ -307,7 +308,7 @@ impl Conn {
                             }
                         }
                         for &k in &live {
-                            self.evict(ctx, k, EvictReason::Diverged, false);
+                            self.evict(ctx, LegId(k), EvictReason::Diverged, false);
                         }
                         return;
                     }
@@ -338,7 +339,7 @@ impl Conn {
             if v.agreed.len() <= VOTE_MAX_AGREED {
                 return;
             }
-            self.evict(ctx, k, EvictReason::Lagging, false);
+            self.evict(ctx, LegId(k), EvictReason::Lagging, false);
         }
     }
 }

@@ -136,7 +136,7 @@ impl Conn {
     /// handshake completes, the ACK or window moves, a FIN all agreed on
     /// goes out, or, with no replica left, a RST.
     pub(crate) fn settle(&mut self, ctx: &mut Ctx) {
-        if self.phase == Phase::Dead || self.phase == Phase::Closed {
+        if self.phase == Phase::Dead || self.is_closed() {
             return;
         }
         if self.phase == Phase::Handshake && !self.legs.iter().any(|l| l.state == LegState::SynSent)
@@ -156,11 +156,12 @@ impl Conn {
                 }
             }
         }
-        if !matches!(self.phase, Phase::Handshake | Phase::Committing) && self.vote.is_some() {
+        if !matches!(self.phase, Phase::Handshake | Phase::Committing { .. }) && self.vote.is_some()
+        {
             self.vote_progress(ctx);
         }
         if self.live_legs() == 0 {
-            if matches!(self.phase, Phase::Handshake | Phase::Committing) {
+            if matches!(self.phase, Phase::Handshake | Phase::Committing { .. }) {
                 // Nobody takes the connection: refuse it.
                 let r = Repr::new(
                     self.key.vport,
@@ -209,15 +210,14 @@ impl Conn {
                         // Output commit: the record first (the router
                         // announces it after this input), then the SYN-ACK.
                         self.synack_options();
-                        self.phase = Phase::Committing;
-                        self.commit_by = ctx.now + wait;
+                        self.phase = Phase::Committing { by: ctx.now + wait };
                     }
                     _ => self.emit_synack(ctx),
                 }
             }
             return;
         }
-        if self.phase == Phase::Committing {
+        if self.is_committing() {
             return;
         }
         if !self.finish_recovery(ctx) {
@@ -290,8 +290,7 @@ impl Conn {
             // The others completed the connection: any reset still awaiting
             // its verdict was a crash.
             self.confirm_aborts(ctx);
-            self.phase = Phase::Closed;
-            self.closed_at = Some(ctx.now);
+            self.phase = Phase::Closed { at: ctx.now };
         }
     }
 

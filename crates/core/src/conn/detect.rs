@@ -43,7 +43,7 @@ impl Conn {
         if let Some(p) = l.probe_at {
             d += &format!("; last probed {} ms ago", ago(p));
         }
-        d += &format!("; connection {:?}", self.phase);
+        d += &format!("; connection {}", self.phase.name());
         d
     }
 

@@ -21,7 +21,7 @@ impl Conn {
             self.emit_synack(ctx);
             return;
         }
-        if self.phase == Phase::Committing {
+        if self.is_committing() {
             // Every replica answered; the SYN-ACK follows its record.
             ctx.counters.drop(DropReason::SynAckHeld);
             return;
@@ -163,7 +163,7 @@ impl Conn {
     /// `Committing`: the record is stored (`confirmed`) or the wait ran
     /// out; the client gets its SYN-ACK.
     pub(crate) fn commit_synack(&mut self, ctx: &mut Ctx, confirmed: bool) {
-        if self.phase != Phase::Committing {
+        if !self.is_committing() {
             return;
         }
         if confirmed {

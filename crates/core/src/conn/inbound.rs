@@ -54,7 +54,7 @@ impl Conn {
             self.client_rst(ctx, pkt, seg);
             return;
         }
-        if matches!(self.phase, Phase::Handshake | Phase::Committing) {
+        if matches!(self.phase, Phase::Handshake | Phase::Committing { .. }) {
             // The client cannot have seen our SYN-ACK; only a RST makes sense.
             ctx.counters.drop(DropReason::BadState);
             return;
@@ -137,7 +137,7 @@ impl Conn {
         if ctx.sequencer
             && seg.payload_len > 0
             && !seg.seq.is_after(self.input_hi)
-            && matches!(self.phase, Phase::Established | Phase::Closed)
+            && matches!(self.phase, Phase::Established | Phase::Closed { .. })
         {
             // New client bytes contiguous with what was numbered: the next
             // chunk of this connection ends here (offsets count from the
@@ -201,7 +201,7 @@ impl Conn {
         };
         if exact {
             self.last_activity = ctx.now;
-            if matches!(self.phase, Phase::Handshake | Phase::Committing) {
+            if matches!(self.phase, Phase::Handshake | Phase::Committing { .. }) {
                 // No replica's SYN-ACK was passed on: reset each at the
                 // client's ISN + 1.
                 self.abort_legs(ctx);
@@ -223,7 +223,7 @@ impl Conn {
         ctx.counters.drop(DropReason::RstNotExact);
         // No challenge ACK before the client has our SYN-ACK, nor while
         // an adopted connection is rebuilt (its positions are not known).
-        if matches!(self.phase, Phase::Handshake | Phase::Committing) || self.recovering {
+        if matches!(self.phase, Phase::Handshake | Phase::Committing { .. }) || self.recovering {
             return;
         }
         let mut last = self.challenge_at;
@@ -271,7 +271,7 @@ impl Conn {
     pub(super) fn number_acked(&mut self, ctx: &mut Ctx, ack: SeqNum) {
         if !ctx.sequencer
             || self.recovering
-            || !matches!(self.phase, Phase::Established | Phase::Closed)
+            || !matches!(self.phase, Phase::Established | Phase::Closed { .. })
         {
             return;
         }

@@ -82,7 +82,7 @@ impl Conn {
         if !self.announced
             && matches!(
                 self.phase,
-                Phase::Committing | Phase::SynAckSent | Phase::Established
+                Phase::Committing { .. } | Phase::SynAckSent | Phase::Established
             )
         {
             self.announced = true;
@@ -90,7 +90,7 @@ impl Conn {
                 record: self.setup_record(),
             });
         }
-        if self.phase == Phase::Closed && self.announced {
+        if self.is_closed() && self.announced {
             // Closed: the agents need its record no more (a router taking
             // over must not adopt a finished connection; a retransmitted
             // FIN then meets silence, as any unknown segment does).
@@ -98,9 +98,9 @@ impl Conn {
             let all = self.legs.iter().map(|l| l.addr).collect();
             self.forget(events, all);
         }
-        if self.phase == Phase::Closed && !self.counted_closed {
+        if let (Phase::Closed { at }, false) = (self.phase, self.counted_closed) {
             self.counted_closed = true;
-            tr.closed_at = Some(self.closed_at.unwrap_or(now));
+            tr.closed_at = Some(at);
         }
         let d = self.next_deadline(t);
         if self.timer_at.is_none_or(|at| d < at) {
@@ -136,7 +136,7 @@ impl Conn {
     pub(crate) fn syn_on_key(&self, isn: SeqNum) -> SynOnKey {
         if self.client_isn == isn {
             SynOnKey::Again
-        } else if self.phase == Phase::Closed {
+        } else if self.is_closed() {
             SynOnKey::Reuse
         } else if self.half_open() && !self.from_agents {
             SynOnKey::BadState
@@ -152,10 +152,9 @@ impl Conn {
 
     /// Closed (in its quiet period): since when.
     pub(crate) fn closed_since(&self) -> Option<Instant> {
-        if self.phase == Phase::Closed {
-            self.closed_at
-        } else {
-            None
+        match self.phase {
+            Phase::Closed { at } => Some(at),
+            _ => None,
         }
     }
 
@@ -186,7 +185,12 @@ impl Conn {
 
     /// Its SYN-ACK waits for the record to be stored.
     pub(crate) fn is_committing(&self) -> bool {
-        self.phase == Phase::Committing
+        matches!(self.phase, Phase::Committing { .. })
+    }
+
+    /// Closed (in its quiet period).
+    pub(crate) fn is_closed(&self) -> bool {
+        matches!(self.phase, Phase::Closed { .. })
     }
 
     /// Another replica's record of the same adopted connection (a
@@ -221,7 +225,7 @@ mod tests {
         c.from_agents = false;
         c.phase = Phase::Established;
         assert_eq!(c.syn_on_key(CLIENT_ISN.add(9)), SynOnKey::Challenge);
-        c.phase = Phase::Closed;
+        c.phase = Phase::Closed { at: Instant::ZERO };
         assert_eq!(c.syn_on_key(CLIENT_ISN.add(9)), SynOnKey::Reuse);
         assert_eq!(c.syn_on_key(CLIENT_ISN), SynOnKey::Again);
     }
@@ -251,8 +255,7 @@ mod tests {
         assert!(tr.left_half_open && events.is_empty());
         let tr = c.after_input(now, &t, &mut events);
         assert!(!tr.left_half_open, "left once");
-        c.phase = Phase::Closed;
-        c.closed_at = Some(now);
+        c.phase = Phase::Closed { at: now };
         let tr = c.after_input(now, &t, &mut events);
         assert_eq!(tr.closed_at, Some(now));
         assert!(matches!(

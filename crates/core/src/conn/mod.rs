@@ -92,14 +92,33 @@ enum Phase {
     /// Every replica answered; the SYN-ACK waits until the connection's
     /// record is stored at the agents (`Timeouts::record_commit`), so that
     /// no client holds a SYN-ACK of a connection a new router cannot find.
-    Committing,
+    /// It goes out `by` then even unconfirmed.
+    Committing {
+        by: Instant,
+    },
     /// The client got our SYN-ACK; waiting for its ACK.
     SynAckSent,
     Established,
-    /// Both directions closed and acknowledged; kept for `time_wait`.
-    Closed,
+    /// Both directions closed and acknowledged `at`; kept for `time_wait`.
+    Closed {
+        at: Instant,
+    },
     /// Gone: the router removes it after this input.
     Dead,
+}
+
+impl Phase {
+    /// Its name, for the status and the logs.
+    fn name(&self) -> &'static str {
+        match self {
+            Phase::Handshake => "Handshake",
+            Phase::Committing { .. } => "Committing",
+            Phase::SynAckSent => "SynAckSent",
+            Phase::Established => "Established",
+            Phase::Closed { .. } => "Closed",
+            Phase::Dead => "Dead",
+        }
+    }
 }
 
 /// A replicated connection.
@@ -110,7 +129,6 @@ pub struct Conn {
     phase: Phase,
     created: Instant,
     last_activity: Instant,
-    closed_at: Option<Instant>,
     client_isn: SeqNum,
     router_isn: SeqNum,
     legs: Vec<Leg>,
@@ -155,8 +173,6 @@ pub struct Conn {
     syn_copy: Option<Packet>,
     /// When a client SYN last counted as a retry.
     syn_at: Instant,
-    /// `Committing`: the SYN-ACK goes out by then even unconfirmed.
-    commit_by: Instant,
     /// The MSS the client announced (what one segment to it may carry).
     client_mss: u16,
     /// The MSS announced to the client in our SYN-ACK.
@@ -203,7 +219,6 @@ impl Conn {
             phase: Phase::Handshake,
             created: now,
             last_activity: now,
-            closed_at: None,
             client_isn: syn.seq,
             router_isn,
             legs: Vec::new(),
@@ -230,7 +245,6 @@ impl Conn {
             announced: false,
             syn_copy: None,
             syn_at: now,
-            commit_by: now,
             client_mss: syn.mss.unwrap_or(536).max(64),
             mss_out: 536,
             recovering: false,
@@ -262,7 +276,7 @@ impl Conn {
     pub(crate) fn half_open(&self) -> bool {
         matches!(
             self.phase,
-            Phase::Handshake | Phase::Committing | Phase::SynAckSent
+            Phase::Handshake | Phase::Committing { .. } | Phase::SynAckSent
         )
     }
 
@@ -323,7 +337,7 @@ impl Conn {
         let out = |x: SeqNum| x.diff(self.router_isn.add(1)) as u32;
         ConnSample {
             conn: self.key.to_string(),
-            phase: format!("{:?}", self.phase),
+            phase: self.phase.name().to_string(),
             recovering: self.recovering,
             adopted: self.from_agents,
             client_sent: cin(self.client_hi),

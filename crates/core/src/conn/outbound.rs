@@ -184,7 +184,7 @@ impl Conn {
     }
 
     pub(super) fn replica_rst(&mut self, ctx: &mut Ctx, i: usize, pkt: Packet, seg: &Seg) {
-        if self.phase == Phase::Closed {
+        if self.is_closed() {
             // Both sides closed: a RST now answers a stray segment.
             ctx.counters.drop(DropReason::BadState);
             return;

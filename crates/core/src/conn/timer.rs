@@ -53,15 +53,19 @@ impl Conn {
 
     /// The timer table: when `timer` is due, `None` while it is not armed.
     pub(super) fn deadline(&self, timer: Timer, t: &Timeouts) -> Option<Instant> {
-        let closed = self.phase == Phase::Closed;
+        let closed = self.is_closed();
         match timer {
-            Timer::TimeWait => {
-                closed.then(|| self.closed_at.unwrap_or(self.last_activity) + t.time_wait)
-            }
+            Timer::TimeWait => match self.phase {
+                Phase::Closed { at } => Some(at + t.time_wait),
+                _ => None,
+            },
             Timer::Handshake => self.half_open().then(|| self.created + t.handshake),
             // A closed connection is kept for `time_wait`, idle or not.
             Timer::Idle => (!closed).then(|| self.last_activity + t.idle),
-            Timer::Commit => (self.phase == Phase::Committing).then_some(self.commit_by),
+            Timer::Commit => match self.phase {
+                Phase::Committing { by } => Some(by),
+                _ => None,
+            },
             Timer::AdoptWait => (!closed && self.recovering && !self.expected.is_empty())
                 .then(|| self.created + ADOPT_WAIT),
             Timer::Abort(i) => {
@@ -120,7 +124,7 @@ impl Conn {
             self.phase = Phase::Dead;
             return;
         }
-        if self.phase == Phase::Closed {
+        if self.is_closed() {
             return;
         }
         if self.due(Timer::Commit, t, now) {
@@ -203,13 +207,15 @@ mod tests {
         LegState::Aborted,
         LegState::Evicted,
     ];
-    const PHASES: [Phase; 5] = [
-        Phase::Handshake,
-        Phase::Committing,
-        Phase::SynAckSent,
-        Phase::Established,
-        Phase::Closed,
-    ];
+    fn phase(i: usize, closed: Instant, commit: Instant) -> Phase {
+        match i {
+            0 => Phase::Handshake,
+            1 => Phase::Committing { by: commit },
+            2 => Phase::SynAckSent,
+            3 => Phase::Established,
+            _ => Phase::Closed { at: closed },
+        }
+    }
 
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(2000))]
@@ -223,7 +229,7 @@ mod tests {
         #[test]
         fn every_deadline_is_acted_on(
             legs in proptest::collection::vec(leg_gen(), 1..5),
-            phase in 0usize..5,
+            phase_i in 0usize..5,
             (created, last, closed, commit) in (0u64..5_000, 0u64..20_000, 0u64..20_000, 0u64..20_000),
             adopted in any::<bool>(),
             rebuilding in any::<bool>(),
@@ -240,11 +246,9 @@ mod tests {
                 ..Timeouts::default()
             };
             let mut c = conn(legs.len(), Voting::Off);
-            c.phase = PHASES[phase];
+            c.phase = phase(phase_i, ms(closed), ms(commit));
             c.created = ms(created);
             c.last_activity = ms(last);
-            c.closed_at = Some(ms(closed));
-            c.commit_by = ms(commit);
             c.client_hi = CLIENT_ISN.add(1 + client_hi);
             if adopted && c.phase == Phase::Established {
                 // Only an established connection is adopted.
@@ -290,12 +294,10 @@ mod tests {
     fn the_table_is_the_deadline() {
         let t = Timeouts::default();
         let mut c = conn(2, Voting::Off);
-        c.phase = Phase::Closed;
-        c.closed_at = Some(ms(100));
+        c.phase = Phase::Closed { at: ms(100) };
         assert_eq!(c.next_deadline(&t), ms(100) + t.time_wait);
         assert_eq!(c.deadline(Timer::Idle, &t), None);
-        c.phase = Phase::Committing;
-        c.commit_by = ms(50);
+        c.phase = Phase::Committing { by: ms(50) };
         assert_eq!(c.next_deadline(&t), ms(50));
         assert_eq!(c.deadline(Timer::TimeWait, &t), None);
     }

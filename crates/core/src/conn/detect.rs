@@ -57,7 +57,7 @@ impl Conn {
             // It owes the answer to the probe that asks its position.
             return true;
         }
-        if self.recovering {
+        if self.recovering() {
             // It told its position; until every replica has, nothing it
             // is sent could be judged (what the client has is not known).
             return false;
@@ -251,7 +251,7 @@ impl Conn {
 #[cfg(test)]
 mod tests {
     use super::super::fixture::{conn, CLIENT_ISN};
-    use super::super::recovery::REBUILD_GRACE;
+    use super::super::recovery::{Adoption, REBUILD_GRACE};
     use super::*;
     use crate::config::Voting;
     use core::time::Duration;
@@ -314,7 +314,7 @@ mod tests {
     #[test]
     fn a_rebuilt_connection_is_not_judged_during_its_grace() {
         let mut c = pair(1000, 1000, 1500, 1500);
-        c.rebuilt_at = Some(at(1200));
+        c.adoption = Some(Adoption::Rebuilt { at: at(1200) });
         assert_eq!(
             c.fail_deadline(0, &timeouts(100)),
             Some((at(1200) + REBUILD_GRACE, true))
@@ -322,7 +322,7 @@ mod tests {
         // Also a replica that talks without progress.
         let mut c = pair(5000, 1000, 1500, 1500);
         c.legs[0].behind_since = Some(at(1000));
-        c.rebuilt_at = Some(at(1000));
+        c.adoption = Some(Adoption::Rebuilt { at: at(1000) });
         assert_eq!(
             c.fail_deadline(0, &timeouts(100)),
             Some((at(1000) + REBUILD_GRACE, true))

@@ -84,7 +84,7 @@ impl Conn {
             return;
         }
         if seg.has(flags::ACK)
-            && self.from_agents
+            && self.from_agents()
             && seg.ack.is_after(self.sent_hi)
             && seg.ack.diff(self.sent_hi) < MAX_WIN
         {
@@ -223,7 +223,7 @@ impl Conn {
         ctx.counters.drop(DropReason::RstNotExact);
         // No challenge ACK before the client has our SYN-ACK, nor while
         // an adopted connection is rebuilt (its positions are not known).
-        if matches!(self.phase, Phase::Handshake | Phase::Committing { .. }) || self.recovering {
+        if matches!(self.phase, Phase::Handshake | Phase::Committing { .. }) || self.recovering() {
             return;
         }
         let mut last = self.challenge_at;
@@ -243,7 +243,7 @@ impl Conn {
     /// dropped (the client repeats it).
     pub(crate) fn syn_on_live(&mut self, ctx: &mut Ctx) {
         ctx.counters.drop(DropReason::SynOnLiveConnection);
-        if self.recovering || self.phase != Phase::Established {
+        if self.recovering() || self.phase != Phase::Established {
             return;
         }
         let mut last = self.challenge_at;
@@ -270,7 +270,7 @@ impl Conn {
     /// later. An acknowledgment may count the client's FIN.
     pub(super) fn number_acked(&mut self, ctx: &mut Ctx, ack: SeqNum) {
         if !ctx.sequencer
-            || self.recovering
+            || self.recovering()
             || !matches!(self.phase, Phase::Established | Phase::Closed { .. })
         {
             return;

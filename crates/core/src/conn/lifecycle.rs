@@ -119,7 +119,7 @@ impl Conn {
         }
         Removed {
             half_open: self.counted_half_open,
-            rebuilding: self.recovering,
+            rebuilding: self.recovering(),
         }
     }
 
@@ -138,7 +138,7 @@ impl Conn {
             SynOnKey::Again
         } else if self.is_closed() {
             SynOnKey::Reuse
-        } else if self.half_open() && !self.from_agents {
+        } else if self.half_open() && !self.from_agents() {
             SynOnKey::BadState
         } else {
             SynOnKey::Challenge
@@ -180,7 +180,7 @@ impl Conn {
 
     /// Adopted and not rebuilt yet.
     pub(crate) fn is_rebuilding(&self) -> bool {
-        self.recovering
+        self.recovering()
     }
 
     /// Its SYN-ACK waits for the record to be stored.
@@ -196,7 +196,7 @@ impl Conn {
     /// Another replica's record of the same adopted connection (a
     /// connection being rebuilt, set up by the same router).
     pub(crate) fn takes_record(&self, rec: &AdoptRecord) -> bool {
-        self.recovering && self.router_isn.0 == rec.router_isn
+        self.recovering() && self.router_isn.0 == rec.router_isn
     }
 
     /// The leg of replica `replica` (service index), live or not.
@@ -211,6 +211,7 @@ impl Conn {
 #[cfg(test)]
 mod tests {
     use super::super::fixture::{conn, CLIENT_ISN};
+    use super::super::recovery::Adoption;
     use super::*;
     use crate::config::Voting;
     use core::time::Duration;
@@ -220,9 +221,9 @@ mod tests {
         let mut c = conn(2, Voting::Off);
         assert_eq!(c.syn_on_key(CLIENT_ISN), SynOnKey::Again);
         assert_eq!(c.syn_on_key(CLIENT_ISN.add(9)), SynOnKey::BadState);
-        c.from_agents = true;
+        c.adoption = Some(Adoption::Rebuilt { at: Instant::ZERO });
         assert_eq!(c.syn_on_key(CLIENT_ISN.add(9)), SynOnKey::Challenge);
-        c.from_agents = false;
+        c.adoption = None;
         c.phase = Phase::Established;
         assert_eq!(c.syn_on_key(CLIENT_ISN.add(9)), SynOnKey::Challenge);
         c.phase = Phase::Closed { at: Instant::ZERO };

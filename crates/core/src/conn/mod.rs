@@ -26,6 +26,7 @@ use challenge::may_challenge;
 pub use challenge::ChallengeBudget;
 use leg::{Leg, LegState};
 pub(crate) use lifecycle::SynOnKey;
+use recovery::Adoption;
 pub use translate::csum_mode;
 use translate::{payload_of, rewrite, translate_tsecr};
 use voting::VoteState;
@@ -179,16 +180,9 @@ pub struct Conn {
     mss_out: u16,
     /// Output voting state, for services that vote.
     vote: Option<Box<VoteState>>,
-    /// Adopted from the agents' records by a router that took over: the
-    /// stream positions are not known yet, nothing goes to the client
-    /// until every live replica told its own (see `adopted`).
-    recovering: bool,
-    /// Adopted from the agents' records (position probes were sent).
-    from_agents: bool,
-    /// Adopted: the replicas whose records are awaited, and since when.
-    expected: Vec<Ipv4Addr>,
-    /// When an adopted connection was whole again.
-    rebuilt_at: Option<Instant>,
+    /// Adopted from the agents' records by a router that took over
+    /// (position probes were sent): rebuilding or rebuilt.
+    adoption: Option<Adoption>,
     /// A segment from the client was seen (always, but for an adopted
     /// connection until the client speaks): `client_ack`, `sent_hi` and
     /// `client_tsval` are the client's.
@@ -247,10 +241,7 @@ impl Conn {
             syn_at: now,
             client_mss: syn.mss.unwrap_or(536).max(64),
             mss_out: 536,
-            recovering: false,
-            from_agents: false,
-            expected: Vec::new(),
-            rebuilt_at: None,
+            adoption: None,
             client_seen: true,
             probe_passed_at: None,
             challenge_at: None,
@@ -338,8 +329,8 @@ impl Conn {
         ConnSample {
             conn: self.key.to_string(),
             phase: self.phase.name().to_string(),
-            recovering: self.recovering,
-            adopted: self.from_agents,
+            recovering: self.recovering(),
+            adopted: self.from_agents(),
             client_sent: cin(self.client_hi),
             client_was_sent: out(self.sent_hi),
             client_acked: out(self.client_ack),

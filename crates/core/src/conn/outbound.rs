@@ -57,7 +57,7 @@ impl Conn {
             return;
         }
         if seg.has(flags::RST) && self.legs[i].open() {
-            if self.from_agents && seg.seq.shift(self.legs[i].off) == self.probe_far_ack() {
+            if self.from_agents() && seg.seq.shift(self.legs[i].off) == self.probe_far_ack() {
                 // A connection in SYN-RECEIVED refusing the position
                 // probe's far ACK number: it lives on.
                 ctx.counters.drop(DropReason::Rebuilding);
@@ -83,7 +83,7 @@ impl Conn {
             self.replica_rst(ctx, i, pkt, seg);
             return;
         }
-        if self.recovering || !self.legs[i].learned {
+        if self.recovering() || !self.legs[i].learned {
             // Rebuilding: this segment tells where the replica stands.
             let whole = self.learn_leg(ctx, i, seg);
             if !whole || seg.payload_len == 0 {
@@ -102,7 +102,7 @@ impl Conn {
             l.ts_off = ts_now.wrapping_sub(v);
             l.ts_last = v;
         }
-        if self.from_agents && seg.payload_len == 0 && !seg.has(flags::FIN) {
+        if self.from_agents() && seg.payload_len == 0 && !seg.has(flags::FIN) {
             // On a rebuilt connection the position learnt may be one short:
             // a replica in zero-window persist sends probes at SND.UNA − 1
             // (Linux), and one of those may have been taken for its answer.
@@ -193,7 +193,7 @@ impl Conn {
         if self.legs[i]
             .fin
             .is_some_and(|f| self.client_ack.is_after(f))
-            && (!owed || self.recovering)
+            && (!owed || self.recovering())
         {
             // The client acknowledged this replica's FIN and sent nothing
             // it has not acknowledged: the RST answers a stray segment (a
@@ -261,7 +261,7 @@ impl Conn {
         // window update went to the router that died, and this probe is
         // what makes it speak.)
         if self.legs[i].off_seq(seg).add(1) == self.client_ack.min(self.legs[i].hi)
-            && !self.recovering
+            && !self.recovering()
             && self.phase == Phase::Established
             && self
                 .probe_passed_at

@@ -11,6 +11,7 @@ use crate::record::{AdoptRecord, ReplicaSetup, SetupRecord};
 use crate::time::Instant;
 use ftnet_wire::tcp::{flags, CsumMode};
 use ftnet_wire::{SeqDelta, SeqNum};
+use std::net::Ipv4Addr;
 
 /// How long replicas of a rebuilt connection are not judged stalled.
 pub(super) const REBUILD_GRACE: core::time::Duration = core::time::Duration::from_millis(1500);
@@ -19,7 +20,29 @@ pub(super) const REBUILD_GRACE: core::time::Duration = core::time::Duration::fro
 /// whose agents have not registered yet.
 pub(super) const ADOPT_WAIT: core::time::Duration = core::time::Duration::from_millis(1000);
 
+/// The rebuild of a connection adopted from the agents' records (see
+/// [`Conn::adopted`]).
+#[derive(Debug)]
+pub(super) enum Adoption {
+    /// The stream positions are not known yet: nothing goes to the client
+    /// until every live replica told its own. `expected`: the replicas
+    /// whose records are awaited (since the connection's creation).
+    Rebuilding { expected: Vec<Ipv4Addr> },
+    /// Whole again since `at`.
+    Rebuilt { at: Instant },
+}
+
 impl Conn {
+    /// Adopted and not whole yet: the stream positions are not known.
+    pub(super) fn recovering(&self) -> bool {
+        matches!(self.adoption, Some(Adoption::Rebuilding { .. }))
+    }
+
+    /// Adopted from the agents' records (rebuilding or rebuilt).
+    pub(super) fn from_agents(&self) -> bool {
+        self.adoption.is_some()
+    }
+
     /// What the replicas' agents keep of this connection (see `SetupRecord`).
     pub(crate) fn setup_record(&self) -> SetupRecord {
         SetupRecord {
@@ -86,9 +109,9 @@ impl Conn {
         c.client_ws = rec.wscale_out > 0;
         c.counted_half_open = false;
         c.announced = true;
-        c.recovering = true;
-        c.from_agents = true;
-        c.expected = rec.expected.clone();
+        c.adoption = Some(Adoption::Rebuilding {
+            expected: rec.expected.clone(),
+        });
         // Its input events go to every replica of the record, also to one
         // that left it before the takeover (see `input`).
         c.order_to = rec.expected.clone();
@@ -143,13 +166,13 @@ impl Conn {
     /// its own timers (RTOs of 200 ms and more): a learnt replica is not
     /// judged for that long (an unlearnt one is: it owes the probe's answer).
     pub(super) fn grace_until(&self) -> Instant {
-        match self.rebuilt_at {
-            Some(t) => t + REBUILD_GRACE,
+        match self.adoption {
+            Some(Adoption::Rebuilt { at }) => at + REBUILD_GRACE,
             // Still rebuilding: a replica that has not answered the
             // position probe yet may be rate-limiting its answers (Linux
             // answers an out-of-window segment at most every 500 ms per
             // connection): several probe rounds before it is judged.
-            None if self.from_agents => self.created + REBUILD_GRACE,
+            Some(Adoption::Rebuilding { .. }) => self.created + REBUILD_GRACE,
             None => Instant::ZERO,
         }
     }
@@ -203,26 +226,23 @@ impl Conn {
     /// Every live leg told its position: the connection is whole again.
     /// Returns whether it is.
     pub(super) fn finish_recovery(&mut self, ctx: &mut Ctx) -> bool {
-        if !self.recovering {
+        let Some(Adoption::Rebuilding { expected }) = &mut self.adoption else {
             return true;
-        }
+        };
         // Every replica of the connection sends its record when its agent
         // registers; one that joined after the group moved on could never
         // catch up. So wait for the others' records, for a while (an agent
         // whose host died with the router never comes).
         if ctx.now >= self.created + ADOPT_WAIT {
-            self.expected = Vec::new();
+            *expected = Vec::new();
         }
         let legs = &self.legs;
-        self.expected.retain(|a| !legs.iter().any(|l| l.addr == *a));
-        if !self.expected.is_empty()
-            || self.legs.iter().any(|l| l.open() && !l.learned)
-            || self.live_legs() == 0
-        {
+        expected.retain(|a| !legs.iter().any(|l| l.addr == *a));
+        let awaited = !expected.is_empty();
+        if awaited || self.legs.iter().any(|l| l.open() && !l.learned) || self.live_legs() == 0 {
             return false;
         }
-        self.recovering = false;
-        self.rebuilt_at = Some(ctx.now);
+        self.adoption = Some(Adoption::Rebuilt { at: ctx.now });
         if !self.client_seen {
             // The client got at least what the slowest replica sent.
             let lo = self

@@ -5,7 +5,7 @@
 //! deadline `on_timer` would not act on would spin the router's timer
 //! loop; the property test at the bottom checks that none does).
 
-use super::recovery::ADOPT_WAIT;
+use super::recovery::{Adoption, ADOPT_WAIT};
 use super::{Conn, Ctx, LegState, Phase};
 use crate::config::Timeouts;
 use crate::event::EvictReason;
@@ -66,8 +66,12 @@ impl Conn {
                 Phase::Committing { by } => Some(by),
                 _ => None,
             },
-            Timer::AdoptWait => (!closed && self.recovering && !self.expected.is_empty())
-                .then(|| self.created + ADOPT_WAIT),
+            Timer::AdoptWait => match &self.adoption {
+                Some(Adoption::Rebuilding { expected }) if !closed && !expected.is_empty() => {
+                    Some(self.created + ADOPT_WAIT)
+                }
+                _ => None,
+            },
             Timer::Abort(i) => {
                 let l = &self.legs[i];
                 match (closed, l.state, l.aborted_at) {
@@ -147,7 +151,7 @@ impl Conn {
                 // A connection rebuilt from the agents' records may be one
                 // that ended while no router watched: what it shows is no
                 // evidence against the replica for other connections.
-                self.evict(ctx, LegId(i), reason, service_wide && !self.from_agents);
+                self.evict(ctx, LegId(i), reason, service_wide && !self.from_agents());
             } else if self.due(Timer::Probe(i), t, now) {
                 self.probe(ctx, i);
             }
@@ -234,7 +238,7 @@ mod tests {
             adopted in any::<bool>(),
             rebuilding in any::<bool>(),
             expected in any::<bool>(),
-            rebuilt in proptest::option::of(0u64..20_000),
+            rebuilt in 0u64..20_000,
             client_hi in 0u32..20,
             fd in 10u64..2_000,
         ) {
@@ -252,17 +256,21 @@ mod tests {
             c.client_hi = CLIENT_ISN.add(1 + client_hi);
             if adopted && c.phase == Phase::Established {
                 // Only an established connection is adopted.
-                c.from_agents = true;
-                c.recovering = rebuilding;
-                c.rebuilt_at = if rebuilding { None } else { rebuilt.map(ms) };
-                if rebuilding && expected {
-                    c.expected = vec![Ipv4Addr::new(10, 0, 9, 9)];
-                }
+                c.adoption = Some(if rebuilding {
+                    let expected = if expected {
+                        vec![Ipv4Addr::new(10, 0, 9, 9)]
+                    } else {
+                        Vec::new()
+                    };
+                    Adoption::Rebuilding { expected }
+                } else {
+                    Adoption::Rebuilt { at: ms(rebuilt) }
+                });
             }
             for (l, g) in c.legs.iter_mut().zip(&legs) {
                 let (state, learned, ack, hi, heard, progress, behind, probe, aborted, fin) = *g;
                 l.state = STATES[state];
-                l.learned = learned || !c.from_agents;
+                l.learned = learned || c.adoption.is_none();
                 l.ack = CLIENT_ISN.add(1 + ack);
                 l.edge = l.ack.add(65535);
                 l.hi = c.router_isn.add(1 + hi);

@@ -6,6 +6,8 @@
 //! randomness as the secret given to [`Router::new`]; packets come in through
 //! [`Router::handle_packet`] and leave through [`Router::poll_transmit`].
 
+#![forbid(unsafe_code)]
+
 mod config;
 mod conn;
 mod event;
@@ -19,6 +21,7 @@ mod router;
 mod status;
 mod time;
 mod vote;
+mod wrap;
 
 pub use config::{Config, Limits, Service, Tie, Timeouts, Voting};
 pub use event::{Adopted, Event, EvictReason, InputKind, OutOfService};

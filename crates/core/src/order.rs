@@ -207,8 +207,10 @@ mod tests {
             tail: (from..=last)
                 .map(|s| NumberedInput {
                     seq: s,
-                    key: key(s as u16),
-                    kind: InputKind::Data { end: s as u32 },
+                    key: key(u16::try_from(s).expect("a small test sequence")),
+                    kind: InputKind::Data {
+                        end: u32::try_from(s).expect("a small test sequence"),
+                    },
                 })
                 .collect(),
         }

@@ -11,6 +11,7 @@ use crate::packet::Packet;
 use crate::record::AdoptRecord;
 use crate::status::{ReplicaDown, ReplicaStatus, ServiceStatus, Status};
 use crate::time::Instant;
+use crate::wrap::{len32, mod32};
 use ftnet_wire::tcp::{self, flags, Repr};
 use ftnet_wire::{icmp, ipv4, SeqNum};
 use siphasher::sip::SipHasher24;
@@ -161,7 +162,7 @@ impl Router {
             ack: t.ack(),
             flags: t.flags(),
             window: t.window(),
-            payload_len: t.payload_len() as u32,
+            payload_len: len32(t.payload_len()),
             mss: t.mss(),
             // RFC 7323 §2.3: a shift count above 14 is used as 14.
             wscale: t.wscale().map(|w| w.min(14)),
@@ -345,7 +346,7 @@ impl Router {
             self.remove(k);
         }
         let isn = self.isn(now, &key);
-        let ts_base = self.keyed(&key, 1) as u32;
+        let ts_base = mod32(self.keyed(&key, 1));
         let voting = self.config.services[svc.0].voting;
         let mut c = Conn::new(key, svc, now, seg, isn, ts_base, voting);
         let addrs = &self.config.services[svc.0].replicas;
@@ -855,7 +856,7 @@ impl Router {
             self.rebuild = None;
             self.events.push_back(Event::TableRebuilt {
                 connections: n,
-                after_ms: now.saturating_sub(start).as_millis() as u64,
+                after_ms: u64::try_from(now.saturating_sub(start).as_millis()).unwrap_or(u64::MAX),
             });
         }
     }
@@ -863,7 +864,7 @@ impl Router {
     /// RFC 6528 §3: ISN = M + F(localip, localport, remoteip, remoteport,
     /// secretkey), M a 4 µs clock, F a keyed hash (SipHash-2-4).
     fn isn(&self, now: Instant, key: &ConnKey) -> SeqNum {
-        SeqNum((now.as_micros() / 4) as u32).add(self.keyed(key, 0) as u32)
+        SeqNum(mod32(now.as_micros() / 4)).add(mod32(self.keyed(key, 0)))
     }
 
     fn keyed(&self, key: &ConnKey, domain: u8) -> u64 {

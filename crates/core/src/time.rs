@@ -27,6 +27,9 @@ impl Instant {
 impl core::ops::Add<Duration> for Instant {
     type Output = Instant;
     fn add(self, d: Duration) -> Instant {
-        Instant(self.0.saturating_add(d.as_micros() as u64))
+        Instant(
+            self.0
+                .saturating_add(u64::try_from(d.as_micros()).unwrap_or(u64::MAX)),
+        )
     }
 }

@@ -1,6 +1,9 @@
 //! Fixture tests of the router state machine: hand-built segments in,
 //! segments out (smoltcp `socket/tcp.rs` style). The randomized end-to-end
 //! checks with real TCP stacks are in `crates/sim`.
+// Test data is built from small loop indices and constants; a cast that
+// could drop bits never does here.
+#![allow(clippy::cast_possible_truncation)]
 
 use ftnet_core::{Config, DropReason, Event, EvictReason, Instant, Packet, Router, Service};
 use ftnet_wire::tcp::{flags, Repr, Segment};

@@ -84,7 +84,7 @@ impl Conn {
             return;
         }
         if seg.has(flags::ACK)
-            && self.from_agents()
+            && self.is_adopted()
             && seg.ack.is_after(self.sent_hi)
             && seg.ack.diff(self.sent_hi) < MAX_WIN
         {

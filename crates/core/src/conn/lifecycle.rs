@@ -138,7 +138,7 @@ impl Conn {
             SynOnKey::Again
         } else if self.is_closed() {
             SynOnKey::Reuse
-        } else if self.half_open() && !self.from_agents() {
+        } else if self.half_open() && !self.is_adopted() {
             SynOnKey::BadState
         } else {
             SynOnKey::Challenge

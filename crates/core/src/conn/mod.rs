@@ -39,6 +39,7 @@ use crate::metrics::Counters;
 use crate::packet::Packet;
 use crate::status::{ConnSample, LegSample};
 use crate::time::Instant;
+use crate::wrap::mod32;
 use ftnet_wire::tcp::CsumMode;
 use ftnet_wire::SeqNum;
 use std::collections::VecDeque;
@@ -274,7 +275,7 @@ impl Conn {
     /// Router timestamp clock (RFC 7323 §5.4: 1 ms ticks), offset per
     /// connection so that it reveals nothing about the router's uptime.
     fn router_ts(&self, now: Instant) -> u32 {
-        self.ts_base.wrapping_add(now.as_millis() as u32)
+        self.ts_base.wrapping_add(mod32(now.as_millis()))
     }
 
     /// Group ACK towards the client: the minimum over live replicas that
@@ -330,7 +331,7 @@ impl Conn {
             conn: self.key.to_string(),
             phase: self.phase.name().to_string(),
             recovering: self.recovering(),
-            adopted: self.from_agents(),
+            adopted: self.is_adopted(),
             client_sent: cin(self.client_hi),
             client_was_sent: out(self.sent_hi),
             client_acked: out(self.client_ack),

@@ -6,6 +6,7 @@ use crate::event::EvictReason;
 use crate::ids::LegId;
 use crate::metrics::DropReason;
 use crate::packet::Packet;
+use crate::wrap::len32;
 use ftnet_wire::tcp::{flags, Repr};
 use ftnet_wire::vnet::VnetHdr;
 use ftnet_wire::{ipv4, SeqNum};
@@ -57,7 +58,7 @@ impl Conn {
             return;
         }
         if seg.has(flags::RST) && self.legs[i].open() {
-            if self.from_agents() && seg.seq.shift(self.legs[i].off) == self.probe_far_ack() {
+            if self.is_adopted() && seg.seq.shift(self.legs[i].off) == self.probe_far_ack() {
                 // A connection in SYN-RECEIVED refusing the position
                 // probe's far ACK number: it lives on.
                 ctx.counters.drop(DropReason::Rebuilding);
@@ -102,7 +103,7 @@ impl Conn {
             l.ts_off = ts_now.wrapping_sub(v);
             l.ts_last = v;
         }
-        if self.from_agents() && seg.payload_len == 0 && !seg.has(flags::FIN) {
+        if self.is_adopted() && seg.payload_len == 0 && !seg.has(flags::FIN) {
             // On a rebuilt connection the position learnt may be one short:
             // a replica in zero-window persist sends probes at SND.UNA − 1
             // (Linux), and one of those may have been taken for its answer.
@@ -415,7 +416,7 @@ impl Conn {
             let mut r = Repr::new(
                 self.key.vport,
                 self.key.cport,
-                seq.add(off as u32),
+                seq.add(len32(off)),
                 ack,
                 fl,
                 win,
@@ -426,7 +427,7 @@ impl Conn {
                 // The checksum field holds the pseudo-header sum; the kernel
                 // completes it for every segment it cuts.
                 let ihl = ipv4::MIN_HEADER_LEN;
-                let tcp_len = (bytes.len() - ihl) as u32;
+                let tcp_len = len32(bytes.len() - ihl);
                 let partial = ftnet_wire::checksum::fold(ftnet_wire::checksum::pseudo_header(
                     vip,
                     client,
@@ -437,9 +438,11 @@ impl Conn {
                 VnetHdr {
                     flags: ftnet_wire::vnet::F_NEEDS_CSUM,
                     gso_type: ftnet_wire::vnet::GSO_TCPV4,
-                    hdr_len: (ihl + r.header_len()) as u16,
-                    gso_size: seg_size as u16,
-                    csum_start: ihl as u16,
+                    // Each fits: headers of at most 120 bytes, a segment
+                    // size below the client's MSS (a u16).
+                    hdr_len: u16::try_from(ihl + r.header_len()).unwrap_or(u16::MAX),
+                    gso_size: u16::try_from(seg_size).unwrap_or(u16::MAX),
+                    csum_start: u16::try_from(ihl).unwrap_or(u16::MAX),
                     csum_offset: 16,
                 }
             } else {

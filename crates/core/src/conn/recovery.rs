@@ -9,6 +9,7 @@ use crate::ids::{ReplicaId, ServiceId};
 use crate::key::ConnKey;
 use crate::record::{AdoptRecord, ReplicaSetup, SetupRecord};
 use crate::time::Instant;
+use crate::wrap::mod32;
 use ftnet_wire::tcp::{flags, CsumMode};
 use ftnet_wire::{SeqDelta, SeqNum};
 use std::net::Ipv4Addr;
@@ -39,7 +40,7 @@ impl Conn {
     }
 
     /// Adopted from the agents' records (rebuilding or rebuilt).
-    pub(super) fn from_agents(&self) -> bool {
+    pub(super) fn is_adopted(&self) -> bool {
         self.adoption.is_some()
     }
 
@@ -206,7 +207,7 @@ impl Conn {
         if let (true, Some((v, e))) = (self.ts_on, seg.ts) {
             l.ts_off = self
                 .ts_base
-                .wrapping_add(ctx.now.as_millis() as u32)
+                .wrapping_add(mod32(ctx.now.as_millis()))
                 .wrapping_sub(v);
             l.ts_last = v;
             // Its TSecr is the newest client TSval it took: what the

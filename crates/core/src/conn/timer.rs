@@ -151,7 +151,7 @@ impl Conn {
                 // A connection rebuilt from the agents' records may be one
                 // that ended while no router watched: what it shows is no
                 // evidence against the replica for other connections.
-                self.evict(ctx, LegId(i), reason, service_wide && !self.from_agents());
+                self.evict(ctx, LegId(i), reason, service_wide && !self.is_adopted());
             } else if self.due(Timer::Probe(i), t, now) {
                 self.probe(ctx, i);
             }

@@ -8,6 +8,7 @@ use crate::ids::LegId;
 use crate::metrics::DropReason;
 use crate::packet::Packet;
 use crate::vote::{self, Offer, Outcome};
+use crate::wrap::len32;
 use ftnet_wire::tcp::flags;
 use ftnet_wire::SeqNum;
 use std::collections::VecDeque;
@@ -37,7 +38,7 @@ pub(super) struct VoteState {
 
 impl VoteState {
     pub(super) fn decided(&self) -> SeqNum {
-        self.base.add(self.agreed.len() as u32)
+        self.base.add(len32(self.agreed.len()))
     }
 }
 
@@ -64,7 +65,7 @@ impl Conn {
         s: SeqNum,
     ) {
         let payload = payload_of(pkt);
-        let e = s.add(payload.len() as u32);
+        let e = s.add(len32(payload.len()));
         if seg.has(flags::FIN) {
             if self.legs[i].fin.is_some_and(|f| f != e) {
                 // The same replica moved its FIN: it cannot be trusted.
@@ -117,7 +118,7 @@ impl Conn {
         while verdict == Ok(true) {
             let Some(v) = self.vote.as_mut() else { return };
             let seen = v.seen[i];
-            v.stash[i].retain(|(a, b)| a.add(b.len() as u32).is_after(seen));
+            v.stash[i].retain(|(a, b)| a.add(len32(b.len())).is_after(seen));
             let Some(k) = v.stash[i].iter().position(|(a, _)| !a.is_after(seen)) else {
                 break;
             };
@@ -175,7 +176,7 @@ impl Conn {
             return Ok(false);
         };
         let (decided, seen) = (v.decided(), v.seen[i]);
-        let e = s.add(bytes.len() as u32);
+        let e = s.add(len32(bytes.len()));
         if !e.is_after(seen) {
             return Ok(false);
         }
@@ -190,7 +191,7 @@ impl Conn {
                 .zip(&fresh[..n])
                 .position(|(a, b)| a != b)
             {
-                return Err(seen.add(k as u32));
+                return Err(seen.add(len32(k)));
             }
         }
         if e.is_after(decided) {
@@ -278,10 +279,10 @@ impl Conn {
                     v.fin = fin;
                     ctx.counters.voted_bytes += len as u64;
                     self.send_built(ctx, decided, &bytes);
-                    self.sent_hi = self.sent_hi.max(decided.add(len as u32));
+                    self.sent_hi = self.sent_hi.max(decided.add(len32(len)));
                     let agreeing = live.len() - diverged.len();
                     for (o, at) in diverged {
-                        self.diverge(ctx, live[o], decided.add(at as u32), agreeing, true);
+                        self.diverge(ctx, live[o], decided.add(len32(at)), agreeing, true);
                     }
                 }
                 Outcome::Split { groups } => match v.tie {

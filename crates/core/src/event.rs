@@ -159,3 +159,40 @@ pub enum InputKind {
     /// modulo 2^32) are the next chunk: one read returns at most one chunk.
     Data { end: u32 },
 }
+
+/// A client input event the sequencer has not numbered yet: the router
+/// numbers it per service as it leaves ([`crate::Router::poll_event`]), so
+/// that the numbers follow the order the core produced them in and have no
+/// gaps.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Unnumbered {
+    pub key: ConnKey,
+    pub kind: InputKind,
+    pub replicas: Vec<Ipv4Addr>,
+}
+
+impl Unnumbered {
+    /// The event, numbered `seq`.
+    pub(crate) fn numbered(self, seq: u64) -> Event {
+        Event::Input {
+            seq,
+            key: self.key,
+            kind: self.kind,
+            replicas: self.replicas,
+        }
+    }
+}
+
+/// What waits to leave the router: an event, or an input the sequencer
+/// has yet to number.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Outgoing {
+    Event(Event),
+    Input(Unnumbered),
+}
+
+impl From<Event> for Outgoing {
+    fn from(ev: Event) -> Outgoing {
+        Outgoing::Event(ev)
+    }
+}

@@ -13,7 +13,7 @@
 //! others' reports), and numbers on from the highest number reported: every
 //! replica's shim sees one gap-free order, the old router's events first.
 
-use crate::event::{Event, InputKind};
+use crate::event::{Event, InputKind, Unnumbered};
 use crate::key::ConnKey;
 use crate::time::Instant;
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -58,8 +58,8 @@ pub(crate) struct SvcOrder {
     pub waiting: Option<Waiting>,
     /// The last numbered events (for replays).
     log: BTreeMap<u64, NumberedInput>,
-    /// Events produced while waiting, not numbered yet.
-    pub held: VecDeque<Event>,
+    /// Inputs produced while waiting, not numbered yet.
+    pub held: VecDeque<Unnumbered>,
 }
 
 #[derive(Debug, Default)]
@@ -88,19 +88,17 @@ impl SvcOrder {
         }
     }
 
-    /// Number `ev` (an `Event::Input` with `seq` 0) and remember it.
-    pub fn number(&mut self, ev: &mut Event) {
-        if let Event::Input { seq, key, kind, .. } = ev {
-            // A hostile report may have set the number to u64::MAX
-            // (saturating: never an overflow).
-            self.seq = self.seq.saturating_add(1);
-            *seq = self.seq;
-            self.remember(NumberedInput {
-                seq: self.seq,
-                key: *key,
-                kind: *kind,
-            });
-        }
+    /// Number `input`, remember it, and return its event.
+    pub fn number(&mut self, input: Unnumbered) -> Event {
+        // A hostile report may have set the number to u64::MAX
+        // (saturating: never an overflow).
+        self.seq = self.seq.saturating_add(1);
+        self.remember(NumberedInput {
+            seq: self.seq,
+            key: input.key,
+            kind: input.kind,
+        });
+        input.numbered(self.seq)
     }
 
     /// One agent's report: its tail joins the log; while waiting it counts
@@ -239,13 +237,11 @@ mod tests {
         let r = o.resume();
         assert_eq!(seqs(&r.replays), vec![(98, B), (99, B), (100, B)]);
         assert!(r.lost.is_empty());
-        let mut ev = Event::Input {
-            seq: 0,
+        let ev = o.number(Unnumbered {
             key: key(1),
             kind: InputKind::Accept,
             replicas: vec![A, B, C],
-        };
-        o.number(&mut ev);
+        });
         assert!(matches!(ev, Event::Input { seq: 101, .. }));
         assert!(o.waiting.is_none());
     }
@@ -269,13 +265,11 @@ mod tests {
     fn the_log_is_bounded() {
         let mut o = SvcOrder::default();
         for _ in 0..3 * ORDER_LOG {
-            let mut ev = Event::Input {
-                seq: 0,
+            o.number(Unnumbered {
                 key: key(1),
                 kind: InputKind::Data { end: 1 },
                 replicas: vec![A],
-            };
-            o.number(&mut ev);
+            });
         }
         assert_eq!(o.log.len(), ORDER_LOG);
         assert!(o.replay(A, 1, 5).is_err());

@@ -2,7 +2,7 @@
 
 use crate::config::Config;
 use crate::conn::{csum_mode, ChallengeBudget, Conn, Ctx, Seg, SynOnKey};
-use crate::event::{Adopted, Event, EvictReason, OutOfService};
+use crate::event::{Adopted, Event, EvictReason, OutOfService, Outgoing, Unnumbered};
 use crate::ids::{ReplicaId, ServiceId};
 use crate::key::ConnKey;
 use crate::metrics::{Counters, DropReason};
@@ -44,7 +44,7 @@ pub struct Router {
     secret: [u8; 16],
     counters: Counters,
     transmit: VecDeque<Packet>,
-    events: VecDeque<Event>,
+    events: VecDeque<Outgoing>,
     /// Per service, per replica: up, or down and why. A replica
     /// marked down stays down until an operator enables it again: it missed
     /// input while out, so its state is not the group's.
@@ -200,7 +200,7 @@ impl Router {
         now: Instant,
         tx: &'a mut VecDeque<Packet>,
         counters: &'a mut Counters,
-        events: &'a mut VecDeque<Event>,
+        events: &'a mut VecDeque<Outgoing>,
         config: &'a Config,
         down: &'a mut Vec<(ServiceId, ReplicaId, EvictReason)>,
         challenges: &'a mut ChallengeBudget,
@@ -484,11 +484,14 @@ impl Router {
             }
             v[replica.0] = Health::Down { reason, since: now };
             let s = &self.config.services[svc.0];
-            self.events.push_back(Event::ReplicaDown {
-                service: s.name.clone(),
-                replica: s.replicas[replica.0],
-                reason,
-            });
+            self.events.push_back(
+                Event::ReplicaDown {
+                    service: s.name.clone(),
+                    replica: s.replicas[replica.0],
+                    reason,
+                }
+                .into(),
+            );
             let keys: Vec<ConnKey> = self
                 .conns
                 .iter()
@@ -542,7 +545,7 @@ impl Router {
 
     fn announce_out_of_service(&mut self) {
         let down = self.out_of_service();
-        self.events.push_back(Event::OutOfService { down });
+        self.events.push_back(Event::OutOfService { down }.into());
     }
 
     /// Bookkeeping after a connection handled an input: forget it if dead,
@@ -743,10 +746,13 @@ impl Router {
                 if *r == addr && !self.up(ServiceId(svc), ReplicaId(i)) {
                     self.health[svc][i] = Health::Up;
                     back.push(s.name.clone());
-                    self.events.push_back(Event::ReplicaUp {
-                        service: s.name.clone(),
-                        replica: addr,
-                    });
+                    self.events.push_back(
+                        Event::ReplicaUp {
+                            service: s.name.clone(),
+                            replica: addr,
+                        }
+                        .into(),
+                    );
                 }
             }
         }
@@ -854,10 +860,14 @@ impl Router {
             >= self.counters.connections_adopted
         {
             self.rebuild = None;
-            self.events.push_back(Event::TableRebuilt {
-                connections: n,
-                after_ms: u64::try_from(now.saturating_sub(start).as_millis()).unwrap_or(u64::MAX),
-            });
+            self.events.push_back(
+                Event::TableRebuilt {
+                    connections: n,
+                    after_ms: u64::try_from(now.saturating_sub(start).as_millis())
+                        .unwrap_or(u64::MAX),
+                }
+                .into(),
+            );
         }
     }
 
@@ -899,29 +909,29 @@ impl Router {
     /// Next event for the log.
     pub fn poll_event(&mut self) -> Option<Event> {
         loop {
-            let mut ev = self.events.pop_front()?;
-            // Numbered as they leave, per service, so the numbers follow the
-            // order the core produced them in and have no gaps. (Replays
-            // come numbered.)
-            let svc = match &ev {
-                Event::Input { seq: 0, key, .. } => self.by_vip.get(&(key.vip, key.vport)).copied(),
-                _ => None,
+            // Inputs are numbered as they leave, per service, so the numbers
+            // follow the order the core produced them in and have no gaps.
+            // (Replays come numbered.)
+            let input = match self.events.pop_front()? {
+                Outgoing::Event(ev) => return Some(ev),
+                Outgoing::Input(input) => input,
             };
+            let svc = self.by_vip.get(&(input.key.vip, input.key.vport)).copied();
             let Some(svc) = svc else {
-                return Some(ev);
+                // Never: a connection belongs to a service. Left unnumbered.
+                return Some(input.numbered(0));
             };
             let o = &mut self.order[svc.0];
             if let Some(w) = &mut o.waiting {
                 // Not numbered before the agents said where the order stands.
                 w.deadline.get_or_insert(self.last_now + ORDER_WAIT);
-                o.held.push_back(ev);
+                o.held.push_back(input);
                 if o.held.len() >= ORDER_HOLD_MAX {
                     self.resume_order(svc);
                 }
                 continue;
             }
-            o.number(&mut ev);
-            return Some(ev);
+            return Some(o.number(input));
         }
     }
 
@@ -998,16 +1008,19 @@ impl Router {
             self.order_lost(ServiceId(svc), &lost);
             // Ahead of the events queued unnumbered (they come after `top`).
             for ev in replays.into_iter().rev() {
-                self.events.push_front(ev);
+                self.events.push_front(ev.into());
             }
-            self.events.push_back(Event::OrderResumed {
-                service,
-                last: top,
-                reported: vec![replica],
-                missing: Vec::new(),
-                replayed,
-                lost,
-            });
+            self.events.push_back(
+                Event::OrderResumed {
+                    service,
+                    last: top,
+                    reported: vec![replica],
+                    missing: Vec::new(),
+                    replayed,
+                    lost,
+                }
+                .into(),
+            );
         }
         self.apply_down(now);
     }
@@ -1020,13 +1033,12 @@ impl Router {
         let reported = o.reported();
         let r = o.resume();
         let mut front: Vec<Event> = r.replays;
-        let held: Vec<Event> = o.held.drain(..).collect();
-        for mut ev in held {
-            o.number(&mut ev);
-            front.push(ev);
+        let held: Vec<Unnumbered> = o.held.drain(..).collect();
+        for input in held {
+            front.push(o.number(input));
         }
         for ev in front.into_iter().rev() {
-            self.events.push_front(ev);
+            self.events.push_front(ev.into());
         }
         let missing = s
             .replicas
@@ -1038,14 +1050,17 @@ impl Router {
         let last = o.seq;
         let name = s.name.clone();
         self.order_lost(svc, &r.lost);
-        self.events.push_back(Event::OrderResumed {
-            service: name,
-            last,
-            reported,
-            missing,
-            replayed: r.replayed,
-            lost: r.lost,
-        });
+        self.events.push_back(
+            Event::OrderResumed {
+                service: name,
+                last,
+                reported,
+                missing,
+                replayed: r.replayed,
+                lost: r.lost,
+            }
+            .into(),
+        );
     }
 
     /// Replicas that missed input events nobody can replay to them: their

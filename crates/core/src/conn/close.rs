@@ -28,13 +28,16 @@ impl Conn {
             self.legs[i].state = LegState::Evicted;
             ctx.counters.evictions += 1;
             let remaining = self.live_legs();
-            ctx.events.push_back(Event::Evicted {
-                conn: self.key.to_string(),
-                replica: self.legs[i].addr,
-                reason,
-                remaining,
-                detail: String::new(),
-            });
+            ctx.events.push_back(
+                Event::Evicted {
+                    conn: self.key.to_string(),
+                    replica: self.legs[i].addr,
+                    reason,
+                    remaining,
+                    detail: String::new(),
+                }
+                .into(),
+            );
             return;
         }
         let detail = match reason {
@@ -63,13 +66,16 @@ impl Conn {
         self.legs[i].state = LegState::Evicted;
         ctx.counters.evictions += 1;
         let remaining = self.live_legs();
-        ctx.events.push_back(Event::Evicted {
-            conn: self.key.to_string(),
-            replica: self.legs[i].addr,
-            reason,
-            remaining,
-            detail,
-        });
+        ctx.events.push_back(
+            Event::Evicted {
+                conn: self.key.to_string(),
+                replica: self.legs[i].addr,
+                reason,
+                remaining,
+                detail,
+            }
+            .into(),
+        );
         if service_wide {
             ctx.down.push((self.svc, self.legs[i].replica, reason));
         }
@@ -193,9 +199,12 @@ impl Conn {
                     &[],
                 )));
                 if !self.legs.iter().any(|l| l.state == LegState::Aborted) {
-                    ctx.events.push_back(Event::ConnectionLost {
-                        conn: self.key.to_string(),
-                    });
+                    ctx.events.push_back(
+                        Event::ConnectionLost {
+                            conn: self.key.to_string(),
+                        }
+                        .into(),
+                    );
                     ctx.counters.connections_lost += 1;
                 }
             }

@@ -2,7 +2,7 @@
 //! segments, the sequencer's input numbering, the fan-out.
 
 use super::{may_challenge, rewrite, translate_tsecr, Conn, Ctx, Phase, Seg, MAX_WIN};
-use crate::event::{Event, InputKind};
+use crate::event::{InputKind, Outgoing, Unnumbered};
 use crate::metrics::DropReason;
 use crate::packet::Packet;
 use ftnet_wire::tcp::flags;
@@ -40,12 +40,11 @@ impl Conn {
                 .collect();
         }
         let replicas = self.order_to.clone();
-        ctx.events.push_back(Event::Input {
-            seq: 0,
+        ctx.events.push_back(Outgoing::Input(Unnumbered {
             key: self.key,
             kind,
             replicas,
-        });
+        }));
     }
 
     /// A segment from the client on an existing connection.

@@ -5,7 +5,7 @@
 
 use super::{Conn, Phase};
 use crate::config::Timeouts;
-use crate::event::Event;
+use crate::event::{Event, Outgoing};
 use crate::ids::{LegId, ReplicaId, ServiceId};
 use crate::record::AdoptRecord;
 use crate::time::Instant;
@@ -61,7 +61,7 @@ impl Conn {
         &mut self,
         now: Instant,
         t: &Timeouts,
-        events: &mut VecDeque<Event>,
+        events: &mut VecDeque<Outgoing>,
     ) -> Transition {
         self.update_behind(now);
         if self.phase == Phase::Dead {
@@ -86,9 +86,12 @@ impl Conn {
             )
         {
             self.announced = true;
-            events.push_back(Event::Established {
-                record: self.setup_record(),
-            });
+            events.push_back(
+                Event::Established {
+                    record: self.setup_record(),
+                }
+                .into(),
+            );
         }
         if self.is_closed() && self.announced {
             // Closed: the agents need its record no more (a router taking
@@ -111,7 +114,7 @@ impl Conn {
     }
 
     /// The router takes the connection out of its table.
-    pub(crate) fn removed(&mut self, events: &mut VecDeque<Event>) -> Removed {
+    pub(crate) fn removed(&mut self, events: &mut VecDeque<Outgoing>) -> Removed {
         if self.announced {
             self.announced = false;
             let all = self.legs.iter().map(|l| l.addr).collect();
@@ -125,11 +128,14 @@ impl Conn {
 
     /// The agents of `replicas` forget this connection's record (the one
     /// place `Event::Forgotten` is made).
-    pub(super) fn forget(&self, events: &mut VecDeque<Event>, replicas: Vec<Ipv4Addr>) {
-        events.push_back(Event::Forgotten {
-            key: self.key,
-            replicas,
-        });
+    pub(super) fn forget(&self, events: &mut VecDeque<Outgoing>, replicas: Vec<Ipv4Addr>) {
+        events.push_back(
+            Event::Forgotten {
+                key: self.key,
+                replicas,
+            }
+            .into(),
+        );
     }
 
     /// What a client SYN with sequence number `isn` means here.
@@ -249,7 +255,7 @@ mod tests {
         assert!(!tr.left_half_open, "still half-open until the client's ACK");
         assert!(matches!(
             events.pop_front(),
-            Some(Event::Established { .. })
+            Some(Outgoing::Event(Event::Established { .. }))
         ));
         c.phase = Phase::Established;
         let tr = c.after_input(now, &t, &mut events);
@@ -261,7 +267,7 @@ mod tests {
         assert_eq!(tr.closed_at, Some(now));
         assert!(matches!(
             events.pop_front(),
-            Some(Event::Forgotten { replicas, .. }) if replicas.len() == 2
+            Some(Outgoing::Event(Event::Forgotten { replicas, .. })) if replicas.len() == 2
         ));
         // Closed once; removed later, it owes the agents nothing more.
         let tr = c.after_input(now, &t, &mut events);
@@ -289,7 +295,7 @@ mod tests {
         c.removed(&mut events);
         assert!(matches!(
             events.pop_front(),
-            Some(Event::Forgotten { replicas, .. }) if replicas.len() == 3
+            Some(Outgoing::Event(Event::Forgotten { replicas, .. })) if replicas.len() == 3
         ));
     }
 

@@ -32,7 +32,7 @@ use translate::{payload_of, rewrite, translate_tsecr};
 use voting::VoteState;
 
 use crate::config::{Timeouts, Voting};
-use crate::event::{Event, EvictReason};
+use crate::event::{EvictReason, Outgoing};
 use crate::ids::{ReplicaId, ServiceId};
 use crate::key::ConnKey;
 use crate::metrics::Counters;
@@ -76,7 +76,7 @@ pub struct Ctx<'a> {
     pub now: Instant,
     pub tx: &'a mut VecDeque<Packet>,
     pub counters: &'a mut Counters,
-    pub events: &'a mut VecDeque<Event>,
+    pub events: &'a mut VecDeque<Outgoing>,
     pub timeouts: &'a Timeouts,
     /// (service, replica) pairs that this input proved dead for the whole
     /// service; the router marks them down after the call.
@@ -434,7 +434,7 @@ pub(super) mod fixture {
     pub(crate) struct Outside {
         pub tx: VecDeque<Packet>,
         pub counters: Counters,
-        pub events: VecDeque<Event>,
+        pub events: VecDeque<Outgoing>,
         pub down: Vec<(ServiceId, ReplicaId, EvictReason)>,
         pub challenges: ChallengeBudget,
     }

@@ -222,13 +222,16 @@ impl Conn {
         blame: bool,
     ) {
         ctx.counters.divergences += 1;
-        ctx.events.push_back(Event::Diverged {
-            conn: self.key.to_string(),
-            replica: self.legs[i].addr,
-            offset: at.0.wrapping_sub(self.router_isn.0.wrapping_add(1)),
-            agreeing,
-            live: self.live_legs(),
-        });
+        ctx.events.push_back(
+            Event::Diverged {
+                conn: self.key.to_string(),
+                replica: self.legs[i].addr,
+                offset: at.0.wrapping_sub(self.router_isn.0.wrapping_add(1)),
+                agreeing,
+                live: self.live_legs(),
+            }
+            .into(),
+        );
         if let Some(v) = &mut self.vote {
             v.pending[i] = Vec::new();
             v.stash[i] = Vec::new();

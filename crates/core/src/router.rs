@@ -196,27 +196,6 @@ impl Router {
         Err(DropReason::NotOurs)
     }
 
-    fn ctx<'a>(
-        now: Instant,
-        tx: &'a mut VecDeque<Packet>,
-        counters: &'a mut Counters,
-        events: &'a mut VecDeque<Outgoing>,
-        config: &'a Config,
-        down: &'a mut Vec<(ServiceId, ReplicaId, EvictReason)>,
-        challenges: &'a mut ChallengeBudget,
-    ) -> Ctx<'a> {
-        Ctx {
-            now,
-            tx,
-            counters,
-            sequencer: config.sequencer,
-            events,
-            timeouts: &config.timeouts,
-            down,
-            challenges,
-        }
-    }
-
     /// Run `f` on connection `key` of the table with a [`Ctx`] for `now`;
     /// `None` if there is no such connection. (The caller runs
     /// [`Router::after`].)
@@ -227,15 +206,16 @@ impl Router {
         f: impl FnOnce(&mut Conn, &mut Ctx) -> R,
     ) -> Option<R> {
         let c = self.conns.get_mut(&key)?;
-        let mut ctx = Self::ctx(
+        let mut ctx = Ctx {
             now,
-            &mut self.transmit,
-            &mut self.counters,
-            &mut self.events,
-            &self.config,
-            &mut self.down,
-            &mut self.challenges,
-        );
+            tx: &mut self.transmit,
+            counters: &mut self.counters,
+            events: &mut self.events,
+            timeouts: &self.config.timeouts,
+            down: &mut self.down,
+            sequencer: self.config.sequencer,
+            challenges: &mut self.challenges,
+        };
         Some(f(c, &mut ctx))
     }
 
@@ -353,18 +333,9 @@ impl Router {
         for r in live {
             c.add_leg(r, addrs[r.0], now);
         }
-        let mut ctx = Self::ctx(
-            now,
-            &mut self.transmit,
-            &mut self.counters,
-            &mut self.events,
-            &self.config,
-            &mut self.down,
-            &mut self.challenges,
-        );
-        c.forward_syn(&mut ctx, &pkt, seg);
-        self.counters.connections_opened += 1;
         self.conns.insert(key, c);
+        self.on_conn(now, key, |c, ctx| c.forward_syn(ctx, &pkt, seg));
+        self.counters.connections_opened += 1;
         self.half_open.push_back((key, now));
         self.half_open_count += 1;
         if self.half_open.len() > 2 * self.half_open_count + 1024 {

@@ -11,7 +11,7 @@
 //!   number, ack, window or option must not, because those bytes are summed
 //!   later.
 
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 
 /// One's complement sum of `data` as big-endian 16-bit words, added to
 /// `acc` without folding (RFC 1071 §4.1). An odd trailing byte is padded
@@ -42,21 +42,50 @@ pub fn fold(mut acc: u64) -> u16 {
     while acc >> 16 != 0 {
         acc = (acc & 0xffff) + (acc >> 16);
     }
-    acc as u16
+    // The loop leaves at most 16 significant bits.
+    u16::try_from(acc).unwrap_or(u16::MAX)
+}
+
+/// The two ends of a packet as the pseudo header sees them: the seam that
+/// keeps the TCP checksum independent of the IP version.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IpPair {
+    V4 { src: Ipv4Addr, dst: Ipv4Addr },
+    V6 { src: Ipv6Addr, dst: Ipv6Addr },
+}
+
+impl From<(Ipv4Addr, Ipv4Addr)> for IpPair {
+    fn from((src, dst): (Ipv4Addr, Ipv4Addr)) -> IpPair {
+        IpPair::V4 { src, dst }
+    }
+}
+
+impl From<(Ipv6Addr, Ipv6Addr)> for IpPair {
+    fn from((src, dst): (Ipv6Addr, Ipv6Addr)) -> IpPair {
+        IpPair::V6 { src, dst }
+    }
+}
+
+/// Sum of the pseudo header of either IP version over an upper-layer
+/// packet of `len` octets carrying protocol `proto` (unfolded, like
+/// [`sum`]).
+///
+/// IPv4 (RFC 9293 §3.1): source, destination, zero, protocol, TCP length.
+/// IPv6 (RFC 8200 §8.1): source, destination, 32-bit upper-layer length,
+/// three zero octets, next header. Both are sums of 16-bit words, so the
+/// zero octets add nothing and only the words' order differs.
+pub fn pseudo_header_of(ends: IpPair, proto: u8, len: u32) -> u64 {
+    let lens = u64::from(len >> 16) + u64::from(len & 0xffff) + u64::from(proto);
+    match ends {
+        IpPair::V4 { src, dst } => sum(&dst.octets(), sum(&src.octets(), lens)),
+        IpPair::V6 { src, dst } => sum(&dst.octets(), sum(&src.octets(), lens)),
+    }
 }
 
 /// Sum of the IPv4 pseudo header (RFC 9293 §3.1): source, destination,
 /// zero, protocol, TCP length.
 pub fn pseudo_header(src: Ipv4Addr, dst: Ipv4Addr, proto: u8, len: u32) -> u64 {
-    let s = src.octets();
-    let d = dst.octets();
-    u16::from_be_bytes([s[0], s[1]]) as u64
-        + u16::from_be_bytes([s[2], s[3]]) as u64
-        + u16::from_be_bytes([d[0], d[1]]) as u64
-        + u16::from_be_bytes([d[2], d[3]]) as u64
-        + proto as u64
-        + (len >> 16) as u64
-        + (len & 0xffff) as u64
+    pseudo_header_of(IpPair::V4 { src, dst }, proto, len)
 }
 
 /// The complete checksum over `data` starting from sum `acc`.

@@ -6,6 +6,8 @@
 //! replicas. Every view over untrusted bytes is built with `new_checked`,
 //! which validates lengths once so that the getters never panic.
 
+#![forbid(unsafe_code)]
+
 pub mod checksum;
 pub mod icmp;
 pub mod ipv4;
@@ -13,6 +15,7 @@ pub mod seq;
 pub mod tcp;
 pub mod vnet;
 
+pub use checksum::IpPair;
 pub use seq::{SeqDelta, SeqNum};
 
 /// A byte range inside a header, named like smoltcp's `field` modules.

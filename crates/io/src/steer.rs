@@ -72,7 +72,8 @@ const fn ins(code: u8, dst: u8, src: u8, off: i16, imm: i32) -> Insn {
 /// with 0 (queue 0); the core drops it as malformed either way.
 pub fn program(vips: &[Ipv4Addr], per_side: usize) -> Vec<Insn> {
     let vips = &vips[..vips.len().min(MAX_VIPS)];
-    let k = per_side.max(1) as i32;
+    // Queues per side are few (a TUN device has at most 256 queues).
+    let k = i32::try_from(per_side.max(1)).unwrap_or(i32::MAX);
     let mut p = vec![
         // LD_ABS reads relative to the context in r6.
         ins(MOV64_X, 6, 1, 0, 0),
@@ -83,7 +84,9 @@ pub fn program(vips: &[Ipv4Addr], per_side: usize) -> Vec<Insn> {
     // After the compares: the replica side (5 instructions), then the client side.
     for (i, v) in vips.iter().enumerate() {
         let skip = (n - i - 1) + 5;
-        p.push(ins(JEQ32_K, 0, 0, skip as i16, u32::from(*v) as i32));
+        // At most MAX_VIPS + 5 instructions ahead.
+        let skip = i16::try_from(skip).unwrap_or(i16::MAX);
+        p.push(ins(JEQ32_K, 0, 0, skip, u32::from(*v) as i32));
     }
     // Replica side: key = dst ^ dport (the client's address and port).
     p.push(ins(MOV64_X, 7, 0, 0, 0));
@@ -109,7 +112,7 @@ pub fn program(vips: &[Ipv4Addr], per_side: usize) -> Vec<Insn> {
 /// The queue [`program`] picks, computed in Rust: the reference the tests
 /// hold the kernel's answer to.
 pub fn queue_of(packet: &[u8], vips: &[Ipv4Addr], per_side: usize) -> usize {
-    let k = per_side.max(1) as u32;
+    let k = u32::try_from(per_side.max(1)).unwrap_or(u32::MAX);
     if packet.len() < 24 {
         return 0;
     }
@@ -155,11 +158,12 @@ pub fn load(vips: &[Ipv4Addr], per_side: usize) -> Result<OwnedFd, Error> {
     name[..11].copy_from_slice(b"ftnet_steer");
     let attr = ProgLoadAttr {
         prog_type: BPF_PROG_TYPE_SOCKET_FILTER,
-        insn_cnt: insns.len() as u32,
+        // A few dozen instructions and a 4 KiB log: both fit u32.
+        insn_cnt: u32::try_from(insns.len()).unwrap_or(u32::MAX),
         insns: insns.as_ptr() as u64,
         license: license.as_ptr() as u64,
         log_level: 1,
-        log_size: log.len() as u32,
+        log_size: u32::try_from(log.len()).unwrap_or(u32::MAX),
         log_buf: log.as_mut_ptr() as u64,
         prog_name: name,
         ..Default::default()
@@ -172,7 +176,7 @@ pub fn load(vips: &[Ipv4Addr], per_side: usize) -> Result<OwnedFd, Error> {
             libc::SYS_bpf,
             BPF_PROG_LOAD,
             &attr as *const ProgLoadAttr,
-            std::mem::size_of::<ProgLoadAttr>() as u32,
+            u32::try_from(std::mem::size_of::<ProgLoadAttr>()).unwrap_or(u32::MAX),
         )
     };
     if fd < 0 {
@@ -187,8 +191,14 @@ pub fn load(vips: &[Ipv4Addr], per_side: usize) -> Result<OwnedFd, Error> {
             source,
         });
     }
+    // bpf(2) returns an int fd widened to the syscall's long.
+    let fd = i32::try_from(fd).map_err(|_| Error::Bpf {
+        what: "loading the TUN steering program (fd out of range)",
+        verifier: String::new(),
+        source: io::Error::from(io::ErrorKind::InvalidData),
+    })?;
     // SAFETY: the kernel just returned this fd and nobody else owns it.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
 #[cfg(test)]

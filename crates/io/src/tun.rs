@@ -148,7 +148,10 @@ impl Tun {
             *d = s as libc::c_char;
         }
         let mq = if multi { libc::IFF_MULTI_QUEUE } else { 0 };
-        req.flags = (libc::IFF_TUN | libc::IFF_NO_PI | libc::IFF_VNET_HDR | mq) as libc::c_short;
+        // The IFF_* flags all lie in the low 16 bits (linux/if_tun.h).
+        #[allow(clippy::cast_possible_truncation)]
+        let flags = (libc::IFF_TUN | libc::IFF_NO_PI | libc::IFF_VNET_HDR | mq) as libc::c_short;
+        req.flags = flags;
         // SAFETY: TUNSETIFF reads and writes a `struct ifreq`; `req` has its
         // layout (16-byte name, then a 24-byte union starting with the flags)
         // and lives across the call.
@@ -165,7 +168,7 @@ impl Tun {
             .collect();
         let name = String::from_utf8_lossy(&actual).into_owned();
 
-        let hdr_len: libc::c_int = vnet::LEN as libc::c_int;
+        let hdr_len = libc::c_int::try_from(vnet::LEN).unwrap_or(libc::c_int::MAX);
         // SAFETY: TUNSETVNETHDRSZ reads one `int` through the pointer, which
         // points to a live local.
         if unsafe {
@@ -268,9 +271,10 @@ impl Tun {
                 iov_len: cap,
             },
         ];
+        let iovcnt = libc::c_int::try_from(iov.len()).unwrap_or(libc::c_int::MAX);
         // SAFETY: both iovecs point to writable memory of the given lengths
         // (`hdr` on the stack, `data`'s spare capacity) for the whole call.
-        let n = unsafe { libc::readv(self.fd.as_raw_fd(), iov.as_ptr(), iov.len() as libc::c_int) };
+        let n = unsafe { libc::readv(self.fd.as_raw_fd(), iov.as_ptr(), iovcnt) };
         if n < 0 {
             let e = io::Error::last_os_error();
             self.pool.push(data);
@@ -314,11 +318,12 @@ impl Tun {
                 iov_len: pkt.data.len(),
             },
         ];
+        let iovcnt = libc::c_int::try_from(iov.len()).unwrap_or(libc::c_int::MAX);
         loop {
             // SAFETY: both iovecs point to live buffers of the given lengths
             // (`hdr` on the stack, `pkt.data` borrowed) for the whole call.
             let n = unsafe {
-                libc::writev(self.fd.as_raw_fd(), iov.as_ptr(), iov.len() as libc::c_int)
+                libc::writev(self.fd.as_raw_fd(), iov.as_ptr(), iovcnt)
             };
             if n >= 0 {
                 // A TUN write is all or nothing: the kernel takes the packet whole.

@@ -35,7 +35,7 @@ fn in_netns(f: impl FnOnce() + Send + 'static) {
 /// An ICMP echo request from `src` to `dst` with valid checksums.
 fn echo_request(src: Ipv4Addr, dst: Ipv4Addr) -> Vec<u8> {
     let mut p = vec![0u8; 20 + 8 + 4];
-    let total = p.len() as u16;
+    let total = u16::try_from(p.len()).unwrap();
     p[0] = 0x45;
     p[2..4].copy_from_slice(&total.to_be_bytes());
     p[8] = 64;

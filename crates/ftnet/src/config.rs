@@ -316,7 +316,7 @@ pub fn parse(file: &str, text: &str) -> Result<FileConfig, ConfigError> {
                 None => Duration::from_millis(100),
             };
             let dead_after = match c.dead_after_ms {
-                Some(d) if *d.get_ref() < 2 * heartbeat.as_millis() as u64 => return Err(err(Some(d.span()), format!("dead_after_ms = {} is shorter than two heartbeats ({} ms) — one lost heartbeat would evict a healthy host", d.get_ref(), 2 * heartbeat.as_millis()))),
+                Some(d) if *d.get_ref() < u64::try_from(2 * heartbeat.as_millis()).unwrap_or(u64::MAX) => return Err(err(Some(d.span()), format!("dead_after_ms = {} is shorter than two heartbeats ({} ms) — one lost heartbeat would evict a healthy host", d.get_ref(), 2 * heartbeat.as_millis()))),
                 Some(d) => Duration::from_millis(*d.get_ref()),
                 None => heartbeat * 5,
             };
@@ -386,7 +386,7 @@ pub fn parse(file: &str, text: &str) -> Result<FileConfig, ConfigError> {
                 "max_connections is 0 — the router could accept nothing; use e.g. 65536".into(),
             ));
         }
-        limits.max_connections = *v.get_ref() as usize;
+        limits.max_connections = usize::try_from(*v.get_ref()).unwrap_or(usize::MAX);
     }
     if let Some(v) = rl.max_half_open {
         if *v.get_ref() == 0 {
@@ -395,7 +395,7 @@ pub fn parse(file: &str, text: &str) -> Result<FileConfig, ConfigError> {
                 "max_half_open is 0 — no handshake could start; use e.g. 8192".into(),
             ));
         }
-        if *v.get_ref() as usize > limits.max_connections {
+        if usize::try_from(*v.get_ref()).unwrap_or(usize::MAX) > limits.max_connections {
             return Err(err(
                 Some(v.span()),
                 format!(
@@ -405,7 +405,7 @@ pub fn parse(file: &str, text: &str) -> Result<FileConfig, ConfigError> {
                 ),
             ));
         }
-        limits.max_half_open = *v.get_ref() as usize;
+        limits.max_half_open = usize::try_from(*v.get_ref()).unwrap_or(usize::MAX);
     }
 
     // [timeouts]

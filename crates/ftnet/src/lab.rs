@@ -395,7 +395,8 @@ impl Lab {
 }
 
 fn replica_ip(i: usize) -> Ipv4Addr {
-    Ipv4Addr::new(198, 18, (10 + i) as u8, 2)
+    // `lab up` allows at most MAX_REPLICAS replicas.
+    Ipv4Addr::new(198, 18, u8::try_from(10 + i).unwrap_or(u8::MAX), 2)
 }
 
 fn list_namespaces() -> anyhow::Result<Vec<String>> {

@@ -123,7 +123,7 @@ pub(super) fn network(lab: &Lab, n: usize) -> anyhow::Result<()> {
         }
         for (r, (_, host, _)) in ROUTERS.iter().enumerate() {
             let rns = lab.ns_router_n(r);
-            let sw_if = format!("{iface}{}", (b'a' + r as u8) as char);
+            let sw_if = format!("{iface}{}", letter(r));
             pair(&rns, iface, &sw, &sw_if)?;
             ip(&["-n", &sw, "link", "set", &sw_if, "master", &br])?;
             ip(&[
@@ -343,7 +343,7 @@ pub(super) fn cut_router(lab: &Lab) -> anyhow::Result<()> {
         bail!("no router holds the gateway addresses — is the lab up? (`ftnet lab status`)");
     };
     let sw = lab.ns_switch();
-    let suffix = (b'a' + k as u8) as char;
+    let suffix = letter(k);
     for (iface, _) in segments(replicas(lab)) {
         ip(&[
             "-n",
@@ -370,7 +370,7 @@ pub(super) fn restart_router(lab: &Lab) -> anyhow::Result<()> {
     let n = replicas(lab);
     let sw = lab.ns_switch();
     for (k, &(name, _, _)) in ROUTERS.iter().enumerate() {
-        let suffix = (b'a' + k as u8) as char;
+        let suffix = letter(k);
         let down = |ns: &str, dev: &str| {
             Command::new("ip")
                 .args(["-n", ns, "-o", "link", "show", dev])
@@ -449,4 +449,9 @@ fn replicas(lab: &Lab) -> usize {
     (1..=super::MAX_REPLICAS)
         .take_while(|&i| Path::new("/run/netns").join(lab.ns_replica(i)).exists())
         .count()
+}
+
+/// The interface suffix of router `k` (a, b, …): two routers in a lab.
+fn letter(k: usize) -> char {
+    char::from(b'a' + u8::try_from(k % 26).unwrap_or(0))
 }

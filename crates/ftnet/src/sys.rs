@@ -146,7 +146,7 @@ pub fn last_signal() -> i32 {
 /// Microseconds on the monotonic clock since `origin` (std's `Instant` is
 /// CLOCK_MONOTONIC on Linux).
 pub fn micros_since(origin: std::time::Instant) -> u64 {
-    origin.elapsed().as_micros() as u64
+    u64::try_from(origin.elapsed().as_micros()).unwrap_or(u64::MAX)
 }
 
 /// 16 random bytes for the router's ISN secret.
@@ -252,5 +252,5 @@ pub fn is_transient(e: &std::io::Error) -> bool {
 pub fn epoch_micros() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_micros() as u64)
+        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
 }

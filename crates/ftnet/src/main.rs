@@ -256,6 +256,7 @@ Example (on a replica host whose agent runs with the default --shim-socket):
   ftnet run -- redis-server --port 6379 --save ''"#;
 
 fn main() {
+    abort_on_panic();
     let cli = Cli::parse();
     let code = match dispatch(cli) {
         Ok(code) => code,
@@ -265,6 +266,21 @@ fn main() {
         }
     };
     std::process::exit(code);
+}
+
+/// A panic anywhere in the binary ends the process at once, as
+/// `panic = "abort"` would: a router thread that unwound would leave the
+/// others serving with a poisoned core, and a dead router is what the
+/// standby (keepalived's track file) and the agents are built to replace.
+/// The workspace builds with `panic = "unwind"` so that the shim can catch
+/// its panics inside the server it is loaded into; this hook keeps the
+/// binary's behaviour.
+fn abort_on_panic() {
+    let report = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        report(info);
+        std::process::abort();
+    }));
 }
 
 fn init_logging(level: &str) {

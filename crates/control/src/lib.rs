@@ -28,12 +28,20 @@
 //! new router needs to rebuild a connection that the next packets alone
 //! cannot tell it (ISNs, the replica's sequence offset, timestamp bases).
 
+#![forbid(unsafe_code)]
+
 use hmac::{Hmac, Mac};
 use serde::{Deserialize, Serialize};
 use sha2::Sha256;
 use std::collections::HashMap;
 use std::net::Ipv4Addr;
 use std::time::Duration;
+
+/// A duration in whole milliseconds, saturating (the protocol's times are
+/// milliseconds in a u64).
+fn ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
 
 /// Protocol version; a different one is rejected with a clear reason.
 /// 3: `OutOfService`; 4: `OrderLost` and `Shims` (a replica whose server
@@ -310,7 +318,7 @@ pub enum FrameError {
 pub fn encode(msg: &Msg) -> Vec<u8> {
     let body = serde_json::to_vec(msg).unwrap_or_default();
     let mut out = Vec::with_capacity(4 + body.len());
-    out.extend_from_slice(&(body.len() as u32).to_be_bytes());
+    out.extend_from_slice(&u32::try_from(body.len()).unwrap_or(u32::MAX).to_be_bytes());
     out.extend_from_slice(&body);
     out
 }
@@ -369,7 +377,7 @@ fn mac(secret: &[u8], role: &str, first: &str, second: &str, replica: Ipv4Addr) 
         second,
         &replica.to_string(),
     ] {
-        m.update(&(part.len() as u32).to_be_bytes());
+        m.update(&u32::try_from(part.len()).unwrap_or(u32::MAX).to_be_bytes());
         m.update(part.as_bytes());
     }
     m
@@ -601,8 +609,8 @@ impl RouterSession {
                 let mac = sign(&self.secret, "router", &agent_nonce, &self.nonce, replica);
                 out.push(Msg::Welcome {
                     mac,
-                    heartbeat_ms: self.hb.every.as_millis() as u64,
-                    dead_after_ms: self.hb.dead_after.as_millis() as u64,
+                    heartbeat_ms: ms(self.hb.every),
+                    dead_after_ms: ms(self.hb.dead_after),
                 });
                 self.state = RState::Live { replica };
                 Some(RouterEvent::Registered { replica, host })
@@ -651,9 +659,9 @@ impl RouterSession {
     pub fn poll_timeout_ms(&self) -> Option<u64> {
         match self.state {
             RState::Closed => None,
-            RState::Live { .. } => Some(self.last_heard_ms + self.hb.dead_after.as_millis() as u64),
+            RState::Live { .. } => Some(self.last_heard_ms + ms(self.hb.dead_after)),
             // An unauthenticated peer gets the same time to finish the exchange.
-            _ => Some(self.opened_ms + self.hb.dead_after.as_millis().max(1000) as u64),
+            _ => Some(self.opened_ms + ms(self.hb.dead_after).max(1000)),
         }
     }
 
@@ -1356,7 +1364,7 @@ mod tests {
         };
         feed(&mut a, input(1, 7, InputKind::Accept, 0));
         for s in 2..=203 {
-            feed(&mut a, input(s, 7, InputKind::Data, s as u32 * 10));
+            feed(&mut a, input(s, 7, InputKind::Data, u32::try_from(s).unwrap() * 10));
         }
         assert_eq!(passed, (1..=203).collect::<Vec<u64>>());
         let rec = &a.records[&record(7).id];

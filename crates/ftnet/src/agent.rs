@@ -67,7 +67,7 @@ impl Shim {
                     libc::SOL_SOCKET,
                     opt,
                     (&SHIM_SNDBUF as *const libc::c_int).cast(),
-                    std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+                    socklen_of::<libc::c_int>(),
                 )
             };
             if rc == 0 {
@@ -281,7 +281,7 @@ fn peer_pid(c: &UnixStream) -> i32 {
         uid: 0,
         gid: 0,
     };
-    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    let mut len = socklen_of::<libc::ucred>();
     // SAFETY: SO_PEERCRED writes one ucred of `len` bytes.
     unsafe {
         libc::getsockopt(
@@ -316,7 +316,7 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
     sys::install_stop_handler();
     sys::ignore_sigpipe();
     let origin = std::time::Instant::now();
-    let now_ms = || origin.elapsed().as_millis() as u64;
+    let now_ms = || crate::sys::ms(origin.elapsed());
     let mut records: HashMap<ConnId, ConnRecord> = HashMap::new();
     let mut order = OrderLog::default();
     // The replicas out of service, as the last router said: told to the
@@ -452,7 +452,7 @@ fn session(
         for why in lost {
             s.lose_order(&why, &mut out);
         }
-        s.set_shims(count as u32, &mut out);
+        s.set_shims(u32::try_from(count).unwrap_or(u32::MAX), &mut out);
         // Every input record of this read goes to the shims in one write.
         let mut recs: Vec<u8> = Vec::new();
         while let Some(m) = dec.next_msg()? {
@@ -492,8 +492,8 @@ fn session(
                         .map(|o| format!("{}:{} at {}", o.vip, o.vport, o.last_seq))
                         .collect();
                     info!(
-                        heartbeat_ms = heartbeat.as_millis() as u64,
-                        dead_after_ms = dead_after.as_millis() as u64,
+                        heartbeat_ms = crate::sys::ms(heartbeat),
+                        dead_after_ms = crate::sys::ms(dead_after),
                         records = s.records.len(),
                         input_order = %order.join(", "),
                         "registered with the router (both sides proved the shared secret)"
@@ -504,6 +504,12 @@ fn session(
             }
         }
     }
+}
+
+/// The size of `T` as a socket option or address length.
+fn socklen_of<T>() -> libc::socklen_t {
+    // Socket option values are a few bytes.
+    libc::socklen_t::try_from(std::mem::size_of::<T>()).unwrap_or(libc::socklen_t::MAX)
 }
 
 #[cfg(test)]
@@ -519,7 +525,7 @@ mod tests {
         };
         (from..from + n)
             .flat_map(|s| {
-                ftnet_control::shim_record(s, &id, ftnet_control::InputKind::Data, s as u32)
+                ftnet_control::shim_record(s, &id, ftnet_control::InputKind::Data, ftnet_wire::mod32(s))
             })
             .collect()
     }

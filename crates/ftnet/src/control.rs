@@ -428,7 +428,7 @@ pub fn start(
 ) -> anyhow::Result<Arc<Registry>> {
     let listener = TcpListener::bind(cfg.listen)
         .with_context(|| format!("[control] listen {}: cannot bind", cfg.listen))?;
-    info!(listen = %cfg.listen, heartbeat_ms = cfg.heartbeat.as_millis() as u64, dead_after_ms = cfg.dead_after.as_millis() as u64, "control channel listening for agents");
+    info!(listen = %cfg.listen, heartbeat_ms = crate::sys::ms(cfg.heartbeat), dead_after_ms = crate::sys::ms(cfg.dead_after), "control channel listening for agents");
     let registry = Arc::new(Registry::default());
     let reg = registry.clone();
     let (secret, hb) = (
@@ -478,7 +478,7 @@ fn serve(
     // Short reads so timers and queued records are served promptly.
     stream.set_read_timeout(Some(Duration::from_millis(10)))?;
     let origin = std::time::Instant::now();
-    let now_ms = || origin.elapsed().as_millis() as u64;
+    let now_ms = || crate::sys::ms(origin.elapsed());
     let nonce = sys::random_secret().context("reading a nonce from /dev/urandom")?;
     let mut s = RouterSession::new(secret, nonce, hb, now_ms());
     let mut dec = Decoder::default();
@@ -868,7 +868,7 @@ mod tests {
                 vip: Ipv4Addr::new(198, 19, 0, 1),
                 vport: 6379,
             },
-            kind: InputKind::Data { end: seq as u32 },
+            kind: InputKind::Data { end: ftnet_wire::mod32(seq) },
             replicas: vec![R],
         }
     }

@@ -474,7 +474,7 @@ fn event_loop(
         };
         // Round up so a timer 300 µs away does not turn into a busy loop of
         // zero-millisecond polls.
-        let ms = sleep.as_micros().div_ceil(1000) as libc::c_int;
+        let ms = libc::c_int::try_from(sleep.as_micros().div_ceil(1000)).unwrap_or(libc::c_int::MAX);
         let mut pfd = [
             libc::pollfd {
                 fd: tun.as_raw_fd(),

@@ -6,7 +6,7 @@ fn main() {
         .collect();
     let p = ftnet_sim::Params {
         fuzz_packets: 3000,
-        ..ftnet_sim::Params::basic(*a.get(1).unwrap_or(&1) as usize)
+        ..ftnet_sim::Params::basic(usize::try_from(*a.get(1).unwrap_or(&1)).unwrap_or(1))
     };
     match ftnet_sim::run(*a.first().unwrap_or(&0), &p) {
         Ok(r) => println!("ok {r:?}"),

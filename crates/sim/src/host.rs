@@ -24,7 +24,7 @@ pub(crate) fn set_now(us: u64) {
 }
 
 fn now_ms() -> u32 {
-    NOW_US.with(|c| (c.get() / 1000) as u32)
+    NOW_US.with(|c| ftnet_wire::mod32(c.get() / 1000))
 }
 
 fn ts0() -> u32 {
@@ -40,7 +40,7 @@ fn ts2() -> u32 {
 /// A 10 kHz clock.
 fn ts3() -> u32 {
     NOW_US
-        .with(|c| (c.get() / 100) as u32)
+        .with(|c| ftnet_wire::mod32(c.get() / 100))
         .wrapping_add(123_456_789)
 }
 fn ts4() -> u32 {
@@ -251,9 +251,9 @@ impl Host {
         let mut desync_list = Vec::new();
         for i in 0..conns + desync_conns {
             let port = if i < conns {
-                base + i as u16 * 7
+                base + u16::try_from(i).expect("a few connections") * 7
             } else {
-                base + 5 + (i - conns) as u16 * 7
+                base + 5 + u16::try_from(i - conns).expect("a few connections") * 7
             };
             let mut s = new_socket(&h.params);
             s.connect(
@@ -284,7 +284,7 @@ impl Host {
         }
         let mut refused_list = Vec::new();
         for i in 0..refused_conns {
-            let port = base + 3 + i as u16 * 7;
+            let port = base + 3 + u16::try_from(i).expect("a few connections") * 7;
             let mut s = new_socket(&h.params);
             s.connect(
                 h.iface.context(),
@@ -579,7 +579,7 @@ impl Host {
         let Ok(mut seg) = ftnet_wire::tcp::Segment::new_checked(&mut pkt[hl..tl]) else {
             return;
         };
-        let want = (self.params.mtu - 52) as u16;
+        let want = u16::try_from(self.params.mtu - 52).unwrap_or(u16::MAX);
         if seg.syn() && seg.mss().is_some_and(|m| m > want) {
             seg.set_mss(want, ftnet_wire::tcp::CsumMode::Complete);
         }

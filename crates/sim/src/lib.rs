@@ -98,6 +98,8 @@
 //! failure message carries the params, per-connection progress, router
 //! counters and events, and the last packets.
 
+#![forbid(unsafe_code)]
+
 pub mod params;
 pub mod pcap;
 
@@ -132,7 +134,7 @@ pub const PORT: u16 = 7000;
 
 /// Address of replica `i` (0-based).
 pub fn replica_ip(i: usize) -> Ipv4Addr {
-    Ipv4Addr::new(198, 18, 10 + i as u8, 2)
+    Ipv4Addr::new(198, 18, 10 + u8::try_from(i).expect("a few replicas"), 2)
 }
 
 /// What a successful run measured.
@@ -219,7 +221,7 @@ fn seg_info(data: &[u8]) -> Option<SegInfo> {
         cport,
         seq: s.seq().0,
         ack: s.ack().0,
-        len: s.payload_len() as u32,
+        len: ftnet_wire::len32(s.payload_len()),
         win: s.window(),
         pure_ack,
         fin: f & tcp::flags::FIN != 0,
@@ -489,11 +491,11 @@ fn gso_segment(p: &Packet) -> Result<Vec<Packet>, String> {
         .map(|(k, chunk)| {
             let mut b = data[..hl + th].to_vec();
             b.extend_from_slice(chunk);
-            let total = b.len() as u16;
+            let total = u16::try_from(b.len()).expect("an IPv4 packet");
             b[2..4].copy_from_slice(&total.to_be_bytes());
             ipv4::Packet::new_unchecked(&mut b[..hl]).fill_checksum();
             let mut s = tcp::Segment::new_checked(&mut b[hl..]).expect("header copied");
-            s.set_seq(seq.add((k * size) as u32), tcp::CsumMode::Complete);
+            s.set_seq(seq.add(ftnet_wire::len32(k * size)), tcp::CsumMode::Complete);
             let last = k + 1 == n;
             let keep = if last {
                 fl
@@ -1878,7 +1880,7 @@ impl Sim {
             let st = shim.get(&k.port).copied().unwrap_or_default();
             // A rebuilt connection's first chunk may end at the client's
             // FIN: the shim takes a chunk as complete once the FIN is in.
-            let len = k.data.len() as u32;
+            let len = ftnet_wire::len32(k.data.len());
             let fin_ok = self.p.close != Close::Never && st.1 == Some(len + 1);
             if !st.0 || (st.1.unwrap_or(0) != len && !fin_ok) {
                 return Err(format!(
@@ -2115,7 +2117,7 @@ impl Sim {
             let all = conns
                 .iter()
                 .map(|k| (k, None))
-                .chain(desync.iter().map(|k| (k, Some(at as u32))));
+                .chain(desync.iter().map(|k| (k, Some(ftnet_wire::len32(at)))));
             for (i, (k, cut)) in all.enumerate() {
                 let mine: Vec<InputKind> = inputs
                     .iter()
@@ -2149,7 +2151,7 @@ impl Sim {
                             ends.last()
                         ));
                     }
-                } else if ends.last().copied().unwrap_or(0) != k.data.len() as u32 {
+                } else if ends.last().copied().unwrap_or(0) != ftnet_wire::len32(k.data.len()) {
                     return Err(format!(
                         "invariant 6 (sequencer): conn {i} chunks end at {:?}, the stream at {}",
                         ends.last(),
@@ -2395,7 +2397,7 @@ impl Sim {
                 let cut = r.gen_range(0..b.len().max(1));
                 b.truncate(cut);
                 if cut >= 20 && r.gen_bool(0.5) {
-                    b[2..4].copy_from_slice(&(cut as u16).to_be_bytes());
+                    b[2..4].copy_from_slice(&u16::try_from(cut).expect("an IPv4 packet").to_be_bytes());
                     ip_csum(&mut b);
                 }
                 b
@@ -2498,7 +2500,7 @@ fn refill(b: &mut [u8]) {
     // The segment view refuses a bad data offset; compute by hand then.
     b[36] = 0;
     b[37] = 0;
-    let ph = ftnet_wire::checksum::pseudo_header(src, dst, ipv4::PROTO_TCP, (tl - 20) as u32);
+    let ph = ftnet_wire::checksum::pseudo_header(src, dst, ipv4::PROTO_TCP, ftnet_wire::len32(tl - 20));
     let c = ftnet_wire::checksum::complete(&b[20..tl], ph);
     b[36..38].copy_from_slice(&c.to_be_bytes());
 }

@@ -24,15 +24,15 @@ impl PcapWriter {
     }
 
     pub fn packet(&mut self, t_us: u64, data: &[u8]) {
-        let n = data.len().min(65535) as u32;
+        let n = u32::try_from(data.len().min(65535)).unwrap_or(65535);
         let _ = self
             .out
-            .write_all(&((t_us / 1_000_000) as u32).to_le_bytes());
+            .write_all(&ftnet_wire::mod32(t_us / 1_000_000).to_le_bytes());
         let _ = self
             .out
             .write_all(&((t_us % 1_000_000) as u32).to_le_bytes());
         let _ = self.out.write_all(&n.to_le_bytes());
-        let _ = self.out.write_all(&(data.len() as u32).to_le_bytes());
+        let _ = self.out.write_all(&ftnet_wire::len32(data.len()).to_le_bytes());
         let _ = self.out.write_all(&data[..n as usize]);
     }
 }

@@ -16,7 +16,7 @@ pub mod tcp;
 pub mod vnet;
 
 pub use checksum::IpPair;
-pub use seq::{SeqDelta, SeqNum};
+pub use seq::{len32, mod32, SeqDelta, SeqNum};
 
 /// A byte range inside a header, named like smoltcp's `field` modules.
 pub type Field = core::ops::Range<usize>;

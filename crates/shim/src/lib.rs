@@ -60,7 +60,7 @@ pub use order::{decode, encode, Ev, Key, Kind, Order, RECORD};
 
 use libc::{c_int, c_void, size_t, sockaddr, socklen_t, ssize_t};
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -250,8 +250,9 @@ fn state() -> MutexGuard<'static, State> {
             ..State::default()
         })
     });
-    // A panic aborts (no unwinding across FFI), so the lock is never poisoned;
-    // take it either way.
+    // A panic in the shim's logic is caught at the exported function
+    // (`guarded`), possibly with this lock held: take it poisoned or not
+    // (after a panic the shim only reports and stops ordering).
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
@@ -328,9 +329,15 @@ fn maybe_nothing_to_order(s: &mut State) {
     }
 }
 
+/// The size of `T` as a socket address or option length.
+fn socklen_of<T>() -> socklen_t {
+    socklen_t::try_from(std::mem::size_of::<T>()).unwrap_or(socklen_t::MAX)
+}
+
 fn sockname(fd: c_int, peer: bool) -> Option<(u32, u16)> {
+    // SAFETY: sockaddr_in is plain old data; all zeroes is a valid value.
     let mut sa: libc::sockaddr_in = unsafe { std::mem::zeroed() };
-    let mut len = std::mem::size_of::<libc::sockaddr_in>() as socklen_t;
+    let mut len = socklen_of::<libc::sockaddr_in>();
     let p = (&mut sa as *mut libc::sockaddr_in).cast::<sockaddr>();
     // SAFETY: `sa` is a writable sockaddr_in of `len` bytes for the call.
     let rc = unsafe {
@@ -340,7 +347,7 @@ fn sockname(fd: c_int, peer: bool) -> Option<(u32, u16)> {
             libc::getsockname(fd, p, &mut len)
         }
     };
-    if rc != 0 || sa.sin_family != libc::AF_INET as libc::sa_family_t {
+    if rc != 0 || i32::from(sa.sin_family) != libc::AF_INET {
         return None;
     }
     Some((u32::from_be(sa.sin_addr.s_addr), u16::from_be(sa.sin_port)))
@@ -414,8 +421,9 @@ impl State {
             if fd < 0 {
                 return;
             }
+            // SAFETY: sockaddr_un is plain old data; all zeroes is a valid value.
             let mut sa: libc::sockaddr_un = unsafe { std::mem::zeroed() };
-            sa.sun_family = libc::AF_UNIX as libc::sa_family_t;
+            sa.sun_family = libc::sa_family_t::try_from(libc::AF_UNIX).unwrap_or_default();
             let bytes = path.as_bytes();
             if bytes.len() >= sa.sun_path.len() {
                 give_up(self, "FTNET_SHIM_SOCKET path too long");
@@ -424,7 +432,7 @@ impl State {
             for (d, s) in sa.sun_path.iter_mut().zip(bytes) {
                 *d = *s as libc::c_char;
             }
-            let len = std::mem::size_of::<libc::sockaddr_un>() as socklen_t;
+            let len = socklen_of::<libc::sockaddr_un>();
             // SAFETY: `sa` is a valid sockaddr_un for the call.
             if unsafe { libc::connect(fd, (&sa as *const libc::sockaddr_un).cast(), len) } != 0 {
                 if let Some(c) = real_close() {
@@ -801,7 +809,10 @@ fn consumed(fd: c_int, n: ssize_t) {
     let Some(c) = s.conns.get_mut(&fd) else {
         return;
     };
-    c.consumed = c.consumed.wrapping_add(n as u32);
+    // Offsets in the client's stream are modulo 2^32 (RFC 9293 §3.4).
+    #[allow(clippy::cast_possible_truncation)]
+    let n32 = n as u32;
+    c.consumed = c.consumed.wrapping_add(n32);
     let (key, at) = (c.key, c.consumed);
     // Every chunk of this connection that ends at or before `at` is done.
     while let Some(e) = s.order.head(|e| e.key == key) {
@@ -817,8 +828,13 @@ fn consumed(fd: c_int, n: ssize_t) {
     }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, count: size_t) -> ssize_t {
+/// The shim's `read`; the exported one wraps it ([`guarded`]).
+unsafe fn read_logic(fd: c_int, buf: *mut c_void, count: size_t) -> ssize_t {
+    #[cfg(test)]
+    tests::maybe_fail();
+    // SAFETY: `buf` is writable for `count` bytes (read(2)'s contract, the caller's); every libc call below gets pointers into these or
+    // into live local buffers of the lengths it is given.
+    unsafe {
     let Some(rd) = real_read() else {
         set_errno(libc::ENOSYS);
         return -1;
@@ -837,10 +853,14 @@ pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, count: size_t) -> ssi
             n
         }
     }
+    }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn recv(fd: c_int, buf: *mut c_void, len: size_t, flags: c_int) -> ssize_t {
+/// The shim's `recv`; the exported one wraps it ([`guarded`]).
+unsafe fn recv_logic(fd: c_int, buf: *mut c_void, len: size_t, flags: c_int) -> ssize_t {
+    // SAFETY: `buf` is writable for `len` bytes (recv(2)'s contract, the caller's); every libc call below gets pointers into these or
+    // into live local buffers of the lengths it is given.
+    unsafe {
     let Some(rv) = real_recv() else {
         set_errno(libc::ENOSYS);
         return -1;
@@ -859,10 +879,14 @@ pub unsafe extern "C" fn recv(fd: c_int, buf: *mut c_void, len: size_t, flags: c
             n
         }
     }
+    }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn readv(fd: c_int, iov: *const libc::iovec, iovcnt: c_int) -> ssize_t {
+/// The shim's `readv`; the exported one wraps it ([`guarded`]).
+unsafe fn readv_logic(fd: c_int, iov: *const libc::iovec, iovcnt: c_int) -> ssize_t {
+    // SAFETY: `iov` points to `iovcnt` iovecs of writable buffers (readv(2)'s contract, the caller's); it is read only when not null and `iovcnt` > 0; every libc call below gets pointers into these or
+    // into live local buffers of the lengths it is given.
+    unsafe {
     let Some(rv) = real_readv() else {
         set_errno(libc::ENOSYS);
         return -1;
@@ -892,10 +916,11 @@ pub unsafe extern "C" fn readv(fd: c_int, iov: *const libc::iovec, iovcnt: c_int
                 });
                 left -= l;
             }
-            let n = rv(fd, v.as_ptr(), v.len() as c_int);
+            let n = rv(fd, v.as_ptr(), c_int::try_from(v.len()).unwrap_or(c_int::MAX));
             consumed(fd, n);
             n
         }
+    }
     }
 }
 
@@ -906,6 +931,9 @@ unsafe fn accept_common(
     flags: c_int,
     four: bool,
 ) -> c_int {
+    // SAFETY: `addr`/`len` are null or valid as accept(2) requires (passed on from the caller of accept/accept4); every libc call below gets pointers into these or
+    // into live local buffers of the lengths it is given.
+    unsafe {
     let pass = || {
         if four {
             real_accept4().map_or(-1, |f| f(fd, addr, len, flags))
@@ -935,6 +963,7 @@ unsafe fn accept_common(
             -1
         }
     }
+    }
 }
 
 fn is_blocking(fd: c_int) -> bool {
@@ -950,6 +979,9 @@ unsafe fn try_accept(
     flags: c_int,
     pass: &dyn Fn() -> c_int,
 ) -> Option<c_int> {
+    // SAFETY: `addr`/`len` are null or valid as accept(2) requires (passed on from the caller of accept/accept4); every libc call below gets pointers into these or
+    // into live local buffers of the lengths it is given.
+    unsafe {
     let mut s = state();
     if !s.listeners.contains_key(&fd) {
         drop(s);
@@ -1002,6 +1034,7 @@ unsafe fn try_accept(
         }
         _ => None,
     }
+    }
 }
 
 /// Give the caller `cfd` as accept4 would have: its address and flags.
@@ -1011,6 +1044,9 @@ unsafe fn finish_accept(
     len: *mut socklen_t,
     flags: c_int,
 ) -> c_int {
+    // SAFETY: `addr`/`len` are null or valid as getpeername(2) requires (passed on from the caller of accept/accept4); `cfd` is a descriptor this process owns; every libc call below gets pointers into these or
+    // into live local buffers of the lengths it is given.
+    unsafe {
     if cfd < 0 {
         set_errno(libc::EAGAIN);
         return -1;
@@ -1027,25 +1063,37 @@ unsafe fn finish_accept(
         libc::fcntl(cfd, libc::F_SETFD, 0);
     }
     cfd
+    }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn accept(fd: c_int, addr: *mut sockaddr, len: *mut socklen_t) -> c_int {
+/// The shim's `accept`; the exported one wraps it ([`guarded`]).
+unsafe fn accept_logic(fd: c_int, addr: *mut sockaddr, len: *mut socklen_t) -> c_int {
+    // SAFETY: `addr`/`len` are null or valid as accept(2) requires (the caller's contract); every libc call below gets pointers into these or
+    // into live local buffers of the lengths it is given.
+    unsafe {
     accept_common(fd, addr, len, 0, false)
+    }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn accept4(
+/// The shim's `accept4`; the exported one wraps it ([`guarded`]).
+unsafe fn accept4_logic(
     fd: c_int,
     addr: *mut sockaddr,
     len: *mut socklen_t,
     flags: c_int,
 ) -> c_int {
+    // SAFETY: `addr`/`len` are null or valid as accept4(2) requires (the caller's contract); every libc call below gets pointers into these or
+    // into live local buffers of the lengths it is given.
+    unsafe {
     accept_common(fd, addr, len, flags, true)
+    }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn listen(fd: c_int, backlog: c_int) -> c_int {
+/// The shim's `listen`; the exported one wraps it ([`guarded`]).
+unsafe fn listen_logic(fd: c_int, backlog: c_int) -> c_int {
+    // SAFETY: no pointer arguments; libc's listen gets the caller's arguments; every libc call below gets pointers into these or
+    // into live local buffers of the lengths it is given.
+    unsafe {
     let Some(l) = real_listen() else {
         set_errno(libc::ENOSYS);
         return -1;
@@ -1064,10 +1112,14 @@ pub unsafe extern "C" fn listen(fd: c_int, backlog: c_int) -> c_int {
         }
     }
     rc
+    }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn close(fd: c_int) -> c_int {
+/// The shim's `close`; the exported one wraps it ([`guarded`]).
+unsafe fn close_logic(fd: c_int) -> c_int {
+    // SAFETY: no pointer arguments; libc's close gets the caller's argument; every libc call below gets pointers into these or
+    // into live local buffers of the lengths it is given.
+    unsafe {
     if !in_child() {
         let mut s = state();
         if let Some(c) = s.conns.remove(&fd) {
@@ -1078,15 +1130,19 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
         s.interest.retain(|(e, f), _| *f != fd && *e != fd);
     }
     real_close().map_or(-1, |c| c(fd))
+    }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn epoll_ctl(
+/// The shim's `epoll_ctl`; the exported one wraps it ([`guarded`]).
+unsafe fn epoll_ctl_logic(
     epfd: c_int,
     op: c_int,
     fd: c_int,
     ev: *mut libc::epoll_event,
 ) -> c_int {
+    // SAFETY: `ev` is null or points to an epoll_event (epoll_ctl(2)'s contract, the caller's); it is read unaligned; every libc call below gets pointers into these or
+    // into live local buffers of the lengths it is given.
+    unsafe {
     let Some(ctl) = real_epoll_ctl() else {
         set_errno(libc::ENOSYS);
         return -1;
@@ -1112,15 +1168,19 @@ pub unsafe extern "C" fn epoll_ctl(
         }
     }
     rc
+    }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn epoll_wait(
+/// The shim's `epoll_wait`; the exported one wraps it ([`guarded`]).
+unsafe fn epoll_wait_logic(
     epfd: c_int,
     events: *mut libc::epoll_event,
     max: c_int,
     timeout: c_int,
 ) -> c_int {
+    // SAFETY: `events` is writable for `max` events (epoll_wait(2)'s contract, the caller's); at most `max` are written; every libc call below gets pointers into these or
+    // into live local buffers of the lengths it is given.
+    unsafe {
     let Some(wait) = real_epoll_wait() else {
         set_errno(libc::ENOSYS);
         return -1;
@@ -1218,7 +1278,7 @@ pub unsafe extern "C" fn epoll_wait(
         }
         if !out.is_empty() {
             std::ptr::copy_nonoverlapping(out.as_ptr(), events, out.len());
-            return out.len() as c_int;
+            return c_int::try_from(out.len()).unwrap_or(c_int::MAX);
         }
         if deadline.is_some_and(|d| Instant::now() >= d) {
             return 0;
@@ -1243,6 +1303,7 @@ pub unsafe extern "C" fn epoll_wait(
             }],
             left_ms,
         );
+    }
     }
 }
 
@@ -1293,7 +1354,7 @@ fn ordered_wait_applies(asked_input: impl Iterator<Item = c_int>) -> bool {
 /// an order of their own (array or descriptor order, or from a random
 /// start, as libevent does), so two ordered events in one answer could be
 /// handled in another order than the router's.
-unsafe fn ordered_poll(user: &mut [libc::pollfd], timeout: c_int) -> c_int {
+fn ordered_poll(user: &mut [libc::pollfd], timeout: c_int) -> c_int {
     let deadline = (timeout >= 0).then(|| Instant::now() + Duration::from_millis(timeout as u64));
     let mut tmp = user.to_vec();
     loop {
@@ -1337,7 +1398,7 @@ unsafe fn ordered_poll(user: &mut [libc::pollfd], timeout: c_int) -> c_int {
             for (u, t) in user.iter_mut().zip(tmp.iter()) {
                 u.revents = t.revents;
             }
-            return ready as c_int;
+            return c_int::try_from(ready).unwrap_or(c_int::MAX);
         }
         let left_ms = deadline.map_or(100, |d| {
             d.saturating_duration_since(Instant::now())
@@ -1348,8 +1409,11 @@ unsafe fn ordered_poll(user: &mut [libc::pollfd], timeout: c_int) -> c_int {
     }
 }
 
-#[no_mangle]
-pub unsafe extern "C" fn poll(fds: *mut libc::pollfd, nfds: libc::nfds_t, timeout: c_int) -> c_int {
+/// The shim's `poll`; the exported one wraps it ([`guarded`]).
+unsafe fn poll_logic(fds: *mut libc::pollfd, nfds: libc::nfds_t, timeout: c_int) -> c_int {
+    // SAFETY: `fds` points to `nfds` pollfds (poll(2)'s contract, the caller's); it is used only when not null; every libc call below gets pointers into these or
+    // into live local buffers of the lengths it is given.
+    unsafe {
     let Some(real) = real_poll() else {
         set_errno(libc::ENOSYS);
         return -1;
@@ -1357,7 +1421,7 @@ pub unsafe extern "C" fn poll(fds: *mut libc::pollfd, nfds: libc::nfds_t, timeou
     if fds.is_null() || nfds == 0 || nfds > 1 << 20 {
         return real(fds, nfds, timeout);
     }
-    let user = std::slice::from_raw_parts_mut(fds, nfds as usize);
+    let user = std::slice::from_raw_parts_mut(fds, usize::try_from(nfds).unwrap_or(0));
     let asked = user
         .iter()
         .filter(|p| p.fd >= 0 && p.events & POLL_INPUT != 0)
@@ -1366,24 +1430,29 @@ pub unsafe extern "C" fn poll(fds: *mut libc::pollfd, nfds: libc::nfds_t, timeou
         return real(fds, nfds, timeout);
     }
     ordered_poll(user, timeout)
+    }
 }
 
 /// `select(2)` as `poll(2)`: readable = `POLLIN`, writable = `POLLOUT`,
 /// exceptional = `POLLPRI`; the sets are rewritten with what is ready and
 /// `timeout` with the time left, as Linux does.
-#[no_mangle]
-pub unsafe extern "C" fn select(
+/// The shim's `select`; the exported one wraps it ([`guarded`]).
+unsafe fn select_logic(
     nfds: c_int,
     rd: *mut libc::fd_set,
     wr: *mut libc::fd_set,
     ex: *mut libc::fd_set,
     timeout: *mut libc::timeval,
 ) -> c_int {
+    // SAFETY: the fd_set pointers are null or valid for `nfds` descriptors and `timeout` is null or valid (select(2)'s contract, the caller's); every libc call below gets pointers into these or
+    // into live local buffers of the lengths it is given.
+    unsafe {
     let Some(real) = real_select() else {
         set_errno(libc::ENOSYS);
         return -1;
     };
-    if !(0..=libc::FD_SETSIZE as c_int).contains(&nfds) || rd.is_null() {
+    let setsize = c_int::try_from(libc::FD_SETSIZE).unwrap_or(c_int::MAX);
+    if !(0..=setsize).contains(&nfds) || rd.is_null() {
         return real(nfds, rd, wr, ex, timeout);
     }
     let isset = |set: *mut libc::fd_set, fd: c_int| !set.is_null() && libc::FD_ISSET(fd, set);
@@ -1414,7 +1483,8 @@ pub unsafe extern "C" fn select(
         -1
     } else {
         let t = &*timeout;
-        (t.tv_sec.max(0) * 1000 + (t.tv_usec.max(0) + 999) / 1000).min(c_int::MAX as i64) as c_int
+        let ms = t.tv_sec.max(0).saturating_mul(1000) + (t.tv_usec.max(0) + 999) / 1000;
+        c_int::try_from(ms).unwrap_or(c_int::MAX)
     };
     let t0 = Instant::now();
     let n = ordered_poll(&mut pfds, ms);
@@ -1456,4 +1526,361 @@ pub unsafe extern "C" fn select(
         (*timeout).tv_usec = left.subsec_micros() as libc::suseconds_t;
     }
     count
+    }
+}
+
+// ---------------------------------------------------------------- exports
+//
+// Every function the shim exports is a thin wrapper: it runs the shim's
+// logic inside `catch_unwind` and, if that panics (a shim bug), it falls
+// through to libc — for this call and every later one. A bug in the shim
+// never unwinds into (undefined behaviour) or aborts the server it is
+// loaded into. It fails safe, loudly: the panic is printed, the agent is
+// told the order is lost (the router takes this replica out of the group),
+// and for `HOLD` the server gets no TCP input or connection, so that it
+// answers nobody from input outside the group's order before it is out.
+
+static PANICKED: AtomicBool = AtomicBool::new(false);
+
+/// Until when (ms on the shim's monotonic clock) TCP input is withheld
+/// after a panic; 0: not at all.
+static PANIC_HOLD_UNTIL_MS: AtomicU64 = AtomicU64::new(0);
+
+fn clock_ms() -> u64 {
+    static T0: OnceLock<Instant> = OnceLock::new();
+    let t0 = *T0.get_or_init(Instant::now);
+    u64::try_from(t0.elapsed().as_millis()).unwrap_or(u64::MAX)
+}
+
+/// Run `logic`; on a panic (or once one happened) run `libc` instead.
+fn guarded<R>(name: &str, logic: impl FnOnce() -> R, libc: impl FnOnce() -> R) -> R {
+    if PANICKED.load(Ordering::Acquire) {
+        return libc();
+    }
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(logic)) {
+        Ok(r) => r,
+        Err(_) => {
+            after_panic(name);
+            libc()
+        }
+    }
+}
+
+/// Once: stop ordering, tell the agent, withhold TCP input for [`HOLD`].
+fn after_panic(name: &str) {
+    if PANICKED.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    let _ = std::panic::catch_unwind(|| {
+        let mut s = state();
+        if s.on {
+            let until = clock_ms().saturating_add(u64::try_from(HOLD.as_millis()).unwrap_or(0));
+            PANIC_HOLD_UNTIL_MS.store(until, Ordering::Release);
+        }
+        give_up(
+            &mut s,
+            &format!("the shim failed inside {name} (a bug; the panic is printed above)"),
+        );
+    });
+}
+
+/// After a panic, while the hold lasts: is `fd` a TCP socket (whose input
+/// or connections the server must not get)?
+fn withheld(fd: c_int) -> bool {
+    if clock_ms() >= PANIC_HOLD_UNTIL_MS.load(Ordering::Acquire) {
+        return false;
+    }
+    let mut proto: c_int = 0;
+    let mut len = socklen_of::<c_int>();
+    // SAFETY: `proto` and `len` are live locals of the sizes given.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_PROTOCOL,
+            (&raw mut proto).cast(),
+            &raw mut len,
+        )
+    };
+    rc == 0 && proto == libc::IPPROTO_TCP
+}
+
+/// libc's answer, or EAGAIN while TCP input is withheld after a panic.
+fn pass_or_hold<R: From<i8>>(fd: c_int, libc: impl FnOnce() -> R) -> R {
+    if withheld(fd) {
+        set_errno(libc::EAGAIN);
+        return R::from(-1);
+    }
+    libc()
+}
+
+fn enosys<R: From<i8>>() -> R {
+    set_errno(libc::ENOSYS);
+    R::from(-1)
+}
+
+/// # Safety
+/// read(2)'s contract: `buf` is writable for `count` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, count: size_t) -> ssize_t {
+    guarded(
+        "read",
+        // SAFETY: the caller's arguments, under read(2)'s contract.
+        || unsafe { read_logic(fd, buf, count) },
+        || {
+            pass_or_hold(fd, || {
+                // SAFETY: as above.
+                real_read().map_or_else(enosys, |f| unsafe { f(fd, buf, count) })
+            })
+        },
+    )
+}
+
+/// # Safety
+/// recv(2)'s contract: `buf` is writable for `len` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn recv(fd: c_int, buf: *mut c_void, len: size_t, flags: c_int) -> ssize_t {
+    guarded(
+        "recv",
+        // SAFETY: the caller's arguments, under recv(2)'s contract.
+        || unsafe { recv_logic(fd, buf, len, flags) },
+        || {
+            pass_or_hold(fd, || {
+                // SAFETY: as above.
+                real_recv().map_or_else(enosys, |f| unsafe { f(fd, buf, len, flags) })
+            })
+        },
+    )
+}
+
+/// # Safety
+/// readv(2)'s contract: `iov` points to `iovcnt` iovecs of writable buffers.
+#[no_mangle]
+pub unsafe extern "C" fn readv(fd: c_int, iov: *const libc::iovec, iovcnt: c_int) -> ssize_t {
+    guarded(
+        "readv",
+        // SAFETY: the caller's arguments, under readv(2)'s contract.
+        || unsafe { readv_logic(fd, iov, iovcnt) },
+        || {
+            pass_or_hold(fd, || {
+                // SAFETY: as above.
+                real_readv().map_or_else(enosys, |f| unsafe { f(fd, iov, iovcnt) })
+            })
+        },
+    )
+}
+
+/// # Safety
+/// accept(2)'s contract: `addr` and `len` are null or valid.
+#[no_mangle]
+pub unsafe extern "C" fn accept(fd: c_int, addr: *mut sockaddr, len: *mut socklen_t) -> c_int {
+    guarded(
+        "accept",
+        // SAFETY: the caller's arguments, under accept(2)'s contract.
+        || unsafe { accept_logic(fd, addr, len) },
+        || {
+            pass_or_hold(fd, || {
+                // SAFETY: as above.
+                real_accept().map_or_else(enosys, |f| unsafe { f(fd, addr, len) })
+            })
+        },
+    )
+}
+
+/// # Safety
+/// accept4(2)'s contract: `addr` and `len` are null or valid.
+#[no_mangle]
+pub unsafe extern "C" fn accept4(
+    fd: c_int,
+    addr: *mut sockaddr,
+    len: *mut socklen_t,
+    flags: c_int,
+) -> c_int {
+    guarded(
+        "accept4",
+        // SAFETY: the caller's arguments, under accept4(2)'s contract.
+        || unsafe { accept4_logic(fd, addr, len, flags) },
+        || {
+            pass_or_hold(fd, || {
+                // SAFETY: as above.
+                real_accept4().map_or_else(enosys, |f| unsafe { f(fd, addr, len, flags) })
+            })
+        },
+    )
+}
+
+/// # Safety
+/// listen(2) has no pointer arguments.
+#[no_mangle]
+pub unsafe extern "C" fn listen(fd: c_int, backlog: c_int) -> c_int {
+    guarded(
+        "listen",
+        // SAFETY: no pointers.
+        || unsafe { listen_logic(fd, backlog) },
+        // SAFETY: no pointers.
+        || real_listen().map_or_else(enosys, |f| unsafe { f(fd, backlog) }),
+    )
+}
+
+/// # Safety
+/// close(2) has no pointer arguments.
+#[no_mangle]
+pub unsafe extern "C" fn close(fd: c_int) -> c_int {
+    guarded(
+        "close",
+        // SAFETY: no pointers.
+        || unsafe { close_logic(fd) },
+        // SAFETY: no pointers.
+        || real_close().map_or_else(enosys, |f| unsafe { f(fd) }),
+    )
+}
+
+/// # Safety
+/// epoll_ctl(2)'s contract: `ev` is null or points to an epoll_event.
+#[no_mangle]
+pub unsafe extern "C" fn epoll_ctl(
+    epfd: c_int,
+    op: c_int,
+    fd: c_int,
+    ev: *mut libc::epoll_event,
+) -> c_int {
+    guarded(
+        "epoll_ctl",
+        // SAFETY: the caller's arguments, under epoll_ctl(2)'s contract.
+        || unsafe { epoll_ctl_logic(epfd, op, fd, ev) },
+        // SAFETY: as above.
+        || real_epoll_ctl().map_or_else(enosys, |f| unsafe { f(epfd, op, fd, ev) }),
+    )
+}
+
+/// # Safety
+/// epoll_wait(2)'s contract: `events` is writable for `max` events.
+#[no_mangle]
+pub unsafe extern "C" fn epoll_wait(
+    epfd: c_int,
+    events: *mut libc::epoll_event,
+    max: c_int,
+    timeout: c_int,
+) -> c_int {
+    guarded(
+        "epoll_wait",
+        // SAFETY: the caller's arguments, under epoll_wait(2)'s contract.
+        || unsafe { epoll_wait_logic(epfd, events, max, timeout) },
+        // SAFETY: as above.
+        || real_epoll_wait().map_or_else(enosys, |f| unsafe { f(epfd, events, max, timeout) }),
+    )
+}
+
+/// # Safety
+/// poll(2)'s contract: `fds` points to `nfds` pollfds.
+#[no_mangle]
+pub unsafe extern "C" fn poll(fds: *mut libc::pollfd, nfds: libc::nfds_t, timeout: c_int) -> c_int {
+    guarded(
+        "poll",
+        // SAFETY: the caller's arguments, under poll(2)'s contract.
+        || unsafe { poll_logic(fds, nfds, timeout) },
+        // SAFETY: as above.
+        || real_poll().map_or_else(enosys, |f| unsafe { f(fds, nfds, timeout) }),
+    )
+}
+
+/// # Safety
+/// select(2)'s contract: the sets and `timeout` are null or valid.
+#[no_mangle]
+pub unsafe extern "C" fn select(
+    nfds: c_int,
+    rd: *mut libc::fd_set,
+    wr: *mut libc::fd_set,
+    ex: *mut libc::fd_set,
+    timeout: *mut libc::timeval,
+) -> c_int {
+    guarded(
+        "select",
+        // SAFETY: the caller's arguments, under select(2)'s contract.
+        || unsafe { select_logic(nfds, rd, wr, ex, timeout) },
+        // SAFETY: as above.
+        || real_select().map_or_else(enosys, |f| unsafe { f(nfds, rd, wr, ex, timeout) }),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::Cell;
+
+    thread_local! {
+        static FAIL: Cell<bool> = const { Cell::new(false) };
+    }
+
+    /// The shim's logic panics on this thread's next call (a stand-in for
+    /// any bug in it).
+    pub(super) fn maybe_fail() {
+        if FAIL.with(|f| f.replace(false)) {
+            panic!("shim bug (test)");
+        }
+    }
+
+    fn pipe_with(bytes: &[u8]) -> [c_int; 2] {
+        let mut p = [0; 2];
+        // SAFETY: `p` has room for the two descriptors.
+        assert_eq!(unsafe { libc::pipe(p.as_mut_ptr()) }, 0);
+        // SAFETY: `bytes` is readable for its length.
+        let n = unsafe { libc::write(p[1], bytes.as_ptr().cast(), bytes.len()) };
+        assert_eq!(usize::try_from(n).unwrap(), bytes.len());
+        p
+    }
+
+    /// A panic inside the shim never crosses into the server: the exported
+    /// `read` returns what libc's would (without `catch_unwind` the panic
+    /// would abort this process: the test harness reports the crash), and
+    /// from then on the shim stays out of the way.
+    #[test]
+    fn a_panic_in_the_shim_falls_through_to_libc() {
+        let p = pipe_with(b"hi");
+        let mut buf = [0u8; 8];
+        FAIL.with(|f| f.set(true));
+        // SAFETY: `buf` is writable for its length.
+        let n = unsafe { read(p[0], buf.as_mut_ptr().cast(), buf.len()) };
+        assert_eq!(n, 2);
+        assert_eq!(&buf[..2], b"hi");
+        assert!(PANICKED.load(Ordering::Acquire));
+        assert!(!FAIL.with(Cell::get), "the logic ran and panicked");
+        // Later calls go straight to libc.
+        // SAFETY: as above.
+        let n = unsafe { libc::write(p[1], b"yo".as_ptr().cast(), 2) };
+        assert_eq!(n, 2);
+        FAIL.with(|f| f.set(true));
+        // SAFETY: as above.
+        let n = unsafe { read(p[0], buf.as_mut_ptr().cast(), buf.len()) };
+        assert_eq!(n, 2);
+        assert!(FAIL.with(Cell::get), "the logic no longer runs");
+        FAIL.with(|f| f.set(false));
+        for fd in p {
+            // SAFETY: our descriptors.
+            unsafe { libc::close(fd) };
+        }
+    }
+
+    /// While the hold after a panic lasts, TCP sockets are withheld (the
+    /// server must not answer input outside the order before the replica is
+    /// out of the group); other descriptors are not.
+    #[test]
+    fn after_a_panic_tcp_input_is_withheld_for_the_hold() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let c = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let p = pipe_with(b"x");
+        use std::os::fd::AsRawFd;
+        let saved = PANIC_HOLD_UNTIL_MS.load(Ordering::Acquire);
+        PANIC_HOLD_UNTIL_MS.store(clock_ms() + 60_000, Ordering::Release);
+        assert!(withheld(c.as_raw_fd()));
+        assert!(withheld(l.as_raw_fd()));
+        assert!(!withheld(p[0]));
+        PANIC_HOLD_UNTIL_MS.store(clock_ms().saturating_sub(1), Ordering::Release);
+        assert!(!withheld(c.as_raw_fd()), "the hold ends");
+        PANIC_HOLD_UNTIL_MS.store(saved, Ordering::Release);
+        for fd in p {
+            // SAFETY: our descriptors.
+            unsafe { libc::close(fd) };
+        }
+    }
 }

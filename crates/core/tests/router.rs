@@ -1094,18 +1094,35 @@ fn a_lost_host_stays_out_when_its_agent_registers_again() {
     assert_eq!(r.agent_registered(replica(2)), vec!["t".to_string()]);
     assert!(r.poll_event().is_none(), "no ReplicaUp");
     assert!(!r.status().services[0].replicas[1].alive);
-    assert_eq!(syn_targets(&mut r, t(2), 40001), vec![replica(1), replica(3)]);
+    assert_eq!(
+        syn_targets(&mut r, t(2), 40001),
+        vec![replica(1), replica(3)]
+    );
     // The operator's action brings it back (and tells the agents).
-    assert_eq!(r.enable_replica(replica(2), Some("other")), Vec::<String>::new());
+    assert_eq!(
+        r.enable_replica(replica(2), Some("other")),
+        Vec::<String>::new()
+    );
     assert_eq!(r.enable_replica(replica(2), None), vec!["t".to_string()]);
     let evs: Vec<Event> = std::iter::from_fn(|| r.poll_event()).collect();
-    assert!(evs.iter().any(|e| matches!(e, Event::ReplicaUp { replica: a, .. } if *a == replica(2))), "{evs:?}");
-    assert!(evs.iter().any(|e| matches!(e, Event::OutOfService { down } if down.is_empty())), "{evs:?}");
+    assert!(
+        evs.iter()
+            .any(|e| matches!(e, Event::ReplicaUp { replica: a, .. } if *a == replica(2))),
+        "{evs:?}"
+    );
+    assert!(
+        evs.iter()
+            .any(|e| matches!(e, Event::OutOfService { down } if down.is_empty())),
+        "{evs:?}"
+    );
     assert_eq!(
         syn_targets(&mut r, t(3), 40002),
         vec![replica(1), replica(2), replica(3)]
     );
-    assert!(r.enable_replica(replica(2), None).is_empty(), "already in service");
+    assert!(
+        r.enable_replica(replica(2), None).is_empty(),
+        "already in service"
+    );
 }
 
 /// A router that starts or takes over (with agents) gives new connections
@@ -1116,7 +1133,10 @@ fn a_lost_host_stays_out_when_its_agent_registers_again() {
 fn replicas_reported_down_stay_out_after_a_restart() {
     let mut r = router(3);
     r.require_agents();
-    assert!(syn_targets(&mut r, t(1), 40001).is_empty(), "nobody confirmed yet");
+    assert!(
+        syn_targets(&mut r, t(1), 40001).is_empty(),
+        "nobody confirmed yet"
+    );
     assert_eq!(r.counters().dropped(DropReason::AwaitingAgents), 1);
     assert!(!r.status().services[0].replicas[0].alive);
     assert!(r.status().services[0].replicas[0].awaiting_agent);
@@ -1134,26 +1154,40 @@ fn replicas_reported_down_stay_out_after_a_restart() {
     assert!(r.agent_registered(replica(2)).is_empty());
     assert_eq!(r.agent_registered(replica(3)), vec!["t".to_string()]);
     // r1 and r2 serve; a SYN before r2's agent would have gone to r1 only.
-    assert_eq!(syn_targets(&mut r, t(3), 40002), vec![replica(1), replica(2)]);
+    assert_eq!(
+        syn_targets(&mut r, t(3), 40002),
+        vec![replica(1), replica(2)]
+    );
     let st = r.status();
     assert!(st.services[0].replicas[0].alive && st.services[0].replicas[1].alive);
     assert!(!st.services[0].replicas[2].alive && !st.services[0].replicas[2].awaiting_agent);
     // Reports about unknown services or replicas change nothing.
-    let junk = [ftnet_core::OutOfService {
-        vip: Ipv4Addr::new(10, 9, 9, 9),
-        port: PORT,
-        replica: replica(1),
-    }, ftnet_core::OutOfService {
-        vip: VIP,
-        port: PORT,
-        replica: Ipv4Addr::new(10, 9, 9, 9),
-    }];
+    let junk = [
+        ftnet_core::OutOfService {
+            vip: Ipv4Addr::new(10, 9, 9, 9),
+            port: PORT,
+            replica: replica(1),
+        },
+        ftnet_core::OutOfService {
+            vip: VIP,
+            port: PORT,
+            replica: Ipv4Addr::new(10, 9, 9, 9),
+        },
+    ];
     assert_eq!(r.reported_down(t(4), replica(2), &junk), 0);
     // Never the last replica in service.
-    let all = [1u8, 2].map(|i| ftnet_core::OutOfService { vip: VIP, port: PORT, replica: replica(i) });
+    let all = [1u8, 2].map(|i| ftnet_core::OutOfService {
+        vip: VIP,
+        port: PORT,
+        replica: replica(i),
+    });
     assert_eq!(r.reported_down(t(5), replica(2), &all), 2);
     assert_eq!(
-        r.status().services[0].replicas.iter().filter(|x| x.alive).count(),
+        r.status().services[0]
+            .replicas
+            .iter()
+            .filter(|x| x.alive)
+            .count(),
         1,
         "the last replica in service stays"
     );
@@ -1983,7 +2017,9 @@ fn a_replica_that_missed_unreplayable_input_leaves_the_group() {
     r.order_report(t(0), replica(2), &[report(90, 80)]);
     let evs: Vec<Event> = std::iter::from_fn(|| r.poll_event()).collect();
     assert!(
-        evs.iter().any(|e| matches!(e, Event::OrderResumed { lost, .. } if lost == &vec![(replica(2), 91)])),
+        evs.iter().any(
+            |e| matches!(e, Event::OrderResumed { lost, .. } if lost == &vec![(replica(2), 91)])
+        ),
         "{evs:?}"
     );
     assert!(
@@ -2007,11 +2043,19 @@ fn a_router_that_served_nothing_marks_no_lost_host_down() {
         r.agent_registered(replica(i));
     }
     assert_eq!(r.host_lost(t(1), replica(1)), 0);
-    assert!(log_events(&mut r).iter().all(|e| !matches!(e, Event::ReplicaDown { .. })));
+    assert!(log_events(&mut r)
+        .iter()
+        .all(|e| !matches!(e, Event::ReplicaDown { .. })));
     let st = r.status();
     assert!(!st.services[0].replicas[0].alive && st.services[0].replicas[0].awaiting_agent);
-    assert_eq!(syn_targets(&mut r, t(2), 40001), vec![replica(2), replica(3)]);
-    assert!(r.agent_registered(replica(1)).is_empty(), "back: nothing to judge");
+    assert_eq!(
+        syn_targets(&mut r, t(2), 40001),
+        vec![replica(2), replica(3)]
+    );
+    assert!(
+        r.agent_registered(replica(1)).is_empty(),
+        "back: nothing to judge"
+    );
     assert_eq!(
         syn_targets(&mut r, t(3), 40002),
         vec![replica(1), replica(2), replica(3)]
@@ -2019,4 +2063,180 @@ fn a_router_that_served_nothing_marks_no_lost_host_down() {
     // Once it served, a lost host is marked down and stays out.
     assert_eq!(r.host_lost(t(4), replica(2)), 1);
     assert_eq!(r.agent_registered(replica(2)), vec!["t".to_string()]);
+}
+
+/// Server bytes from replica `i` at server-stream offset `off` (bytes after
+/// the SYN), acknowledging all of the client's (none sent), with its TSval.
+fn server_seg(isns: &[u32], i: u8, off: u32, tsval: u32, fl: u8, p: &[u8]) -> Packet {
+    let mut a = Repr::new(
+        PORT,
+        CPORT,
+        SeqNum(isns[i as usize - 1]).add(1 + off),
+        SeqNum(CISN).add(1),
+        flags::ACK | fl,
+        500,
+    );
+    a.timestamps = Some((tsval, 1001));
+    seg(replica(i), CLIENT, a, p)
+}
+
+fn to_client(out: &[Out]) -> Vec<&Out> {
+    out.iter().filter(|o| o.dst == CLIENT).collect()
+}
+
+/// RFC 7323 §5.5 (PAWS): the client drops a segment whose TSval is below
+/// one it saw. The TSvals it gets are the router's (a per-connection base +
+/// its ms clock), whichever replica sent the bytes, so they never decrease:
+/// also when the replica whose segments it saw leaves and one whose clock
+/// is far behind carries on.
+#[test]
+fn tsvals_to_the_client_are_the_routers_and_never_decrease() {
+    let mut r = router(2);
+    let (risn, isns) = handshake(&mut r, 2);
+    // Replica 1's clock is far ahead of replica 2's.
+    r.handle_packet(t(5), server_seg(&isns, 1, 0, 9_000_000, flags::PSH, b"abc"));
+    let out = drain(&mut r);
+    let c = to_client(&out);
+    assert_eq!(c.len(), 1);
+    assert_eq!(c[0].payload, b"abc");
+    let ts_a = c[0].r.timestamps.expect("timestamps agreed").0;
+    assert_ne!(ts_a, 9_000_000, "not the replica's TSval");
+    let mut ca = Repr::new(
+        CPORT,
+        PORT,
+        SeqNum(CISN).add(1),
+        SeqNum(risn).add(4),
+        flags::ACK,
+        502,
+    );
+    ca.timestamps = Some((1003, ts_a));
+    r.handle_packet(t(6), seg(CLIENT, VIP, ca, b""));
+    drain(&mut r);
+    r.handle_packet(t(7), server_seg(&isns, 2, 0, 10, flags::PSH, b"abc"));
+    drain(&mut r);
+    // Replica 1 resets (exactly at the end of what it sent) and leaves.
+    let rst = Repr::new(
+        PORT,
+        CPORT,
+        SeqNum(isns[0]).add(4),
+        SeqNum(0),
+        flags::RST,
+        0,
+    );
+    r.handle_packet(t(10), seg(replica(1), CLIENT, rst, b""));
+    r.handle_timeout(t(150));
+    drain(&mut r);
+    assert!(
+        log_events(&mut r).iter().any(|e| matches!(
+            e,
+            Event::Evicted {
+                reason: EvictReason::Reset,
+                ..
+            }
+        )),
+        "replica 1 left"
+    );
+    // Replica 2, whose clock is 9 million behind, carries on.
+    r.handle_packet(t(200), server_seg(&isns, 2, 3, 20, flags::PSH, b"def"));
+    let out = drain(&mut r);
+    let c = to_client(&out);
+    assert_eq!(c.len(), 1);
+    assert_eq!(c[0].payload, b"def");
+    let ts_b = c[0].r.timestamps.expect("timestamps agreed").0;
+    assert_ne!(ts_b, 20, "not the replica's TSval");
+    assert!(
+        SeqNum(ts_b).is_after(SeqNum(ts_a)),
+        "TSval went from {ts_a} to {ts_b}: the client would drop it (PAWS)"
+    );
+    assert_eq!(
+        ts_b.wrapping_sub(ts_a),
+        195,
+        "the router's clock: one tick per ms between the two segments"
+    );
+}
+
+/// The FIN reaches the client once, where every replica's stream ends.
+#[test]
+fn a_fin_at_the_same_place_from_every_replica_reaches_the_client_once() {
+    let mut r = router(3);
+    let (risn, isns) = handshake(&mut r, 3);
+    let mut fins = Vec::new();
+    for i in 1..=3 {
+        r.handle_packet(
+            t(5 + u64::from(i)),
+            server_seg(&isns, i, 0, 7000, flags::PSH | flags::FIN, b"bye"),
+        );
+        let out = drain(&mut r);
+        for o in to_client(&out) {
+            if o.r.flags & flags::FIN != 0 {
+                fins.push((i, o.r.seq, o.payload.len()));
+            }
+        }
+        if i < 3 {
+            assert!(
+                fins.is_empty(),
+                "no FIN while replica {} has not sent its own",
+                i + 1
+            );
+        }
+    }
+    assert_eq!(fins.len(), 1, "exactly one FIN: {fins:?}");
+    let (_, seq, len) = fins[0];
+    assert_eq!(
+        seq.add(u32::try_from(len).unwrap()),
+        SeqNum(risn).add(4),
+        "at the end of the 3 bytes"
+    );
+    assert!(log_events(&mut r).is_empty(), "nobody blamed");
+}
+
+/// A replica that FINs where another went past stopped early: it is evicted
+/// (`fin`), the client gets the other's bytes and no FIN at the early point
+/// — whether the early FIN comes first or last.
+#[test]
+fn an_early_fin_is_evicted_and_never_reaches_the_client() {
+    for early_first in [true, false] {
+        let mut r = router(3);
+        let (risn, isns) = handshake(&mut r, 3);
+        let early = server_seg(&isns, 1, 0, 7000, flags::PSH | flags::FIN, b"abc");
+        let full = |i: u8| server_seg(&isns, i, 0, 7000, flags::PSH, b"abcdef");
+        let mut got = Vec::new();
+        let order: Vec<Packet> = if early_first {
+            vec![early, full(2), full(3)]
+        } else {
+            vec![full(2), full(3), early]
+        };
+        for (k, p) in order.into_iter().enumerate() {
+            r.handle_packet(t(5 + k as u64), p);
+            got.extend(drain(&mut r).into_iter().filter(|o| o.dst == CLIENT));
+        }
+        assert!(
+            got.iter().all(|o| o.r.flags & flags::FIN == 0),
+            "no FIN to the client (early_first={early_first})"
+        );
+        let end = got
+            .iter()
+            .map(|o| o.r.seq.add(u32::try_from(o.payload.len()).unwrap()))
+            .max_by(|a, b| {
+                if a.is_after(*b) {
+                    std::cmp::Ordering::Greater
+                } else {
+                    std::cmp::Ordering::Less
+                }
+            })
+            .expect("bytes reached the client");
+        assert_eq!(
+            end,
+            SeqNum(risn).add(7),
+            "all six bytes (early_first={early_first})"
+        );
+        let ev = log_events(&mut r);
+        assert!(
+            ev.iter().any(|e| matches!(
+                e,
+                Event::Evicted { replica: a, reason: EvictReason::Fin, .. } if *a == replica(1)
+            )),
+            "the early FIN's replica is evicted (early_first={early_first}): {ev:?}"
+        );
+    }
 }

@@ -41,6 +41,18 @@ target_dir=${CARGO_TARGET_DIR:-$REPO/target}
 export FTNET=$target_dir/release/ftnet
 echo "built $FTNET [$(elapsed)]"
 
+section "lints (cargo clippy: the unsafe and panic rules of ARCHITECTURE.md)"
+# Only the workspace's own rules are errors here (root Cargo.toml [workspace.lints]), so that a
+# newer clippy's new default lints cannot fail CI; run plain `cargo clippy` for the rest.
+if ! cargo clippy --version >/dev/null 2>&1 && command -v rustup >/dev/null; then
+	rustup component add clippy || true
+fi
+lint_rc=0
+cargo clippy --release --locked --workspace --all-targets -- -A clippy::all \
+	-D clippy::undocumented_unsafe_blocks -D clippy::cast_possible_truncation \
+	-D unsafe_op_in_unsafe_fn || lint_rc=$?
+if ((lint_rc)); then echo "lints FAILED (exit $lint_rc) [$(elapsed)]"; else echo "lints clean [$(elapsed)]"; fi
+
 section "unit and simulation tests (cargo test --release --locked --workspace)"
 # On failure, still run the end-to-end tests (they say more about the product) and fail at the end.
 # Bounded, so that a hung test cannot eat CI's 90 minutes (FTNET_CARGO_TEST_TIMEOUT seconds).
@@ -56,7 +68,7 @@ fi
 section "end-to-end tests (tests/e2e/run.sh $*)"
 if ((!e2e_wanted)); then
 	echo "e2e: skipped because FTNET_E2E=0 was set"
-	exit "$cargo_rc"
+	exit $((cargo_rc || lint_rc))
 fi
 skip_reason=
 if [[ $(id -u) != 0 ]]; then
@@ -82,7 +94,8 @@ rc=0
 tests/e2e/run.sh "$@" || rc=$?
 verdict=()
 ((cargo_rc)) && verdict+=("CARGO TEST FAILED")
+((lint_rc)) && verdict+=("LINTS FAILED")
 ((rc)) && verdict+=("END-TO-END FAILURES")
 ((${#verdict[@]})) || verdict=("ALL PASSED")
 section "done in $(elapsed): ${verdict[*]}"
-((cargo_rc == 0 && rc == 0))
+((cargo_rc == 0 && lint_rc == 0 && rc == 0))

@@ -37,6 +37,14 @@ use std::collections::HashMap;
 use std::net::Ipv4Addr;
 use std::time::Duration;
 
+/// The vocabulary shared with the router's core, one type each from end to
+/// end: the connection's key, its record, the sequencer's numbered input
+/// and an agent's report of where the order stands, who is out of service.
+pub use ftnet_core::{
+    AgentMsg, ConnKey, ConnRecord, InputKind, NumberedInput, OrderReport, OutOfService,
+    ReplicaSetup,
+};
+
 /// A duration in whole milliseconds, saturating (the protocol's times are
 /// milliseconds in a u64).
 fn ms(d: Duration) -> u64 {
@@ -45,8 +53,9 @@ fn ms(d: Duration) -> u64 {
 
 /// Protocol version; a different one is rejected with a clear reason.
 /// 3: `OutOfService`; 4: `OrderLost` and `Shims` (a replica whose server
-/// lost the order leaves).
-pub const VERSION: u32 = 4;
+/// lost the order leaves); 5: the core's types on the wire (one record with
+/// every replica's part, `key` for a connection, `InputKind::Data { end }`).
+pub const VERSION: u32 = 5;
 /// Largest frame accepted (a connection record is ~300 bytes; an order
 /// report is ~10 KB per service port).
 pub const MAX_FRAME: usize = 256 * 1024;
@@ -57,88 +66,6 @@ pub const RECORDS_PER_MSG: usize = 128;
 
 /// Connection ids per `Stored` message (about 70 bytes of JSON each).
 pub const STORED_PER_MSG: usize = 1024;
-
-/// The key of a replicated connection, as the client sees it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct ConnId {
-    pub client: Ipv4Addr,
-    pub cport: u16,
-    pub vip: Ipv4Addr,
-    pub vport: u16,
-}
-
-impl std::fmt::Display for ConnId {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "{}:{}→{}:{}",
-            self.client, self.cport, self.vip, self.vport
-        )
-    }
-}
-
-/// What the router stores at a replica's agent when a connection is set up:
-/// the facts a new router cannot learn from later packets.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ConnRecord {
-    pub id: ConnId,
-    /// The client's initial sequence number.
-    pub client_isn: u32,
-    /// The ISN the router gave the client.
-    pub router_isn: u32,
-    /// This replica's ISN (its offset to the client's space follows).
-    pub replica_isn: u32,
-    /// Window scale the router announced to the client.
-    pub wscale_out: u8,
-    /// The router's TSval base, if timestamps were agreed.
-    pub ts_base: Option<u32>,
-    /// The other replicas of the connection at set-up.
-    pub replicas: Vec<Ipv4Addr>,
-    /// This replica's window scale (applies to its window fields).
-    #[serde(default)]
-    pub replica_wscale: u8,
-    /// The MSS the client announced.
-    #[serde(default)]
-    pub client_mss: u16,
-    /// The MSS the router announced to the client.
-    #[serde(default)]
-    pub mss_out: u16,
-    /// The agent passed on this connection's Accept (sequencer; kept by
-    /// the agent, not sent by the router).
-    #[serde(default)]
-    pub accepted: bool,
-    /// The end of the last chunk of this connection the agent passed on.
-    #[serde(default)]
-    pub input_end: Option<u32>,
-}
-
-/// One numbered input event, as an agent keeps it for a router that takes
-/// over the order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct InputRec {
-    pub seq: u64,
-    pub id: ConnId,
-    pub kind: InputKind,
-    pub end: u32,
-}
-
-/// One replica out of service for one service (its VIP and first port).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct DownReplica {
-    pub vip: Ipv4Addr,
-    pub vport: u16,
-    pub replica: Ipv4Addr,
-}
-
-/// Where one service port's input order stands at an agent: the last
-/// number it passed on and the last events (ascending, ending there).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ServiceOrder {
-    pub vip: Ipv4Addr,
-    pub vport: u16,
-    pub last_seq: u64,
-    pub tail: Vec<InputRec>,
-}
 
 /// Events of the tail an agent reports per service port: more than the
 /// agents can be apart when a router dies (each agent's writer is at most
@@ -152,13 +79,13 @@ pub const ORDER_TAIL: usize = 96;
 /// before anything newer: the events arrive in order.)
 #[derive(Debug, Default)]
 pub struct OrderLog {
-    ports: HashMap<(Ipv4Addr, u16), (u64, std::collections::VecDeque<InputRec>)>,
+    ports: HashMap<(Ipv4Addr, u16), (u64, std::collections::VecDeque<NumberedInput>)>,
 }
 
 impl OrderLog {
     /// An event passed on to the shim.
-    pub fn note(&mut self, ev: InputRec) {
-        let (last, tail) = self.ports.entry((ev.id.vip, ev.id.vport)).or_default();
+    pub fn note(&mut self, ev: NumberedInput) {
+        let (last, tail) = self.ports.entry((ev.key.vip, ev.key.vport)).or_default();
         if ev.seq <= *last {
             // A router numbered afresh without this agent's report.
             tail.clear();
@@ -171,11 +98,11 @@ impl OrderLog {
     }
 
     /// What the agent reports on registering.
-    pub fn report(&self) -> Vec<ServiceOrder> {
-        let mut v: Vec<ServiceOrder> = self
+    pub fn report(&self) -> Vec<OrderReport> {
+        let mut v: Vec<OrderReport> = self
             .ports
             .iter()
-            .map(|(&(vip, vport), (last, tail))| ServiceOrder {
+            .map(|(&(vip, vport), (last, tail))| OrderReport {
                 vip,
                 vport,
                 last_seq: *last,
@@ -222,14 +149,14 @@ pub enum Msg {
         record: ConnRecord,
     },
     ConnClose {
-        id: ConnId,
+        key: ConnKey,
     },
     /// Agent → router: the records of these connections (`ConnOpen`) are
     /// stored. The router holds each connection's SYN-ACK until every live
     /// replica's agent said so (output commit), so that a router that dies
     /// never leaves a client with a connection its successor cannot find.
     Stored {
-        ids: Vec<ConnId>,
+        keys: Vec<ConnKey>,
     },
     /// Agent → router, right after `Welcome` (in as many messages as the
     /// frame size needs): every connection record the agent holds, so that
@@ -241,7 +168,7 @@ pub enum Msg {
     /// input order stands at this agent, per service port (empty: it never
     /// got an event). A router that takes over numbers on from there.
     Order {
-        services: Vec<ServiceOrder>,
+        services: Vec<OrderReport>,
     },
     /// Router → agent: every replica out of service (complete, every
     /// service), sent on registering and whenever it changes; the agent
@@ -250,16 +177,15 @@ pub enum Msg {
     /// starts or takes over never readmits a replica that left the group
     /// under the router before.
     OutOfService {
-        down: Vec<DownReplica>,
+        down: Vec<OutOfService>,
     },
     /// The sequencer's `seq`-th input event of a service (router → agent →
-    /// the replica's shim): `kind` accept or data (then `end` is the chunk's
-    /// end offset in the client's stream).
+    /// the replica's shim): `kind` accept or data (with the chunk's end
+    /// offset in the client's stream).
     Input {
         seq: u64,
-        id: ConnId,
+        key: ConnKey,
         kind: InputKind,
-        end: u32,
     },
     /// Agent → router: the replica's server can no longer get the router's
     /// exact input order (the agent could not pass every event on, the shim
@@ -278,31 +204,54 @@ pub enum Msg {
     },
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum InputKind {
-    Accept,
-    Data,
-}
-
 /// Size of one input record on the agent → shim Unix socket.
 pub const SHIM_RECORD: usize = 24;
 
 /// The agent → shim record (the shim's `order::decode` reads it): `seq` u64
 /// LE, client IPv4 in network order, client port u16 LE, service port u16
 /// LE, kind u8 (1 accept, 2 data), 3 zero bytes, end u32 LE.
-pub fn shim_record(seq: u64, id: &ConnId, kind: InputKind, end: u32) -> [u8; SHIM_RECORD] {
+pub fn shim_record(ev: &NumberedInput) -> [u8; SHIM_RECORD] {
     let mut b = [0u8; SHIM_RECORD];
-    b[0..8].copy_from_slice(&seq.to_le_bytes());
-    b[8..12].copy_from_slice(&id.client.octets());
-    b[12..14].copy_from_slice(&id.cport.to_le_bytes());
-    b[14..16].copy_from_slice(&id.vport.to_le_bytes());
-    b[16] = match kind {
-        InputKind::Accept => 1,
-        InputKind::Data => 2,
+    b[0..8].copy_from_slice(&ev.seq.to_le_bytes());
+    b[8..12].copy_from_slice(&ev.key.client.octets());
+    b[12..14].copy_from_slice(&ev.key.cport.to_le_bytes());
+    b[14..16].copy_from_slice(&ev.key.vport.to_le_bytes());
+    let (kind, end) = match ev.kind {
+        InputKind::Accept => (1, 0),
+        InputKind::Data { end } => (2, end),
     };
+    b[16] = kind;
     b[20..24].copy_from_slice(&end.to_le_bytes());
     b
+}
+
+/// The replicas whose agents a core message is for (`None`: every agent;
+/// `OutOfService` is kept by all of them, for the next router).
+pub fn addressees(msg: &AgentMsg) -> Option<Vec<Ipv4Addr>> {
+    match msg {
+        AgentMsg::Established { record } => Some(record.addrs()),
+        AgentMsg::Forgotten { replicas, .. } | AgentMsg::Input { replicas, .. } => {
+            Some(replicas.clone())
+        }
+        AgentMsg::OutOfService { .. } => None,
+    }
+}
+
+/// The control message that carries a core message to an agent (the one
+/// place the two meet: the router's binary and the simulation both use it).
+pub fn to_agent(msg: &AgentMsg) -> Msg {
+    match msg {
+        AgentMsg::Established { record } => Msg::ConnOpen {
+            record: record.clone(),
+        },
+        AgentMsg::Forgotten { key, .. } => Msg::ConnClose { key: *key },
+        AgentMsg::Input { seq, key, kind, .. } => Msg::Input {
+            seq: *seq,
+            key: *key,
+            kind: *kind,
+        },
+        AgentMsg::OutOfService { down } => Msg::OutOfService { down: down.clone() },
+    }
 }
 
 /// Framing errors: the peer is broken or hostile; close the connection.
@@ -439,10 +388,13 @@ pub enum RouterEvent {
     /// Where the input order stands at the agent (after registering).
     Order {
         replica: Ipv4Addr,
-        services: Vec<ServiceOrder>,
+        services: Vec<OrderReport>,
     },
     /// The agent stored these connections' records.
-    Stored { replica: Ipv4Addr, ids: Vec<ConnId> },
+    Stored {
+        replica: Ipv4Addr,
+        keys: Vec<ConnKey>,
+    },
     /// The replica's server lost the input order: take it out of the group.
     OrderLost { replica: Ipv4Addr, reason: String },
     /// How many servers follow the order through this agent.
@@ -451,7 +403,7 @@ pub enum RouterEvent {
     /// (after registering, before `Order` and `Records`).
     OutOfService {
         replica: Ipv4Addr,
-        down: Vec<DownReplica>,
+        down: Vec<OutOfService>,
     },
 }
 
@@ -628,9 +580,9 @@ impl RouterSession {
                 self.state = RState::Live { replica };
                 Some(RouterEvent::Order { replica, services })
             }
-            (RState::Live { replica }, Msg::Stored { ids }) => {
+            (RState::Live { replica }, Msg::Stored { keys }) => {
                 self.state = RState::Live { replica };
-                Some(RouterEvent::Stored { replica, ids })
+                Some(RouterEvent::Stored { replica, keys })
             }
             (RState::Live { replica }, Msg::OrderLost { reason }) => {
                 self.state = RState::Live { replica };
@@ -720,7 +672,7 @@ pub enum AgentEvent {
     /// The router fell silent: reconnect.
     RouterLost,
     /// An input event for the replica's shim.
-    Input(InputRec),
+    Input(NumberedInput),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -743,7 +695,7 @@ pub struct AgentSession {
     next_beat_ms: u64,
     seq: u64,
     /// Records of live connections, by client-side key.
-    pub records: HashMap<ConnId, ConnRecord>,
+    pub records: HashMap<ConnKey, ConnRecord>,
     /// The input order as far as this agent passed it on.
     pub order: OrderLog,
     /// Why the replica's server lost the input order, once it did: told to
@@ -753,7 +705,7 @@ pub struct AgentSession {
     /// to the router of this session (`None`: not told yet).
     shims_told: Option<u32>,
     /// The replicas out of service, as the last router said.
-    pub down: Vec<DownReplica>,
+    pub down: Vec<OutOfService>,
 }
 
 impl AgentSession {
@@ -877,7 +829,7 @@ impl AgentSession {
                 // Everything it keeps, for a router that starts or took
                 // over (one that knows the connections ignores them).
                 let mut all: Vec<ConnRecord> = self.records.values().cloned().collect();
-                all.sort_by_key(|r| (r.id.client, r.id.cport, r.id.vport));
+                all.sort_by_key(|r| r.key);
                 for chunk in all.chunks(RECORDS_PER_MSG) {
                     out.push(Msg::Records {
                         records: chunk.to_vec(),
@@ -893,13 +845,13 @@ impl AgentSession {
                 // What it learnt of the order is its own, not the router's.
                 record.accepted = false;
                 record.input_end = None;
-                let id = record.id;
-                self.records.insert(id, record);
+                let key = record.key;
+                self.records.insert(key, record);
                 // Confirmed at once; records that came together are
                 // confirmed together.
                 match out.last_mut() {
-                    Some(Msg::Stored { ids }) if ids.len() < STORED_PER_MSG => ids.push(id),
-                    _ => out.push(Msg::Stored { ids: vec![id] }),
+                    Some(Msg::Stored { keys }) if keys.len() < STORED_PER_MSG => keys.push(key),
+                    _ => out.push(Msg::Stored { keys: vec![key] }),
                 }
                 None
             }
@@ -907,17 +859,17 @@ impl AgentSession {
                 self.down = down;
                 None
             }
-            (AState::Live { .. }, Msg::ConnClose { id }) => {
-                self.records.remove(&id);
+            (AState::Live { .. }, Msg::ConnClose { key }) => {
+                self.records.remove(&key);
                 None
             }
-            (AState::Live { .. }, Msg::Input { seq, id, kind, end }) => {
-                let ev = InputRec { seq, id, kind, end };
+            (AState::Live { .. }, Msg::Input { seq, key, kind }) => {
+                let ev = NumberedInput { seq, key, kind };
                 self.order.note(ev);
-                if let Some(r) = self.records.get_mut(&id) {
+                if let Some(r) = self.records.get_mut(&key) {
                     match kind {
                         InputKind::Accept => r.accepted = true,
-                        InputKind::Data => r.input_end = Some(end),
+                        InputKind::Data { end } => r.input_end = Some(end),
                     }
                 }
                 Some(AgentEvent::Input(ev))
@@ -1172,23 +1124,25 @@ mod tests {
         let (mut a, hello) = AgentSession::new(b"k", R, "h", [1; 16], 0);
         let mut r = RouterSession::new(b"k", [2; 16], Heartbeats::default(), 0);
         converse(&mut a, &mut r, hello, 0);
-        let id = ConnId {
+        let id = ConnKey {
             client: Ipv4Addr::new(198, 18, 1, 2),
             cport: 40000,
             vip: Ipv4Addr::new(198, 19, 0, 1),
             vport: 6379,
         };
         let rec = ConnRecord {
-            id,
+            key: id,
             client_isn: 1,
             router_isn: 2,
-            replica_isn: 3,
             wscale_out: 7,
             ts_base: Some(5),
-            replicas: vec![R],
-            replica_wscale: 9,
             client_mss: 1460,
             mss_out: 1448,
+            replicas: vec![ReplicaSetup {
+                addr: R,
+                isn: 3,
+                wscale: 9,
+            }],
             accepted: false,
             input_end: None,
         };
@@ -1201,7 +1155,7 @@ mod tests {
             &mut out,
         );
         assert_eq!(a.records.get(&id), Some(&rec));
-        a.handle(Msg::ConnClose { id }, 2, &mut out);
+        a.handle(Msg::ConnClose { key: id }, 2, &mut out);
         assert!(a.records.is_empty());
     }
 
@@ -1217,8 +1171,8 @@ mod tests {
         for p in [1, 2, 3] {
             a.handle(Msg::ConnOpen { record: record(p) }, 1, &mut out);
         }
-        let ids: Vec<ConnId> = [1, 2, 3].iter().map(|&p| record(p).id).collect();
-        assert_eq!(out, vec![Msg::Stored { ids: ids.clone() }]);
+        let keys: Vec<ConnKey> = [1, 2, 3].iter().map(|&p| record(p).key).collect();
+        assert_eq!(out, vec![Msg::Stored { keys: keys.clone() }]);
         // On the wire and back.
         let mut dec = Decoder::default();
         dec.push(&encode(&out[0]));
@@ -1226,28 +1180,30 @@ mod tests {
         let mut back = Vec::new();
         assert_eq!(
             r.handle(m, 2, |_| true, &mut back),
-            Some(RouterEvent::Stored { replica: R, ids })
+            Some(RouterEvent::Stored { replica: R, keys })
         );
         assert!(back.is_empty());
     }
 
     fn record(cport: u16) -> ConnRecord {
         ConnRecord {
-            id: ConnId {
+            key: ConnKey {
                 client: Ipv4Addr::new(198, 18, 1, 2),
                 cport,
                 vip: Ipv4Addr::new(198, 19, 0, 1),
                 vport: 6379,
             },
-            client_isn: cport as u32,
+            client_isn: u32::from(cport),
             router_isn: 2,
-            replica_isn: 3,
             wscale_out: 7,
             ts_base: None,
-            replicas: vec![R],
-            replica_wscale: 7,
             client_mss: 1460,
             mss_out: 1448,
+            replicas: vec![ReplicaSetup {
+                addr: R,
+                isn: 3,
+                wscale: 7,
+            }],
             accepted: false,
             input_end: None,
         }
@@ -1260,7 +1216,7 @@ mod tests {
         let (mut a, hello) = AgentSession::new(b"k", R, "h", [1; 16], 0);
         for p in 0..300 {
             let r = record(40000 + p);
-            a.records.insert(r.id, r);
+            a.records.insert(r.key, r);
         }
         let mut r = RouterSession::new(b"k", [2; 16], Heartbeats::default(), 0);
         let (_, re) = converse(&mut a, &mut r, hello, 0);
@@ -1276,7 +1232,7 @@ mod tests {
                     .len()
                         <= MAX_FRAME
                 );
-                got.extend(records.iter().map(|r| r.id.cport));
+                got.extend(records.iter().map(|r| r.key.cport));
             }
         }
         got.sort_unstable();
@@ -1304,16 +1260,16 @@ mod tests {
         let (mut a, hello) = AgentSession::new(b"k", R, "h", [1; 16], 0);
         let mut r = RouterSession::new(b"k", [2; 16], Heartbeats::default(), 0);
         converse(&mut a, &mut r, hello, 0);
-        let down = vec![DownReplica {
+        let down = vec![OutOfService {
             vip: Ipv4Addr::new(198, 19, 0, 1),
-            vport: 6379,
+            port: 6379,
             replica: Ipv4Addr::new(198, 18, 13, 2),
         }];
         let mut out = Vec::new();
         a.handle(Msg::OutOfService { down: down.clone() }, 1, &mut out);
         assert!(out.is_empty(), "kept, not answered");
         let r0 = record(40000);
-        a.records.insert(r0.id, r0);
+        a.records.insert(r0.key, r0);
         // The next router (the agent's session carries its state over).
         let (mut b, hello) = AgentSession::new(b"k", R, "h", [3; 16], 2);
         b.down = std::mem::take(&mut a.down);
@@ -1321,7 +1277,9 @@ mod tests {
         let mut r2 = RouterSession::new(b"k", [4; 16], Heartbeats::default(), 2);
         let (_, re) = converse(&mut b, &mut r2, hello, 2);
         let at = |f: &dyn Fn(&RouterEvent) -> bool| re.iter().position(f);
-        let oos = at(&|e| matches!(e, RouterEvent::OutOfService { replica, down: d } if *replica == R && *d == down));
+        let oos = at(
+            &|e| matches!(e, RouterEvent::OutOfService { replica, down: d } if *replica == R && *d == down),
+        );
         let recs = at(&|e| matches!(e, RouterEvent::Records { .. }));
         assert!(oos.is_some() && recs.is_some() && oos < recs, "{re:?}");
         // Not from an agent that has not authenticated.
@@ -1330,12 +1288,11 @@ mod tests {
         assert!(matches!(ev, Some(RouterEvent::Rejected { .. })), "{ev:?}");
     }
 
-    fn input(seq: u64, cport: u16, kind: InputKind, end: u32) -> Msg {
+    fn input(seq: u64, cport: u16, kind: InputKind) -> Msg {
         Msg::Input {
             seq,
-            id: record(cport).id,
+            key: record(cport).key,
             kind,
-            end,
         }
     }
 
@@ -1362,12 +1319,21 @@ mod tests {
                 passed.push(e.seq);
             }
         };
-        feed(&mut a, input(1, 7, InputKind::Accept, 0));
+        feed(&mut a, input(1, 7, InputKind::Accept));
         for s in 2..=203 {
-            feed(&mut a, input(s, 7, InputKind::Data, u32::try_from(s).unwrap() * 10));
+            feed(
+                &mut a,
+                input(
+                    s,
+                    7,
+                    InputKind::Data {
+                        end: u32::try_from(s).unwrap() * 10,
+                    },
+                ),
+            );
         }
         assert_eq!(passed, (1..=203).collect::<Vec<u64>>());
-        let rec = &a.records[&record(7).id];
+        let rec = &a.records[&record(7).key];
         assert!(rec.accepted);
         assert_eq!(rec.input_end, Some(2030));
         let rep = a.order.report();
@@ -1480,25 +1446,44 @@ mod tests {
 
     /// A record from an agent of the previous version (without the fields
     /// added for takeover) still parses.
+    /// The core's record and input events cross the wire unchanged (the
+    /// one vocabulary: no conversion on either side).
     #[test]
-    fn older_records_parse() {
-        let j = r#"{"type":"conn_open","record":{"id":{"client":"198.18.1.2","cport":1,"vip":"198.19.0.1","vport":80},"client_isn":1,"router_isn":2,"replica_isn":3,"wscale_out":7,"ts_base":null,"replicas":["198.18.11.2"]}}"#;
-        let m: Msg = serde_json::from_str(j).unwrap();
-        assert!(matches!(m, Msg::ConnOpen { record } if record.mss_out == 0));
+    fn records_and_inputs_cross_the_wire_unchanged() {
+        let mut rec = record(7);
+        rec.ts_base = Some(99);
+        rec.input_end = Some(12);
+        let msgs = [
+            Msg::ConnOpen { record: rec },
+            input(3, 7, InputKind::Data { end: 0xdead_beef }),
+            input(4, 8, InputKind::Accept),
+        ];
+        let mut dec = Decoder::default();
+        for m in &msgs {
+            dec.push(&encode(m));
+        }
+        for m in &msgs {
+            assert_eq!(dec.next_msg().unwrap().as_ref(), Some(m));
+        }
     }
 
     /// The same vector as the shim's `record_format_is_fixed` test: the two
     /// ends of the Unix socket agree byte for byte.
     #[test]
     fn shim_record_matches_the_shims_format() {
-        let id = ConnId {
+        let key = ConnKey {
             client: Ipv4Addr::new(0xc6, 0x12, 0x01, 0x02),
             cport: 40000,
             vip: Ipv4Addr::new(198, 19, 0, 1),
             vport: 6379,
         };
+        let ev = NumberedInput {
+            seq: 0x0102_0304_0506_0708,
+            key,
+            kind: InputKind::Data { end: 0xaabb_ccdd },
+        };
         assert_eq!(
-            shim_record(0x0102_0304_0506_0708, &id, InputKind::Data, 0xaabb_ccdd),
+            shim_record(&ev),
             [
                 8, 7, 6, 5, 4, 3, 2, 1, 0xc6, 0x12, 0x01, 0x02, 0x40, 0x9c, 0xeb, 0x18, 2, 0, 0, 0,
                 0xdd, 0xcc, 0xbb, 0xaa

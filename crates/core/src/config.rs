@@ -113,7 +113,7 @@ pub struct Config {
     pub services: Vec<Service>,
     pub timeouts: Timeouts,
     pub limits: Limits,
-    /// Emit `Event::Input` (the sequencer's total order of client input
+    /// Emit `AgentMsg::Input` (the sequencer's total order of client input
     /// per service) for the replicas' shims.
     pub sequencer: bool,
 }

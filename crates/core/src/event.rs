@@ -1,9 +1,11 @@
-//! What the router tells its driver: events for the operator, the agents
-//! and the sequencer, and why a replica left.
+//! What the router tells its driver: events for the operator
+//! ([`Event`]), messages for the agents and the sequencer ([`AgentMsg`]),
+//! and why a replica left.
 
 use crate::key::ConnKey;
-use crate::record::SetupRecord;
-use serde::Serialize;
+use crate::record::ConnRecord;
+use serde::{Deserialize, Serialize};
+use std::collections::VecDeque;
 use std::net::Ipv4Addr;
 
 /// Why a replica left a connection.
@@ -44,7 +46,7 @@ pub enum EvictReason {
 
 /// One replica out of service for one service (named by its VIP and first
 /// port): what the agents keep for a router that starts or takes over.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct OutOfService {
     pub vip: Ipv4Addr,
     pub port: u16,
@@ -66,7 +68,7 @@ pub enum Adopted {
     Refused,
 }
 
-/// Something an operator wants in the log.
+/// Something an operator wants in the log ([`crate::Router::poll_event`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub enum Event {
     /// A replica left one connection; the rest carry on.
@@ -87,20 +89,10 @@ pub enum Event {
         reason: EvictReason,
     },
     /// An operator brought a replica that was out of service back
-    /// ([`Router::enable_replica`]): new connections use it again.
+    /// ([`crate::Router::enable_replica`]): new connections use it again.
     ReplicaUp { service: String, replica: Ipv4Addr },
-    /// The set of replicas out of service changed (it is complete, every
-    /// service): for every agent to keep, so that a router that starts or
-    /// takes over never readmits a replica that left the group. Not for
-    /// the log (`ReplicaDown`/`ReplicaUp` say what changed).
-    OutOfService { down: Vec<OutOfService> },
     /// The last replica of a connection left; the client was sent a RST.
     ConnectionLost { conn: String },
-    /// Every replica answered a connection's SYN: what its replicas' agents
-    /// store. With `Timeouts::record_commit` its SYN-ACK waits for
-    /// [`Router::record_stored`]. Frequent (one per connection): not for
-    /// the log.
-    Established { record: SetupRecord },
     /// Output voting: replica `replica` sent bytes that differ from the
     /// majority's at server-stream `offset` (bytes after the SYN, modulo
     /// 2^32). `agreeing` replicas agreed on what the client got; with no
@@ -113,22 +105,6 @@ pub enum Event {
         agreeing: usize,
         live: usize,
     },
-    /// A connection announced with `Established` left the table.
-    /// Frequent: not for the log.
-    Forgotten {
-        key: ConnKey,
-        replicas: Vec<Ipv4Addr>,
-    },
-    /// The sequencer's total order of input for one service (only with
-    /// `Config::sequencer`): the `seq`-th input event of the service is
-    /// `kind` on connection `key`. Every replica's shim hands the server
-    /// its input in exactly this order. Frequent: not for the log.
-    Input {
-        seq: u64,
-        key: ConnKey,
-        kind: InputKind,
-        replicas: Vec<Ipv4Addr>,
-    },
     /// Every connection adopted from the agents' records since the first
     /// record came is rebuilt (or left the table), `after_ms` after it.
     TableRebuilt { connections: u64, after_ms: u64 },
@@ -136,9 +112,9 @@ pub enum Event {
     /// from `last` (the highest number its agents reported): `reported`
     /// replicas' agents told where they stood, `missing` ones did not in
     /// time; `replayed` events went to agents that were behind; `lost`
-    /// replicas missed events nobody reported (from that number on their
-    /// shims fall back to the kernel's order). Also for an agent that
-    /// reports after the order resumed (`reported` is that one).
+    /// replicas missed events nobody reported (they leave the group, see
+    /// `EvictReason::OrderLost`). Also for an agent that reports after the
+    /// order resumed (`reported` is that one).
     OrderResumed {
         service: String,
         last: u64,
@@ -149,8 +125,44 @@ pub enum Event {
     },
 }
 
+/// What the router tells the replicas' agents
+/// ([`crate::Router::poll_agent_msg`]; quinn separates `EndpointEvent` from
+/// `Event` the same way): the connection records they keep for a router
+/// that takes over, the sequencer's order, and who is out of service. In
+/// the order produced: an agent gets a connection's record before its
+/// input events. Frequent (several per connection): not for the log.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub enum AgentMsg {
+    /// Every replica answered a connection's SYN: the record its replicas'
+    /// agents store. With `Timeouts::record_commit` its SYN-ACK waits for
+    /// [`crate::Router::record_stored`].
+    Established { record: ConnRecord },
+    /// A connection announced with `Established` left the table (or these
+    /// replicas left it): their agents forget its record.
+    Forgotten {
+        key: ConnKey,
+        replicas: Vec<Ipv4Addr>,
+    },
+    /// The sequencer's total order of input for one service (only with
+    /// `Config::sequencer`): the `seq`-th input event of the service is
+    /// `kind` on connection `key`. Every replica's shim hands the server
+    /// its input in exactly this order.
+    Input {
+        seq: u64,
+        key: ConnKey,
+        kind: InputKind,
+        replicas: Vec<Ipv4Addr>,
+    },
+    /// The set of replicas out of service changed (it is complete, every
+    /// service): for every agent to keep, so that a router that starts or
+    /// takes over never readmits a replica that left the group
+    /// (`Event::ReplicaDown`/`Event::ReplicaUp` say what changed, for the
+    /// log).
+    OutOfService { down: Vec<OutOfService> },
+}
+
 /// One input event of the sequencer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum InputKind {
     /// The connection is accepted (ESTABLISHED at the router).
@@ -161,9 +173,9 @@ pub enum InputKind {
 }
 
 /// A client input event the sequencer has not numbered yet: the router
-/// numbers it per service as it leaves ([`crate::Router::poll_event`]), so
-/// that the numbers follow the order the core produced them in and have no
-/// gaps.
+/// numbers it per service as it leaves ([`crate::Router::poll_agent_msg`]),
+/// so that the numbers follow the order the core produced them in and have
+/// no gaps.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Unnumbered {
     pub key: ConnKey,
@@ -172,9 +184,9 @@ pub(crate) struct Unnumbered {
 }
 
 impl Unnumbered {
-    /// The event, numbered `seq`.
-    pub(crate) fn numbered(self, seq: u64) -> Event {
-        Event::Input {
+    /// The message, numbered `seq`.
+    pub(crate) fn numbered(self, seq: u64) -> AgentMsg {
+        AgentMsg::Input {
             seq,
             key: self.key,
             kind: self.kind,
@@ -183,16 +195,35 @@ impl Unnumbered {
     }
 }
 
-/// What waits to leave the router: an event, or an input the sequencer
-/// has yet to number.
+/// A message for the agents waiting to leave the router, or an input the
+/// sequencer has yet to number.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Outgoing {
-    Event(Event),
+pub(crate) enum ToAgents {
+    Msg(AgentMsg),
     Input(Unnumbered),
 }
 
-impl From<Event> for Outgoing {
-    fn from(ev: Event) -> Outgoing {
-        Outgoing::Event(ev)
+/// What a connection or the router queued to leave: events for the
+/// operator and messages for the agents, each queue in the order produced.
+#[derive(Debug, Default)]
+pub(crate) struct Outbox {
+    pub events: VecDeque<Event>,
+    pub agents: VecDeque<ToAgents>,
+}
+
+impl Outbox {
+    /// An event for the operator's log.
+    pub(crate) fn event(&mut self, ev: Event) {
+        self.events.push_back(ev);
+    }
+
+    /// A message for the agents.
+    pub(crate) fn agent(&mut self, msg: AgentMsg) {
+        self.agents.push_back(ToAgents::Msg(msg));
+    }
+
+    /// A client input for the sequencer to number.
+    pub(crate) fn input(&mut self, input: Unnumbered) {
+        self.agents.push_back(ToAgents::Input(input));
     }
 }

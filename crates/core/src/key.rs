@@ -3,7 +3,9 @@
 use std::net::Ipv4Addr;
 
 /// The four-tuple as the client sees it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 pub struct ConnKey {
     pub client: Ipv4Addr,
     pub cport: u16,

@@ -24,12 +24,12 @@ mod vote;
 mod wrap;
 
 pub use config::{Config, Limits, Service, Tie, Timeouts, Voting};
-pub use event::{Adopted, Event, EvictReason, InputKind, OutOfService};
+pub use event::{Adopted, AgentMsg, Event, EvictReason, InputKind, OutOfService};
 pub use key::ConnKey;
 pub use metrics::{Counters, DropReason};
 pub use order::{NumberedInput, OrderReport, ORDER_LOG, ORDER_WAIT};
 pub use packet::Packet;
-pub use record::{AdoptRecord, ReplicaSetup, SetupRecord};
+pub use record::{ConnRecord, ReplicaSetup};
 pub use router::Router;
 pub use status::{ConnSample, LegSample, ReplicaDown, ReplicaStatus, ServiceStatus, Status};
 pub use time::Instant;

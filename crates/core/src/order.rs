@@ -13,9 +13,10 @@
 //! others' reports), and numbers on from the highest number reported: every
 //! replica's shim sees one gap-free order, the old router's events first.
 
-use crate::event::{Event, InputKind, Unnumbered};
+use crate::event::{AgentMsg, InputKind, Unnumbered};
 use crate::key::ConnKey;
 use crate::time::Instant;
+use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::net::Ipv4Addr;
 use std::time::Duration;
@@ -30,8 +31,8 @@ pub const ORDER_HOLD_MAX: usize = 65536;
 /// the missing ones.
 pub const ORDER_WAIT: Duration = Duration::from_secs(1);
 
-/// One numbered input event, as an agent reports it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// One numbered input event, as an agent keeps and reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NumberedInput {
     pub seq: u64,
     pub key: ConnKey,
@@ -41,7 +42,7 @@ pub struct NumberedInput {
 /// What one replica's agent says of a service's order when it registers:
 /// the last number it got and the last events (ascending, ending at
 /// `last_seq`). `last_seq` 0: it never got an event.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OrderReport {
     pub vip: Ipv4Addr,
     pub vport: u16,
@@ -73,7 +74,7 @@ pub(crate) struct Waiting {
 #[derive(Debug, Default)]
 pub(crate) struct Resumed {
     /// Replays, in order, each to one replica.
-    pub replays: Vec<Event>,
+    pub replays: Vec<AgentMsg>,
     /// Replicas that could not be brought up to date (the events they
     /// missed were in nobody's report), with the first missing number.
     pub lost: Vec<(Ipv4Addr, u64)>,
@@ -89,7 +90,7 @@ impl SvcOrder {
     }
 
     /// Number `input`, remember it, and return its event.
-    pub fn number(&mut self, input: Unnumbered) -> Event {
+    pub fn number(&mut self, input: Unnumbered) -> AgentMsg {
         // A hostile report may have set the number to u64::MAX
         // (saturating: never an overflow).
         self.seq = self.seq.saturating_add(1);
@@ -117,12 +118,12 @@ impl SvcOrder {
 
     /// The events `from..=to`, addressed to `replica` alone; `Err(n)` with
     /// the first number nobody reported.
-    pub fn replay(&self, replica: Ipv4Addr, from: u64, to: u64) -> Result<Vec<Event>, u64> {
+    pub fn replay(&self, replica: Ipv4Addr, from: u64, to: u64) -> Result<Vec<AgentMsg>, u64> {
         (from..=to)
             .map(|n| {
                 self.log
                     .get(&n)
-                    .map(|e| Event::Input {
+                    .map(|e| AgentMsg::Input {
                         seq: e.seq,
                         key: e.key,
                         kind: e.kind,
@@ -214,10 +215,10 @@ mod tests {
         }
     }
 
-    fn seqs(evs: &[Event]) -> Vec<(u64, Ipv4Addr)> {
+    fn seqs(evs: &[AgentMsg]) -> Vec<(u64, Ipv4Addr)> {
         evs.iter()
             .filter_map(|e| match e {
-                Event::Input { seq, replicas, .. } => Some((*seq, replicas[0])),
+                AgentMsg::Input { seq, replicas, .. } => Some((*seq, replicas[0])),
                 _ => None,
             })
             .collect()
@@ -242,7 +243,7 @@ mod tests {
             kind: InputKind::Accept,
             replicas: vec![A, B, C],
         });
-        assert!(matches!(ev, Event::Input { seq: 101, .. }));
+        assert!(matches!(ev, AgentMsg::Input { seq: 101, .. }));
         assert!(o.waiting.is_none());
     }
 

@@ -1,29 +1,47 @@
-//! The connection records the replicas' agents keep for a router that
-//! restarts or takes over (see `ftnet-control`).
+//! The connection record: what the router stores at each replica's agent
+//! when a connection is set up, and what the agents hand a router that
+//! restarts or takes over (COSCANet-FT §III-C). One type from end to end:
+//! the core emits it ([`crate::AgentMsg::Established`]), the control
+//! protocol carries it as JSON (`ftnet-control`), the agents keep it, and
+//! [`crate::Router::adopt`] takes it back.
 
 use crate::key::ConnKey;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::net::Ipv4Addr;
 
-/// What a replica's agent keeps of a connection for a recovering router:
-/// the facts the next packets cannot tell (see `ftnet-control`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct SetupRecord {
+/// The facts of a connection the next packets cannot tell a new router:
+/// the sequence spaces, window scales, timestamp base and MSS, for every
+/// replica of the connection. Every replica's agent keeps the same record;
+/// the agent adds what it alone knows (`accepted`, `input_end`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConnRecord {
     pub key: ConnKey,
+    /// The client's initial sequence number.
     pub client_isn: u32,
+    /// The ISN the router gave the client.
     pub router_isn: u32,
+    /// The window scale the router announced to the client.
     pub wscale_out: u8,
+    /// The router's TSval base, if timestamps were agreed.
     pub ts_base: Option<u32>,
     /// The MSS the client announced.
     pub client_mss: u16,
     /// The MSS the router announced to the client (the replicas' minimum).
     pub mss_out: u16,
-    /// Each replica of the connection.
+    /// Each replica of the connection when it was set up.
     pub replicas: Vec<ReplicaSetup>,
+    /// Kept by the agent, not sent by the router: it passed on this
+    /// connection's Accept (sequencer).
+    #[serde(default)]
+    pub accepted: bool,
+    /// Kept by the agent: the end of the last chunk of this connection it
+    /// passed on (sequencer).
+    #[serde(default)]
+    pub input_end: Option<u32>,
 }
 
-/// One replica's part of a [`SetupRecord`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+/// One replica's part of a [`ConnRecord`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReplicaSetup {
     pub addr: Ipv4Addr,
     /// Its initial sequence number.
@@ -32,23 +50,14 @@ pub struct ReplicaSetup {
     pub wscale: u8,
 }
 
-/// What one replica's agent tells a router that takes over about one
-/// connection: the connection's set-up and that replica's part of it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct AdoptRecord {
-    pub key: ConnKey,
-    pub client_isn: u32,
-    pub router_isn: u32,
-    pub wscale_out: u8,
-    pub ts_base: Option<u32>,
-    pub client_mss: u16,
-    pub mss_out: u16,
-    pub replica: ReplicaSetup,
-    /// Every replica of the connection (their agents send their own
-    /// records): the rebuild waits for all of them, for a while.
-    pub expected: Vec<Ipv4Addr>,
-    /// The agent passed on the connection's Accept (sequencer).
-    pub accepted: bool,
-    /// The end of the last chunk of the connection the agent passed on.
-    pub input_end: Option<u32>,
+impl ConnRecord {
+    /// Replica `addr`'s part, if it is one of the connection's replicas.
+    pub fn replica(&self, addr: Ipv4Addr) -> Option<&ReplicaSetup> {
+        self.replicas.iter().find(|r| r.addr == addr)
+    }
+
+    /// The addresses of the connection's replicas.
+    pub fn addrs(&self) -> Vec<Ipv4Addr> {
+        self.replicas.iter().map(|r| r.addr).collect()
+    }
 }

@@ -2,13 +2,15 @@
 
 use crate::config::Config;
 use crate::conn::{csum_mode, ChallengeBudget, Conn, Ctx, Seg, SynOnKey};
-use crate::event::{Adopted, Event, EvictReason, OutOfService, Outgoing, Unnumbered};
+use crate::event::{
+    Adopted, AgentMsg, Event, EvictReason, OutOfService, Outbox, ToAgents, Unnumbered,
+};
 use crate::ids::{ReplicaId, ServiceId};
 use crate::key::ConnKey;
 use crate::metrics::{Counters, DropReason};
 use crate::order::{OrderReport, SvcOrder, Waiting, ORDER_HOLD_MAX, ORDER_WAIT};
-use crate::packet::Packet;
-use crate::record::AdoptRecord;
+use crate::packet::{Headers, Packet};
+use crate::record::ConnRecord;
 use crate::status::{ReplicaDown, ReplicaStatus, ServiceStatus, Status};
 use crate::time::Instant;
 use crate::wrap::{len32, mod32};
@@ -44,7 +46,8 @@ pub struct Router {
     secret: [u8; 16],
     counters: Counters,
     transmit: VecDeque<Packet>,
-    events: VecDeque<Outgoing>,
+    /// Events for the operator and messages for the agents.
+    out: Outbox,
     /// Per service, per replica: up, or down and why. A replica
     /// marked down stays down until an operator enables it again: it missed
     /// input while out, so its state is not the group's.
@@ -100,7 +103,7 @@ impl Router {
             secret,
             counters: Counters::default(),
             transmit: VecDeque::new(),
-            events: VecDeque::new(),
+            out: Outbox::default(),
             health,
             by_vip,
             by_replica,
@@ -168,6 +171,7 @@ impl Router {
             wscale: t.wscale().map(|w| w.min(14)),
             ts: t.timestamps(),
             mode,
+            at: Headers::of(&ip, &t),
         };
         if let Some(&svc) = self.by_vip.get(&(dst, seg.dport)) {
             return self.on_client(now, svc, pkt, &seg);
@@ -210,7 +214,7 @@ impl Router {
             now,
             tx: &mut self.transmit,
             counters: &mut self.counters,
-            events: &mut self.events,
+            out: &mut self.out,
             timeouts: &self.config.timeouts,
             down: &mut self.down,
             sequencer: self.config.sequencer,
@@ -455,14 +459,11 @@ impl Router {
             }
             v[replica.0] = Health::Down { reason, since: now };
             let s = &self.config.services[svc.0];
-            self.events.push_back(
-                Event::ReplicaDown {
-                    service: s.name.clone(),
-                    replica: s.replicas[replica.0],
-                    reason,
-                }
-                .into(),
-            );
+            self.out.event(Event::ReplicaDown {
+                service: s.name.clone(),
+                replica: s.replicas[replica.0],
+                reason,
+            });
             let keys: Vec<ConnKey> = self
                 .conns
                 .iter()
@@ -516,7 +517,7 @@ impl Router {
 
     fn announce_out_of_service(&mut self) {
         let down = self.out_of_service();
-        self.events.push_back(Event::OutOfService { down }.into());
+        self.out.agent(AgentMsg::OutOfService { down });
     }
 
     /// Bookkeeping after a connection handled an input: forget it if dead,
@@ -525,7 +526,7 @@ impl Router {
         let Some(c) = self.conns.get_mut(&key) else {
             return;
         };
-        let tr = c.after_input(now, &self.config.timeouts, &mut self.events);
+        let tr = c.after_input(now, &self.config.timeouts, &mut self.out);
         if tr.gone {
             self.remove(key);
             return;
@@ -570,7 +571,7 @@ impl Router {
 
     fn remove(&mut self, key: ConnKey) {
         if let Some(mut c) = self.conns.remove(&key) {
-            let gone = c.removed(&mut self.events);
+            let gone = c.removed(&mut self.out);
             if gone.rebuilding {
                 self.rebuild_dropped += 1;
             }
@@ -717,13 +718,10 @@ impl Router {
                 if *r == addr && !self.up(ServiceId(svc), ReplicaId(i)) {
                     self.health[svc][i] = Health::Up;
                     back.push(s.name.clone());
-                    self.events.push_back(
-                        Event::ReplicaUp {
-                            service: s.name.clone(),
-                            replica: addr,
-                        }
-                        .into(),
-                    );
+                    self.out.event(Event::ReplicaUp {
+                        service: s.name.clone(),
+                        replica: addr,
+                    });
                 }
             }
         }
@@ -739,12 +737,18 @@ impl Router {
     /// A connection this router does not know enters the table; each
     /// replica's record adds its leg, which is probed at once for its
     /// position. Records of connections this router already serves change
-    /// nothing (an agent that reconnected).
-    pub fn adopt(&mut self, now: Instant, rec: &AdoptRecord) -> Adopted {
+    /// nothing (an agent that reconnected). `from`: the replica whose agent
+    /// sent the record (its part of the record is the one used).
+    pub fn adopt(&mut self, now: Instant, from: Ipv4Addr, rec: &ConnRecord) -> Adopted {
         let Some(&svc) = self.by_vip.get(&(rec.key.vip, rec.key.vport)) else {
             return Adopted::Refused;
         };
-        let Some(&(rsvc, replica)) = self.by_replica.get(&(rec.replica.addr, rec.key.vport)) else {
+        // An agent speaks for its own replica alone, and only of a
+        // connection that replica was part of.
+        let Some(&mine) = rec.replica(from) else {
+            return Adopted::Refused;
+        };
+        let Some(&(rsvc, replica)) = self.by_replica.get(&(from, rec.key.vport)) else {
             return Adopted::Refused;
         };
         if rsvc != svc || !self.up(svc, replica) {
@@ -758,13 +762,14 @@ impl Router {
                 if self.conns.len() >= self.config.limits.max_connections {
                     return Adopted::Refused;
                 }
-                self.conns.insert(key, Conn::adopted(key, svc, now, rec));
+                self.conns
+                    .insert(key, Conn::adopted(key, svc, now, from, rec));
                 true
             }
         };
         let Some(added) = self.on_conn(now, key, |c, ctx| {
             c.adopt_order(rec.accepted, rec.input_end);
-            c.adopt_leg(ctx, replica, &rec.replica)
+            c.adopt_leg(ctx, replica, &mine)
         }) else {
             return Adopted::Refused;
         };
@@ -783,7 +788,7 @@ impl Router {
     }
 
     /// The control plane stored the record of `key` (announced with
-    /// `Event::Established`) at every live replica's agent: its SYN-ACK,
+    /// `AgentMsg::Established`) at every live replica's agent: its SYN-ACK,
     /// held for that (`Timeouts::record_commit`), goes to the client.
     /// Anything else (unknown, already sent) is ignored.
     pub fn record_stored(&mut self, now: Instant, key: ConnKey) {
@@ -831,14 +836,10 @@ impl Router {
             >= self.counters.connections_adopted
         {
             self.rebuild = None;
-            self.events.push_back(
-                Event::TableRebuilt {
-                    connections: n,
-                    after_ms: u64::try_from(now.saturating_sub(start).as_millis())
-                        .unwrap_or(u64::MAX),
-                }
-                .into(),
-            );
+            self.out.event(Event::TableRebuilt {
+                connections: n,
+                after_ms: u64::try_from(now.saturating_sub(start).as_millis()).unwrap_or(u64::MAX),
+            });
         }
     }
 
@@ -877,15 +878,21 @@ impl Router {
         }
     }
 
-    /// Next event for the log.
+    /// Next event for the operator's log.
     pub fn poll_event(&mut self) -> Option<Event> {
+        self.out.events.pop_front()
+    }
+
+    /// Next message for the agents (records, the sequencer's order, who is
+    /// out of service), in the order produced.
+    pub fn poll_agent_msg(&mut self) -> Option<AgentMsg> {
         loop {
             // Inputs are numbered as they leave, per service, so the numbers
             // follow the order the core produced them in and have no gaps.
             // (Replays come numbered.)
-            let input = match self.events.pop_front()? {
-                Outgoing::Event(ev) => return Some(ev),
-                Outgoing::Input(input) => input,
+            let input = match self.out.agents.pop_front()? {
+                ToAgents::Msg(m) => return Some(m),
+                ToAgents::Input(input) => input,
             };
             let svc = self.by_vip.get(&(input.key.vip, input.key.vport)).copied();
             let Some(svc) = svc else {
@@ -979,19 +986,16 @@ impl Router {
             self.order_lost(ServiceId(svc), &lost);
             // Ahead of the events queued unnumbered (they come after `top`).
             for ev in replays.into_iter().rev() {
-                self.events.push_front(ev.into());
+                self.out.agents.push_front(ToAgents::Msg(ev));
             }
-            self.events.push_back(
-                Event::OrderResumed {
-                    service,
-                    last: top,
-                    reported: vec![replica],
-                    missing: Vec::new(),
-                    replayed,
-                    lost,
-                }
-                .into(),
-            );
+            self.out.event(Event::OrderResumed {
+                service,
+                last: top,
+                reported: vec![replica],
+                missing: Vec::new(),
+                replayed,
+                lost,
+            });
         }
         self.apply_down(now);
     }
@@ -1003,13 +1007,13 @@ impl Router {
         let o = &mut self.order[svc.0];
         let reported = o.reported();
         let r = o.resume();
-        let mut front: Vec<Event> = r.replays;
+        let mut front: Vec<AgentMsg> = r.replays;
         let held: Vec<Unnumbered> = o.held.drain(..).collect();
         for input in held {
             front.push(o.number(input));
         }
         for ev in front.into_iter().rev() {
-            self.events.push_front(ev.into());
+            self.out.agents.push_front(ToAgents::Msg(ev));
         }
         let missing = s
             .replicas
@@ -1021,17 +1025,14 @@ impl Router {
         let last = o.seq;
         let name = s.name.clone();
         self.order_lost(svc, &r.lost);
-        self.events.push_back(
-            Event::OrderResumed {
-                service: name,
-                last,
-                reported,
-                missing,
-                replayed: r.replayed,
-                lost: r.lost,
-            }
-            .into(),
-        );
+        self.out.event(Event::OrderResumed {
+            service: name,
+            last,
+            reported,
+            missing,
+            replayed: r.replayed,
+            lost: r.lost,
+        });
     }
 
     /// Replicas that missed input events nobody can replay to them: their

@@ -5,7 +5,9 @@
 // could drop bits never does here.
 #![allow(clippy::cast_possible_truncation)]
 
-use ftnet_core::{Config, DropReason, Event, EvictReason, Instant, Packet, Router, Service};
+use ftnet_core::{
+    AgentMsg, Config, DropReason, Event, EvictReason, Instant, Packet, Router, Service,
+};
 use ftnet_wire::tcp::{flags, Repr, Segment};
 use ftnet_wire::{ipv4, SeqNum};
 use std::net::Ipv4Addr;
@@ -65,11 +67,14 @@ fn seg(src: Ipv4Addr, dst: Ipv4Addr, r: Repr, payload: &[u8]) -> Packet {
     Packet::plain(r.emit_ipv4(src, dst, payload))
 }
 
-/// The events an operator sees (connection records for the agents left out).
+/// The events an operator sees (the agents' messages are another queue).
 fn log_events(r: &mut Router) -> Vec<Event> {
-    std::iter::from_fn(|| r.poll_event())
-        .filter(|e| !matches!(e, Event::Established { .. } | Event::Forgotten { .. }))
-        .collect()
+    std::iter::from_fn(|| r.poll_event()).collect()
+}
+
+/// The messages for the agents, in order.
+fn agent_msgs(r: &mut Router) -> Vec<AgentMsg> {
+    std::iter::from_fn(|| r.poll_agent_msg()).collect()
 }
 
 fn t(ms: u64) -> Instant {
@@ -983,11 +988,11 @@ fn replicas_that_never_answer_are_evicted_after_syn_retries() {
 fn established_connections_are_announced_and_forgotten() {
     let mut r = router(2);
     let (risn, isns) = handshake(&mut r, 2);
-    let evs: Vec<Event> = std::iter::from_fn(|| r.poll_event()).collect();
+    let evs = agent_msgs(&mut r);
     let recs: Vec<_> = evs
         .iter()
         .filter_map(|e| {
-            if let Event::Established { record } = e {
+            if let AgentMsg::Established { record } = e {
                 Some(record.clone())
             } else {
                 None
@@ -1012,13 +1017,15 @@ fn established_connections_are_announced_and_forgotten() {
     // More traffic does not announce it again.
     client_data(&mut r, t(3), b"x");
     drain(&mut r);
-    assert!(!std::iter::from_fn(|| r.poll_event()).any(|e| matches!(e, Event::Established { .. })));
+    assert!(!agent_msgs(&mut r)
+        .iter()
+        .any(|e| matches!(e, AgentMsg::Established { .. })));
     // A client RST removes it: forgotten, with the replicas to tell.
     let rst = Repr::new(CPORT, PORT, SeqNum(CISN).add(2), SeqNum(0), flags::RST, 0);
     r.handle_packet(t(4), seg(CLIENT, VIP, rst, b""));
     drain(&mut r);
-    let evs: Vec<Event> = std::iter::from_fn(|| r.poll_event()).collect();
-    assert!(evs.iter().any(|e| matches!(e, Event::Forgotten { key, replicas } if key.cport == CPORT && replicas == &vec![replica(1), replica(2)])), "{evs:?}");
+    let evs = agent_msgs(&mut r);
+    assert!(evs.iter().any(|e| matches!(e, AgentMsg::Forgotten { key, replicas } if key.cport == CPORT && replicas == &vec![replica(1), replica(2)])), "{evs:?}");
 }
 
 /// A host lost (agent silent) is taken out of an idle connection at once —
@@ -1086,11 +1093,12 @@ fn syn_targets(r: &mut Router, now: Instant, cport: u16) -> Vec<Ipv4Addr> {
 fn a_lost_host_stays_out_when_its_agent_registers_again() {
     let mut r = router(3);
     assert_eq!(r.host_lost(t(1), replica(2)), 1);
-    let evs: Vec<Event> = std::iter::from_fn(|| r.poll_event()).collect();
+    let msgs = agent_msgs(&mut r);
     assert!(
-        evs.iter().any(|e| matches!(e, Event::OutOfService { down } if down.len() == 1 && down[0].replica == replica(2))),
-        "the agents are told who is out: {evs:?}"
+        msgs.iter().any(|e| matches!(e, AgentMsg::OutOfService { down } if down.len() == 1 && down[0].replica == replica(2))),
+        "the agents are told who is out: {msgs:?}"
     );
+    while r.poll_event().is_some() {}
     assert_eq!(r.agent_registered(replica(2)), vec!["t".to_string()]);
     assert!(r.poll_event().is_none(), "no ReplicaUp");
     assert!(!r.status().services[0].replicas[1].alive);
@@ -1110,10 +1118,11 @@ fn a_lost_host_stays_out_when_its_agent_registers_again() {
             .any(|e| matches!(e, Event::ReplicaUp { replica: a, .. } if *a == replica(2))),
         "{evs:?}"
     );
+    let msgs = agent_msgs(&mut r);
     assert!(
-        evs.iter()
-            .any(|e| matches!(e, Event::OutOfService { down } if down.is_empty())),
-        "{evs:?}"
+        msgs.iter()
+            .any(|e| matches!(e, AgentMsg::OutOfService { down } if down.is_empty())),
+        "{msgs:?}"
     );
     assert_eq!(
         syn_targets(&mut r, t(3), 40002),
@@ -1229,11 +1238,11 @@ fn synack_waits_for_the_record_to_be_stored() {
             drain(&mut r).is_empty(),
             "no SYN-ACK before the record is stored"
         );
-        let evs: Vec<Event> = std::iter::from_fn(|| r.poll_event()).collect();
+        let evs = agent_msgs(&mut r);
         let key = evs
             .iter()
             .find_map(|e| match e {
-                Event::Established { record } => Some(record.key),
+                AgentMsg::Established { record } => Some(record.key),
                 _ => None,
             })
             .expect("the record is announced before the SYN-ACK");
@@ -1271,7 +1280,9 @@ fn synack_waits_for_the_record_to_be_stored() {
         }
         // The handshake completes as usual.
         assert!(
-            !std::iter::from_fn(|| r.poll_event()).any(|e| matches!(e, Event::Established { .. })),
+            !agent_msgs(&mut r)
+                .iter()
+                .any(|e| matches!(e, AgentMsg::Established { .. })),
             "announced once"
         );
     }
@@ -1392,7 +1403,7 @@ fn a_lost_host_never_takes_a_connections_last_replica() {
 /// until the server times out.
 #[test]
 fn a_rebuilt_connection_passes_probes_to_a_silent_client() {
-    use ftnet_core::{AdoptRecord, ConnKey, ReplicaSetup};
+    use ftnet_core::{ConnKey, ConnRecord, ReplicaSetup};
     let mut r = router(2);
     let key = ConnKey {
         client: CLIENT,
@@ -1402,25 +1413,26 @@ fn a_rebuilt_connection_passes_probes_to_a_silent_client() {
     };
     let (risn, isns) = (7_000_000u32, [1_000_000u32, 2_000_000]);
     let sent = 50_000u32; // server bytes every replica sent (and the client acknowledged)
-    for i in 0..2u8 {
-        let rec = AdoptRecord {
-            key,
-            client_isn: CISN,
-            router_isn: risn,
-            wscale_out: 0,
-            ts_base: None,
-            client_mss: 1460,
-            mss_out: 1460,
-            replica: ReplicaSetup {
+    let rec = ConnRecord {
+        key,
+        client_isn: CISN,
+        router_isn: risn,
+        wscale_out: 0,
+        ts_base: None,
+        client_mss: 1460,
+        mss_out: 1460,
+        replicas: (0..2u8)
+            .map(|i| ReplicaSetup {
                 addr: replica(i + 1),
-                isn: isns[i as usize],
+                isn: isns[usize::from(i)],
                 wscale: 0,
-            },
-            expected: vec![replica(1), replica(2)],
-            accepted: true,
-            input_end: Some(86),
-        };
-        r.adopt(t(0), &rec);
+            })
+            .collect(),
+        accepted: true,
+        input_end: Some(86),
+    };
+    for i in 0..2u8 {
+        r.adopt(t(0), replica(i + 1), &rec);
     }
     drain(&mut r); // the position probes
                    // Each replica answers with its position: SND.NXT, RCV.NXT.
@@ -1752,32 +1764,33 @@ fn rst_to_a_half_open_connection_must_carry_the_isn_plus_one() {
 }
 
 fn adopt_two(r: &mut Router, risn: u32, isns: [u32; 2], wscale: u8) {
-    use ftnet_core::{AdoptRecord, ConnKey, ReplicaSetup};
+    use ftnet_core::{ConnKey, ConnRecord, ReplicaSetup};
     let key = ConnKey {
         client: CLIENT,
         cport: CPORT,
         vip: VIP,
         vport: PORT,
     };
-    for i in 0..2u8 {
-        let rec = AdoptRecord {
-            key,
-            client_isn: CISN,
-            router_isn: risn,
-            wscale_out: wscale,
-            ts_base: None,
-            client_mss: 1460,
-            mss_out: 1460,
-            replica: ReplicaSetup {
+    let rec = ConnRecord {
+        key,
+        client_isn: CISN,
+        router_isn: risn,
+        wscale_out: wscale,
+        ts_base: None,
+        client_mss: 1460,
+        mss_out: 1460,
+        replicas: (0..2u8)
+            .map(|i| ReplicaSetup {
                 addr: replica(i + 1),
-                isn: isns[i as usize],
+                isn: isns[usize::from(i)],
                 wscale,
-            },
-            expected: vec![replica(1), replica(2)],
-            accepted: true,
-            input_end: Some(86),
-        };
-        r.adopt(t(0), &rec);
+            })
+            .collect(),
+        accepted: true,
+        input_end: Some(86),
+    };
+    for i in 0..2u8 {
+        r.adopt(t(0), replica(i + 1), &rec);
     }
     drain(r); // the position probes
 }
@@ -1879,9 +1892,9 @@ fn sequencer_router(n: u8) -> Router {
 
 /// The chunk ends the sequencer numbered, in order.
 fn input_ends(r: &mut Router) -> Vec<u32> {
-    std::iter::from_fn(|| r.poll_event())
+    std::iter::from_fn(|| r.poll_agent_msg())
         .filter_map(|e| match e {
-            Event::Input {
+            AgentMsg::Input {
                 kind: ftnet_core::InputKind::Data { end },
                 ..
             } => Some(end),

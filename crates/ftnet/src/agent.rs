@@ -6,7 +6,7 @@
 
 use crate::sys;
 use anyhow::Context;
-use ftnet_control::{AgentEvent, AgentSession, ConnId, ConnRecord, Decoder, Msg, OrderLog};
+use ftnet_control::{AgentEvent, AgentSession, ConnKey, ConnRecord, Decoder, Msg, OrderLog};
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddrV4, TcpStream};
@@ -317,7 +317,7 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
     sys::ignore_sigpipe();
     let origin = std::time::Instant::now();
     let now_ms = || crate::sys::ms(origin.elapsed());
-    let mut records: HashMap<ConnId, ConnRecord> = HashMap::new();
+    let mut records: HashMap<ConnKey, ConnRecord> = HashMap::new();
     let mut order = OrderLog::default();
     // The replicas out of service, as the last router said: told to the
     // next one, which must not readmit them.
@@ -458,7 +458,7 @@ fn session(
         while let Some(m) = dec.next_msg()? {
             match s.handle(m, now_ms(), &mut out) {
                 Some(AgentEvent::Input(e)) => {
-                    recs.extend_from_slice(&ftnet_control::shim_record(e.seq, &e.id, e.kind, e.end))
+                    recs.extend_from_slice(&ftnet_control::shim_record(&e))
                 }
                 Some(ev) => events.push(ev),
                 None => {}
@@ -517,15 +517,21 @@ mod tests {
     use super::*;
 
     fn records(from: u64, n: u64) -> Vec<u8> {
-        let id = ftnet_control::ConnId {
+        let key = ConnKey {
             client: Ipv4Addr::new(198, 18, 1, 2),
             cport: 40000,
             vip: Ipv4Addr::new(198, 19, 0, 1),
             vport: 6379,
         };
         (from..from + n)
-            .flat_map(|s| {
-                ftnet_control::shim_record(s, &id, ftnet_control::InputKind::Data, ftnet_wire::mod32(s))
+            .flat_map(|seq| {
+                ftnet_control::shim_record(&ftnet_control::NumberedInput {
+                    seq,
+                    key,
+                    kind: ftnet_control::InputKind::Data {
+                        end: ftnet_wire::mod32(seq),
+                    },
+                })
             })
             .collect()
     }

@@ -14,12 +14,8 @@
 use crate::config::ControlConfig;
 use crate::sys;
 use anyhow::Context;
-use ftnet_control::{
-    ConnId, ConnRecord, Decoder, DownReplica, Heartbeats, Msg, RouterEvent, RouterSession,
-};
-use ftnet_core::{
-    AdoptRecord, Adopted, ConnKey, Event, NumberedInput, OrderReport, OutOfService, ReplicaSetup,
-};
+use ftnet_control::{Decoder, Heartbeats, Msg, RouterEvent, RouterSession};
+use ftnet_core::{Adopted, AgentMsg, ConnKey, ConnRecord, OrderReport, OutOfService};
 use std::collections::{HashMap, HashSet};
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
@@ -57,7 +53,7 @@ pub trait RouterHandle: Send + Sync + 'static {
     /// Every replica out of service now (told to an agent that registers).
     fn out_of_service(&self) -> Vec<OutOfService>;
     /// Rebuild connections from an agent's records (see `Router::adopt`).
-    fn adopt(&self, records: &[AdoptRecord]) -> Vec<Adopted>;
+    fn adopt(&self, from: Ipv4Addr, records: &[ConnRecord]) -> Vec<Adopted>;
     /// Every live agent of these connections stored their records: their
     /// held SYN-ACKs go out (see `Router::record_stored`).
     fn records_stored(&self, keys: &[ConnKey]);
@@ -65,57 +61,6 @@ pub trait RouterHandle: Send + Sync + 'static {
     /// `Router::order_report`); `then` runs before the router's lock is
     /// released (the agent starts getting input events there).
     fn order_report(&self, replica: Ipv4Addr, reports: &[OrderReport], then: &mut dyn FnMut());
-}
-
-/// An agent's record as the core takes it.
-fn adopt_record(replica: Ipv4Addr, r: &ConnRecord) -> AdoptRecord {
-    AdoptRecord {
-        key: conn_key(&r.id),
-        client_isn: r.client_isn,
-        router_isn: r.router_isn,
-        wscale_out: r.wscale_out,
-        ts_base: r.ts_base,
-        client_mss: if r.client_mss == 0 { 536 } else { r.client_mss },
-        mss_out: if r.mss_out == 0 { 536 } else { r.mss_out },
-        replica: ReplicaSetup {
-            addr: replica,
-            isn: r.replica_isn,
-            wscale: r.replica_wscale,
-        },
-        expected: r.replicas.clone(),
-        accepted: r.accepted,
-        input_end: r.input_end,
-    }
-}
-
-fn conn_key(id: &ConnId) -> ConnKey {
-    ConnKey {
-        client: id.client,
-        cport: id.cport,
-        vip: id.vip,
-        vport: id.vport,
-    }
-}
-
-/// An agent's order report as the core takes it.
-fn order_report(o: &ftnet_control::ServiceOrder) -> OrderReport {
-    OrderReport {
-        vip: o.vip,
-        vport: o.vport,
-        last_seq: o.last_seq,
-        tail: o
-            .tail
-            .iter()
-            .map(|e| NumberedInput {
-                seq: e.seq,
-                key: conn_key(&e.id),
-                kind: match e.kind {
-                    ftnet_control::InputKind::Accept => ftnet_core::InputKind::Accept,
-                    ftnet_control::InputKind::Data => ftnet_core::InputKind::Data { end: e.end },
-                },
-            })
-            .collect(),
-    }
 }
 
 /// The agents currently registered, by replica address.
@@ -132,11 +77,9 @@ pub struct Registry {
     pending: Mutex<HashMap<ConnKey, Vec<Ipv4Addr>>>,
 }
 
-/// What [`Registry::route`] did with a core event.
+/// What [`Registry::route`] did with a core message.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Routed {
-    /// Not for the agents (an event to log).
-    No,
     /// Sent to the agents.
     Yes,
     /// A connection record that no agent can confirm (none registered for
@@ -173,11 +116,10 @@ impl Registry {
 
     /// `replica`'s agent stored these records; returns the connections
     /// whose every agent has now confirmed (their SYN-ACKs may go).
-    pub fn stored(&self, replica: Ipv4Addr, ids: &[ConnId]) -> Vec<ConnKey> {
+    pub fn stored(&self, replica: Ipv4Addr, keys: &[ConnKey]) -> Vec<ConnKey> {
         let mut pending = self.pending();
         let mut done = Vec::new();
-        for id in ids {
-            let key = conn_key(id);
+        for &key in keys {
             if let Some(w) = pending.get_mut(&key) {
                 w.retain(|a| *a != replica);
                 if w.is_empty() {
@@ -210,79 +152,28 @@ impl Registry {
         self.pending().len()
     }
 
-    /// Route a core event to the agents: `Established` and `Forgotten`
-    /// become records, `Input` the sequencer's order.
-    pub fn route(&self, ev: &Event) -> Routed {
-        let (replicas, msg_for): (Vec<Ipv4Addr>, Box<dyn Fn(Ipv4Addr) -> Msg>) = match ev {
-            Event::Established { record } => {
-                let r = record.clone();
-                let addrs = r.replicas.iter().map(|x| x.addr).collect();
-                (
-                    addrs,
-                    Box::new(move |a| {
-                        let me = r.replicas.iter().find(|x| x.addr == a);
-                        Msg::ConnOpen {
-                            record: ConnRecord {
-                                id: conn_id(&r.key),
-                                client_isn: r.client_isn,
-                                router_isn: r.router_isn,
-                                replica_isn: me.map_or(0, |x| x.isn),
-                                wscale_out: r.wscale_out,
-                                ts_base: r.ts_base,
-                                replicas: r.replicas.iter().map(|x| x.addr).collect(),
-                                replica_wscale: me.map_or(0, |x| x.wscale),
-                                client_mss: r.client_mss,
-                                mss_out: r.mss_out,
-                                accepted: false,
-                                input_end: None,
-                            },
-                        }
-                    }),
-                )
-            }
-            Event::Forgotten { key, replicas } => {
-                let id = conn_id(key);
-                (replicas.clone(), Box::new(move |_| Msg::ConnClose { id }))
-            }
-            Event::Input {
-                seq,
-                key,
-                kind,
-                replicas,
-            } => {
-                let (id, seq) = (conn_id(key), *seq);
-                let (kind, end) = match kind {
-                    ftnet_core::InputKind::Accept => (ftnet_control::InputKind::Accept, 0),
-                    ftnet_core::InputKind::Data { end } => (ftnet_control::InputKind::Data, *end),
-                };
-                (
-                    replicas.clone(),
-                    Box::new(move |_| Msg::Input { seq, id, kind, end }),
-                )
-            }
-            Event::OutOfService { down } => {
-                // Every agent keeps the whole set, for the next router.
-                let msg = Msg::OutOfService {
-                    down: down.iter().map(down_replica).collect(),
-                };
-                for a in self.lock().values().filter(|a| a.lost.is_none()) {
-                    if a.tx.try_send(msg.clone()).is_err() {
-                        self.dropped_records
-                            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    }
+    /// Route a core message to the agents it is for (records, the
+    /// sequencer's order, who is out of service).
+    pub fn route(&self, ev: &AgentMsg) -> Routed {
+        let msg = ftnet_control::to_agent(ev);
+        let Some(replicas) = ftnet_control::addressees(ev) else {
+            // Every agent keeps the whole set, for the next router.
+            for a in self.lock().values().filter(|a| a.lost.is_none()) {
+                if a.tx.try_send(msg.clone()).is_err() {
+                    self.dropped_records
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 }
-                return Routed::Yes;
             }
-            _ => return Routed::No,
+            return Routed::Yes;
         };
-        let input = matches!(ev, Event::Input { .. });
+        let input = matches!(ev, AgentMsg::Input { .. });
         let mut agents = self.lock();
         // Output commit: whose confirmation the SYN-ACK waits for. The
         // pending lock is held until that is noted, so an answer that comes
         // back before this returns waits for it.
         let pending = match ev {
-            Event::Established { record } => Some((record.key, self.pending())),
-            Event::Forgotten { key, .. } => {
+            AgentMsg::Established { record } => Some((record.key, self.pending())),
+            AgentMsg::Forgotten { key, .. } => {
                 self.pending().remove(key);
                 None
             }
@@ -294,7 +185,7 @@ impl Registry {
                 .get(&a)
                 .filter(|x| x.lost.is_none() && (x.ordered || !input))
             {
-                match agent.tx.try_send(msg_for(a)) {
+                match agent.tx.try_send(msg.clone()) {
                     Ok(()) => waiting.push(a),
                     Err(TrySendError::Disconnected(_)) => {}
                     Err(TrySendError::Full(_)) => {
@@ -358,23 +249,6 @@ impl Registry {
             "dropped_records": self.dropped_records.load(std::sync::atomic::Ordering::Relaxed),
             "pending_commits": self.pending_commits(),
         })
-    }
-}
-
-fn down_replica(d: &OutOfService) -> DownReplica {
-    DownReplica {
-        vip: d.vip,
-        vport: d.port,
-        replica: d.replica,
-    }
-}
-
-fn conn_id(k: &ConnKey) -> ConnId {
-    ConnId {
-        client: k.client,
-        cport: k.cport,
-        vip: k.vip,
-        vport: k.vport,
     }
 }
 
@@ -655,16 +529,12 @@ fn serve(
                     // What the agent keeps for the next router.
                     let down = router.out_of_service();
                     if let Some(a) = reg.lock().get(&replica).filter(|a| a.session == id) {
-                        let _ = a.tx.try_send(Msg::OutOfService {
-                            down: down.iter().map(down_replica).collect(),
-                        });
+                        let _ = a.tx.try_send(Msg::OutOfService { down });
                     }
                 }
                 RouterEvent::Records { replica, records } => {
                     let t = std::time::Instant::now();
-                    let recs: Vec<AdoptRecord> =
-                        records.iter().map(|r| adopt_record(replica, r)).collect();
-                    let done = router.adopt(&recs);
+                    let done = router.adopt(replica, &records);
                     let count = |k: Adopted| done.iter().filter(|&&d| d == k).count();
                     let (new, legs) = (count(Adopted::New), count(Adopted::Leg));
                     let (known, refused) = (count(Adopted::Known), count(Adopted::Refused));
@@ -679,27 +549,19 @@ fn serve(
                     }
                 }
                 RouterEvent::Order { replica, services } => {
-                    let reports: Vec<OrderReport> = services.iter().map(order_report).collect();
+                    let reports: &[OrderReport] = &services;
                     let at: Vec<String> = services
                         .iter()
                         .map(|o| format!("{}:{} at {}", o.vip, o.vport, o.last_seq))
                         .collect();
                     info!(%replica, "agent's input order: {}", if at.is_empty() { "no event yet".to_string() } else { at.join(", ") });
-                    router.order_report(replica, &reports, &mut || {
+                    router.order_report(replica, reports, &mut || {
                         if let Some(a) = reg.lock().get_mut(&replica).filter(|a| a.session == id) {
                             a.ordered = true;
                         }
                     });
                 }
                 RouterEvent::OutOfService { replica, down } => {
-                    let down: Vec<OutOfService> = down
-                        .iter()
-                        .map(|d| OutOfService {
-                            vip: d.vip,
-                            port: d.vport,
-                            replica: d.replica,
-                        })
-                        .collect();
                     let n = router.reported_down(replica, &down);
                     if n > 0 {
                         let list: Vec<String> =
@@ -707,8 +569,8 @@ fn serve(
                         warn!(%replica, "the agent reports replica(s) {} out of service under the router before: {n} kept out here (never readmitted without `ftnet replica enable`)", list.join(", "));
                     }
                 }
-                RouterEvent::Stored { replica, ids } => {
-                    let done = reg.stored(replica, &ids);
+                RouterEvent::Stored { replica, keys } => {
+                    let done = reg.stored(replica, &keys);
                     if !done.is_empty() {
                         router.records_stored(&done);
                     }
@@ -859,8 +721,8 @@ mod tests {
 
     const R: Ipv4Addr = Ipv4Addr::new(198, 18, 11, 2);
 
-    fn input(seq: u64) -> Event {
-        Event::Input {
+    fn input(seq: u64) -> AgentMsg {
+        AgentMsg::Input {
             seq,
             key: ConnKey {
                 client: Ipv4Addr::new(198, 18, 1, 2),
@@ -868,7 +730,9 @@ mod tests {
                 vip: Ipv4Addr::new(198, 19, 0, 1),
                 vport: 6379,
             },
-            kind: InputKind::Data { end: ftnet_wire::mod32(seq) },
+            kind: InputKind::Data {
+                end: ftnet_wire::mod32(seq),
+            },
             replicas: vec![R],
         }
     }
@@ -934,14 +798,13 @@ mod tests {
             && tx
                 .try_send(Msg::Input {
                     seq: n,
-                    id: conn_id(&ConnKey {
+                    key: ConnKey {
                         client: Ipv4Addr::new(198, 18, 1, 2),
                         cport: 40000,
                         vip: Ipv4Addr::new(198, 19, 0, 1),
                         vport: 6379,
-                    }),
-                    kind: ftnet_control::InputKind::Data,
-                    end: 0,
+                    },
+                    kind: InputKind::Data { end: 0 },
                 })
                 .is_ok()
         {

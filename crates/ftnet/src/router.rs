@@ -276,11 +276,15 @@ impl RouterHandle for Shared {
         self.lock().out_of_service()
     }
 
-    fn adopt(&self, records: &[ftnet_core::AdoptRecord]) -> Vec<ftnet_core::Adopted> {
+    fn adopt(
+        &self,
+        from: std::net::Ipv4Addr,
+        records: &[ftnet_core::ConnRecord],
+    ) -> Vec<ftnet_core::Adopted> {
         let now = self.now();
         let done = {
             let mut r = self.lock();
-            records.iter().map(|rec| r.adopt(now, rec)).collect()
+            records.iter().map(|rec| r.adopt(now, from, rec)).collect()
         };
         // The position probes are queued: get them written.
         self.kick();
@@ -379,16 +383,16 @@ impl Out {
             while let Some(p) = router.poll_transmit() {
                 self.packets.push(p);
             }
-            let mut more = false;
             while let Some(ev) = router.poll_event() {
-                match registry.map_or(Routed::No, |r| r.route(&ev)) {
-                    Routed::No => self.events.push(ev),
-                    Routed::Yes => {}
-                    Routed::StoredNow(key) => {
-                        // No agent to wait for: the SYN-ACK goes now.
-                        router.record_stored(now, key);
-                        more = true;
-                    }
+                self.events.push(ev);
+            }
+            let mut more = false;
+            // Without a control plane nobody keeps records or the order.
+            while let Some(msg) = router.poll_agent_msg() {
+                if let Some(Routed::StoredNow(key)) = registry.map(|r| r.route(&msg)) {
+                    // No agent to wait for: the SYN-ACK goes now.
+                    router.record_stored(now, key);
+                    more = true;
                 }
             }
             if !more {
@@ -474,7 +478,8 @@ fn event_loop(
         };
         // Round up so a timer 300 µs away does not turn into a busy loop of
         // zero-millisecond polls.
-        let ms = libc::c_int::try_from(sleep.as_micros().div_ceil(1000)).unwrap_or(libc::c_int::MAX);
+        let ms =
+            libc::c_int::try_from(sleep.as_micros().div_ceil(1000)).unwrap_or(libc::c_int::MAX);
         let mut pfd = [
             libc::pollfd {
                 fd: tun.as_raw_fd(),
@@ -658,8 +663,6 @@ fn log_event(ev: &Event) {
                 warn!("connection {conn}: replica {replica} diverged at reply byte {offset}: no majority among {live} live replicas; vote_tie applied ({agreeing} replica(s) on the side kept)")
             }
         }
-        // One per connection: records for the agents, not log lines.
-        Event::Established { .. } | Event::Forgotten { .. } | Event::Input { .. } => {}
         other => info!("{other:?}"),
     }
 }
@@ -766,9 +769,11 @@ fn admin_request(shared: &Shared, req: &str) -> serde_json::Value {
             let service = rest.first().copied();
             let back = {
                 let mut r = shared.lock();
-                let known = r.config().services.iter().any(|s| {
-                    s.replicas.contains(&addr) && service.is_none_or(|n| n == s.name)
-                });
+                let known = r
+                    .config()
+                    .services
+                    .iter()
+                    .any(|s| s.replicas.contains(&addr) && service.is_none_or(|n| n == s.name));
                 if !known {
                     return serde_json::json!({"ok": false, "error": format!("no service{} lists replica {addr}", service.map(|n| format!(" named {n:?}")).unwrap_or_default())});
                 }
@@ -782,7 +787,9 @@ fn admin_request(shared: &Shared, req: &str) -> serde_json::Value {
                 serde_json::json!({"ok": true, "enabled_in": back})
             }
         }
-        _ => serde_json::json!({"ok": false, "error": format!("unknown request {req:?}; known: `replica enable ADDR [SERVICE]`")}),
+        _ => {
+            serde_json::json!({"ok": false, "error": format!("unknown request {req:?}; known: `replica enable ADDR [SERVICE]`")})
+        }
     }
 }
 

@@ -322,9 +322,7 @@ impl Tun {
         loop {
             // SAFETY: both iovecs point to live buffers of the given lengths
             // (`hdr` on the stack, `pkt.data` borrowed) for the whole call.
-            let n = unsafe {
-                libc::writev(self.fd.as_raw_fd(), iov.as_ptr(), iovcnt)
-            };
+            let n = unsafe { libc::writev(self.fd.as_raw_fd(), iov.as_ptr(), iovcnt) };
             if n >= 0 {
                 // A TUN write is all or nothing: the kernel takes the packet whole.
                 return Ok(());

@@ -111,8 +111,8 @@ pub use params::{
 };
 
 use ftnet_core::{
-    AdoptRecord, Config, ConnKey, Counters, Event, EvictReason, InputKind, Instant, Packet, Router,
-    Service, SetupRecord, Timeouts,
+    AgentMsg, Config, ConnKey, ConnRecord, Counters, Event, EvictReason, InputKind, Instant,
+    NumberedInput, Packet, Router, Service, Timeouts,
 };
 use ftnet_wire::{ipv4, tcp};
 use host::Host;
@@ -315,6 +315,8 @@ struct Sim {
     trace: VecDeque<String>,
     pcap: Option<pcap::PcapWriter>,
     events: Vec<Event>,
+    /// Every message for the agents, in order.
+    agent_msgs: Vec<AgentMsg>,
     /// (replica, time, effective): effective when the replica was still
     /// needed at the moment of the crash, so the router must evict it.
     crashed: Option<(usize, u64, bool)>,
@@ -339,7 +341,7 @@ struct Sim {
     cfg: Option<Config>,
     /// What the agents keep: the set-up record of every announced
     /// connection not yet forgotten.
-    records: HashMap<ConnKey, SetupRecord>,
+    records: HashMap<ConnKey, ConnRecord>,
     /// The router is dead from the first to the second time (takeover).
     router_down: Option<(u64, u64)>,
     /// A router took over, at this time, with this many connections adopted.
@@ -359,31 +361,13 @@ struct Sim {
 #[derive(Default)]
 struct SimAgent {
     order: ftnet_control::OrderLog,
-    inflight: Vec<ftnet_control::InputRec>,
+    inflight: Vec<NumberedInput>,
     /// What it passed on to its shim, in order.
-    passed: Vec<ftnet_control::InputRec>,
+    passed: Vec<NumberedInput>,
     /// Per connection: its Accept passed on, its last chunk's end.
     conns: HashMap<ConnKey, (bool, Option<u32>)>,
     /// How many of the events it was sent its writer holds back.
     lag: usize,
-}
-
-fn conn_id(k: &ConnKey) -> ftnet_control::ConnId {
-    ftnet_control::ConnId {
-        client: k.client,
-        cport: k.cport,
-        vip: k.vip,
-        vport: k.vport,
-    }
-}
-
-fn conn_key(id: &ftnet_control::ConnId) -> ConnKey {
-    ConnKey {
-        client: id.client,
-        cport: id.cport,
-        vip: id.vip,
-        vport: id.vport,
-    }
 }
 
 impl SimAgent {
@@ -392,10 +376,10 @@ impl SimAgent {
         let n = self.inflight.len().saturating_sub(lag);
         for e in self.inflight.drain(..n).collect::<Vec<_>>() {
             self.order.note(e);
-            let c = self.conns.entry(conn_key(&e.id)).or_default();
+            let c = self.conns.entry(e.key).or_default();
             match e.kind {
-                ftnet_control::InputKind::Accept => c.0 = true,
-                ftnet_control::InputKind::Data => c.1 = Some(e.end),
+                InputKind::Accept => c.0 = true,
+                InputKind::Data { end } => c.1 = Some(end),
             }
             self.passed.push(e);
         }
@@ -426,9 +410,8 @@ impl SimAgent {
             return;
         }
         if let Some(j) = self.inflight.iter().position(|e| {
-            e.id.cport == cport
-                && e.kind == ftnet_control::InputKind::Data
-                && e.end.wrapping_sub(read) as i32 >= 0
+            e.key.cport == cport
+                && matches!(e.kind, InputKind::Data { end } if end.wrapping_sub(read) as i32 >= 0)
         }) {
             let rest = self.inflight.len() - (j + 1);
             self.deliver(rest);
@@ -437,27 +420,7 @@ impl SimAgent {
 
     /// Its report on registering, as the router's control plane passes it on.
     fn report(&self) -> Vec<ftnet_core::OrderReport> {
-        self.order
-            .report()
-            .iter()
-            .map(|o| ftnet_core::OrderReport {
-                vip: o.vip,
-                vport: o.vport,
-                last_seq: o.last_seq,
-                tail: o
-                    .tail
-                    .iter()
-                    .map(|e| ftnet_core::NumberedInput {
-                        seq: e.seq,
-                        key: conn_key(&e.id),
-                        kind: match e.kind {
-                            ftnet_control::InputKind::Accept => InputKind::Accept,
-                            ftnet_control::InputKind::Data => InputKind::Data { end: e.end },
-                        },
-                    })
-                    .collect(),
-            })
-            .collect()
+        self.order.report()
     }
 }
 
@@ -495,7 +458,10 @@ fn gso_segment(p: &Packet) -> Result<Vec<Packet>, String> {
             b[2..4].copy_from_slice(&total.to_be_bytes());
             ipv4::Packet::new_unchecked(&mut b[..hl]).fill_checksum();
             let mut s = tcp::Segment::new_checked(&mut b[hl..]).expect("header copied");
-            s.set_seq(seq.add(ftnet_wire::len32(k * size)), tcp::CsumMode::Complete);
+            s.set_seq(
+                seq.add(ftnet_wire::len32(k * size)),
+                tcp::CsumMode::Complete,
+            );
             let last = k + 1 == n;
             let keep = if last {
                 fl
@@ -615,6 +581,7 @@ impl Sim {
             trace: VecDeque::new(),
             pcap,
             events: Vec::new(),
+            agent_msgs: Vec::new(),
             crashed: None,
             packets_sent: 0,
             packets_lost: 0,
@@ -1118,10 +1085,14 @@ impl Sim {
             while let Some(ev) = r.poll_event() {
                 evs.push(ev);
             }
+            let mut msgs = Vec::new();
+            while let Some(m) = r.poll_agent_msg() {
+                msgs.push(m);
+            }
             let mut stored = Vec::new();
-            for ev in evs {
-                match &ev {
-                    Event::Established { record } => {
+            for m in msgs {
+                match &m {
+                    AgentMsg::Established { record } => {
                         self.records.insert(record.key, record.clone());
                         // The agents confirm it; one confirmation in 20 is
                         // lost (the SYN-ACK then goes when the wait ends).
@@ -1129,7 +1100,7 @@ impl Sim {
                             stored.push(record.key);
                         }
                     }
-                    Event::Forgotten { key, replicas } => {
+                    AgentMsg::Forgotten { key, replicas } => {
                         // Each agent named forgets it (an evicted replica's
                         // alone, or every one when the connection goes).
                         if let Some(r) = self.records.get_mut(key) {
@@ -1139,16 +1110,12 @@ impl Sim {
                             }
                         }
                     }
-                    Event::Input {
+                    AgentMsg::Input {
                         seq,
                         key,
                         kind,
                         replicas,
                     } => {
-                        let (kind, end) = match kind {
-                            InputKind::Accept => (ftnet_control::InputKind::Accept, 0),
-                            InputKind::Data { end } => (ftnet_control::InputKind::Data, *end),
-                        };
                         for a in replicas {
                             let rng = &mut self.agent_rng;
                             self.agents
@@ -1158,16 +1125,19 @@ impl Sim {
                                     ..SimAgent::default()
                                 })
                                 .inflight
-                                .push(ftnet_control::InputRec {
+                                .push(NumberedInput {
                                     seq: *seq,
-                                    id: conn_id(key),
-                                    kind,
-                                    end,
+                                    key: *key,
+                                    kind: *kind,
                                 });
                         }
                     }
-                    _ => {}
+                    AgentMsg::OutOfService { .. } => {}
                 }
+                self.log(format!("{:>10} AGENTS {:?}", self.now, m));
+                self.agent_msgs.push(m);
+            }
+            for ev in evs {
                 self.events.push(ev.clone());
                 self.log(format!("{:>10} EVENT {:?}", self.now, ev));
                 self.check_event(&ev)?;
@@ -1769,27 +1739,19 @@ impl Sim {
                 for k in keys {
                     let rec = &self.records[k];
                     for rep in &rec.replicas {
+                        // What its agent kept: the record as the router
+                        // sent it, and its own progress through the order.
                         let (accepted, input_end) = self
                             .agents
                             .get(&rep.addr)
                             .and_then(|a| a.conns.get(k).copied())
                             .unwrap_or_default();
-                        r.adopt(
-                            now,
-                            &AdoptRecord {
-                                key: rec.key,
-                                client_isn: rec.client_isn,
-                                router_isn: rec.router_isn,
-                                wscale_out: rec.wscale_out,
-                                ts_base: rec.ts_base,
-                                client_mss: rec.client_mss,
-                                mss_out: rec.mss_out,
-                                replica: *rep,
-                                expected: rec.replicas.iter().map(|x| x.addr).collect(),
-                                accepted,
-                                input_end,
-                            },
-                        );
+                        let kept = ConnRecord {
+                            accepted,
+                            input_end,
+                            ..rec.clone()
+                        };
+                        r.adopt(now, rep.addr, &kept);
                     }
                 }
                 self.middle = Middle::Router(Box::new(r));
@@ -1825,7 +1787,7 @@ impl Sim {
                 _ => None,
             })
             .collect();
-        let mut global: BTreeMap<u64, (ConnKey, ftnet_control::InputKind, u32)> = BTreeMap::new();
+        let mut global: BTreeMap<u64, (ConnKey, InputKind)> = BTreeMap::new();
         for (addr, a) in &self.agents {
             if !evicted.contains(addr) {
                 if let Some(w) = a.passed.windows(2).find(|w| w[1].seq != w[0].seq + 1) {
@@ -1836,7 +1798,7 @@ impl Sim {
                 }
             }
             for e in &a.passed {
-                let v = (conn_key(&e.id), e.kind, e.end);
+                let v = (e.key, e.kind);
                 if let Some(prev) = global.insert(e.seq, v) {
                     if prev != v {
                         return Err(format!(
@@ -1856,11 +1818,11 @@ impl Sim {
             ));
         }
         let mut shim: HashMap<u16, (bool, Option<u32>)> = HashMap::new();
-        for (seq, (key, kind, end)) in &global {
+        for (seq, (key, kind)) in &global {
             let st = shim.entry(key.cport).or_default();
             match kind {
-                ftnet_control::InputKind::Accept => st.0 = true,
-                ftnet_control::InputKind::Data => {
+                InputKind::Accept => st.0 = true,
+                InputKind::Data { end } => {
                     if !st.0 {
                         return Err(format!(
                             "invariant 6 (sequencer across a takeover): chunk {seq} of port {} before its accept",
@@ -1956,10 +1918,10 @@ impl Sim {
             .map(|rs| rs.addr)
             .collect();
         let last = self
-            .events
+            .agent_msgs
             .iter()
             .filter_map(|e| match e {
-                Event::Input { seq, .. } => Some(*seq),
+                AgentMsg::Input { seq, .. } => Some(*seq),
                 _ => None,
             })
             .max()
@@ -2096,10 +2058,10 @@ impl Sim {
             && self.took_over.is_none()
         {
             let inputs: Vec<(u64, u16, InputKind)> = self
-                .events
+                .agent_msgs
                 .iter()
                 .filter_map(|e| match e {
-                    Event::Input { seq, key, kind, .. } => Some((*seq, key.cport, *kind)),
+                    AgentMsg::Input { seq, key, kind, .. } => Some((*seq, key.cport, *kind)),
                     _ => None,
                 })
                 .collect();
@@ -2397,7 +2359,9 @@ impl Sim {
                 let cut = r.gen_range(0..b.len().max(1));
                 b.truncate(cut);
                 if cut >= 20 && r.gen_bool(0.5) {
-                    b[2..4].copy_from_slice(&u16::try_from(cut).expect("an IPv4 packet").to_be_bytes());
+                    b[2..4].copy_from_slice(
+                        &u16::try_from(cut).expect("an IPv4 packet").to_be_bytes(),
+                    );
                     ip_csum(&mut b);
                 }
                 b
@@ -2500,7 +2464,8 @@ fn refill(b: &mut [u8]) {
     // The segment view refuses a bad data offset; compute by hand then.
     b[36] = 0;
     b[37] = 0;
-    let ph = ftnet_wire::checksum::pseudo_header(src, dst, ipv4::PROTO_TCP, ftnet_wire::len32(tl - 20));
+    let ph =
+        ftnet_wire::checksum::pseudo_header(src, dst, ipv4::PROTO_TCP, ftnet_wire::len32(tl - 20));
     let c = ftnet_wire::checksum::complete(&b[20..tl], ph);
     b[36..38].copy_from_slice(&c.to_be_bytes());
 }

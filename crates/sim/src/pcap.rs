@@ -32,7 +32,9 @@ impl PcapWriter {
             .out
             .write_all(&((t_us % 1_000_000) as u32).to_le_bytes());
         let _ = self.out.write_all(&n.to_le_bytes());
-        let _ = self.out.write_all(&ftnet_wire::len32(data.len()).to_le_bytes());
+        let _ = self
+            .out
+            .write_all(&ftnet_wire::len32(data.len()).to_le_bytes());
         let _ = self.out.write_all(&data[..n as usize]);
     }
 }

@@ -157,6 +157,14 @@ impl<T: AsRef<[u8]>> Segment<T> {
         Ok(Segment { buffer, opts })
     }
 
+    /// Wrap a buffer that passed [`Segment::new_checked`] before, with the
+    /// option offsets found then ([`Segment::options`]): no second parse.
+    /// Only for the same bytes, whose header and options have not moved
+    /// since (no setter here moves them).
+    pub fn with_options(buffer: T, opts: OptionOffsets) -> Self {
+        Segment { buffer, opts }
+    }
+
     pub fn options(&self) -> OptionOffsets {
         self.opts
     }
@@ -547,8 +555,14 @@ pub enum TcpOption<'a> {
     SackPermitted,
     /// The raw blocks (a multiple of 8 octets): read them with [`SackBlocks`].
     Sack(SackBlocks<'a>),
-    Timestamps { tsval: u32, tsecr: u32 },
-    Unknown { kind: u8, data: &'a [u8] },
+    Timestamps {
+        tsval: u32,
+        tsecr: u32,
+    },
+    Unknown {
+        kind: u8,
+        data: &'a [u8],
+    },
 }
 
 /// An iterator over a TCP option list that never panics: a malformed option
@@ -826,7 +840,10 @@ mod tests {
 
     #[test]
     fn sack_blocks_written_are_read_back_and_translated_in_place() {
-        let blocks = [(SeqNum(100), SeqNum(200)), (SeqNum(u32::MAX - 5), SeqNum(10))];
+        let blocks = [
+            (SeqNum(100), SeqNum(200)),
+            (SeqNum(u32::MAX - 5), SeqNum(10)),
+        ];
         let mut hdr = vec![0u8; 20];
         let mut opts = [0u8; 40];
         let n = write_sack(&mut opts, &blocks).unwrap();
@@ -843,11 +860,17 @@ mod tests {
             seg.sack_blocks().collect::<Vec<_>>(),
             [blocks[0], (SeqNum(7), SeqNum(9))]
         );
-        assert!(seg.verify_checksum(a(1), a(2)), "incremental update kept the sum");
+        assert!(
+            seg.verify_checksum(a(1), a(2)),
+            "incremental update kept the sum"
+        );
         let kinds: Vec<_> = seg.options_iter().collect();
         assert_eq!(kinds.len(), 3, "NOP NOP SACK: {kinds:?}");
         assert!(write_sack(&mut opts, &[blocks[0]; 5]).is_err());
-        assert_eq!(write_sack(&mut opts[..9], &blocks[..1]), Err(Error::Truncated));
+        assert_eq!(
+            write_sack(&mut opts[..9], &blocks[..1]),
+            Err(Error::Truncated)
+        );
     }
 
     fn arb_repr() -> impl Strategy<Value = Repr> {
@@ -858,18 +881,20 @@ mod tests {
             any::<bool>(),
             proptest::option::of(any::<(u32, u32)>()),
         )
-            .prop_map(|((sp, dp, seq, ack, fl, win), mss, wscale, sack, ts)| Repr {
-                src_port: sp,
-                dst_port: dp,
-                seq: SeqNum(seq),
-                ack: SeqNum(ack),
-                flags: fl,
-                window: win,
-                mss,
-                wscale,
-                sack_permitted: sack,
-                timestamps: ts,
-            })
+            .prop_map(
+                |((sp, dp, seq, ack, fl, win), mss, wscale, sack, ts)| Repr {
+                    src_port: sp,
+                    dst_port: dp,
+                    seq: SeqNum(seq),
+                    ack: SeqNum(ack),
+                    flags: fl,
+                    window: win,
+                    mss,
+                    wscale,
+                    sack_permitted: sack,
+                    timestamps: ts,
+                },
+            )
     }
 
     proptest! {

@@ -21,23 +21,20 @@ impl Conn {
         if self.announced && self.legs[i].state != LegState::Evicted {
             // Its agent forgets the connection: a router taking over must
             // not bring the replica back into it.
-            self.forget(ctx.events, vec![self.legs[i].addr]);
+            self.forget(ctx.out, vec![self.legs[i].addr]);
         }
         if self.legs[i].state == LegState::Aborted {
             // It already reset its side; only the verdict was pending.
             self.legs[i].state = LegState::Evicted;
             ctx.counters.evictions += 1;
             let remaining = self.live_legs();
-            ctx.events.push_back(
-                Event::Evicted {
-                    conn: self.key.to_string(),
-                    replica: self.legs[i].addr,
-                    reason,
-                    remaining,
-                    detail: String::new(),
-                }
-                .into(),
-            );
+            ctx.out.event(Event::Evicted {
+                conn: self.key.to_string(),
+                replica: self.legs[i].addr,
+                reason,
+                remaining,
+                detail: String::new(),
+            });
             return;
         }
         let detail = match reason {
@@ -66,16 +63,13 @@ impl Conn {
         self.legs[i].state = LegState::Evicted;
         ctx.counters.evictions += 1;
         let remaining = self.live_legs();
-        ctx.events.push_back(
-            Event::Evicted {
-                conn: self.key.to_string(),
-                replica: self.legs[i].addr,
-                reason,
-                remaining,
-                detail,
-            }
-            .into(),
-        );
+        ctx.out.event(Event::Evicted {
+            conn: self.key.to_string(),
+            replica: self.legs[i].addr,
+            reason,
+            remaining,
+            detail,
+        });
         if service_wide {
             ctx.down.push((self.svc, self.legs[i].replica, reason));
         }
@@ -199,12 +193,9 @@ impl Conn {
                     &[],
                 )));
                 if !self.legs.iter().any(|l| l.state == LegState::Aborted) {
-                    ctx.events.push_back(
-                        Event::ConnectionLost {
-                            conn: self.key.to_string(),
-                        }
-                        .into(),
-                    );
+                    ctx.out.event(Event::ConnectionLost {
+                        conn: self.key.to_string(),
+                    });
                     ctx.counters.connections_lost += 1;
                 }
             }

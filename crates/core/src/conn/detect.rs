@@ -168,9 +168,9 @@ impl Conn {
     pub(super) fn probe(&mut self, ctx: &mut Ctx, i: usize) {
         self.legs[i].probe_at = Some(ctx.now);
         if self.legs[i].state == LegState::SynSent {
-            if let Some(base) = self.syn_copy.take() {
-                self.send_syn(ctx, &base, self.key.vip, i);
-                self.syn_copy = Some(base);
+            if let Some((base, at)) = self.syn_copy.take() {
+                self.send_syn(ctx, &base, at, self.key.vip, i);
+                self.syn_copy = Some((base, at));
             }
             return;
         }

@@ -1,11 +1,11 @@
 //! Establishment (COSCANet-FT §III-E): the client's SYN to every replica,
 //! one SYN-ACK built from their answers.
 
-use super::{csum_mode, rewrite, Conn, Ctx, Leg, LegState, Phase, Seg};
+use super::{csum_mode, Conn, Ctx, Leg, LegState, Phase, Seg};
 use crate::event::EvictReason;
 use crate::ids::LegId;
 use crate::metrics::DropReason;
-use crate::packet::Packet;
+use crate::packet::{Headers, Packet};
 use ftnet_wire::tcp::{flags, Repr};
 use ftnet_wire::SeqDelta;
 use std::net::Ipv4Addr;
@@ -47,7 +47,7 @@ impl Conn {
     /// Copy the client's SYN to every replica that has not answered.
     pub(crate) fn forward_syn(&mut self, ctx: &mut Ctx, pkt: &Packet, seg: &Seg) {
         let mut base = pkt.clone();
-        rewrite(&mut base, |_, t| {
+        let at = seg.at.rewrite(&mut base, |_, t| {
             // SACK is not offered to the group: a SACK block is only
             // truthful per replica, and the client-side blocks would have
             // to be the intersection over replicas. Without SACK TCP falls
@@ -56,18 +56,25 @@ impl Conn {
         });
         for i in 0..self.legs.len() {
             if self.legs[i].state == LegState::SynSent {
-                self.send_syn(ctx, &base, seg.dst, i);
+                self.send_syn(ctx, &base, at, seg.dst, i);
             }
         }
-        self.syn_copy = Some(base);
+        self.syn_copy = Some((base, at));
     }
 
     /// The client's SYN (as kept in `syn_copy` form) to leg `i`.
-    pub(super) fn send_syn(&self, ctx: &mut Ctx, base: &Packet, vip: Ipv4Addr, i: usize) {
+    pub(super) fn send_syn(
+        &self,
+        ctx: &mut Ctx,
+        base: &Packet,
+        at: Headers,
+        vip: Ipv4Addr,
+        i: usize,
+    ) {
         let addr = self.legs[i].addr;
         let mode = csum_mode(&base.vnet);
         let mut p = base.clone();
-        rewrite(&mut p, |ip, t| {
+        at.rewrite(&mut p, |ip, t| {
             ip.set_dst(addr);
             t.update_pseudo_addr(vip, addr, mode);
         });

@@ -1,8 +1,8 @@
 //! Client → replicas (COSCANet-FT §III-C): checks on the client's
 //! segments, the sequencer's input numbering, the fan-out.
 
-use super::{may_challenge, rewrite, translate_tsecr, Conn, Ctx, Phase, Seg, MAX_WIN};
-use crate::event::{InputKind, Outgoing, Unnumbered};
+use super::{may_challenge, translate_tsecr, Conn, Ctx, Phase, Seg, MAX_WIN};
+use crate::event::{InputKind, Unnumbered};
 use crate::metrics::DropReason;
 use crate::packet::Packet;
 use ftnet_wire::tcp::flags;
@@ -40,11 +40,11 @@ impl Conn {
                 .collect();
         }
         let replicas = self.order_to.clone();
-        ctx.events.push_back(Outgoing::Input(Unnumbered {
+        ctx.out.input(Unnumbered {
             key: self.key,
             kind,
             replicas,
-        }));
+        });
     }
 
     /// A segment from the client on an existing connection.
@@ -314,7 +314,7 @@ impl Conn {
                     0
                 }
             });
-            rewrite(&mut p, |ip, t| {
+            seg.at.rewrite(&mut p, |ip, t| {
                 ip.set_dst(l.addr);
                 t.update_pseudo_addr(seg.dst, l.addr, seg.mode);
                 if seg.has(flags::ACK) {

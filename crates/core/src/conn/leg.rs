@@ -142,6 +142,7 @@ mod tests {
     use super::super::fixture::{conn, CLIENT_ISN, ROUTER_ISN};
     use super::*;
     use crate::config::Voting;
+    use crate::packet::Headers;
     use ftnet_wire::tcp::{flags, CsumMode};
     use std::net::Ipv4Addr;
 
@@ -171,6 +172,7 @@ mod tests {
             wscale: None,
             ts: None,
             mode: CsumMode::Complete,
+            at: Headers::BARE,
         };
         // The replica's first byte is the client-visible first byte,
         // across the wrap of sequence space.

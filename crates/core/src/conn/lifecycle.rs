@@ -5,16 +5,15 @@
 
 use super::{Conn, Phase};
 use crate::config::Timeouts;
-use crate::event::{Event, Outgoing};
+use crate::event::{AgentMsg, Outbox};
 use crate::ids::{LegId, ReplicaId, ServiceId};
-use crate::record::AdoptRecord;
+use crate::record::ConnRecord;
 use crate::time::Instant;
 use ftnet_wire::SeqNum;
-use std::collections::VecDeque;
 use std::net::Ipv4Addr;
 
 /// What changed in a connection with one input, for the router's tables.
-/// (The events it owes the agents, `Established` and `Forgotten`, it
+/// (The messages it owes the agents, `Established` and `Forgotten`, it
 /// queued itself.)
 #[derive(Debug, Default, PartialEq, Eq)]
 pub(crate) struct Transition {
@@ -61,7 +60,7 @@ impl Conn {
         &mut self,
         now: Instant,
         t: &Timeouts,
-        events: &mut VecDeque<Outgoing>,
+        out: &mut Outbox,
     ) -> Transition {
         self.update_behind(now);
         if self.phase == Phase::Dead {
@@ -86,12 +85,9 @@ impl Conn {
             )
         {
             self.announced = true;
-            events.push_back(
-                Event::Established {
-                    record: self.setup_record(),
-                }
-                .into(),
-            );
+            out.agent(AgentMsg::Established {
+                record: self.record(),
+            });
         }
         if self.is_closed() && self.announced {
             // Closed: the agents need its record no more (a router taking
@@ -99,7 +95,7 @@ impl Conn {
             // FIN then meets silence, as any unknown segment does).
             self.announced = false;
             let all = self.legs.iter().map(|l| l.addr).collect();
-            self.forget(events, all);
+            self.forget(out, all);
         }
         if let (Phase::Closed { at }, false) = (self.phase, self.counted_closed) {
             self.counted_closed = true;
@@ -114,11 +110,11 @@ impl Conn {
     }
 
     /// The router takes the connection out of its table.
-    pub(crate) fn removed(&mut self, events: &mut VecDeque<Outgoing>) -> Removed {
+    pub(crate) fn removed(&mut self, out: &mut Outbox) -> Removed {
         if self.announced {
             self.announced = false;
             let all = self.legs.iter().map(|l| l.addr).collect();
-            self.forget(events, all);
+            self.forget(out, all);
         }
         Removed {
             half_open: self.counted_half_open,
@@ -127,15 +123,12 @@ impl Conn {
     }
 
     /// The agents of `replicas` forget this connection's record (the one
-    /// place `Event::Forgotten` is made).
-    pub(super) fn forget(&self, events: &mut VecDeque<Outgoing>, replicas: Vec<Ipv4Addr>) {
-        events.push_back(
-            Event::Forgotten {
-                key: self.key,
-                replicas,
-            }
-            .into(),
-        );
+    /// place `AgentMsg::Forgotten` is made).
+    pub(super) fn forget(&self, out: &mut Outbox, replicas: Vec<Ipv4Addr>) {
+        out.agent(AgentMsg::Forgotten {
+            key: self.key,
+            replicas,
+        });
     }
 
     /// What a client SYN with sequence number `isn` means here.
@@ -201,7 +194,7 @@ impl Conn {
 
     /// Another replica's record of the same adopted connection (a
     /// connection being rebuilt, set up by the same router).
-    pub(crate) fn takes_record(&self, rec: &AdoptRecord) -> bool {
+    pub(crate) fn takes_record(&self, rec: &ConnRecord) -> bool {
         self.recovering() && self.router_isn.0 == rec.router_isn
     }
 
@@ -220,6 +213,7 @@ mod tests {
     use super::super::recovery::Adoption;
     use super::*;
     use crate::config::Voting;
+    use crate::event::ToAgents;
     use core::time::Duration;
 
     #[test]
@@ -241,39 +235,39 @@ mod tests {
     fn announced_once_forgotten_once() {
         let t = Timeouts::default();
         let now = Instant::ZERO + Duration::from_millis(10);
-        let mut events = VecDeque::new();
+        let mut events = Outbox::default();
         let mut c = conn(2, Voting::Off);
         let tr = c.after_input(now, &t, &mut events);
         assert!(!tr.gone && !tr.left_half_open && tr.closed_at.is_none());
         assert!(tr.schedule.is_some(), "a new connection gets a timer");
         assert!(
-            events.is_empty(),
+            events.agents.is_empty(),
             "not announced before every replica answered"
         );
         c.phase = Phase::SynAckSent;
         let tr = c.after_input(now, &t, &mut events);
         assert!(!tr.left_half_open, "still half-open until the client's ACK");
         assert!(matches!(
-            events.pop_front(),
-            Some(Outgoing::Event(Event::Established { .. }))
+            events.agents.pop_front(),
+            Some(ToAgents::Msg(AgentMsg::Established { .. }))
         ));
         c.phase = Phase::Established;
         let tr = c.after_input(now, &t, &mut events);
-        assert!(tr.left_half_open && events.is_empty());
+        assert!(tr.left_half_open && events.agents.is_empty());
         let tr = c.after_input(now, &t, &mut events);
         assert!(!tr.left_half_open, "left once");
         c.phase = Phase::Closed { at: now };
         let tr = c.after_input(now, &t, &mut events);
         assert_eq!(tr.closed_at, Some(now));
         assert!(matches!(
-            events.pop_front(),
-            Some(Outgoing::Event(Event::Forgotten { replicas, .. })) if replicas.len() == 2
+            events.agents.pop_front(),
+            Some(ToAgents::Msg(AgentMsg::Forgotten { replicas, .. })) if replicas.len() == 2
         ));
         // Closed once; removed later, it owes the agents nothing more.
         let tr = c.after_input(now, &t, &mut events);
         assert_eq!(tr.closed_at, None);
         let gone = c.removed(&mut events);
-        assert!(events.is_empty());
+        assert!(events.agents.is_empty());
         assert_eq!(
             gone,
             Removed {
@@ -287,21 +281,21 @@ mod tests {
 
     #[test]
     fn removing_an_announced_connection_forgets_it() {
-        let mut events = VecDeque::new();
+        let mut events = Outbox::default();
         let mut c = conn(3, Voting::Off);
         c.phase = Phase::Established;
         c.after_input(Instant::ZERO, &Timeouts::default(), &mut events);
-        events.clear();
+        events.agents.clear();
         c.removed(&mut events);
         assert!(matches!(
-            events.pop_front(),
-            Some(Outgoing::Event(Event::Forgotten { replicas, .. })) if replicas.len() == 3
+            events.agents.pop_front(),
+            Some(ToAgents::Msg(AgentMsg::Forgotten { replicas, .. })) if replicas.len() == 3
         ));
     }
 
     #[test]
     fn a_timer_entry_counts_only_while_current() {
-        let mut events = VecDeque::new();
+        let mut events = Outbox::default();
         let mut c = conn(1, Voting::Off);
         let d = c
             .after_input(Instant::ZERO, &Timeouts::default(), &mut events)

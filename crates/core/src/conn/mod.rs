@@ -28,15 +28,15 @@ use leg::{Leg, LegState};
 pub(crate) use lifecycle::SynOnKey;
 use recovery::Adoption;
 pub use translate::csum_mode;
-use translate::{payload_of, rewrite, translate_tsecr};
+use translate::translate_tsecr;
 use voting::VoteState;
 
 use crate::config::{Timeouts, Voting};
-use crate::event::{EvictReason, Outgoing};
+use crate::event::{EvictReason, Outbox};
 use crate::ids::{ReplicaId, ServiceId};
 use crate::key::ConnKey;
 use crate::metrics::Counters;
-use crate::packet::Packet;
+use crate::packet::{Headers, Packet};
 use crate::status::{ConnSample, LegSample};
 use crate::time::Instant;
 use crate::wrap::mod32;
@@ -62,6 +62,9 @@ pub struct Seg {
     pub wscale: Option<u8>,
     pub ts: Option<(u32, u32)>,
     pub mode: CsumMode,
+    /// Where its headers lie (found with `new_checked` once): every copy
+    /// is read and rewritten through these offsets.
+    pub(crate) at: Headers,
 }
 
 impl Seg {
@@ -76,12 +79,13 @@ pub struct Ctx<'a> {
     pub now: Instant,
     pub tx: &'a mut VecDeque<Packet>,
     pub counters: &'a mut Counters,
-    pub events: &'a mut VecDeque<Outgoing>,
+    /// Events for the operator and messages for the agents.
+    pub out: &'a mut Outbox,
     pub timeouts: &'a Timeouts,
     /// (service, replica) pairs that this input proved dead for the whole
     /// service; the router marks them down after the call.
     pub down: &'a mut Vec<(ServiceId, ReplicaId, EvictReason)>,
-    /// Emit `Event::Input` for the sequencer.
+    /// Emit `AgentMsg::Input` for the sequencer.
     pub sequencer: bool,
     /// The router-wide challenge-ACK budget (RFC 5961 §7).
     pub challenges: &'a mut ChallengeBudget,
@@ -168,11 +172,11 @@ pub struct Conn {
     counted_half_open: bool,
     /// Queued in the router's closed list.
     counted_closed: bool,
-    /// `Event::Established` was emitted (so `Forgotten` follows).
+    /// `AgentMsg::Established` was emitted (so `Forgotten` follows).
     announced: bool,
     /// The client's SYN as the replicas get it, kept during the handshake
     /// to probe a replica whose copy may have been lost.
-    syn_copy: Option<Packet>,
+    syn_copy: Option<(Packet, Headers)>,
     /// When a client SYN last counted as a retry.
     syn_at: Instant,
     /// The MSS the client announced (what one segment to it may carry).
@@ -412,6 +416,7 @@ pub(super) mod fixture {
             wscale: Some(7),
             ts: Some((1, 0)),
             mode: CsumMode::Complete,
+            at: Headers::BARE,
         };
         let mut c = Conn::new(
             key,
@@ -434,7 +439,7 @@ pub(super) mod fixture {
     pub(crate) struct Outside {
         pub tx: VecDeque<Packet>,
         pub counters: Counters,
-        pub events: VecDeque<Outgoing>,
+        pub out: Outbox,
         pub down: Vec<(ServiceId, ReplicaId, EvictReason)>,
         pub challenges: ChallengeBudget,
     }
@@ -445,7 +450,7 @@ pub(super) mod fixture {
                 now,
                 tx: &mut self.tx,
                 counters: &mut self.counters,
-                events: &mut self.events,
+                out: &mut self.out,
                 timeouts,
                 down: &mut self.down,
                 sequencer: true,

@@ -1,7 +1,7 @@
 //! Replica → client (COSCANet-FT §III-D): a replica's segments, what the
 //! client is sent of them, and what the replicas are sent in its name.
 
-use super::{may_challenge, rewrite, Conn, Ctx, LegState, Phase, Seg, MAX_WIN};
+use super::{may_challenge, Conn, Ctx, LegState, Phase, Seg, MAX_WIN};
 use crate::event::EvictReason;
 use crate::ids::LegId;
 use crate::metrics::DropReason;
@@ -222,7 +222,7 @@ impl Conn {
         let off = self.legs[i].off;
         let mut p = pkt;
         let vip = self.key.vip;
-        rewrite(&mut p, |ip, t| {
+        seg.at.rewrite(&mut p, |ip, t| {
             ip.set_src(vip);
             t.update_pseudo_addr(seg.src, vip, seg.mode);
             t.set_seq(seg.seq.shift(off), seg.mode);
@@ -474,7 +474,7 @@ impl Conn {
         let seq = seq_override.unwrap_or(seg.seq.shift(self.legs[i].off));
         let vip = self.key.vip;
         let ts_on = self.ts_on;
-        rewrite(&mut p, |ip, t| {
+        seg.at.rewrite(&mut p, |ip, t| {
             ip.set_src(vip);
             t.update_pseudo_addr(seg.src, vip, seg.mode);
             t.set_seq(seq, seg.mode);

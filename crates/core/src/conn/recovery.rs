@@ -7,7 +7,8 @@ use crate::config::Voting;
 use crate::event::InputKind;
 use crate::ids::{ReplicaId, ServiceId};
 use crate::key::ConnKey;
-use crate::record::{AdoptRecord, ReplicaSetup, SetupRecord};
+use crate::packet::Headers;
+use crate::record::{ConnRecord, ReplicaSetup};
 use crate::time::Instant;
 use crate::wrap::mod32;
 use ftnet_wire::tcp::{flags, CsumMode};
@@ -20,6 +21,16 @@ pub(super) const REBUILD_GRACE: core::time::Duration = core::time::Duration::fro
 /// How long an adopted connection waits for the records of the replicas
 /// whose agents have not registered yet.
 pub(super) const ADOPT_WAIT: core::time::Duration = core::time::Duration::from_millis(1000);
+
+/// An MSS from a record, where 0 (a record of an older agent, or a broken
+/// one) means "unknown": RFC 9293 §3.7.1's default for IPv4, 536.
+fn mss_or_default(mss: u16) -> u16 {
+    if mss == 0 {
+        536
+    } else {
+        mss
+    }
+}
 
 /// The rebuild of a connection adopted from the agents' records (see
 /// [`Conn::adopted`]).
@@ -44,9 +55,9 @@ impl Conn {
         self.adoption.is_some()
     }
 
-    /// What the replicas' agents keep of this connection (see `SetupRecord`).
-    pub(crate) fn setup_record(&self) -> SetupRecord {
-        SetupRecord {
+    /// What the replicas' agents keep of this connection (see `ConnRecord`).
+    pub(crate) fn record(&self) -> ConnRecord {
+        ConnRecord {
             key: self.key,
             client_isn: self.client_isn.0,
             router_isn: self.router_isn.0,
@@ -64,17 +75,26 @@ impl Conn {
                     wscale: l.wscale,
                 })
                 .collect(),
+            accepted: false,
+            input_end: None,
         }
     }
 
     /// A connection another router set up, rebuilt from what the agents
-    /// kept (`SetupRecord`): the sequence spaces, window scale and
+    /// kept (`ConnRecord`): the sequence spaces, window scale and
     /// timestamp base are known, the stream positions are not. Legs are
     /// added with [`Conn::adopt_leg`]; each is probed at once so that it
     /// tells its position, and the connection waits (forwarding the
     /// client's segments, sending the client nothing) until every live leg
     /// did. Output voting is not resumed on an adopted connection.
-    pub(crate) fn adopted(key: ConnKey, svc: ServiceId, now: Instant, rec: &AdoptRecord) -> Conn {
+    /// `from`: the replica whose agent's record this is.
+    pub(crate) fn adopted(
+        key: ConnKey,
+        svc: ServiceId,
+        now: Instant,
+        from: Ipv4Addr,
+        rec: &ConnRecord,
+    ) -> Conn {
         let client_isn = SeqNum(rec.client_isn);
         let syn = Seg {
             src: key.client,
@@ -86,10 +106,11 @@ impl Conn {
             flags: flags::SYN,
             window: 0,
             payload_len: 0,
-            mss: Some(rec.client_mss),
+            mss: Some(mss_or_default(rec.client_mss)),
             wscale: Some(0),
             ts: rec.ts_base.map(|_| (0, 0)),
             mode: CsumMode::Complete,
+            at: Headers::BARE,
         };
         let router_isn = SeqNum(rec.router_isn);
         let mut c = Conn::new(
@@ -106,18 +127,18 @@ impl Conn {
         // RFC 7323 §2.3: a shift count above 14 is used as 14 (a record
         // is input too).
         c.ws_out = rec.wscale_out.min(14);
-        c.mss_out = rec.mss_out;
+        c.mss_out = mss_or_default(rec.mss_out);
         c.client_ws = rec.wscale_out > 0;
         c.counted_half_open = false;
         c.announced = true;
         c.adoption = Some(Adoption::Rebuilding {
-            expected: rec.expected.clone(),
+            expected: rec.addrs(),
         });
         // Its input events go to every replica of the record, also to one
         // that left it before the takeover (see `input`).
-        c.order_to = rec.expected.clone();
-        if !c.order_to.contains(&rec.replica.addr) {
-            c.order_to.push(rec.replica.addr);
+        c.order_to = rec.addrs();
+        if !c.order_to.contains(&from) {
+            c.order_to.push(from);
         }
         c.client_seen = false;
         // Until the client speaks, the window the router's own segments

@@ -1,10 +1,9 @@
 //! Pure header translation rules between the client's view and a
 //! replica's.
 
-use crate::packet::Packet;
-use ftnet_wire::tcp::{self, CsumMode};
+use ftnet_wire::tcp::CsumMode;
 use ftnet_wire::vnet::VnetHdr;
-use ftnet_wire::{ipv4, SeqNum};
+use ftnet_wire::SeqNum;
 
 /// TSecr for a replica: the client echoes router TSvals; map them back to
 /// this replica's clock (§III-D), never beyond the latest TSval it sent.
@@ -31,39 +30,6 @@ pub(super) fn window_field(ack: SeqNum, edge: SeqNum, ws_out: u8) -> u16 {
     (bytes >> ws_out).min(0xffff) as u16
 }
 
-/// Apply header edits to a packet that passed classification. The views
-/// were validated then; should they fail now the packet is left alone.
-pub fn rewrite(
-    p: &mut Packet,
-    f: impl FnOnce(&mut ipv4::Packet<&mut [u8]>, &mut tcp::Segment<&mut [u8]>),
-) {
-    let data = &mut p.data[..];
-    let Ok(ip) = ipv4::Packet::new_checked(&mut data[..]) else {
-        return;
-    };
-    let hl = ip.header_len();
-    let total = ip.total_len();
-    let (h, rest) = data.split_at_mut(hl);
-    let mut ip = ipv4::Packet::new_unchecked(h);
-    let Ok(mut t) = tcp::Segment::new_checked(&mut rest[..total - hl]) else {
-        return;
-    };
-    f(&mut ip, &mut t);
-}
-
-/// The TCP payload of a packet that passed classification (empty should
-/// the views fail now).
-pub(super) fn payload_of(p: &Packet) -> &[u8] {
-    let Ok(ip) = ipv4::Packet::new_checked(&p.data[..]) else {
-        return &[];
-    };
-    let (hl, total) = (ip.header_len(), ip.total_len());
-    let Ok(t) = tcp::Segment::new_checked(&p.data[hl..total]) else {
-        return &[];
-    };
-    &p.data[hl + t.header_len()..total]
-}
-
 /// Checksum mode from the offload header: a partial checksum when the
 /// kernel asked for one to be completed, else a complete one.
 pub fn csum_mode(v: &VnetHdr) -> CsumMode {
@@ -77,8 +43,6 @@ pub fn csum_mode(v: &VnetHdr) -> CsumMode {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ftnet_wire::tcp::{flags, Repr};
-    use std::net::Ipv4Addr;
 
     #[test]
     fn tsecr_maps_back_to_the_replica_clock() {
@@ -105,39 +69,5 @@ mod tests {
         let ack = SeqNum(0xffff_fff0);
         assert_eq!(window_field(ack, ack.add(0x40), 0), 0x40);
         assert_eq!(window_field(ack, ack.add(1 << 20), 7), 1 << 13);
-    }
-
-    fn segment(payload: &[u8]) -> Packet {
-        let r = Repr::new(1000, 80, SeqNum(7), SeqNum(9), flags::ACK, 512);
-        let (c, v) = (Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::new(10, 0, 0, 2));
-        Packet::plain(r.emit_ipv4(c, v, payload))
-    }
-
-    #[test]
-    fn payload_of_finds_the_tcp_payload() {
-        assert_eq!(payload_of(&segment(b"hello")), b"hello");
-        assert_eq!(payload_of(&segment(b"")), b"");
-        // A buffer that no longer parses has no payload.
-        let mut p = segment(b"hello");
-        p.data.truncate(10);
-        assert_eq!(payload_of(&p), b"");
-    }
-
-    #[test]
-    fn rewrite_edits_a_checked_packet_and_keeps_its_checksum() {
-        let mut p = segment(b"abc");
-        let (c, v) = (Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::new(10, 0, 0, 2));
-        let r = Ipv4Addr::new(10, 0, 1, 5);
-        rewrite(&mut p, |ip, t| {
-            ip.set_dst(r);
-            t.update_pseudo_addr(v, r, CsumMode::Complete);
-            t.set_ack(SeqNum(42), CsumMode::Complete);
-        });
-        let ip = ipv4::Packet::new_checked(&p.data[..]).unwrap();
-        assert_eq!(ip.dst(), r);
-        let t = tcp::Segment::new_checked(ip.payload()).unwrap();
-        assert_eq!(t.ack(), SeqNum(42));
-        assert!(t.verify_checksum(c, r));
-        assert_eq!(payload_of(&p), b"abc");
     }
 }

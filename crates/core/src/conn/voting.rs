@@ -1,7 +1,7 @@
 //! Output voting of a connection (MISSION.md #12): bytes go to the client
 //! once a majority of the live replicas agreed on them.
 
-use super::{payload_of, Conn, Ctx, Seg};
+use super::{Conn, Ctx, Seg};
 use crate::config::Tie;
 use crate::event::{Event, EvictReason};
 use crate::ids::LegId;
@@ -64,7 +64,7 @@ impl Conn {
         seg: &Seg,
         s: SeqNum,
     ) {
-        let payload = payload_of(pkt);
+        let payload = seg.at.payload(pkt);
         let e = s.add(len32(payload.len()));
         if seg.has(flags::FIN) {
             if self.legs[i].fin.is_some_and(|f| f != e) {
@@ -222,16 +222,13 @@ impl Conn {
         blame: bool,
     ) {
         ctx.counters.divergences += 1;
-        ctx.events.push_back(
-            Event::Diverged {
-                conn: self.key.to_string(),
-                replica: self.legs[i].addr,
-                offset: at.0.wrapping_sub(self.router_isn.0.wrapping_add(1)),
-                agreeing,
-                live: self.live_legs(),
-            }
-            .into(),
-        );
+        ctx.out.event(Event::Diverged {
+            conn: self.key.to_string(),
+            replica: self.legs[i].addr,
+            offset: at.0.wrapping_sub(self.router_isn.0.wrapping_add(1)),
+            agreeing,
+            live: self.live_legs(),
+        });
         if let Some(v) = &mut self.vote {
             v.pending[i] = Vec::new();
             v.stash[i] = Vec::new();

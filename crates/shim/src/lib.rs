@@ -835,24 +835,24 @@ unsafe fn read_logic(fd: c_int, buf: *mut c_void, count: size_t) -> ssize_t {
     // SAFETY: `buf` is writable for `count` bytes (read(2)'s contract, the caller's); every libc call below gets pointers into these or
     // into live local buffers of the lengths it is given.
     unsafe {
-        let Some(rd) = real_read() else {
-            set_errno(libc::ENOSYS);
-            return -1;
-        };
-        match read_budget(fd) {
-            None => {
-                set_errno(libc::EAGAIN);
-                -1
-            }
-            Some(usize::MAX) => rd(fd, buf, count),
-            Some(b) => {
-                // b == 0: at EOF (expected to read 0); any byte that still
-                // slipped in is accounted so the offsets stay right.
-                let n = rd(fd, buf, if b == 0 { count } else { count.min(b) });
-                consumed(fd, n);
-                n
-            }
+    let Some(rd) = real_read() else {
+        set_errno(libc::ENOSYS);
+        return -1;
+    };
+    match read_budget(fd) {
+        None => {
+            set_errno(libc::EAGAIN);
+            -1
         }
+        Some(usize::MAX) => rd(fd, buf, count),
+        Some(b) => {
+            // b == 0: at EOF (expected to read 0); any byte that still
+            // slipped in is accounted so the offsets stay right.
+            let n = rd(fd, buf, if b == 0 { count } else { count.min(b) });
+            consumed(fd, n);
+            n
+        }
+    }
     }
 }
 
@@ -861,24 +861,24 @@ unsafe fn recv_logic(fd: c_int, buf: *mut c_void, len: size_t, flags: c_int) -> 
     // SAFETY: `buf` is writable for `len` bytes (recv(2)'s contract, the caller's); every libc call below gets pointers into these or
     // into live local buffers of the lengths it is given.
     unsafe {
-        let Some(rv) = real_recv() else {
-            set_errno(libc::ENOSYS);
-            return -1;
-        };
-        match read_budget(fd) {
-            None => {
-                set_errno(libc::EAGAIN);
-                -1
-            }
-            Some(usize::MAX) => rv(fd, buf, len, flags),
-            Some(b) => {
-                let n = rv(fd, buf, if b == 0 { len } else { len.min(b) }, flags);
-                if flags & libc::MSG_PEEK == 0 {
-                    consumed(fd, n);
-                }
-                n
-            }
+    let Some(rv) = real_recv() else {
+        set_errno(libc::ENOSYS);
+        return -1;
+    };
+    match read_budget(fd) {
+        None => {
+            set_errno(libc::EAGAIN);
+            -1
         }
+        Some(usize::MAX) => rv(fd, buf, len, flags),
+        Some(b) => {
+            let n = rv(fd, buf, if b == 0 { len } else { len.min(b) }, flags);
+            if flags & libc::MSG_PEEK == 0 {
+                consumed(fd, n);
+            }
+            n
+        }
+    }
     }
 }
 
@@ -887,44 +887,40 @@ unsafe fn readv_logic(fd: c_int, iov: *const libc::iovec, iovcnt: c_int) -> ssiz
     // SAFETY: `iov` points to `iovcnt` iovecs of writable buffers (readv(2)'s contract, the caller's); it is read only when not null and `iovcnt` > 0; every libc call below gets pointers into these or
     // into live local buffers of the lengths it is given.
     unsafe {
-        let Some(rv) = real_readv() else {
-            set_errno(libc::ENOSYS);
-            return -1;
-        };
-        match read_budget(fd) {
-            None => {
-                set_errno(libc::EAGAIN);
-                -1
-            }
-            Some(usize::MAX) => rv(fd, iov, iovcnt),
-            Some(b) => {
-                if b == 0 || iov.is_null() || iovcnt <= 0 {
-                    return rv(fd, iov, iovcnt);
-                }
-                // Shorten the vector to the budget.
-                let src = std::slice::from_raw_parts(iov, iovcnt as usize);
-                let mut left = b;
-                let mut v = Vec::with_capacity(src.len());
-                for x in src {
-                    if left == 0 {
-                        break;
-                    }
-                    let l = x.iov_len.min(left);
-                    v.push(libc::iovec {
-                        iov_base: x.iov_base,
-                        iov_len: l,
-                    });
-                    left -= l;
-                }
-                let n = rv(
-                    fd,
-                    v.as_ptr(),
-                    c_int::try_from(v.len()).unwrap_or(c_int::MAX),
-                );
-                consumed(fd, n);
-                n
-            }
+    let Some(rv) = real_readv() else {
+        set_errno(libc::ENOSYS);
+        return -1;
+    };
+    match read_budget(fd) {
+        None => {
+            set_errno(libc::EAGAIN);
+            -1
         }
+        Some(usize::MAX) => rv(fd, iov, iovcnt),
+        Some(b) => {
+            if b == 0 || iov.is_null() || iovcnt <= 0 {
+                return rv(fd, iov, iovcnt);
+            }
+            // Shorten the vector to the budget.
+            let src = std::slice::from_raw_parts(iov, iovcnt as usize);
+            let mut left = b;
+            let mut v = Vec::with_capacity(src.len());
+            for x in src {
+                if left == 0 {
+                    break;
+                }
+                let l = x.iov_len.min(left);
+                v.push(libc::iovec {
+                    iov_base: x.iov_base,
+                    iov_len: l,
+                });
+                left -= l;
+            }
+            let n = rv(fd, v.as_ptr(), c_int::try_from(v.len()).unwrap_or(c_int::MAX));
+            consumed(fd, n);
+            n
+        }
+    }
     }
 }
 
@@ -938,35 +934,35 @@ unsafe fn accept_common(
     // SAFETY: `addr`/`len` are null or valid as accept(2) requires (passed on from the caller of accept/accept4); every libc call below gets pointers into these or
     // into live local buffers of the lengths it is given.
     unsafe {
-        let pass = || {
-            if four {
-                real_accept4().map_or(-1, |f| f(fd, addr, len, flags))
-            } else {
-                real_accept().map_or(-1, |f| f(fd, addr, len))
-            }
-        };
-        if in_child() {
-            return pass();
+    let pass = || {
+        if four {
+            real_accept4().map_or(-1, |f| f(fd, addr, len, flags))
+        } else {
+            real_accept().map_or(-1, |f| f(fd, addr, len))
         }
-        // A blocking listening socket belongs to a server that blocks in
-        // accept(2) and (like socat, inetd) forks a process per connection:
-        // connections do not share a process, so there is no cross-connection
-        // order to keep. Such listeners are left alone.
-        if is_blocking(fd) {
-            let mut s = state();
-            s.listeners.remove(&fd);
-            s.reads.remove(&fd);
-            maybe_nothing_to_order(&mut s);
-            drop(s);
-            return pass();
+    };
+    if in_child() {
+        return pass();
+    }
+    // A blocking listening socket belongs to a server that blocks in
+    // accept(2) and (like socat, inetd) forks a process per connection:
+    // connections do not share a process, so there is no cross-connection
+    // order to keep. Such listeners are left alone.
+    if is_blocking(fd) {
+        let mut s = state();
+        s.listeners.remove(&fd);
+        s.reads.remove(&fd);
+        maybe_nothing_to_order(&mut s);
+        drop(s);
+        return pass();
+    }
+    match try_accept(fd, addr, len, flags, &pass) {
+        Some(r) => r,
+        None => {
+            set_errno(libc::EAGAIN);
+            -1
         }
-        match try_accept(fd, addr, len, flags, &pass) {
-            Some(r) => r,
-            None => {
-                set_errno(libc::EAGAIN);
-                -1
-            }
-        }
+    }
     }
 }
 
@@ -986,58 +982,58 @@ unsafe fn try_accept(
     // SAFETY: `addr`/`len` are null or valid as accept(2) requires (passed on from the caller of accept/accept4); every libc call below gets pointers into these or
     // into live local buffers of the lengths it is given.
     unsafe {
-        let mut s = state();
-        if !s.listeners.contains_key(&fd) {
+    let mut s = state();
+    if !s.listeners.contains_key(&fd) {
+        drop(s);
+        return Some(pass());
+    }
+    s.pump();
+    s.drain_accepts();
+    if let Some(i) = s.local.iter().position(|(l, _)| *l == fd) {
+        let (_, cfd) = s.local.remove(i);
+        drop(s);
+        return Some(finish_accept(cfd, addr, len, flags));
+    }
+    if s.held() {
+        return None;
+    }
+    if !s.on {
+        // Hand out what was already taken from the kernel, then plain accept.
+        let Some((&k, _)) = s.pending.iter().next() else {
             drop(s);
             return Some(pass());
+        };
+        let (cfd, _) = s.pending.remove(&k).unwrap_or((-1, Instant::now()));
+        return Some(finish_accept(cfd, addr, len, flags));
+    }
+    let port = s.listeners.get(&fd).copied().unwrap_or(0);
+    // A connection that never got an accept event (the router's sequencer
+    // is off for it, or it predates this shim) is handed out after 2 s,
+    // unordered, rather than never.
+    if let Some(k) = s.stale_pending(Some(port)) {
+        let (cfd, _) = s.pending.remove(&k).unwrap_or((-1, Instant::now()));
+        eprintln!("ftnet-shim[{}]: connection from port {} has no accept event after 2 s; handed out unordered", std::process::id(), k.cport);
+        if s.unordered.len() >= 65536 {
+            s.unordered.clear();
         }
-        s.pump();
-        s.drain_accepts();
-        if let Some(i) = s.local.iter().position(|(l, _)| *l == fd) {
-            let (_, cfd) = s.local.remove(i);
+        s.unordered.insert(k);
+        return Some(finish_accept(cfd, addr, len, flags));
+    }
+    match s.exposed() {
+        Some(Ev {
+            seq,
+            key,
+            kind: Kind::Accept,
+        }) if key.vport == port => {
+            let (cfd, _) = s.pending.remove(&key)?;
+            s.order.consumed(seq);
+            s.conns.insert(cfd, Conn { key, consumed: 0 });
+            s.reads.insert(cfd, Reads::default());
             drop(s);
-            return Some(finish_accept(cfd, addr, len, flags));
+            Some(finish_accept(cfd, addr, len, flags))
         }
-        if s.held() {
-            return None;
-        }
-        if !s.on {
-            // Hand out what was already taken from the kernel, then plain accept.
-            let Some((&k, _)) = s.pending.iter().next() else {
-                drop(s);
-                return Some(pass());
-            };
-            let (cfd, _) = s.pending.remove(&k).unwrap_or((-1, Instant::now()));
-            return Some(finish_accept(cfd, addr, len, flags));
-        }
-        let port = s.listeners.get(&fd).copied().unwrap_or(0);
-        // A connection that never got an accept event (the router's sequencer
-        // is off for it, or it predates this shim) is handed out after 2 s,
-        // unordered, rather than never.
-        if let Some(k) = s.stale_pending(Some(port)) {
-            let (cfd, _) = s.pending.remove(&k).unwrap_or((-1, Instant::now()));
-            eprintln!("ftnet-shim[{}]: connection from port {} has no accept event after 2 s; handed out unordered", std::process::id(), k.cport);
-            if s.unordered.len() >= 65536 {
-                s.unordered.clear();
-            }
-            s.unordered.insert(k);
-            return Some(finish_accept(cfd, addr, len, flags));
-        }
-        match s.exposed() {
-            Some(Ev {
-                seq,
-                key,
-                kind: Kind::Accept,
-            }) if key.vport == port => {
-                let (cfd, _) = s.pending.remove(&key)?;
-                s.order.consumed(seq);
-                s.conns.insert(cfd, Conn { key, consumed: 0 });
-                s.reads.insert(cfd, Reads::default());
-                drop(s);
-                Some(finish_accept(cfd, addr, len, flags))
-            }
-            _ => None,
-        }
+        _ => None,
+    }
     }
 }
 
@@ -1051,22 +1047,22 @@ unsafe fn finish_accept(
     // SAFETY: `addr`/`len` are null or valid as getpeername(2) requires (passed on from the caller of accept/accept4); `cfd` is a descriptor this process owns; every libc call below gets pointers into these or
     // into live local buffers of the lengths it is given.
     unsafe {
-        if cfd < 0 {
-            set_errno(libc::EAGAIN);
-            return -1;
-        }
-        if !addr.is_null() && !len.is_null() {
-            libc::getpeername(cfd, addr, len);
-        }
-        // We accepted non-blocking and close-on-exec; give the caller what it asked for.
-        if flags & libc::SOCK_NONBLOCK == 0 {
-            let fl = libc::fcntl(cfd, libc::F_GETFL);
-            libc::fcntl(cfd, libc::F_SETFL, fl & !libc::O_NONBLOCK);
-        }
-        if flags & libc::SOCK_CLOEXEC == 0 {
-            libc::fcntl(cfd, libc::F_SETFD, 0);
-        }
-        cfd
+    if cfd < 0 {
+        set_errno(libc::EAGAIN);
+        return -1;
+    }
+    if !addr.is_null() && !len.is_null() {
+        libc::getpeername(cfd, addr, len);
+    }
+    // We accepted non-blocking and close-on-exec; give the caller what it asked for.
+    if flags & libc::SOCK_NONBLOCK == 0 {
+        let fl = libc::fcntl(cfd, libc::F_GETFL);
+        libc::fcntl(cfd, libc::F_SETFL, fl & !libc::O_NONBLOCK);
+    }
+    if flags & libc::SOCK_CLOEXEC == 0 {
+        libc::fcntl(cfd, libc::F_SETFD, 0);
+    }
+    cfd
     }
 }
 
@@ -1074,7 +1070,9 @@ unsafe fn finish_accept(
 unsafe fn accept_logic(fd: c_int, addr: *mut sockaddr, len: *mut socklen_t) -> c_int {
     // SAFETY: `addr`/`len` are null or valid as accept(2) requires (the caller's contract); every libc call below gets pointers into these or
     // into live local buffers of the lengths it is given.
-    unsafe { accept_common(fd, addr, len, 0, false) }
+    unsafe {
+    accept_common(fd, addr, len, 0, false)
+    }
 }
 
 /// The shim's `accept4`; the exported one wraps it ([`guarded`]).
@@ -1086,7 +1084,9 @@ unsafe fn accept4_logic(
 ) -> c_int {
     // SAFETY: `addr`/`len` are null or valid as accept4(2) requires (the caller's contract); every libc call below gets pointers into these or
     // into live local buffers of the lengths it is given.
-    unsafe { accept_common(fd, addr, len, flags, true) }
+    unsafe {
+    accept_common(fd, addr, len, flags, true)
+    }
 }
 
 /// The shim's `listen`; the exported one wraps it ([`guarded`]).
@@ -1094,24 +1094,24 @@ unsafe fn listen_logic(fd: c_int, backlog: c_int) -> c_int {
     // SAFETY: no pointer arguments; libc's listen gets the caller's arguments; every libc call below gets pointers into these or
     // into live local buffers of the lengths it is given.
     unsafe {
-        let Some(l) = real_listen() else {
-            set_errno(libc::ENOSYS);
-            return -1;
-        };
-        let rc = l(fd, backlog);
-        if rc == 0 && !in_child() {
-            if let Some((_, port)) = sockname(fd, false) {
-                let mut s = state();
-                if s.path.is_some() && !s.off {
-                    s.listeners.insert(fd, port);
-                    s.reads.insert(fd, Reads::default());
-                    // Connect to the agent now: a server blocked in accept(2)
-                    // or select(2) may not call us again before clients come.
-                    s.pump();
-                }
+    let Some(l) = real_listen() else {
+        set_errno(libc::ENOSYS);
+        return -1;
+    };
+    let rc = l(fd, backlog);
+    if rc == 0 && !in_child() {
+        if let Some((_, port)) = sockname(fd, false) {
+            let mut s = state();
+            if s.path.is_some() && !s.off {
+                s.listeners.insert(fd, port);
+                s.reads.insert(fd, Reads::default());
+                // Connect to the agent now: a server blocked in accept(2)
+                // or select(2) may not call us again before clients come.
+                s.pump();
             }
         }
-        rc
+    }
+    rc
     }
 }
 
@@ -1120,49 +1120,54 @@ unsafe fn close_logic(fd: c_int) -> c_int {
     // SAFETY: no pointer arguments; libc's close gets the caller's argument; every libc call below gets pointers into these or
     // into live local buffers of the lengths it is given.
     unsafe {
-        if !in_child() {
-            let mut s = state();
-            if let Some(c) = s.conns.remove(&fd) {
-                s.order.close(c.key);
-            }
-            s.listeners.remove(&fd);
-            s.reads.remove(&fd);
-            s.interest.retain(|(e, f), _| *f != fd && *e != fd);
+    if !in_child() {
+        let mut s = state();
+        if let Some(c) = s.conns.remove(&fd) {
+            s.order.close(c.key);
         }
-        real_close().map_or(-1, |c| c(fd))
+        s.listeners.remove(&fd);
+        s.reads.remove(&fd);
+        s.interest.retain(|(e, f), _| *f != fd && *e != fd);
+    }
+    real_close().map_or(-1, |c| c(fd))
     }
 }
 
 /// The shim's `epoll_ctl`; the exported one wraps it ([`guarded`]).
-unsafe fn epoll_ctl_logic(epfd: c_int, op: c_int, fd: c_int, ev: *mut libc::epoll_event) -> c_int {
+unsafe fn epoll_ctl_logic(
+    epfd: c_int,
+    op: c_int,
+    fd: c_int,
+    ev: *mut libc::epoll_event,
+) -> c_int {
     // SAFETY: `ev` is null or points to an epoll_event (epoll_ctl(2)'s contract, the caller's); it is read unaligned; every libc call below gets pointers into these or
     // into live local buffers of the lengths it is given.
     unsafe {
-        let Some(ctl) = real_epoll_ctl() else {
-            set_errno(libc::ENOSYS);
-            return -1;
-        };
-        let rc = ctl(epfd, op, fd, ev);
-        if rc == 0 && !in_child() {
-            let mut s = state();
-            match op {
-                libc::EPOLL_CTL_ADD | libc::EPOLL_CTL_MOD if !ev.is_null() => {
-                    let e = std::ptr::read_unaligned(ev);
-                    s.interest.insert((epfd, fd), (e.events, e.u64));
-                    if let Some(r) = s.reads.get_mut(&fd) {
-                        r.on = e.events & libc::EPOLLIN as u32 != 0;
-                    }
+    let Some(ctl) = real_epoll_ctl() else {
+        set_errno(libc::ENOSYS);
+        return -1;
+    };
+    let rc = ctl(epfd, op, fd, ev);
+    if rc == 0 && !in_child() {
+        let mut s = state();
+        match op {
+            libc::EPOLL_CTL_ADD | libc::EPOLL_CTL_MOD if !ev.is_null() => {
+                let e = std::ptr::read_unaligned(ev);
+                s.interest.insert((epfd, fd), (e.events, e.u64));
+                if let Some(r) = s.reads.get_mut(&fd) {
+                    r.on = e.events & libc::EPOLLIN as u32 != 0;
                 }
-                libc::EPOLL_CTL_DEL => {
-                    s.interest.remove(&(epfd, fd));
-                    if let Some(r) = s.reads.get_mut(&fd) {
-                        r.on = false;
-                    }
-                }
-                _ => {}
             }
+            libc::EPOLL_CTL_DEL => {
+                s.interest.remove(&(epfd, fd));
+                if let Some(r) = s.reads.get_mut(&fd) {
+                    r.on = false;
+                }
+            }
+            _ => {}
         }
-        rc
+    }
+    rc
     }
 }
 
@@ -1176,130 +1181,129 @@ unsafe fn epoll_wait_logic(
     // SAFETY: `events` is writable for `max` events (epoll_wait(2)'s contract, the caller's); at most `max` are written; every libc call below gets pointers into these or
     // into live local buffers of the lengths it is given.
     unsafe {
-        let Some(wait) = real_epoll_wait() else {
-            set_errno(libc::ENOSYS);
-            return -1;
-        };
-        if in_child() {
+    let Some(wait) = real_epoll_wait() else {
+        set_errno(libc::ENOSYS);
+        return -1;
+    };
+    if in_child() {
+        return wait(epfd, events, max, timeout);
+    }
+    {
+        let s = state();
+        if s.listeners.is_empty() || s.off || s.path.is_none() || max <= 0 {
+            drop(s);
             return wait(epfd, events, max, timeout);
         }
-        {
-            let s = state();
-            if s.listeners.is_empty() || s.off || s.path.is_none() || max <= 0 {
-                drop(s);
-                return wait(epfd, events, max, timeout);
-            }
+    }
+    let deadline = (timeout >= 0).then(|| Instant::now() + Duration::from_millis(timeout as u64));
+    let mut tmp = vec![libc::epoll_event { events: 0, u64: 0 }; max as usize];
+    loop {
+        let n = wait(epfd, tmp.as_mut_ptr(), max, 0);
+        if n < 0 {
+            return n;
         }
-        let deadline =
-            (timeout >= 0).then(|| Instant::now() + Duration::from_millis(timeout as u64));
-        let mut tmp = vec![libc::epoll_event { events: 0, u64: 0 }; max as usize];
-        loop {
-            let n = wait(epfd, tmp.as_mut_ptr(), max, 0);
-            if n < 0 {
-                return n;
-            }
-            let mut out: Vec<libc::epoll_event> = Vec::with_capacity(max as usize);
-            {
-                let mut s = state();
-                s.pump();
-                s.drain_accepts();
-                // data → fd for this epoll set (servers register the fd or a pointer; unique either way).
-                let fd_of: HashMap<u64, c_int> = s
-                    .interest
-                    .iter()
-                    .filter(|((e, _), _)| *e == epfd)
-                    .map(|((_, f), (_, d))| (*d, *f))
-                    .collect();
-                for e in &tmp[..n as usize] {
-                    let (mask, data) = (e.events, e.u64);
-                    match fd_of.get(&data) {
-                        Some(&fd) if s.gated(fd) => {
-                            // Input readiness of sequenced sockets is the shim's to give;
-                            // keep writability and errors.
-                            let mut m = mask & !(libc::EPOLLIN as u32);
-                            if mask & libc::EPOLLIN as u32 != 0
-                                && s.conns.contains_key(&fd)
-                                && s.at_eof(fd)
-                            {
-                                m |= libc::EPOLLIN as u32;
-                            }
-                            if m != 0 {
-                                out.push(libc::epoll_event {
-                                    events: m,
-                                    u64: data,
-                                });
-                            }
+        let mut out: Vec<libc::epoll_event> = Vec::with_capacity(max as usize);
+        {
+            let mut s = state();
+            s.pump();
+            s.drain_accepts();
+            // data → fd for this epoll set (servers register the fd or a pointer; unique either way).
+            let fd_of: HashMap<u64, c_int> = s
+                .interest
+                .iter()
+                .filter(|((e, _), _)| *e == epfd)
+                .map(|((_, f), (_, d))| (*d, *f))
+                .collect();
+            for e in &tmp[..n as usize] {
+                let (mask, data) = (e.events, e.u64);
+                match fd_of.get(&data) {
+                    Some(&fd) if s.gated(fd) => {
+                        // Input readiness of sequenced sockets is the shim's to give;
+                        // keep writability and errors.
+                        let mut m = mask & !(libc::EPOLLIN as u32);
+                        if mask & libc::EPOLLIN as u32 != 0
+                            && s.conns.contains_key(&fd)
+                            && s.at_eof(fd)
+                        {
+                            m |= libc::EPOLLIN as u32;
                         }
-                        _ => out.push(libc::epoll_event {
-                            events: mask,
-                            u64: data,
-                        }),
+                        if m != 0 {
+                            out.push(libc::epoll_event {
+                                events: m,
+                                u64: data,
+                            });
+                        }
                     }
+                    _ => out.push(libc::epoll_event {
+                        events: mask,
+                        u64: data,
+                    }),
                 }
-                // fd → data of what this epoll set asks input of.
-                let input: HashMap<c_int, u64> = s
-                    .interest
-                    .iter()
-                    .filter(|((e, _), (ev, _))| *e == epfd && ev & libc::EPOLLIN as u32 != 0)
-                    .map(|((_, f), (_, d))| (*f, *d))
-                    .collect();
-                let data_of = |f: c_int| input.get(&f).copied();
-                let (unordered, ordered) = s.give_input(&|f| input.contains_key(&f), max as usize);
-                for data in unordered.into_iter().filter_map(data_of) {
-                    if !out.iter().any(|o| o.u64 == data) {
-                        out.push(libc::epoll_event {
+            }
+            // fd → data of what this epoll set asks input of.
+            let input: HashMap<c_int, u64> = s
+                .interest
+                .iter()
+                .filter(|((e, _), (ev, _))| *e == epfd && ev & libc::EPOLLIN as u32 != 0)
+                .map(|((_, f), (_, d))| (*f, *d))
+                .collect();
+            let data_of = |f: c_int| input.get(&f).copied();
+            let (unordered, ordered) = s.give_input(&|f| input.contains_key(&f), max as usize);
+            for data in unordered.into_iter().filter_map(data_of) {
+                if !out.iter().any(|o| o.u64 == data) {
+                    out.push(libc::epoll_event {
+                        events: libc::EPOLLIN as u32,
+                        u64: data,
+                    });
+                }
+            }
+            // The ordered events in their order, ahead of everything else.
+            for (at, data) in ordered.into_iter().filter_map(data_of).enumerate() {
+                match out.iter().position(|o| o.u64 == data) {
+                    Some(i) => {
+                        let mut o = out.remove(i);
+                        o.events |= libc::EPOLLIN as u32;
+                        out.insert(at, o);
+                    }
+                    None => out.insert(
+                        at,
+                        libc::epoll_event {
                             events: libc::EPOLLIN as u32,
                             u64: data,
-                        });
-                    }
+                        },
+                    ),
                 }
-                // The ordered events in their order, ahead of everything else.
-                for (at, data) in ordered.into_iter().filter_map(data_of).enumerate() {
-                    match out.iter().position(|o| o.u64 == data) {
-                        Some(i) => {
-                            let mut o = out.remove(i);
-                            o.events |= libc::EPOLLIN as u32;
-                            out.insert(at, o);
-                        }
-                        None => out.insert(
-                            at,
-                            libc::epoll_event {
-                                events: libc::EPOLLIN as u32,
-                                u64: data,
-                            },
-                        ),
-                    }
-                }
-                out.truncate(max as usize);
             }
-            if !out.is_empty() {
-                std::ptr::copy_nonoverlapping(out.as_ptr(), events, out.len());
-                return c_int::try_from(out.len()).unwrap_or(c_int::MAX);
-            }
-            if deadline.is_some_and(|d| Instant::now() >= d) {
-                return 0;
-            }
-            // Nothing to give yet. Wait for the order (the agent's socket) or the
-            // kernel (the epoll set). When the set is readable only because of
-            // sequenced sockets whose turn has not come, only the order can
-            // change that: wait on the agent alone, briefly.
-            let agent = state().agent;
-            let left_ms = deadline.map_or(100, |d| {
-                d.saturating_duration_since(Instant::now())
-                    .as_millis()
-                    .min(100) as c_int
-            });
-            wait_for_news(
-                agent,
-                n > 0,
-                &[libc::pollfd {
-                    fd: epfd,
-                    events: libc::POLLIN,
-                    revents: 0,
-                }],
-                left_ms,
-            );
+            out.truncate(max as usize);
         }
+        if !out.is_empty() {
+            std::ptr::copy_nonoverlapping(out.as_ptr(), events, out.len());
+            return c_int::try_from(out.len()).unwrap_or(c_int::MAX);
+        }
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            return 0;
+        }
+        // Nothing to give yet. Wait for the order (the agent's socket) or the
+        // kernel (the epoll set). When the set is readable only because of
+        // sequenced sockets whose turn has not come, only the order can
+        // change that: wait on the agent alone, briefly.
+        let agent = state().agent;
+        let left_ms = deadline.map_or(100, |d| {
+            d.saturating_duration_since(Instant::now())
+                .as_millis()
+                .min(100) as c_int
+        });
+        wait_for_news(
+            agent,
+            n > 0,
+            &[libc::pollfd {
+                fd: epfd,
+                events: libc::POLLIN,
+                revents: 0,
+            }],
+            left_ms,
+        );
+    }
     }
 }
 
@@ -1410,22 +1414,22 @@ unsafe fn poll_logic(fds: *mut libc::pollfd, nfds: libc::nfds_t, timeout: c_int)
     // SAFETY: `fds` points to `nfds` pollfds (poll(2)'s contract, the caller's); it is used only when not null; every libc call below gets pointers into these or
     // into live local buffers of the lengths it is given.
     unsafe {
-        let Some(real) = real_poll() else {
-            set_errno(libc::ENOSYS);
-            return -1;
-        };
-        if fds.is_null() || nfds == 0 || nfds > 1 << 20 {
-            return real(fds, nfds, timeout);
-        }
-        let user = std::slice::from_raw_parts_mut(fds, usize::try_from(nfds).unwrap_or(0));
-        let asked = user
-            .iter()
-            .filter(|p| p.fd >= 0 && p.events & POLL_INPUT != 0)
-            .map(|p| p.fd);
-        if !ordered_wait_applies(asked) {
-            return real(fds, nfds, timeout);
-        }
-        ordered_poll(user, timeout)
+    let Some(real) = real_poll() else {
+        set_errno(libc::ENOSYS);
+        return -1;
+    };
+    if fds.is_null() || nfds == 0 || nfds > 1 << 20 {
+        return real(fds, nfds, timeout);
+    }
+    let user = std::slice::from_raw_parts_mut(fds, usize::try_from(nfds).unwrap_or(0));
+    let asked = user
+        .iter()
+        .filter(|p| p.fd >= 0 && p.events & POLL_INPUT != 0)
+        .map(|p| p.fd);
+    if !ordered_wait_applies(asked) {
+        return real(fds, nfds, timeout);
+    }
+    ordered_poll(user, timeout)
     }
 }
 
@@ -1443,86 +1447,85 @@ unsafe fn select_logic(
     // SAFETY: the fd_set pointers are null or valid for `nfds` descriptors and `timeout` is null or valid (select(2)'s contract, the caller's); every libc call below gets pointers into these or
     // into live local buffers of the lengths it is given.
     unsafe {
-        let Some(real) = real_select() else {
-            set_errno(libc::ENOSYS);
-            return -1;
-        };
-        let setsize = c_int::try_from(libc::FD_SETSIZE).unwrap_or(c_int::MAX);
-        if !(0..=setsize).contains(&nfds) || rd.is_null() {
-            return real(nfds, rd, wr, ex, timeout);
-        }
-        let isset = |set: *mut libc::fd_set, fd: c_int| !set.is_null() && libc::FD_ISSET(fd, set);
-        let asked = (0..nfds).filter(|&fd| isset(rd, fd));
-        if !ordered_wait_applies(asked) {
-            return real(nfds, rd, wr, ex, timeout);
-        }
-        let mut pfds: Vec<libc::pollfd> = (0..nfds)
-            .filter_map(|fd| {
-                let mut events = 0;
-                if isset(rd, fd) {
-                    events |= libc::POLLIN;
-                }
-                if isset(wr, fd) {
-                    events |= libc::POLLOUT;
-                }
-                if isset(ex, fd) {
-                    events |= libc::POLLPRI;
-                }
-                (events != 0).then_some(libc::pollfd {
-                    fd,
-                    events,
-                    revents: 0,
-                })
-            })
-            .collect();
-        let ms = if timeout.is_null() {
-            -1
-        } else {
-            let t = &*timeout;
-            let ms = t.tv_sec.max(0).saturating_mul(1000) + (t.tv_usec.max(0) + 999) / 1000;
-            c_int::try_from(ms).unwrap_or(c_int::MAX)
-        };
-        let t0 = Instant::now();
-        let n = ordered_poll(&mut pfds, ms);
-        if n < 0 {
-            return n;
-        }
-        if pfds.iter().any(|p| p.revents & libc::POLLNVAL != 0) {
-            set_errno(libc::EBADF);
-            return -1;
-        }
-        for set in [rd, wr, ex] {
-            if !set.is_null() {
-                libc::FD_ZERO(set);
+    let Some(real) = real_select() else {
+        set_errno(libc::ENOSYS);
+        return -1;
+    };
+    let setsize = c_int::try_from(libc::FD_SETSIZE).unwrap_or(c_int::MAX);
+    if !(0..=setsize).contains(&nfds) || rd.is_null() {
+        return real(nfds, rd, wr, ex, timeout);
+    }
+    let isset = |set: *mut libc::fd_set, fd: c_int| !set.is_null() && libc::FD_ISSET(fd, set);
+    let asked = (0..nfds).filter(|&fd| isset(rd, fd));
+    if !ordered_wait_applies(asked) {
+        return real(nfds, rd, wr, ex, timeout);
+    }
+    let mut pfds: Vec<libc::pollfd> = (0..nfds)
+        .filter_map(|fd| {
+            let mut events = 0;
+            if isset(rd, fd) {
+                events |= libc::POLLIN;
             }
+            if isset(wr, fd) {
+                events |= libc::POLLOUT;
+            }
+            if isset(ex, fd) {
+                events |= libc::POLLPRI;
+            }
+            (events != 0).then_some(libc::pollfd {
+                fd,
+                events,
+                revents: 0,
+            })
+        })
+        .collect();
+    let ms = if timeout.is_null() {
+        -1
+    } else {
+        let t = &*timeout;
+        let ms = t.tv_sec.max(0).saturating_mul(1000) + (t.tv_usec.max(0) + 999) / 1000;
+        c_int::try_from(ms).unwrap_or(c_int::MAX)
+    };
+    let t0 = Instant::now();
+    let n = ordered_poll(&mut pfds, ms);
+    if n < 0 {
+        return n;
+    }
+    if pfds.iter().any(|p| p.revents & libc::POLLNVAL != 0) {
+        set_errno(libc::EBADF);
+        return -1;
+    }
+    for set in [rd, wr, ex] {
+        if !set.is_null() {
+            libc::FD_ZERO(set);
         }
-        let mut count = 0;
-        for p in &pfds {
-            let r = p.revents;
-            let mut mark = |set: *mut libc::fd_set, yes: bool| {
-                if yes && !set.is_null() {
-                    libc::FD_SET(p.fd, set);
-                    count += 1;
-                }
-            };
-            mark(
-                rd,
-                p.events & libc::POLLIN != 0
-                    && r & (POLL_INPUT | libc::POLLHUP | libc::POLLERR) != 0,
-            );
-            mark(
-                wr,
-                p.events & libc::POLLOUT != 0
-                    && r & (libc::POLLOUT | libc::POLLWRNORM | libc::POLLERR) != 0,
-            );
-            mark(ex, p.events & libc::POLLPRI != 0 && r & libc::POLLPRI != 0);
-        }
-        if !timeout.is_null() {
-            let left = Duration::from_millis(ms.max(0) as u64).saturating_sub(t0.elapsed());
-            (*timeout).tv_sec = left.as_secs() as libc::time_t;
-            (*timeout).tv_usec = left.subsec_micros() as libc::suseconds_t;
-        }
-        count
+    }
+    let mut count = 0;
+    for p in &pfds {
+        let r = p.revents;
+        let mut mark = |set: *mut libc::fd_set, yes: bool| {
+            if yes && !set.is_null() {
+                libc::FD_SET(p.fd, set);
+                count += 1;
+            }
+        };
+        mark(
+            rd,
+            p.events & libc::POLLIN != 0 && r & (POLL_INPUT | libc::POLLHUP | libc::POLLERR) != 0,
+        );
+        mark(
+            wr,
+            p.events & libc::POLLOUT != 0
+                && r & (libc::POLLOUT | libc::POLLWRNORM | libc::POLLERR) != 0,
+        );
+        mark(ex, p.events & libc::POLLPRI != 0 && r & libc::POLLPRI != 0);
+    }
+    if !timeout.is_null() {
+        let left = Duration::from_millis(ms.max(0) as u64).saturating_sub(t0.elapsed());
+        (*timeout).tv_sec = left.as_secs() as libc::time_t;
+        (*timeout).tv_usec = left.subsec_micros() as libc::suseconds_t;
+    }
+    count
     }
 }
 

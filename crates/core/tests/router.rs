@@ -2166,6 +2166,19 @@ fn tsvals_to_the_client_are_the_routers_and_never_decrease() {
         195,
         "the router's clock: one tick per ms between the two segments"
     );
+    // The last replica resets at the end of its stream: the client gets
+    // the RST, on the router's clock as well (RFC 7323 §5.2 exempts a RST
+    // from PAWS, but a replica's clock is not for the client to see).
+    r.handle_packet(t(250), server_seg(&isns, 2, 6, 25, flags::RST, b""));
+    let out = drain(&mut r);
+    let c = to_client(&out);
+    assert_eq!(c.len(), 1, "the client gets the last replica's RST");
+    assert_ne!(c[0].r.flags & flags::RST, 0);
+    assert_eq!(
+        c[0].r.timestamps.map(|(v, _)| v),
+        Some(ts_a.wrapping_add(245)),
+        "the RST's TSval is the router's clock, not the replica's 25"
+    );
 }
 
 /// The FIN reaches the client once, where every replica's stream ends.

@@ -222,10 +222,17 @@ impl Conn {
         let off = self.legs[i].off;
         let mut p = pkt;
         let vip = self.key.vip;
+        let ts_now = self.ts_on.then(|| self.router_ts(ctx.now));
         seg.at.rewrite(&mut p, |ip, t| {
             ip.set_src(vip);
             t.update_pseudo_addr(seg.src, vip, seg.mode);
             t.set_seq(seg.seq.shift(off), seg.mode);
+            if let (Some(v), Some((_, e))) = (ts_now, seg.ts) {
+                // §III-D: the router's clock towards the client, on a RST
+                // too (RFC 7323 §5.2 exempts it from PAWS; the replica's
+                // clock is still not the client's to see).
+                t.set_timestamps(v, e, seg.mode);
+            }
         });
         ctx.tx.push_back(p);
         ctx.counters.packets_out += 1;

@@ -41,6 +41,21 @@
 //! 5. Clean counters on a clean network (no `bad_checksum` or `malformed`
 //!    drops), and a replica that crashed while still needed is evicted.
 //!
+//! (6, the sequencer, and 7, output voting: see the seed loop.) Router mode,
+//! on every segment as the client receives it (`tsfin.rs`):
+//!
+//! 8. TSvals are the router's clock (RFC 7323 §5.5, §4.1): on a connection
+//!    with timestamps every segment but a RST carries the option, and its
+//!    TSval is exactly the announced record's `ts_base` plus the virtual
+//!    time in ms at which the router emitted it (a router taking over adopts
+//!    the base and shares the clock), so it never decreases across
+//!    evictions and takeovers; on a RST too.
+//! 9. FIN agreement (COSCANet-FT §III-D): a FIN reaches the client only at
+//!    a position where every replica still in the connection when the
+//!    router sent it (no eviction announced, no RST of its received) had
+//!    sent its own FIN, received by the router; at the end, a replica whose
+//!    FIN came before what the client got was evicted.
+//!
 //! Also checked on every packet the router emits: valid IPv4 and TCP
 //! checksums, addressed to a host, within the receiver's MTU, and
 //! transparent (the client only hears from VIP:port, a replica only from
@@ -104,6 +119,7 @@ pub mod params;
 pub mod pcap;
 
 mod host;
+mod tsfin;
 
 pub use params::{
     Close, Crash, CrashKind, CrashWhen, Desync, HostParams, Inject, Mode, NetParams, Params,
@@ -351,6 +367,8 @@ struct Sim {
     /// Which agents' writers lag (independent of every other decision, so
     /// the other random choices of a seed stay as they were).
     agent_rng: SmallRng,
+    /// Invariants 8 and 9 (router mode).
+    tsfin: tsfin::TsFin,
 }
 
 /// One replica's agent as the input order reaches it: the agent's own
@@ -600,6 +618,7 @@ impl Sim {
             took_over: None,
             agents: BTreeMap::new(),
             agent_rng: SmallRng::seed_from_u64(seed ^ 0xa6e7),
+            tsfin: tsfin::TsFin::default(),
             p,
         }
     }
@@ -963,6 +982,9 @@ impl Sim {
                     Ok(())
                 }
                 Middle::Router(r) => {
+                    if let Node::Host(1..) = f.from {
+                        self.tsfin.replica_sent(self.now, &f.data);
+                    }
                     r.handle_packet(Instant(self.now), Packet::plain(f.data));
                     self.drain_middle()
                 }
@@ -993,6 +1015,9 @@ impl Sim {
                     return Ok(());
                 }
                 let mut data = f.data;
+                if h == 0 && f.from == Node::Middle && self.p.mode == Mode::Router {
+                    self.tsfin.client_got(f.sent_at, &data)?;
+                }
                 if h == 0 {
                     self.inspect_to_client(&mut data)?;
                 }
@@ -1093,6 +1118,7 @@ impl Sim {
             for m in msgs {
                 match &m {
                     AgentMsg::Established { record } => {
+                        self.tsfin.note_record(record);
                         self.records.insert(record.key, record.clone());
                         // The agents confirm it; one confirmation in 20 is
                         // lost (the SYN-ACK then goes when the wait ends).
@@ -1138,6 +1164,7 @@ impl Sim {
                 self.agent_msgs.push(m);
             }
             for ev in evs {
+                self.tsfin.note_event(self.now, &ev);
                 self.events.push(ev.clone());
                 self.log(format!("{:>10} EVENT {:?}", self.now, ev));
                 self.check_event(&ev)?;
@@ -2036,6 +2063,9 @@ impl Sim {
             }
         }
         self.desync_checks()?;
+        if matches!(self.middle, Middle::Router(_)) {
+            self.tsfin.final_check()?;
+        }
         // Invariant 6 (sequencer): one gap-free numbering per service; per
         // connection an Accept first, then chunk ends that only grow and
         // end exactly where the client's stream ends. Across a router

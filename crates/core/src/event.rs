@@ -42,6 +42,8 @@ pub enum EvictReason {
     /// earlier router (before a restart or a takeover) and has not been
     /// brought back since.
     ReportedDown,
+    /// An operator removed it from the service (`replica remove`).
+    Removed,
 }
 
 /// One replica out of service for one service (named by its VIP and first
@@ -91,6 +93,27 @@ pub enum Event {
     /// An operator brought a replica that was out of service back
     /// ([`crate::Router::enable_replica`]): new connections use it again.
     ReplicaUp { service: String, replica: Ipv4Addr },
+    /// An operator made a replica a member of the service
+    /// ([`crate::Router::add_replica`]): new connections use it.
+    ReplicaAdded { service: String, replica: Ipv4Addr },
+    /// An operator drains a replica ([`crate::Router::drain_replica`]):
+    /// no new connections; it is still in `connections`.
+    ReplicaDraining {
+        service: String,
+        replica: Ipv4Addr,
+        connections: usize,
+    },
+    /// A draining replica's last connection left the table.
+    ReplicaDrained { service: String, replica: Ipv4Addr },
+    /// An operator removed a replica ([`crate::Router::remove_replica`]):
+    /// it left `left` connections at once and stays in `kept` as their
+    /// last replica until they end.
+    ReplicaRemoved {
+        service: String,
+        replica: Ipv4Addr,
+        left: usize,
+        kept: usize,
+    },
     /// The last replica of a connection left; the client was sent a RST.
     ConnectionLost { conn: String },
     /// Output voting: replica `replica` sent bytes that differ from the

@@ -7,6 +7,7 @@ use crate::event::{
 };
 use crate::ids::{ReplicaId, ServiceId};
 use crate::key::ConnKey;
+use crate::membership::{Member, MembershipError};
 use crate::metrics::{Counters, DropReason};
 use crate::order::{OrderReport, SvcOrder, Waiting, ORDER_HOLD_MAX, ORDER_WAIT};
 use crate::packet::{Headers, Packet};
@@ -25,20 +26,9 @@ use std::net::Ipv4Addr;
 /// Connections shown in detail in the status.
 const SAMPLE_CONNS: usize = 8;
 
-/// One replica's standing in one service.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Health {
-    /// Gets new connections (with agents, once its agent registered).
-    Up,
-    /// Out of service since `since`, for `reason`.
-    Down { reason: EvictReason, since: Instant },
-}
-
-impl Health {
-    fn is_up(&self) -> bool {
-        *self == Health::Up
-    }
-}
+/// How often, while a replica drains, the table is scanned for whether its
+/// last connection left.
+const DRAIN_CHECK: core::time::Duration = core::time::Duration::from_millis(100);
 
 /// The router state machine.
 pub struct Router {
@@ -48,10 +38,10 @@ pub struct Router {
     transmit: VecDeque<Packet>,
     /// Events for the operator and messages for the agents.
     out: Outbox,
-    /// Per service, per replica: up, or down and why. A replica
-    /// marked down stays down until an operator enables it again: it missed
-    /// input while out, so its state is not the group's.
-    health: Vec<Vec<Health>>,
+    /// Per service, per replica: serving, draining, down and why, or
+    /// removed. A replica marked down stays down until an operator enables
+    /// it again: it missed input while out, so its state is not the group's.
+    health: Vec<Vec<Member>>,
     /// With [`Router::require_agents`]: the replicas whose own agent has
     /// registered with this router. Only those get new connections.
     agents: Option<std::collections::HashSet<Ipv4Addr>>,
@@ -82,6 +72,10 @@ pub struct Router {
     rebuild_dropped: u64,
     /// Challenge ACKs sent this second (RFC 5961 §7).
     challenges: ChallengeBudget,
+    /// Draining replicas already announced drained.
+    drained: Vec<(ServiceId, ReplicaId)>,
+    /// When the table was last scanned for drained replicas.
+    drain_checked: Option<Instant>,
 }
 
 impl Router {
@@ -97,7 +91,7 @@ impl Router {
                     by_replica.insert((r, p), (ServiceId(si), ReplicaId(ri)));
                 }
             }
-            health.push(vec![Health::Up; s.replicas.len()]);
+            health.push(vec![Member::Serving; s.replicas.len()]);
         }
         Router {
             secret,
@@ -123,6 +117,8 @@ impl Router {
             rebuild_dropped: 0,
             agents: None,
             challenges: ChallengeBudget::default(),
+            drained: Vec::new(),
+            drain_checked: None,
             config,
         }
     }
@@ -276,7 +272,7 @@ impl Router {
             .map(ReplicaId)
             .filter(|&r| self.in_service(svc, r))
             .collect();
-        if live.is_empty() && self.health[svc.0].iter().any(Health::is_up) {
+        if live.is_empty() && self.health[svc.0].iter().any(Member::serves_new) {
             // Replicas not out of service, but their agents have not
             // registered with this router yet: they will within moments,
             // and the client's retransmitted SYN finds them.
@@ -448,16 +444,16 @@ impl Router {
             let Some(v) = self.health.get_mut(svc.0) else {
                 continue;
             };
-            // The last live replica of a service is never marked down: there
-            // is nothing to fail over to, and a replica that was only slow
-            // (or a path that was only cut for a while) must still get new
-            // connections when it answers again.
-            if !v.get(replica.0).is_some_and(Health::is_up)
-                || v.iter().filter(|h| h.is_up()).count() <= 1
+            // The last replica of a service in the group is never marked
+            // down: there is nothing to fail over to, and a replica that was
+            // only slow (or a path that was only cut for a while) must still
+            // get new connections when it answers again.
+            if !v.get(replica.0).is_some_and(Member::in_group)
+                || v.iter().filter(|h| h.in_group()).count() <= 1
             {
                 continue;
             }
-            v[replica.0] = Health::Down { reason, since: now };
+            v[replica.0] = Member::Down { reason, since: now };
             let s = &self.config.services[svc.0];
             self.out.event(Event::ReplicaDown {
                 service: s.name.clone(),
@@ -480,12 +476,21 @@ impl Router {
         }
     }
 
-    /// Not out of service.
+    /// Gets new connections (the agent's registration aside).
     fn up(&self, svc: ServiceId, replica: ReplicaId) -> bool {
+        self.member(svc, replica).is_some_and(|m| m.serves_new())
+    }
+
+    /// Still in its connections and the input order (serving or draining).
+    fn in_group(&self, svc: ServiceId, replica: ReplicaId) -> bool {
+        self.member(svc, replica).is_some_and(|m| m.in_group())
+    }
+
+    fn member(&self, svc: ServiceId, replica: ReplicaId) -> Option<Member> {
         self.health
             .get(svc.0)
             .and_then(|v| v.get(replica.0))
-            .is_some_and(Health::is_up)
+            .copied()
     }
 
     /// Serves new connections: up, and (with `require_agents`) its
@@ -604,7 +609,7 @@ impl Router {
         for (svc, s) in self.config.services.iter().enumerate() {
             for (i, r) in s.replicas.iter().enumerate() {
                 let (svc, i) = (ServiceId(svc), ReplicaId(i));
-                if *r == addr && self.up(svc, i) {
+                if *r == addr && self.in_group(svc, i) {
                     self.down.push((svc, i, EvictReason::HostLost));
                     n += 1;
                 }
@@ -628,8 +633,8 @@ impl Router {
                 let health = self.health.get(svc).map_or(&[][..], |v| &v[..]);
                 // Counted only where it is really taken out (not the last).
                 if *r == addr
-                    && health.get(i).is_some_and(Health::is_up)
-                    && health.iter().filter(|h| h.is_up()).count() > 1
+                    && health.get(i).is_some_and(Member::in_group)
+                    && health.iter().filter(|h| h.in_group()).count() > 1
                 {
                     self.down
                         .push((ServiceId(svc), ReplicaId(i), EvictReason::OrderLost));
@@ -665,7 +670,7 @@ impl Router {
         let mut out = Vec::new();
         for (svc, s) in self.config.services.iter().enumerate() {
             for (i, r) in s.replicas.iter().enumerate() {
-                if *r == addr && !self.up(ServiceId(svc), ReplicaId(i)) {
+                if *r == addr && !self.in_group(ServiceId(svc), ReplicaId(i)) {
                     out.push(s.name.clone());
                 }
             }
@@ -694,7 +699,7 @@ impl Router {
                 continue;
             };
             let i = ReplicaId(i);
-            if self.up(svc, i) && !self.down.contains(&(svc, i, EvictReason::ReportedDown)) {
+            if self.in_group(svc, i) && !self.down.contains(&(svc, i, EvictReason::ReportedDown)) {
                 self.down.push((svc, i, EvictReason::ReportedDown));
                 n += 1;
             }
@@ -704,10 +709,11 @@ impl Router {
     }
 
     /// Operator action: bring replica `addr` back into service (every
-    /// service that lists it, or only `service`). Its server must hold the
-    /// group's state again (restored by the operator): nothing here can
-    /// check that. Connections it left stay without it; new ones use it.
-    /// Returns the services it came back in.
+    /// service that lists it, or only `service`): one that is down, or
+    /// draining. Its server must hold the group's state again (restored by
+    /// the operator): nothing here can check that. Connections it left stay
+    /// without it; new ones use it. A removed replica comes back with
+    /// [`Router::add_replica`] instead. Returns the services it came back in.
     pub fn enable_replica(&mut self, addr: Ipv4Addr, service: Option<&str>) -> Vec<String> {
         let mut back = Vec::new();
         for (svc, s) in self.config.services.iter().enumerate() {
@@ -715,8 +721,9 @@ impl Router {
                 continue;
             }
             for (i, r) in s.replicas.iter().enumerate() {
-                if *r == addr && !self.up(ServiceId(svc), ReplicaId(i)) {
-                    self.health[svc][i] = Health::Up;
+                let m = self.health[svc][i];
+                if *r == addr && matches!(m, Member::Down { .. } | Member::Draining { .. }) {
+                    self.health[svc][i] = Member::Serving;
                     back.push(s.name.clone());
                     self.out.event(Event::ReplicaUp {
                         service: s.name.clone(),
@@ -729,6 +736,269 @@ impl Router {
             self.announce_out_of_service();
         }
         back
+    }
+
+    /// The service named `name`, and replica `addr`'s slot in it.
+    fn find_member(
+        &self,
+        name: &str,
+        addr: Ipv4Addr,
+    ) -> Result<(ServiceId, Option<ReplicaId>), MembershipError> {
+        let svc = self
+            .config
+            .services
+            .iter()
+            .position(|s| s.name == name)
+            .ok_or_else(|| MembershipError::NoService(name.to_string()))?;
+        let slot = self.config.services[svc]
+            .replicas
+            .iter()
+            .position(|r| *r == addr)
+            .map(ReplicaId);
+        Ok((ServiceId(svc), slot))
+    }
+
+    /// Operator action (COSCANet-FT §V: replicas "added and removed at any
+    /// time"): replica `addr` becomes a member of service `name` and gets
+    /// new connections (with agents, once its agent registered); the
+    /// connections open now go on without it. Its server must hold the
+    /// group's state (a stateless server, or state restored by the
+    /// operator): nothing here can check that. A removed replica's slot is
+    /// used again. Not written to the configuration file.
+    pub fn add_replica(
+        &mut self,
+        now: Instant,
+        name: &str,
+        addr: Ipv4Addr,
+    ) -> Result<(), MembershipError> {
+        self.last_now = self.last_now.max(now);
+        let (svc, slot) = self.find_member(name, addr)?;
+        let s = &self.config.services[svc.0];
+        if let Some(r) = slot {
+            let m = self.health[svc.0][r.0];
+            if !matches!(m, Member::Removed { .. }) {
+                return Err(MembershipError::AlreadyMember {
+                    service: s.name.clone(),
+                    replica: addr.to_string(),
+                    state: m.state(),
+                });
+            }
+        }
+        for &p in &s.ports {
+            if let Some(&(other, r)) = self.by_replica.get(&(addr, p)) {
+                let o = &self.config.services[other.0];
+                if other != svc && !matches!(self.health[other.0][r.0], Member::Removed { .. }) {
+                    return Err(MembershipError::PortTaken {
+                        replica: addr.to_string(),
+                        port: p,
+                        other: o.name.clone(),
+                    });
+                }
+            }
+        }
+        let r = match slot {
+            Some(r) => r,
+            None => {
+                let s = &mut self.config.services[svc.0];
+                s.replicas.push(addr);
+                self.health[svc.0].push(Member::Serving);
+                ReplicaId(s.replicas.len() - 1)
+            }
+        };
+        self.health[svc.0][r.0] = Member::Serving;
+        for p in self.config.services[svc.0].ports.clone() {
+            self.by_replica.insert((addr, p), (svc, r));
+        }
+        self.out.event(Event::ReplicaAdded {
+            service: name.to_string(),
+            replica: addr,
+        });
+        self.announce_out_of_service();
+        Ok(())
+    }
+
+    /// Operator action: replica `addr` of service `name` gets no new
+    /// connections; the connections it is in finish with it
+    /// ([`Event::ReplicaDrained`] once the last one left the table).
+    /// Returns how many connections it is still in.
+    pub fn drain_replica(
+        &mut self,
+        now: Instant,
+        name: &str,
+        addr: Ipv4Addr,
+    ) -> Result<usize, MembershipError> {
+        self.last_now = self.last_now.max(now);
+        let (svc, r) = self.serving_member(name, addr)?;
+        self.health[svc.0][r.0] = Member::Draining { since: now };
+        self.drained.retain(|x| *x != (svc, r));
+        let connections = self.connections_of(svc, r);
+        self.out.event(Event::ReplicaDraining {
+            service: name.to_string(),
+            replica: addr,
+            connections,
+        });
+        self.announce_out_of_service();
+        self.check_drained(now);
+        Ok(connections)
+    }
+
+    /// Operator action: replica `addr` leaves service `name` now: it is
+    /// taken out of every connection like an eviction (never a
+    /// connection's last replica: there it stays until the connection
+    /// ends) and gets no new ones. Returns (connections left, connections
+    /// where it stays as the last replica).
+    pub fn remove_replica(
+        &mut self,
+        now: Instant,
+        name: &str,
+        addr: Ipv4Addr,
+    ) -> Result<(usize, usize), MembershipError> {
+        self.last_now = self.last_now.max(now);
+        let (svc, slot) = self.find_member(name, addr)?;
+        let not_member = || MembershipError::NotAMember {
+            service: name.to_string(),
+            replica: addr.to_string(),
+        };
+        let r = slot.ok_or_else(not_member)?;
+        let m = self.health[svc.0][r.0];
+        if matches!(m, Member::Removed { .. }) {
+            return Err(not_member());
+        }
+        let others = self.health[svc.0]
+            .iter()
+            .enumerate()
+            .filter(|(i, h)| *i != r.0 && h.serves_new())
+            .count();
+        if m.in_group() && others == 0 {
+            return Err(MembershipError::LastServing {
+                service: name.to_string(),
+                replica: addr.to_string(),
+            });
+        }
+        self.health[svc.0][r.0] = Member::Removed { since: now };
+        let before = self.connections_of(svc, r);
+        let keys: Vec<ConnKey> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| c.service() == svc)
+            .map(|(k, _)| *k)
+            .collect();
+        for k in keys {
+            self.on_conn(now, k, |c, ctx| {
+                c.evict_replica(ctx, r, EvictReason::Removed);
+            });
+            self.after(now, k);
+        }
+        let kept = self.connections_of(svc, r);
+        self.out.event(Event::ReplicaRemoved {
+            service: name.to_string(),
+            replica: addr,
+            left: before - kept,
+            kept,
+        });
+        self.announce_out_of_service();
+        Ok((before - kept, kept))
+    }
+
+    /// A serving replica of service `name` (drain applies to no other).
+    fn serving_member(
+        &self,
+        name: &str,
+        addr: Ipv4Addr,
+    ) -> Result<(ServiceId, ReplicaId), MembershipError> {
+        let (svc, slot) = self.find_member(name, addr)?;
+        let r = slot.ok_or_else(|| MembershipError::NotAMember {
+            service: name.to_string(),
+            replica: addr.to_string(),
+        })?;
+        match self.health[svc.0][r.0] {
+            Member::Serving => {}
+            Member::Removed { .. } => {
+                return Err(MembershipError::Removed {
+                    service: name.to_string(),
+                    replica: addr.to_string(),
+                })
+            }
+            m => {
+                return Err(MembershipError::AlreadyMember {
+                    service: name.to_string(),
+                    replica: addr.to_string(),
+                    state: m.state(),
+                })
+            }
+        }
+        let others = self.health[svc.0]
+            .iter()
+            .enumerate()
+            .filter(|(i, h)| *i != r.0 && h.serves_new())
+            .count();
+        if others == 0 {
+            return Err(MembershipError::LastServing {
+                service: name.to_string(),
+                replica: addr.to_string(),
+            });
+        }
+        Ok((svc, r))
+    }
+
+    /// Connections replica `r` of `svc` is still a live part of.
+    fn connections_of(&self, svc: ServiceId, r: ReplicaId) -> usize {
+        self.conns
+            .values()
+            .filter(|c| c.service() == svc && c.has_live(r))
+            .count()
+    }
+
+    /// When the table is next scanned for drained replicas: while one
+    /// drains that was not announced drained.
+    fn drain_due(&self) -> Option<Instant> {
+        let waiting = self.health.iter().enumerate().any(|(svc, v)| {
+            v.iter().enumerate().any(|(i, m)| {
+                matches!(m, Member::Draining { .. })
+                    && !self.drained.contains(&(ServiceId(svc), ReplicaId(i)))
+            })
+        });
+        waiting.then(|| {
+            self.drain_checked
+                .map_or(self.last_now, |t| t + DRAIN_CHECK)
+        })
+    }
+
+    /// Draining replicas whose last connection left: say so once (they
+    /// stay draining until an operator removes or enables them).
+    fn check_drained(&mut self, now: Instant) {
+        if !self
+            .health
+            .iter()
+            .flatten()
+            .any(|m| matches!(m, Member::Draining { .. }))
+        {
+            return;
+        }
+        // A scan of the table: at most every DRAIN_CHECK while draining.
+        if self.drain_checked.is_some_and(|t| now < t + DRAIN_CHECK) {
+            return;
+        }
+        self.drain_checked = Some(now);
+        for svc in 0..self.health.len() {
+            for i in 0..self.health[svc].len() {
+                let (sid, r) = (ServiceId(svc), ReplicaId(i));
+                if matches!(self.health[svc][i], Member::Draining { .. })
+                    && !self.drained.contains(&(sid, r))
+                    && self.connections_of(sid, r) == 0
+                {
+                    self.drained.push((sid, r));
+                    let s = &self.config.services[svc];
+                    self.out.event(Event::ReplicaDrained {
+                        service: s.name.clone(),
+                        replica: s.replicas[i],
+                    });
+                }
+            }
+        }
+        let health = &self.health;
+        self.drained
+            .retain(|(s, r)| matches!(health[s.0][r.0], Member::Draining { .. }));
     }
 
     /// Rebuild a connection another router set up (COSCANet-FT §III-C:
@@ -751,7 +1021,7 @@ impl Router {
         let Some(&(rsvc, replica)) = self.by_replica.get(&(from, rec.key.vport)) else {
             return Adopted::Refused;
         };
-        if rsvc != svc || !self.up(svc, replica) {
+        if rsvc != svc || !self.in_group(svc, replica) {
             return Adopted::Refused;
         }
         let key = rec.key;
@@ -802,6 +1072,9 @@ impl Router {
     /// Run timers due at `now`.
     pub fn handle_timeout(&mut self, now: Instant) {
         self.last_now = self.last_now.max(now);
+        if self.drain_due().is_some_and(|t| t <= now) {
+            self.check_drained(now);
+        }
         for svc in 0..self.order.len() {
             let due = self.order[svc]
                 .waiting
@@ -872,10 +1145,7 @@ impl Router {
             .filter_map(|o| o.waiting.as_ref().and_then(|w| w.deadline))
             .min();
         let conns = self.timers.peek().map(|Reverse((t, _))| *t);
-        match (order, conns) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        [order, conns, self.drain_due()].into_iter().flatten().min()
     }
 
     /// Next event for the operator's log.
@@ -964,7 +1234,7 @@ impl Router {
                     s.replicas
                         .iter()
                         .enumerate()
-                        .all(|(i, r)| !health[i].is_up() || w.reported.contains_key(r))
+                        .all(|(i, r)| !health[i].in_group() || w.reported.contains_key(r))
                 });
                 if all {
                     self.resume_order(ServiceId(svc));
@@ -974,7 +1244,7 @@ impl Router {
             // Late: bring it up to date from the log.
             o.report(replica, &mine);
             let (last, top) = (mine.last_seq, o.seq);
-            if last == 0 || last >= top || !self.health[svc][ri].is_up() {
+            if last == 0 || last >= top || !self.health[svc][ri].in_group() {
                 continue;
             }
             let (replays, lost) = match o.replay(replica, last.saturating_add(1), top) {
@@ -1019,7 +1289,7 @@ impl Router {
             .replicas
             .iter()
             .enumerate()
-            .filter(|(i, a)| self.health[svc.0][*i].is_up() && !reported.contains(a))
+            .filter(|(i, a)| self.health[svc.0][*i].in_group() && !reported.contains(a))
             .map(|(_, a)| *a)
             .collect();
         let last = o.seq;
@@ -1077,12 +1347,14 @@ impl Router {
                     addr,
                     alive: self.in_service(ServiceId(si), r),
                     awaiting_agent: self.up(ServiceId(si), r) && !self.in_service(ServiceId(si), r),
+                    state: self.health[si][r.0].state(),
+                    since_ms: self.health[si][r.0].since().map(Instant::as_millis),
                     down: match self.health[si][r.0] {
-                        Health::Up => None,
-                        Health::Down { reason, since } => Some(ReplicaDown {
+                        Member::Down { reason, since } => Some(ReplicaDown {
                             reason,
                             since_ms: since.as_millis(),
                         }),
+                        _ => None,
                     },
                     connections: 0,
                     lag_out_bytes: 0,

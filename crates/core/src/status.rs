@@ -1,6 +1,7 @@
 //! The operator's snapshot of the router (`ftnet status`).
 
 use crate::event::EvictReason;
+use crate::membership::MemberState;
 use crate::metrics::Counters;
 use serde::Serialize;
 use std::net::Ipv4Addr;
@@ -8,6 +9,12 @@ use std::net::Ipv4Addr;
 #[derive(Debug, Clone, Serialize)]
 pub struct ReplicaStatus {
     pub addr: Ipv4Addr,
+    /// Its membership: serving, draining, down or removed.
+    pub state: MemberState,
+    /// Since when it is in that state (router clock, ms); none while
+    /// serving.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub since_ms: Option<u64>,
     /// In service: gets new connections.
     pub alive: bool,
     /// Not out of service, but its agent has not registered with this

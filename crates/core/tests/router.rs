@@ -2266,3 +2266,162 @@ fn an_early_fin_is_evicted_and_never_reaches_the_client() {
         );
     }
 }
+
+/// Drain (COSCANet-FT §V, membership at run time): a draining replica gets
+/// no new connection but stays in the ones it is in until they end; then it
+/// is announced drained, once. `enable` makes it serve again.
+#[test]
+fn a_draining_replica_gets_no_new_connections_and_finishes_its_own() {
+    let mut r = router(3);
+    let (_risn, _isns) = handshake(&mut r, 3);
+    log_events(&mut r);
+    assert_eq!(r.drain_replica(t(5), "t", replica(2)), Ok(1));
+    let evs = log_events(&mut r);
+    assert!(
+        evs.iter().any(|e| matches!(e, Event::ReplicaDraining { replica: a, connections: 1, .. } if *a == replica(2))),
+        "{evs:?}"
+    );
+    // The open connection's bytes still reach all three.
+    client_data(&mut r, t(6), b"abc");
+    let to: Vec<Ipv4Addr> = drain(&mut r)
+        .iter()
+        .filter(|o| o.payload == b"abc")
+        .map(|o| o.dst)
+        .collect();
+    assert_eq!(to, vec![replica(1), replica(2), replica(3)]);
+    // A new connection skips it.
+    assert_eq!(
+        syn_targets(&mut r, t(7), 40001),
+        vec![replica(1), replica(3)]
+    );
+    let st = &r.status().services[0].replicas[1];
+    assert_eq!(st.state, ftnet_core::MemberState::Draining);
+    assert!(!st.alive);
+    // Not drained while the connection is open.
+    r.handle_timeout(t(500));
+    assert!(!log_events(&mut r)
+        .iter()
+        .any(|e| matches!(e, Event::ReplicaDrained { .. })));
+    // The client resets: the connection ends, the replica is drained.
+    let rst = Repr::new(CPORT, PORT, SeqNum(CISN).add(4), SeqNum(0), flags::RST, 0);
+    r.handle_packet(t(600), seg(CLIENT, VIP, rst, b""));
+    drain(&mut r);
+    let due = r.poll_timeout().expect("a drain check is due");
+    r.handle_timeout(due.max(t(700)));
+    let evs = log_events(&mut r);
+    assert_eq!(
+        evs.iter()
+            .filter(|e| matches!(e, Event::ReplicaDrained { replica: a, .. } if *a == replica(2)))
+            .count(),
+        1,
+        "{evs:?}"
+    );
+    r.handle_timeout(t(2000));
+    assert!(!log_events(&mut r)
+        .iter()
+        .any(|e| matches!(e, Event::ReplicaDrained { .. })));
+    // Back into service.
+    assert_eq!(r.enable_replica(replica(2), None), vec!["t".to_string()]);
+    assert_eq!(
+        syn_targets(&mut r, t(2001), 40002),
+        vec![replica(1), replica(2), replica(3)]
+    );
+}
+
+/// Remove: the replica leaves every connection at once, like an eviction,
+/// but never a connection's last replica, and never the service's last
+/// serving one; `add` makes the address a member again.
+#[test]
+fn a_removed_replica_leaves_every_connection_but_never_the_last() {
+    use ftnet_core::MembershipError;
+    let mut r = router(2);
+    let (_risn, _isns) = handshake(&mut r, 2);
+    log_events(&mut r);
+    assert_eq!(r.remove_replica(t(5), "t", replica(1)), Ok((1, 0)));
+    let evs = log_events(&mut r);
+    assert!(evs.iter().any(|e| matches!(e, Event::Evicted { replica: a, reason: EvictReason::Removed, .. } if *a == replica(1))), "{evs:?}");
+    assert!(evs.iter().any(|e| matches!(e, Event::ReplicaRemoved { replica: a, left: 1, kept: 0, .. } if *a == replica(1))), "{evs:?}");
+    client_data(&mut r, t(6), b"abc");
+    let to: Vec<Ipv4Addr> = drain(&mut r)
+        .iter()
+        .filter(|o| o.payload == b"abc")
+        .map(|o| o.dst)
+        .collect();
+    assert_eq!(to, vec![replica(2)], "the connection goes on without it");
+    assert_eq!(syn_targets(&mut r, t(7), 40001), vec![replica(2)]);
+    assert!(matches!(
+        r.remove_replica(t(8), "t", replica(2)),
+        Err(MembershipError::LastServing { .. })
+    ));
+    assert!(matches!(
+        r.drain_replica(t(8), "t", replica(2)),
+        Err(MembershipError::LastServing { .. })
+    ));
+    assert!(matches!(
+        r.remove_replica(t(8), "t", replica(1)),
+        Err(MembershipError::NotAMember { .. })
+    ));
+    assert!(matches!(r.enable_replica(replica(1), None).as_slice(), []));
+    // Back as a member: the same slot, new connections use it.
+    assert_eq!(r.add_replica(t(9), "t", replica(1)), Ok(()));
+    assert_eq!(
+        syn_targets(&mut r, t(10), 40002),
+        vec![replica(1), replica(2)]
+    );
+}
+
+/// Add: a new address becomes a member of a running service: new
+/// connections use it and its replies are taken; the connections open
+/// before go on without it. Mistakes are refused with a reason.
+#[test]
+fn an_added_replica_serves_new_connections() {
+    use ftnet_core::MembershipError;
+    let mut r = router(2);
+    let (_risn, _isns) = handshake(&mut r, 2);
+    assert_eq!(r.add_replica(t(5), "t", replica(3)), Ok(()));
+    assert!(log_events(&mut r)
+        .iter()
+        .any(|e| matches!(e, Event::ReplicaAdded { replica: a, .. } if *a == replica(3))));
+    client_data(&mut r, t(6), b"abc");
+    let to: Vec<Ipv4Addr> = drain(&mut r)
+        .iter()
+        .filter(|o| o.payload == b"abc")
+        .map(|o| o.dst)
+        .collect();
+    assert_eq!(
+        to,
+        vec![replica(1), replica(2)],
+        "not in the open connection"
+    );
+    let (cport, isn3) = (40001u16, 77_000u32);
+    assert_eq!(
+        syn_targets(&mut r, t(7), cport),
+        vec![replica(1), replica(2), replica(3)]
+    );
+    // Its SYN-ACK is taken (it is a replica of the service now).
+    let mut sa = Repr::new(
+        PORT,
+        cport,
+        SeqNum(isn3),
+        SeqNum(CISN).add(1),
+        flags::SYN | flags::ACK,
+        500,
+    );
+    sa.mss = Some(1460);
+    r.handle_packet(t(8), seg(replica(3), CLIENT, sa, b""));
+    for d in [DropReason::NotOurs, DropReason::UnknownConnection, DropReason::BadState] {
+        assert_eq!(r.counters().dropped(d), 0, "{d:?}");
+    }
+    assert_eq!(
+        r.status().services[0].replicas[2].state,
+        ftnet_core::MemberState::Serving
+    );
+    assert!(matches!(
+        r.add_replica(t(9), "t", replica(3)),
+        Err(MembershipError::AlreadyMember { .. })
+    ));
+    assert!(matches!(
+        r.add_replica(t(9), "nope", replica(4)),
+        Err(MembershipError::NoService(_))
+    ));
+}

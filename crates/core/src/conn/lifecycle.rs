@@ -177,6 +177,12 @@ impl Conn {
         self.svc
     }
 
+    /// Replica `replica` is still a live part of it (a closed connection
+    /// in its quiet period counts: it is in the table until then).
+    pub(crate) fn has_live(&self, replica: ReplicaId) -> bool {
+        self.legs.iter().any(|l| l.replica == replica && l.live())
+    }
+
     /// Adopted and not rebuilt yet.
     pub(crate) fn is_rebuilding(&self) -> bool {
         self.recovering()

@@ -772,6 +772,42 @@ impl Router {
         addr: Ipv4Addr,
     ) -> Result<(), MembershipError> {
         self.last_now = self.last_now.max(now);
+        let (svc, slot) = self.add_slot(name, addr)?;
+        let r = match slot {
+            Some(r) => r,
+            None => {
+                let s = &mut self.config.services[svc.0];
+                s.replicas.push(addr);
+                self.health[svc.0].push(Member::Serving);
+                ReplicaId(s.replicas.len() - 1)
+            }
+        };
+        self.health[svc.0][r.0] = Member::Serving;
+        for p in self.config.services[svc.0].ports.clone() {
+            self.by_replica.insert((addr, p), (svc, r));
+        }
+        self.out.event(Event::ReplicaAdded {
+            service: name.to_string(),
+            replica: addr,
+        });
+        self.announce_out_of_service();
+        Ok(())
+    }
+
+    /// Whether [`Router::add_replica`] would take `addr` into service
+    /// `name`, changing nothing (a driver checks before it routes the
+    /// replica's replies to the router).
+    pub fn check_add(&self, name: &str, addr: Ipv4Addr) -> Result<(), MembershipError> {
+        self.add_slot(name, addr).map(|_| ())
+    }
+
+    /// The service and the replica's slot, if it has one (a removed
+    /// replica), for [`Router::add_replica`].
+    fn add_slot(
+        &self,
+        name: &str,
+        addr: Ipv4Addr,
+    ) -> Result<(ServiceId, Option<ReplicaId>), MembershipError> {
         let (svc, slot) = self.find_member(name, addr)?;
         let s = &self.config.services[svc.0];
         if let Some(r) = slot {
@@ -796,25 +832,7 @@ impl Router {
                 }
             }
         }
-        let r = match slot {
-            Some(r) => r,
-            None => {
-                let s = &mut self.config.services[svc.0];
-                s.replicas.push(addr);
-                self.health[svc.0].push(Member::Serving);
-                ReplicaId(s.replicas.len() - 1)
-            }
-        };
-        self.health[svc.0][r.0] = Member::Serving;
-        for p in self.config.services[svc.0].ports.clone() {
-            self.by_replica.insert((addr, p), (svc, r));
-        }
-        self.out.event(Event::ReplicaAdded {
-            service: name.to_string(),
-            replica: addr,
-        });
-        self.announce_out_of_service();
-        Ok(())
+        Ok((svc, slot))
     }
 
     /// Operator action: replica `addr` of service `name` gets no new

@@ -2409,7 +2409,11 @@ fn an_added_replica_serves_new_connections() {
     );
     sa.mss = Some(1460);
     r.handle_packet(t(8), seg(replica(3), CLIENT, sa, b""));
-    for d in [DropReason::NotOurs, DropReason::UnknownConnection, DropReason::BadState] {
+    for d in [
+        DropReason::NotOurs,
+        DropReason::UnknownConnection,
+        DropReason::BadState,
+    ] {
         assert_eq!(r.counters().dropped(d), 0, "{d:?}");
     }
     assert_eq!(

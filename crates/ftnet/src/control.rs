@@ -297,7 +297,7 @@ fn admission(
 /// Start listening; agents are served on threads of their own.
 pub fn start(
     cfg: &ControlConfig,
-    known: HashSet<Ipv4Addr>,
+    known: Arc<std::sync::RwLock<HashSet<Ipv4Addr>>>,
     router: Arc<dyn RouterHandle>,
 ) -> anyhow::Result<Arc<Registry>> {
     let listener = TcpListener::bind(cfg.listen)
@@ -312,7 +312,6 @@ pub fn start(
             dead_after: cfg.dead_after,
         },
     );
-    let known = Arc::new(known);
     std::thread::Builder::new()
         .name("control".into())
         .spawn(move || {
@@ -343,7 +342,7 @@ fn serve(
     id: u64,
     secret: &[u8],
     hb: Heartbeats,
-    known: &HashSet<Ipv4Addr>,
+    known: &std::sync::RwLock<HashSet<Ipv4Addr>>,
     reg: &Registry,
     router: &dyn RouterHandle,
 ) -> anyhow::Result<()> {
@@ -434,7 +433,15 @@ fn serve(
                         }
                     }
                     let admit = |r, proven| {
-                        admission(known, &reg.lock(), r, peer, id, hb.dead_after, proven)
+                        admission(
+                            &known.read().unwrap_or_else(|p| p.into_inner()),
+                            &reg.lock(),
+                            r,
+                            peer,
+                            id,
+                            hb.dead_after,
+                            proven,
+                        )
                     };
                     events.extend(s.handle_admitting(m, now_ms(), admit, &mut out));
                 }
@@ -477,9 +484,15 @@ fn serve(
                     // racing for one replica, one is refused.
                     let prev = {
                         let mut agents = reg.lock();
-                        if let Err(reason) =
-                            admission(known, &agents, replica, peer, id, hb.dead_after, true)
-                        {
+                        if let Err(reason) = admission(
+                            &known.read().unwrap_or_else(|p| p.into_inner()),
+                            &agents,
+                            replica,
+                            peer,
+                            id,
+                            hb.dead_after,
+                            true,
+                        ) {
                             drop(agents);
                             warn!(%peer, "agent refused: {reason}");
                             let reject = ftnet_control::encode(&Msg::Reject { reason });

@@ -38,9 +38,13 @@ pub const LOCK_DIR: &str = "/run/ftnet/locks";
 pub struct Instance {
     tun: LockFile,
     table: LockFile,
+    /// The policy routing table (and rule priority).
+    table_no: u32,
     routing: Option<Routing>,
     /// The record of what is installed, as written to the table's lock file.
     record: Vec<String>,
+    /// The same, for a panic hook (which must not run destructors).
+    hook_record: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
 }
 
 /// What a dead router left in the table's lock file.
@@ -76,8 +80,10 @@ impl Instance {
         let mut me = Instance {
             tun: tun_lock,
             table: table_lock,
+            table_no: table,
             routing: None,
             record: left.record.clone(),
+            hook_record: Default::default(),
         };
         // Our pid at once; the dead one's record stays until it is removed.
         me.write()?;
@@ -111,10 +117,45 @@ impl Instance {
         }
     }
 
-    /// What is installed, for a panic hook that must remove it without
-    /// running destructors ([`ftnet_io::remove_recorded`]).
-    pub fn record(&self) -> Vec<String> {
-        self.record.clone()
+    /// What is installed, kept up to date, for a panic hook that must
+    /// remove it without running destructors ([`ftnet_io::remove_recorded`]).
+    pub fn hook_record(&self) -> std::sync::Arc<std::sync::Mutex<Vec<String>>> {
+        self.hook_record.clone()
+    }
+
+    /// The policy routing table (and rule priority).
+    pub fn table(&self) -> u32 {
+        self.table_no
+    }
+
+    /// The interfaces the installed replicas are bound to.
+    pub fn devs(&self) -> Vec<String> {
+        self.routing.as_ref().map(Routing::devs).unwrap_or_default()
+    }
+
+    /// Record the rules of a replica added at run time, then install them
+    /// (after the others). On error nothing of it stays, in the record or
+    /// installed.
+    pub fn add_replica(&mut self, rr: &ftnet_io::ReplicaRules) -> anyhow::Result<()> {
+        if self.routing.is_none() {
+            anyhow::bail!("no routing installed");
+        }
+        let before = self.record.len();
+        self.record.extend(rr.record());
+        if let Err(e) = self.write() {
+            self.record.truncate(before);
+            return Err(e);
+        }
+        let added = match self.routing.as_mut() {
+            Some(routing) => routing.add_replica(rr),
+            None => Ok(()),
+        };
+        if let Err(e) = added {
+            self.record.truncate(before);
+            let _ = self.write();
+            return Err(e.into());
+        }
+        Ok(())
     }
 
     /// Remove the routing now (the locks stay held until drop).
@@ -129,6 +170,10 @@ impl Instance {
     }
 
     fn write(&mut self) -> anyhow::Result<()> {
+        match self.hook_record.lock() {
+            Ok(mut r) => r.clone_from(&self.record),
+            Err(p) => p.into_inner().clone_from(&self.record),
+        }
         let mut text = format!(
             "# ftnet router: what it installed (removed by the next router if it dies)\npid {}\n",
             std::process::id()

@@ -207,6 +207,10 @@ pub struct UpArgs {
     /// Test hook (no netem here): the router drops every N-th data packet it writes to replica R.
     #[arg(long, value_name = "R:N")]
     pub fault_drop: Option<String>,
+    /// The last K replicas get their namespace and server but are not in the router's
+    /// config: spares for `ftnet replica add` (their addresses as usual).
+    #[arg(long, value_name = "K", default_value_t = 0)]
+    pub spares: usize,
     /// Two routers (namespaces router and router2) sharing the gateway addresses through
     /// keepalived's VRRP, joined to clients and replicas by bridges in namespace switch;
     /// implies --agents (a router that takes over rebuilds its table from their records).
@@ -310,6 +314,7 @@ pub fn run(cmd: LabCmd) -> anyhow::Result<i32> {
                 agents: false,
                 shim: false,
                 fault_drop: None,
+                spares: 0,
                 vote: None,
                 ha: false,
             };
@@ -598,7 +603,13 @@ fn up(lab: &Lab, args: &UpArgs) -> anyhow::Result<()> {
     }
 
     check_interrupt()?;
-    let replicas: Vec<Ipv4Addr> = (1..=n).map(replica_ip).collect();
+    if args.spares >= n {
+        anyhow::bail!(
+            "--spares {} leaves no replica in the router's config (of --replicas {n})",
+            args.spares
+        );
+    }
+    let replicas: Vec<Ipv4Addr> = (1..=n - args.spares).map(replica_ip).collect();
     let cfg_path = lab.dir().join("ftnet.toml");
     let fault_drop = match &args.fault_drop {
         None => None,

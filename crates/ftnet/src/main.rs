@@ -40,20 +40,29 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum ReplicaCmd {
-    /// Serve new connections with this replica again (connections it left stay without it).
-    Enable {
-        /// The replica's address, as listed in the config's [[service]] replicas.
-        addr: std::net::Ipv4Addr,
-        /// Only in this service [default: every service that lists it].
-        #[arg(long)]
-        service: Option<String>,
-        /// Status socket of the router [default: status_socket from --config, else /run/ftnet/ftnet0.sock].
-        #[arg(long, value_name = "PATH")]
-        socket: Option<PathBuf>,
-        /// Take the socket path from this configuration file.
-        #[arg(long, value_name = "FILE", conflicts_with = "socket")]
-        config: Option<PathBuf>,
-    },
+    /// Serve new connections with this replica again, from down or draining (connections it left stay without it).
+    Enable(ReplicaArgs),
+    /// Make an address a replica of a running service: new connections use it (the config file is not changed).
+    Add(ReplicaArgs),
+    /// No new connections for this replica; the ones it is in finish with it ("drained" is logged when the last one ends).
+    Drain(ReplicaArgs),
+    /// Take the replica out of every connection at once (never a connection's last replica) and out of the service.
+    Remove(ReplicaArgs),
+}
+
+#[derive(clap::Args)]
+struct ReplicaArgs {
+    /// The replica's address.
+    addr: std::net::Ipv4Addr,
+    /// The service [default: for enable, every service that lists it; for add, the only service; else the only service that lists it].
+    #[arg(long)]
+    service: Option<String>,
+    /// Status socket of the router [default: status_socket from --config, else /run/ftnet/ftnet0.sock].
+    #[arg(long, value_name = "PATH")]
+    socket: Option<PathBuf>,
+    /// Take the socket path from this configuration file.
+    #[arg(long, value_name = "FILE", conflicts_with = "socket")]
+    config: Option<PathBuf>,
 }
 
 #[derive(Subcommand)]
@@ -94,17 +103,27 @@ Examples:
         #[arg(long)]
         json: bool,
     },
-    /// Bring a replica that left the group back into service (operator action).
+    /// Change a running service's replicas: enable, add, drain, remove (operator actions).
     #[command(after_help = "\
 A replica leaves the group when it crashes, resets, stalls, diverges, loses the input order
 or its host is lost, and it stays out: its server missed input while it was out, so its
 state is no longer the group's. Not a restart of its agent, of the router, nor a takeover
-brings it back — only this command, once its server holds the group's state again (for
+brings it back — only `enable`, once its server holds the group's state again (for
 example restarted from a copy of a healthy replica's data).
+
+`add` makes a new address a replica of a running service (its replies are routed to the
+router, its agent may register); it gets new connections only, and its server must hold the
+service's state (a stateless server, or one restored from a healthy replica). `drain` stops
+new connections to a replica and lets its connections finish; `remove` takes it out of every
+connection at once (never a connection's last replica, never the service's last serving
+replica). None of these change the config file: write the change there too.
 
 Examples:
   ftnet replica enable 198.18.13.2                       # every service that lists it
-  ftnet replica enable 198.18.13.2 --service redis --config /etc/ftnet/ftnet.toml")]
+  ftnet replica enable 198.18.13.2 --service redis --config /etc/ftnet/ftnet.toml
+  ftnet replica drain 198.18.12.2                        # then, once drained:
+  ftnet replica remove 198.18.12.2
+  ftnet replica add 198.18.14.2 --service redis")]
     Replica {
         #[command(subcommand)]
         cmd: ReplicaCmd,
@@ -382,19 +401,17 @@ fn dispatch(cli: Cli) -> anyhow::Result<i32> {
             status::show(&path, json)?;
             Ok(0)
         }
-        Cmd::Replica {
-            cmd:
-                ReplicaCmd::Enable {
-                    addr,
-                    service,
-                    socket,
-                    config,
-                },
-        } => {
-            let path = status_socket(socket, config)?;
-            let req = match service {
-                Some(s) => format!("replica enable {addr} {s}"),
-                None => format!("replica enable {addr}"),
+        Cmd::Replica { cmd } => {
+            let (verb, a) = match cmd {
+                ReplicaCmd::Enable(a) => ("enable", a),
+                ReplicaCmd::Add(a) => ("add", a),
+                ReplicaCmd::Drain(a) => ("drain", a),
+                ReplicaCmd::Remove(a) => ("remove", a),
+            };
+            let path = status_socket(a.socket, a.config)?;
+            let req = match a.service {
+                Some(s) => format!("replica {verb} {} {s}", a.addr),
+                None => format!("replica {verb} {}", a.addr),
             };
             status::request(&path, &req)?;
             Ok(0)

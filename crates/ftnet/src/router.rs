@@ -127,10 +127,16 @@ pub fn run(cfg: FileConfig) -> anyhow::Result<()> {
     // and the socket file away from the panic hook instead, or clients of
     // the VIP would be routed into a TUN nobody reads. (The locks go with
     // the process.)
-    let (record, sock) = (instance.record(), cfg.status_socket.clone());
+    let (record, sock) = (instance.hook_record(), cfg.status_socket.clone());
     let default_hook = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
         default_hook(info);
+        // Never wait in a panic hook: a poisoned or held lock gives what it has.
+        let record = match record.try_lock() {
+            Ok(r) => r.clone(),
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner().clone(),
+            Err(std::sync::TryLockError::WouldBlock) => Vec::new(),
+        };
         let n = ftnet_io::remove_recorded(&record);
         let _ = std::fs::remove_file(&sock);
         eprintln!(
@@ -167,19 +173,21 @@ pub fn run(cfg: FileConfig) -> anyhow::Result<()> {
         kick: eventfd().context("creating an eventfd")?,
         registry: OnceLock::new(),
         fault: cfg.fault,
+        instance: Mutex::new(instance),
+        known: Arc::new(std::sync::RwLock::new(
+            cfg.core
+                .services
+                .iter()
+                .flat_map(|s| s.replicas.iter().copied())
+                .collect(),
+        )),
     });
     if let Some(f) = cfg.fault {
         warn!(replica = %f.drop_data_to, every = f.every, "[fault] test hook active: dropping every n-th data packet to this replica");
     }
     socket.serve_admin(shared.clone());
     if let Some(c) = &cfg.control {
-        let known = cfg
-            .core
-            .services
-            .iter()
-            .flat_map(|s| s.replicas.iter().copied())
-            .collect();
-        let reg = control::start(c, known, shared.clone())?;
+        let reg = control::start(c, shared.known.clone(), shared.clone())?;
         let _ = shared.registry.set(reg);
     }
     let busy_poll = cfg.busy_poll;
@@ -211,7 +219,11 @@ pub fn run(cfg: FileConfig) -> anyhow::Result<()> {
         }
     }
 
-    instance.remove_routing();
+    shared
+        .instance
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .remove_routing();
     drop(socket);
     if sys::last_signal() != 0 {
         info!(
@@ -241,6 +253,12 @@ struct Shared {
     registry: OnceLock<Arc<Registry>>,
     /// `[fault]` test hook.
     fault: Option<crate::config::FaultConfig>,
+    /// The locks and the routing (a replica added at run time gets its
+    /// rules here).
+    instance: Mutex<Instance>,
+    /// Every replica address of every service, for the agents' admission
+    /// (a replica added at run time may register).
+    known: Arc<std::sync::RwLock<std::collections::HashSet<std::net::Ipv4Addr>>>,
 }
 
 impl RouterHandle for Shared {
@@ -614,6 +632,27 @@ fn log_event(ev: &Event) {
         Event::ReplicaUp { service, replica } => {
             warn!("service {service}: replica {replica} back in service (operator: `ftnet replica enable`); new connections use it again")
         }
+        Event::ReplicaAdded { service, replica } => {
+            warn!("service {service}: replica {replica} added (operator: `ftnet replica add`); new connections use it, open ones go on without it")
+        }
+        Event::ReplicaDraining {
+            service,
+            replica,
+            connections,
+        } => {
+            warn!("service {service}: replica {replica} draining (operator: `ftnet replica drain`): no new connections; {connections} open connection(s) finish with it")
+        }
+        Event::ReplicaDrained { service, replica } => {
+            warn!("service {service}: replica {replica} drained: its last connection ended (it gets none until `ftnet replica enable`; `ftnet replica remove` takes it out)")
+        }
+        Event::ReplicaRemoved {
+            service,
+            replica,
+            left,
+            kept,
+        } => {
+            warn!("service {service}: replica {replica} removed (operator: `ftnet replica remove`): it left {left} connection(s) at once; {kept} connection(s) keep it as their last replica until they end")
+        }
         Event::ConnectionLost { conn } => {
             error!("connection {conn}: no replica left, client reset")
         }
@@ -787,10 +826,119 @@ fn admin_request(shared: &Shared, req: &str) -> serde_json::Value {
                 serde_json::json!({"ok": true, "enabled_in": back})
             }
         }
+        ["replica", verb @ ("add" | "remove" | "drain"), addr, rest @ ..] if rest.len() <= 1 => {
+            let Ok(addr) = addr.parse::<std::net::Ipv4Addr>() else {
+                return serde_json::json!({"ok": false, "error": format!("{addr:?} is not an IPv4 address")});
+            };
+            let service = match rest.first() {
+                Some(s) => s.to_string(),
+                None => match only_service(shared, addr, *verb == "add") {
+                    Ok(s) => s,
+                    Err(e) => return serde_json::json!({"ok": false, "error": e}),
+                },
+            };
+            let res = match *verb {
+                "add" => add_replica(shared, &service, addr),
+                "remove" => {
+                    let now = shared.now();
+                    shared
+                        .lock()
+                        .remove_replica(now, &service, addr)
+                        .map(|(left, kept)| serde_json::json!({"ok": true, "service": service, "left_connections": left, "stays_last_replica_in": kept}))
+                        .map_err(|e| e.to_string())
+                }
+                _ => {
+                    let now = shared.now();
+                    shared
+                        .lock()
+                        .drain_replica(now, &service, addr)
+                        .map(|n| serde_json::json!({"ok": true, "service": service, "connections": n}))
+                        .map_err(|e| e.to_string())
+                }
+            };
+            shared.kick();
+            match res {
+                Ok(v) => v,
+                Err(e) => serde_json::json!({"ok": false, "error": e}),
+            }
+        }
         _ => {
-            serde_json::json!({"ok": false, "error": format!("unknown request {req:?}; known: `replica enable ADDR [SERVICE]`")})
+            serde_json::json!({"ok": false, "error": format!("unknown request {req:?}; known: `replica enable ADDR [SERVICE]`, `replica add ADDR [SERVICE]`, `replica remove ADDR [SERVICE]`, `replica drain ADDR [SERVICE]`")})
         }
     }
+}
+
+/// The one service a request about `addr` can mean when it names none:
+/// the only service (for `add`), or the only one that lists the replica.
+fn only_service(shared: &Shared, addr: std::net::Ipv4Addr, add: bool) -> Result<String, String> {
+    let r = shared.lock();
+    let names: Vec<String> = r
+        .config()
+        .services
+        .iter()
+        .filter(|s| add || s.replicas.contains(&addr))
+        .map(|s| s.name.clone())
+        .collect();
+    match names.as_slice() {
+        [one] => Ok(one.clone()),
+        [] => Err(format!("no service lists replica {addr}")),
+        _ => Err(format!(
+            "name the service: {} could be meant ({})",
+            if add {
+                "any service"
+            } else {
+                "more than one service"
+            },
+            names.join(", ")
+        )),
+    }
+}
+
+/// `replica add`: checked by the core first, then the replica's replies
+/// are routed into the TUN (its rules recorded before they are installed),
+/// then it becomes a member. Nothing is changed when a step fails.
+fn add_replica(
+    shared: &Shared,
+    service: &str,
+    addr: std::net::Ipv4Addr,
+) -> Result<serde_json::Value, String> {
+    let ports = {
+        let r = shared.lock();
+        r.check_add(service, addr).map_err(|e| e.to_string())?;
+        r.config()
+            .services
+            .iter()
+            .find(|s| s.name == service)
+            .map(|s| s.ports.clone())
+            .unwrap_or_default()
+    };
+    let routed = shared
+        .known
+        .read()
+        .unwrap_or_else(|p| p.into_inner())
+        .contains(&addr);
+    if !routed {
+        let mut inst = shared.instance.lock().unwrap_or_else(|p| p.into_inner());
+        let binding = ftnet_io::Binding::resolve(&shared.tun, addr)
+            .map_err(|e| format!("routing to replica {addr}: {e}"))?;
+        let table = inst.table();
+        let rr = ftnet_io::ReplicaRules::new(table, binding, &ports, &inst.devs());
+        inst.add_replica(&rr)
+            .map_err(|e| format!("routing replica {addr}'s replies into the TUN: {e:#}"))?;
+        shared
+            .known
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(addr);
+    }
+    let now = shared.now();
+    shared
+        .lock()
+        .add_replica(now, service, addr)
+        .map_err(|e| e.to_string())?;
+    Ok(
+        serde_json::json!({"ok": true, "service": service, "note": "new connections use it (with agents, once its agent registered); its server must hold the service's state"}),
+    )
 }
 
 impl Drop for StatusSocket {
@@ -818,6 +966,14 @@ mod tests {
             kick: eventfd().expect("eventfd"),
             registry: OnceLock::new(),
             fault: None,
+            instance: Mutex::new({
+                static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+                let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                Instance::lock(&format!("t{}-{n}", std::process::id()), 60_000 + n)
+                    .expect("test locks")
+                    .0
+            }),
+            known: Arc::default(),
         }
     }
 

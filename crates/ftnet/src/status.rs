@@ -51,9 +51,20 @@ pub fn request(socket: &Path, req: &str) -> anyhow::Result<()> {
         .as_array()
         .map(|a| a.iter().filter_map(|x| x.as_str()).collect())
         .unwrap_or_default();
-    match v["note"].as_str() {
-        Some(n) => println!("{n}"),
-        None => println!("back in service in: {}", list.join(", ")),
+    let verb = req.split_whitespace().nth(1).unwrap_or("");
+    let service = v["service"].as_str().unwrap_or("?");
+    match (verb, v["note"].as_str()) {
+        ("add", Some(n)) => println!("added to service {service}: {n}"),
+        (_, Some(n)) => println!("{n}"),
+        ("drain", None) => println!(
+            "draining in service {service}: no new connections; {} connection(s) still use it (the router logs when the last one ends)",
+            v["connections"]
+        ),
+        ("remove", None) => println!(
+            "removed from service {service}: left {} connection(s) at once; stays in {} as their last replica until they end",
+            v["left_connections"], v["stays_last_replica_in"]
+        ),
+        _ => println!("back in service in: {}", list.join(", ")),
     }
     Ok(())
 }
@@ -118,10 +129,12 @@ pub fn render(v: &Value) -> String {
                 o,
                 "  {:<16} {:<8} {:>11} {:>14} {:>13}",
                 r["addr"].as_str().unwrap_or("?"),
-                if r["alive"].as_bool().unwrap_or(false) {
-                    "alive"
-                } else {
-                    "evicted"
+                match (r["state"].as_str(), r["alive"].as_bool().unwrap_or(false)) {
+                    (_, true) => "alive",
+                    (Some("serving"), false) => "awaiting",
+                    (Some("draining"), _) => "draining",
+                    (Some("removed"), _) => "removed",
+                    _ => "evicted",
                 },
                 u(&r["connections"]),
                 u(&r["lag_out_bytes"]),

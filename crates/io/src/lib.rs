@@ -11,7 +11,7 @@ pub mod steer;
 mod tun;
 
 pub use device::{Device, MemDevice};
-pub use routing::{remove_recorded, rules_at, Binding, Plan, Routing, RoutingSpec};
+pub use routing::{remove_recorded, rules_at, Binding, Plan, ReplicaRules, Routing, RoutingSpec};
 pub use tun::{Tun, TunOptions, RECV_BUF_LEN};
 
 use std::io;

@@ -72,6 +72,94 @@ pub struct Binding {
     pub via: Option<Ipv4Addr>,
 }
 
+impl Binding {
+    /// The interface the router reaches `replica` by (`ip route get`).
+    /// Fails if it has no route, or only one through the TUN itself.
+    pub fn resolve(tun: &str, replica: Ipv4Addr) -> Result<Binding, Error> {
+        let r = replica;
+        let out = ip(&["-o", "route", "get", &r.to_string()])?;
+        let (dev, via) = parse_route_get(&out).ok_or_else(|| Error::Command {
+            cmd: format!("ip -o route get {r}"),
+            status: "no output device".into(),
+            stderr: out.trim().to_string(),
+        })?;
+        if dev == tun {
+            return Err(Error::Command {
+                cmd: format!("ip -o route get {r}"),
+                status: format!("replica {r} is routed into the TUN {dev} itself"),
+                stderr: "fix the routes to the replicas before starting the router".into(),
+            });
+        }
+        Ok(Binding {
+            replica: r,
+            dev,
+            via,
+        })
+    }
+}
+
+/// The rules for a replica added while the router runs, after those of
+/// [`Plan`] (see [`Routing::add_replica`]).
+#[derive(Debug, Clone)]
+pub struct ReplicaRules {
+    pub binding: Binding,
+    rules: Vec<Vec<String>>,
+}
+
+impl ReplicaRules {
+    /// Its replies on `ports` from its own interface go to the table; an
+    /// interface no replica used before gets the ICMP rule; any other
+    /// packet from its address on its own interface skips on (`goto` the
+    /// anchor) and from anywhere else is dropped. Each rule matches only
+    /// this replica's source address (but the ICMP one), so appended after
+    /// the installed rules they change nothing for the others.
+    pub fn new(
+        table: u32,
+        binding: Binding,
+        ports: &[u16],
+        installed_devs: &[String],
+    ) -> ReplicaRules {
+        let t = table.to_string();
+        let anchor = table.saturating_add(1).to_string();
+        let from = binding.replica.to_string();
+        let dev = binding.dev.clone();
+        let steer = |sel: &[&str]| {
+            let mut v = strings(sel);
+            v.extend(strings(&["lookup", &t, "pref", &t]));
+            v
+        };
+        let mut rules = Vec::new();
+        for p in ports {
+            rules.push(steer(&[
+                "from",
+                &from,
+                "iif",
+                &dev,
+                "ipproto",
+                "tcp",
+                "sport",
+                &p.to_string(),
+            ]));
+        }
+        if !installed_devs.contains(&dev) {
+            rules.push(steer(&["iif", &dev, "ipproto", "icmp"]));
+        }
+        rules.push(strings(&[
+            "from", &from, "iif", &dev, "goto", &anchor, "pref", &t,
+        ]));
+        rules.push(strings(&["from", &from, "blackhole", "pref", &t]));
+        ReplicaRules { binding, rules }
+    }
+
+    /// The record lines (as [`Plan::record`]): written before installing.
+    pub fn record(&self) -> Vec<String> {
+        self.rules
+            .iter()
+            .map(|r| format!("rule {}", r.join(" ")))
+            .collect()
+    }
+}
+
 /// What [`Routing::install`] will add, computed without changing anything.
 #[derive(Debug, Clone)]
 pub struct Plan {
@@ -115,24 +203,7 @@ impl Plan {
         }
         let mut bindings = Vec::new();
         for r in replicas {
-            let out = ip(&["-o", "route", "get", &r.to_string()])?;
-            let (dev, via) = parse_route_get(&out).ok_or_else(|| Error::Command {
-                cmd: format!("ip -o route get {r}"),
-                status: "no output device".into(),
-                stderr: out.trim().to_string(),
-            })?;
-            if dev == spec.tun {
-                return Err(Error::Command {
-                    cmd: format!("ip -o route get {r}"),
-                    status: format!("replica {r} is routed into the TUN {dev} itself"),
-                    stderr: "fix the routes to the replicas before starting the router".into(),
-                });
-            }
-            bindings.push(Binding {
-                replica: r,
-                dev,
-                via,
-            });
+            bindings.push(Binding::resolve(&spec.tun, r)?);
         }
         Ok(Plan::with_bindings(spec, bindings))
     }
@@ -255,6 +326,49 @@ fn parse_route_get(out: &str) -> Option<(String, Option<Ipv4Addr>)> {
 }
 
 impl Routing {
+    /// The interfaces replicas are bound to, as installed.
+    pub fn devs(&self) -> Vec<String> {
+        let mut v: Vec<String> = Vec::new();
+        for rule in &self.rules {
+            if let Some(i) = rule.iter().position(|w| w == "iif") {
+                if let Some(d) = rule.get(i + 1) {
+                    if !v.contains(d) {
+                        v.push(d.clone());
+                    }
+                }
+            }
+        }
+        v
+    }
+
+    /// Add the rules of a replica added at run time (after the installed
+    /// ones; removed with them). On error the ones added are removed again.
+    pub fn add_replica(&mut self, rr: &ReplicaRules) -> Result<(), Error> {
+        let b = &rr.binding;
+        let via = b.via.map(|v| format!(" via {v}")).unwrap_or_default();
+        info!(
+            replica = %b.replica, dev = %b.dev,
+            "replica {} (added) bound to {}{via}", b.replica, b.dev
+        );
+        let mut done = 0;
+        for rule in &rr.rules {
+            let mut args = strings(&["rule", "add"]);
+            args.extend(rule.iter().cloned());
+            if let Err(e) = ip(&args.iter().map(String::as_str).collect::<Vec<_>>()) {
+                for rule in rr.rules[..done].iter().rev() {
+                    let mut args = strings(&["rule", "del"]);
+                    args.extend(rule.iter().cloned());
+                    let _ = ip(&args.iter().map(String::as_str).collect::<Vec<_>>());
+                }
+                return Err(e);
+            }
+            info!("rule: {}", rule.join(" "));
+            done += 1;
+        }
+        self.rules.extend(rr.rules.iter().cloned());
+        Ok(())
+    }
+
     /// Install forwarding sysctls, the table's routes and the rules of
     /// `plan`. On error whatever was installed so far is removed again.
     pub fn install(plan: Plan) -> Result<Routing, Error> {

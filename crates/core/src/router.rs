@@ -959,11 +959,12 @@ impl Router {
         Ok((svc, r))
     }
 
-    /// Connections replica `r` of `svc` is still a live part of.
+    /// Open connections replica `r` of `svc` is still a live part of (a
+    /// closed one in its quiet period has finished).
     fn connections_of(&self, svc: ServiceId, r: ReplicaId) -> usize {
         self.conns
             .values()
-            .filter(|c| c.service() == svc && c.has_live(r))
+            .filter(|c| c.service() == svc && !c.is_closed() && c.has_live(r))
             .count()
     }
 

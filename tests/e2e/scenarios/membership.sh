@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# Membership at run time (COSCANet-FT §V: replicas added and removed at any time), under load.
+#
+#  client ──veth── router (ftnet) ──veth── r1, r2, r3 (in the config), r4 (a spare: namespace and
+#  (stallmeter ×3,                          server up, not in the config until `replica add`)
+#   connstorm)                              every server: socat echo, stateless
+#
+# Three long-lived echo streams (stallmeter.py) and a storm of short connections (connstorm.py)
+# run for ~16 s while the operator, through the admin socket:
+#   2 s  drains r2        → it gets no new connection; the streams it is in go on with it
+#   4 s  adds r4          → new connections use it (its replies are routed in at run time)
+#   7 s  removes r3       → it leaves every connection at once; the streams go on without it
+#   9 s  removes r1       → the streams go on with r2 alone (draining, never removed from
+#                           under a connection), new connections with r4 alone
+# and tries what must be refused (removing the last serving replica, adding a member twice,
+# draining an unknown address). Pass: every stream intact, every short connection answered, no
+# client reset; each change logged on one line; status shows each replica's state; r4 served
+# new connections; r2 is announced drained once the streams end.
+set -euo pipefail
+# shellcheck source=tests/e2e/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
+e2e_init membership "$@"
+((N == 4)) || die "membership runs with 4 replicas (the 4th a spare)"
+
+PORT=7000
+lab_up --port "$PORT" --server "socat -t 60 TCP-LISTEN:{port},fork,reuseaddr EXEC:cat" --spares 1
+LOG=/run/ftnet/lab/$LAB/router.log
+SOCK=/run/ftnet/lab/$LAB/router.sock
+R1=$(replica_ip 1) R2=$(replica_ip 2) R3=$(replica_ip 3) R4=$(replica_ip 4)
+admin() { timeout 20 "$FTNET" replica "$@" --socket "$SOCK"; }
+state_of() { # state_of ADDR → "state connections"
+	lab status --name "$LAB" --json | python3 -c "import json,sys; d=json.load(sys.stdin); r=[r for r in d['status']['services'][0]['replicas'] if r['addr'] == sys.argv[1]]; print(f\"{r[0]['state']} {r[0]['connections']}\" if r else 'absent 0')" "$1"
+}
+
+DURATION=16
+for m in 1 2 3; do
+	timeout 120 "$FTNET" lab exec --name "$LAB" client -- \
+		python3 "$E2E_DIR/stallmeter.py" --host "$VIP" --port "$PORT" --chunk 1024 --interval-ms 2 \
+		--duration "$DURATION" --warmup 0.5 >"$T/stream$m.json" 2>"$T/stream$m.err" &
+	eval "meter$m=\$!"
+done
+timeout 120 "$FTNET" lab exec --name "$LAB" client -- \
+	python3 "$E2E_DIR/connstorm.py" --host "$VIP" --port "$PORT" --duration "$DURATION" --inflight 4 \
+	--timeout 20 --max 20000 >"$T/storm.json" 2>"$T/storm.err" &
+storm=$!
+
+sleep 2
+check "drain r2 is accepted" admin drain "$R2"
+# (the status snapshot is refreshed every 250 ms)
+r2_draining() { [[ $(state_of "$R2") == draining* ]]; }
+wait_for 2 r2_draining || true
+check_eq "status: r2 draining" draining "$(state_of "$R2" | cut -d' ' -f1)"
+check "drain r2: one log line" wait_for 3 grep -q "replica $R2 draining" "$LOG"
+
+sleep 1.5
+check "add r4 (a spare, not in the config) is accepted" admin add "$R4"
+check "add r4: one log line" wait_for 3 grep -q "replica $R4 added" "$LOG"
+r4_busy() { local s; s=$(state_of "$R4"); [[ ${s##* } -gt 0 ]]; }
+wait_for 3 r4_busy || true
+r4=$(state_of "$R4")
+say "r4 after add: $r4"
+check "r4 serves new connections" test "${r4%% *}" = serving -a "${r4##* }" -gt 0
+
+sleep 1.5
+check "remove r3 is accepted" admin remove "$R3"
+check "remove r3: one log line" wait_for 3 grep -q "replica $R3 removed" "$LOG"
+r3_removed() { [[ $(state_of "$R3") == "removed 0" ]]; }
+wait_for 2 r3_removed || true
+check_eq "status: r3 removed, in no connection" "removed 0" "$(state_of "$R3")"
+
+sleep 2
+check "remove r1 is accepted (r4 still serves)" admin remove "$R1"
+check "refused: removing r4, the last serving replica" bash -c "! timeout 20 '$FTNET' replica remove '$R4' --socket '$SOCK' 2>'$T/refuse1.err' && grep -q 'last serving replica' '$T/refuse1.err'"
+check "refused: adding r4 twice" bash -c "! timeout 20 '$FTNET' replica add '$R4' --socket '$SOCK' 2>'$T/refuse2.err' && grep -q 'already a member' '$T/refuse2.err'"
+check "refused: draining an address no service lists" bash -c "! timeout 20 '$FTNET' replica drain 10.9.9.9 --socket '$SOCK' 2>'$T/refuse3.err' && grep -q 'no service lists replica 10.9.9.9' '$T/refuse3.err'"
+say "states: r1 $(state_of "$R1"), r2 $(state_of "$R2"), r3 $(state_of "$R3"), r4 $(state_of "$R4")"
+
+for m in 1 2 3; do
+	rc=0
+	eval "wait \$meter$m" || rc=$?
+	say "stream $m: $(cat "$T/stream$m.json")"
+	[[ -s $T/stream$m.err ]] && say "stream $m stderr: $(head -c 1000 "$T/stream$m.err")"
+	check_eq "long-lived stream $m intact through drain, add and removes" 0 "$rc"
+done
+rc=0
+wait "$storm" || rc=$?
+say "connstorm: $(cat "$T/storm.json")"
+check_eq "connstorm exit status" 0 "$rc"
+failed=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['failed'])" "$T/storm.json" 2>/dev/null || echo "?")
+total=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['total'])" "$T/storm.json" 2>/dev/null || echo 0)
+check_eq "short connections that failed" 0 "$failed"
+check "short connections made throughout ($total)" test "$total" -gt 100
+check "no connection lost by the router" bash -c "! grep -q 'no replica left' '$LOG'"
+wait_for 5 grep -q "replica $R2 drained" "$LOG" || true
+check "r2 announced drained once its streams ended" grep -q "replica $R2 drained" "$LOG"
+check_eq "r2 drained: one line" 1 "$(grep -c "replica $R2 drained" "$LOG")"
+e2e_finish

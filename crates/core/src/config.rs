@@ -15,6 +15,13 @@ pub struct Service {
     pub replicas: Vec<Ipv4Addr>,
     /// Output voting (see [`Voting`]).
     pub voting: Voting,
+    /// Its replicas keep no state between connections (static files, a
+    /// stateless proxy): a replica that left the group is probed (a SYN to
+    /// its first port, as a load balancer's health check) and serves again
+    /// as soon as it answers — a restarted server, a host that came back.
+    /// A service whose replicas keep state (the default) never readmits a
+    /// replica by itself: its server missed input while it was out.
+    pub stateless: bool,
 }
 
 /// How the replicas' replies become the client's stream.

@@ -93,6 +93,15 @@ pub enum Event {
     /// An operator brought a replica that was out of service back
     /// ([`crate::Router::enable_replica`]): new connections use it again.
     ReplicaUp { service: String, replica: Ipv4Addr },
+    /// A replica of a stateless service that was down (`was`) answered the
+    /// router's probe: its server listens again, and it serves new
+    /// connections again after `down_ms`.
+    ReplicaRejoined {
+        service: String,
+        replica: Ipv4Addr,
+        was: EvictReason,
+        down_ms: u64,
+    },
     /// An operator made a replica a member of the service
     /// ([`crate::Router::add_replica`]): new connections use it.
     ReplicaAdded { service: String, replica: Ipv4Addr },

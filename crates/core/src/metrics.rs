@@ -124,6 +124,9 @@ pub struct Counters {
     /// Replicas' probes (zero-window, keep-alive) passed on to the client
     /// so that it answers with its window.
     pub probes_passed: u64,
+    /// Health-check SYNs the router sent to down replicas of stateless
+    /// services.
+    pub probes_sent: u64,
     /// SYN-ACKs that waited for their connection's record to be stored at
     /// the agents (output commit) and got it.
     pub synacks_committed: u64,

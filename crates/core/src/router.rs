@@ -26,6 +26,13 @@ use std::net::Ipv4Addr;
 /// Connections shown in detail in the status.
 const SAMPLE_CONNS: usize = 8;
 
+/// How often a down replica of a stateless service is probed (and how long
+/// after it went down the first probe goes).
+pub const PROBE_EVERY: core::time::Duration = core::time::Duration::from_millis(500);
+
+/// The source port range of the router's probes (from the VIP).
+const PROBE_PORT_BASE: u16 = 61_000;
+
 /// How often, while a replica drains, the table is scanned for whether its
 /// last connection left.
 const DRAIN_CHECK: core::time::Duration = core::time::Duration::from_millis(100);
@@ -76,6 +83,8 @@ pub struct Router {
     drained: Vec<(ServiceId, ReplicaId)>,
     /// When the table was last scanned for drained replicas.
     drain_checked: Option<Instant>,
+    /// Down replicas of stateless services: when each is probed next.
+    probe_next: HashMap<(ServiceId, ReplicaId), Instant>,
 }
 
 impl Router {
@@ -119,6 +128,7 @@ impl Router {
             challenges: ChallengeBudget::default(),
             drained: Vec::new(),
             drain_checked: None,
+            probe_next: HashMap::new(),
             config,
         }
     }
@@ -169,6 +179,13 @@ impl Router {
             mode,
             at: Headers::of(&ip, &t),
         };
+        if let Some(&(svc, replica)) = self.by_replica.get(&(src, seg.sport)) {
+            if dst == self.config.services[svc.0].vip
+                && self.probe_next.contains_key(&(svc, replica))
+            {
+                return self.probe_answer(now, svc, replica, &seg);
+            }
+        }
         if let Some(&svc) = self.by_vip.get(&(dst, seg.dport)) {
             return self.on_client(now, svc, pkt, &seg);
         }
@@ -454,6 +471,9 @@ impl Router {
                 continue;
             }
             v[replica.0] = Member::Down { reason, since: now };
+            if self.config.services[svc.0].stateless {
+                self.probe_next.insert((svc, replica), now + PROBE_EVERY);
+            }
             let s = &self.config.services[svc.0];
             self.out.event(Event::ReplicaDown {
                 service: s.name.clone(),
@@ -724,6 +744,7 @@ impl Router {
                 let m = self.health[svc][i];
                 if *r == addr && matches!(m, Member::Down { .. } | Member::Draining { .. }) {
                     self.health[svc][i] = Member::Serving;
+                    self.probe_next.remove(&(ServiceId(svc), ReplicaId(i)));
                     back.push(s.name.clone());
                     self.out.event(Event::ReplicaUp {
                         service: s.name.clone(),
@@ -894,6 +915,7 @@ impl Router {
             });
         }
         self.health[svc.0][r.0] = Member::Removed { since: now };
+        self.probe_next.remove(&(svc, r));
         let before = self.connections_of(svc, r);
         let keys: Vec<ConnKey> = self
             .conns
@@ -1091,6 +1113,7 @@ impl Router {
     /// Run timers due at `now`.
     pub fn handle_timeout(&mut self, now: Instant) {
         self.last_now = self.last_now.max(now);
+        self.send_probes(now);
         if self.drain_due().is_some_and(|t| t <= now) {
             self.check_drained(now);
         }
@@ -1151,6 +1174,93 @@ impl Router {
         h.finish()
     }
 
+    /// The probe of replica `r` of `svc`: from the VIP, a port of the
+    /// probe range, to the service's first port, with an ISN only the
+    /// router can know (RFC 6528's keyed hash), so that an answer cannot be
+    /// forged blind.
+    fn probe_key(&self, svc: ServiceId, r: ReplicaId) -> (ConnKey, SeqNum) {
+        let s = &self.config.services[svc.0];
+        let port = PROBE_PORT_BASE
+            .wrapping_add(u16::try_from(r.0 % 1000).unwrap_or(0))
+            .wrapping_add(u16::try_from((svc.0 % 4) * 1000).unwrap_or(0));
+        let key = ConnKey {
+            client: s.vip,
+            cport: port,
+            vip: s.replicas[r.0],
+            vport: s.ports.first().copied().unwrap_or(0),
+        };
+        let isn = SeqNum(mod32(self.keyed(&key, 7)));
+        (key, isn)
+    }
+
+    /// Probe the down replicas of stateless services that are due: a SYN
+    /// each (answered by a SYN-ACK once its server listens again).
+    fn send_probes(&mut self, now: Instant) {
+        let due: Vec<(ServiceId, ReplicaId)> = self
+            .probe_next
+            .iter()
+            .filter(|(_, t)| **t <= now)
+            .map(|(k, _)| *k)
+            .collect();
+        for (svc, r) in due {
+            self.probe_next.insert((svc, r), now + PROBE_EVERY);
+            let (key, isn) = self.probe_key(svc, r);
+            let mut syn = Repr::new(key.cport, key.vport, isn, SeqNum(0), flags::SYN, 1024);
+            syn.mss = Some(536);
+            self.transmit
+                .push_back(Packet::plain(syn.emit_ipv4(key.client, key.vip, &[])));
+            self.counters.packets_out += 1;
+            self.counters.probes_sent += 1;
+        }
+    }
+
+    /// A replica answers the router's probe. A SYN-ACK for the probe's ISN:
+    /// its server listens again, and a stateless service takes it back
+    /// (the half-open probe is reset). A RST: still nobody listening.
+    /// Anything else is dropped as not ours.
+    fn probe_answer(
+        &mut self,
+        now: Instant,
+        svc: ServiceId,
+        r: ReplicaId,
+        seg: &Seg,
+    ) -> Result<(), DropReason> {
+        let (key, isn) = self.probe_key(svc, r);
+        if seg.dport != key.cport {
+            return Err(DropReason::NotOurs);
+        }
+        if seg.has(flags::RST) {
+            return Ok(());
+        }
+        // RFC 9293 §3.10.7.3: an acceptable SYN-ACK acknowledges our SYN
+        // exactly; any other is not an answer to this probe.
+        if !(seg.has(flags::SYN) && seg.has(flags::ACK)) || seg.ack != isn.add(1) {
+            return Err(DropReason::BadState);
+        }
+        let rst = Repr::new(key.cport, key.vport, isn.add(1), SeqNum(0), flags::RST, 0);
+        self.transmit
+            .push_back(Packet::plain(rst.emit_ipv4(key.client, key.vip, &[])));
+        self.counters.packets_out += 1;
+        self.probe_next.remove(&(svc, r));
+        let Member::Down { reason, since } = self.health[svc.0][r.0] else {
+            return Ok(());
+        };
+        self.health[svc.0][r.0] = Member::Serving;
+        let s = &self.config.services[svc.0];
+        self.out.event(Event::ReplicaRejoined {
+            service: s.name.clone(),
+            replica: s.replicas[r.0],
+            was: reason,
+            down_ms: now
+                .saturating_sub(since)
+                .as_millis()
+                .try_into()
+                .unwrap_or(u64::MAX),
+        });
+        self.announce_out_of_service();
+        Ok(())
+    }
+
     /// Next packet to write to the network.
     pub fn poll_transmit(&mut self) -> Option<Packet> {
         self.transmit.pop_front()
@@ -1164,7 +1274,11 @@ impl Router {
             .filter_map(|o| o.waiting.as_ref().and_then(|w| w.deadline))
             .min();
         let conns = self.timers.peek().map(|Reverse((t, _))| *t);
-        [order, conns, self.drain_due()].into_iter().flatten().min()
+        let probe = self.probe_next.values().min().copied();
+        [order, conns, self.drain_due(), probe]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     /// Next event for the operator's log.
@@ -1442,6 +1556,7 @@ mod tests {
             ports: vec![80],
             replicas: (1..=n).map(|i| Ipv4Addr::new(10, 0, 1, i)).collect(),
             voting: Default::default(),
+            stateless: false,
         });
         Router::new(c, [7; 16])
     }

@@ -30,6 +30,7 @@ fn router(n: u8) -> Router {
         ports: vec![PORT],
         replicas: (1..=n).map(replica).collect(),
         voting: Default::default(),
+        stateless: false,
     });
     Router::new(c, [9; 16])
 }
@@ -398,6 +399,7 @@ fn syn_flood_keeps_table_bounded() {
         ports: vec![PORT],
         replicas: vec![replica(1)],
         voting: Default::default(),
+        stateless: false,
     });
     c.limits.max_half_open = 100;
     c.limits.max_connections = 150;
@@ -779,6 +781,7 @@ fn closed_connections_give_way_when_the_table_is_full() {
         ports: vec![PORT],
         replicas: vec![replica(1)],
         voting: Default::default(),
+        stateless: false,
     });
     c.limits.max_connections = 1;
     c.limits.max_half_open = 1;
@@ -885,6 +888,7 @@ fn several_services_are_kept_apart() {
         ports: vec![PORT],
         replicas: vec![replica(1), replica(2)],
         voting: Default::default(),
+        stateless: false,
     });
     // Same replica hosts, another VIP and port.
     c.services.push(Service {
@@ -893,6 +897,7 @@ fn several_services_are_kept_apart() {
         ports: vec![80, 443],
         replicas: vec![replica(2), replica(3)],
         voting: Default::default(),
+        stateless: false,
     });
     let mut r = Router::new(c, [5; 16]);
     let syn_a = Repr::new(CPORT, PORT, SeqNum(1), SeqNum(0), flags::SYN, 1000);
@@ -1215,6 +1220,7 @@ fn synack_waits_for_the_record_to_be_stored() {
         ports: vec![PORT],
         replicas: (1..=2).map(replica).collect(),
         voting: Default::default(),
+        stateless: false,
     });
     c.timeouts.record_commit = Some(std::time::Duration::from_millis(50));
     let mut r = Router::new(c, [9; 16]);
@@ -1886,6 +1892,7 @@ fn sequencer_router(n: u8) -> Router {
         ports: vec![PORT],
         replicas: (1..=n).map(replica).collect(),
         voting: Default::default(),
+        stateless: false,
     });
     Router::new(c, [9; 16])
 }
@@ -2428,4 +2435,95 @@ fn an_added_replica_serves_new_connections() {
         r.add_replica(t(9), "nope", replica(4)),
         Err(MembershipError::NoService(_))
     ));
+}
+
+fn stateless_router(n: u8) -> Router {
+    let mut c = Config::default();
+    c.services.push(Service {
+        name: "t".into(),
+        vip: VIP,
+        ports: vec![PORT],
+        replicas: (1..=n).map(replica).collect(),
+        voting: Default::default(),
+        stateless: true,
+    });
+    Router::new(c, [9; 16])
+}
+
+/// A stateless service heals by itself: a replica that went down is probed
+/// (a SYN from the VIP to its service port, like a load balancer's health
+/// check); a RST (nobody listening yet) keeps it down, a SYN-ACK that
+/// acknowledges exactly the probe brings it back, and the probe is reset.
+/// A forged answer (wrong ACK) changes nothing. A service that keeps
+/// state is never probed.
+#[test]
+fn a_stateless_service_takes_a_replica_back_once_it_answers_a_probe() {
+    let mut r = stateless_router(3);
+    assert_eq!(r.host_lost(t(0), replica(2)), 1);
+    log_events(&mut r);
+    drain(&mut r);
+    let due = r.poll_timeout().expect("a probe is due");
+    assert_eq!(due, t(ftnet_core::PROBE_EVERY.as_millis() as u64));
+    r.handle_timeout(due);
+    let out = drain(&mut r);
+    assert_eq!(out.len(), 1, "one probe");
+    let p = &out[0];
+    assert_eq!((p.src, p.dst, p.r.dst_port), (VIP, replica(2), PORT));
+    assert_eq!(p.r.flags, flags::SYN);
+    // Nobody listens yet: a RST. Still down; probed again later.
+    let rst = Repr::new(
+        PORT,
+        p.r.src_port,
+        SeqNum(0),
+        p.r.seq.add(1),
+        flags::RST | flags::ACK,
+        0,
+    );
+    r.handle_packet(t(600), seg(replica(2), VIP, rst, b""));
+    assert!(!r.status().services[0].replicas[1].alive);
+    // A forged SYN-ACK (it does not acknowledge the probe's ISN).
+    let mut sa = Repr::new(
+        PORT,
+        p.r.src_port,
+        SeqNum(5000),
+        p.r.seq.add(77),
+        flags::SYN | flags::ACK,
+        500,
+    );
+    sa.mss = Some(1460);
+    r.handle_packet(t(700), seg(replica(2), VIP, sa.clone(), b""));
+    assert!(
+        !r.status().services[0].replicas[1].alive,
+        "a forged answer changes nothing"
+    );
+    r.handle_timeout(t(1000));
+    let again = drain(&mut r);
+    assert_eq!(again.len(), 1, "probed again");
+    assert_eq!(again[0].r.seq, p.r.seq, "the same probe");
+    // The server listens again.
+    sa.ack = p.r.seq.add(1);
+    r.handle_packet(t(1001), seg(replica(2), VIP, sa, b""));
+    let out = drain(&mut r);
+    assert!(
+        out.iter().any(|o| o.dst == replica(2)
+            && o.r.flags & flags::RST != 0
+            && o.r.seq == p.r.seq.add(1)),
+        "the half-open probe is reset"
+    );
+    assert!(r.status().services[0].replicas[1].alive);
+    let evs = log_events(&mut r);
+    assert!(evs.iter().any(|e| matches!(e, Event::ReplicaRejoined { replica: a, was: EvictReason::HostLost, down_ms: 1001, .. } if *a == replica(2))), "{evs:?}");
+    assert_eq!(
+        syn_targets(&mut r, t(1002), 40001),
+        vec![replica(1), replica(2), replica(3)]
+    );
+    // No more probes.
+    r.handle_timeout(t(5000));
+    assert!(drain(&mut r).is_empty());
+    // A service that keeps state is never probed.
+    let mut s = router(3);
+    s.host_lost(t(0), replica(2));
+    s.handle_timeout(t(5000));
+    assert!(drain(&mut s).iter().all(|o| o.dst != replica(2)));
+    assert!(!s.status().services[0].replicas[1].alive);
 }

@@ -175,6 +175,7 @@ struct RawService {
     replicas: Spanned<Vec<Spanned<String>>>,
     vote: Option<Spanned<String>>,
     vote_tie: Option<Spanned<String>>,
+    stateless: Option<Spanned<bool>>,
 }
 
 /// Read and validate `path`.
@@ -552,6 +553,7 @@ pub fn parse(file: &str, text: &str) -> Result<FileConfig, ConfigError> {
             ports,
             replicas,
             voting,
+            stateless: s.stateless.map(|b| *b.get_ref()).unwrap_or(false),
         });
     }
     // Checked after all services are known: a replica may be listed before
@@ -639,6 +641,8 @@ pub struct LabTuning {
     pub commit_wait_ms: Option<u64>,
     /// Voting lines for the service.
     pub vote: Option<&'static str>,
+    /// `stateless = true` for the service.
+    pub stateless: bool,
 }
 
 /// Write a lab configuration (used by `ftnet lab up`).
@@ -677,7 +681,11 @@ pub fn render_lab(
         socket.display(),
         q(&ports.iter().map(|p| p.to_string()).collect::<Vec<_>>()),
         q(&replicas.iter().map(|r| format!("\"{r}\"")).collect::<Vec<_>>()),
-        tuning.vote.unwrap_or(""),
+        format!(
+            "{}{}",
+            tuning.vote.unwrap_or(""),
+            if tuning.stateless { "stateless = true\n" } else { "" }
+        ),
     )
 }
 
@@ -762,10 +770,12 @@ replicas = ["198.18.11.2", "198.18.12.2", "198.18.13.2"]
                 commit_wait_ms: None,
                 fault_drop: Some((r[1], 7)),
                 vote: Some("vote = \"majority\"\n"),
+                stateless: true,
             },
             Path::new("/run/x.sock"),
         );
         let c = parse("lab.toml", &t).unwrap();
+        assert!(c.core.services[0].stateless);
         assert_eq!(c.threads, 1);
         assert_eq!(
             c.core.services[0].voting,

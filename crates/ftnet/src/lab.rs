@@ -72,6 +72,15 @@ Examples:
         /// Replica number, 1-based.
         n: usize,
     },
+    /// Process restart: start replica N's server again, as `lab up` started it (after `kill`).
+    #[command(after_help = "Example:\n  ftnet lab kill 2 && sleep 1 && ftnet lab restart 2")]
+    Restart {
+        /// Lab name.
+        #[arg(long, default_value = "lab")]
+        name: String,
+        /// Replica number, 1-based.
+        n: usize,
+    },
     /// Host loss: set replica N's link down on both ends (server keeps running, unreachable).
     #[command(after_help = "Example:\n  ftnet lab cut 3")]
     Cut {
@@ -211,6 +220,10 @@ pub struct UpArgs {
     /// config: spares for `ftnet replica add` (their addresses as usual).
     #[arg(long, value_name = "K", default_value_t = 0)]
     pub spares: usize,
+    /// The service is stateless (`stateless = true`): a replica that left the group is probed
+    /// and serves again once it answers.
+    #[arg(long)]
+    pub stateless: bool,
     /// Two routers (namespaces router and router2) sharing the gateway addresses through
     /// keepalived's VRRP, joined to clients and replicas by bridges in namespace switch;
     /// implies --agents (a router that takes over rebuilds its table from their records).
@@ -258,6 +271,11 @@ pub fn run(cmd: LabCmd) -> anyhow::Result<i32> {
         LabCmd::Cut { name, n } => {
             let lab = Lab::new(&name)?;
             cut(&lab, n)?;
+            Ok(0)
+        }
+        LabCmd::Restart { name, n } => {
+            let lab = Lab::new(&name)?;
+            restart(&lab, n)?;
             Ok(0)
         }
         LabCmd::Heal { name, n } => {
@@ -315,6 +333,7 @@ pub fn run(cmd: LabCmd) -> anyhow::Result<i32> {
                 shim: false,
                 fault_drop: None,
                 spares: 0,
+                stateless: false,
                 vote: None,
                 ha: false,
             };
@@ -637,6 +656,7 @@ fn up(lab: &Lab, args: &UpArgs) -> anyhow::Result<()> {
             Some("majority-reset") => Some("vote = \"majority\"\nvote_tie = \"reset\"\n"),
             _ => None,
         },
+        stateless: args.stateless,
     };
     std::fs::write(
         &cfg_path,
@@ -826,6 +846,12 @@ fn start_server(
         .replace("{i}", &i.to_string())
         .replace("{dir}", &dir.display().to_string())
         .replace("{port}", &port.to_string());
+    // For `lab restart`: the same command, the same way.
+    std::fs::write(
+        dir.join("server.cmd"),
+        format!("{}\n{cmdline}\n", if shim { "shim" } else { "plain" }),
+    )
+    .with_context(|| format!("writing {}", dir.join("server.cmd").display()))?;
     let mut cmd = Command::new("ip");
     cmd.args(["netns", "exec", &lab.ns_replica(i)]);
     if shim {
@@ -970,6 +996,42 @@ fn print_summary(lab: &Lab, args: &UpArgs) {
         lab.dir().display(),
         lab.dir().display()
     );
+}
+
+/// Start replica `n`'s server again as `lab up` did (it must not be
+/// running: `lab kill` first).
+fn restart(lab: &Lab, n: usize) -> anyhow::Result<()> {
+    let dir = lab.replica_dir(n);
+    let saved = std::fs::read_to_string(dir.join("server.cmd")).with_context(|| {
+        format!(
+            "reading {} — is lab {:?} up with at least {n} replicas?",
+            dir.join("server.cmd").display(),
+            lab.name
+        )
+    })?;
+    let (mode, cmdline) = saved.split_once('\n').ok_or_else(|| {
+        anyhow::anyhow!(
+            "{} is not a saved server command",
+            dir.join("server.cmd").display()
+        )
+    })?;
+    let in_ns = namespace_pids(&lab.ns_replica(n));
+    if let Ok(pgid) = std::fs::read_to_string(dir.join("server.pid"))
+        .unwrap_or_default()
+        .trim()
+        .parse::<i32>()
+    {
+        if sys::group_members(pgid)
+            .iter()
+            .any(|(p, _)| in_ns.contains(p))
+        {
+            bail!("replica {n}'s server (process group {pgid}) is still running — `ftnet lab kill {n}` first");
+        }
+    }
+    // The command is already resolved: no placeholder is left to fill.
+    let child = start_server(lab, n, cmdline.trim_end(), 0, mode == "shim")?;
+    println!("replica {n}: server started again (pid {})", child.id());
+    Ok(())
 }
 
 fn kill(lab: &Lab, n: usize) -> anyhow::Result<()> {

@@ -632,6 +632,14 @@ fn log_event(ev: &Event) {
         Event::ReplicaUp { service, replica } => {
             warn!("service {service}: replica {replica} back in service (operator: `ftnet replica enable`); new connections use it again")
         }
+        Event::ReplicaRejoined {
+            service,
+            replica,
+            was,
+            down_ms,
+        } => {
+            warn!("service {service}: replica {replica} answers again (stateless service, health check): back in service after {down_ms} ms out ({}); new connections use it", why(was))
+        }
         Event::ReplicaAdded { service, replica } => {
             warn!("service {service}: replica {replica} added (operator: `ftnet replica add`); new connections use it, open ones go on without it")
         }

@@ -551,6 +551,7 @@ impl Sim {
                         ports: vec![PORT, PORT + 1],
                         replicas: (0..p.replicas).map(replica_ip).collect(),
                         voting: p.voting,
+                        stateless: false,
                     }],
                     timeouts: Timeouts {
                         failure_detection: Duration::from_millis(p.failure_detection_ms),

@@ -209,6 +209,9 @@ const ROUTER_HELP: &str = r#"Configuration format (every key but the [[service]]
                                              # differs is evicted and logged with the stream offset
   vote_tie = "first"                         # no majority (2 replicas, or all differ): "first" = the
                                              # replica listed first wins, "reset" = reset the client
+  stateless = false                          # true: replicas keep no state between connections; one
+                                             # that left is probed (SYN every 0.5 s) and serves again
+                                             # once its server answers (restart, host back)
 
 What the router changes in its network namespace (all undone on exit). <dev> is the interface the
 router reaches the replica by (`ip route get <replica>` at start-up, logged):

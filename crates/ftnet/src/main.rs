@@ -67,7 +67,7 @@ struct ReplicaArgs {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Run the router: open the TUN, install policy routing, forward until SIGINT/SIGTERM (SIGHUP is ignored).
+    /// Run the router: open the TUN, install policy routing, forward until SIGINT/SIGTERM (SIGHUP reloads replicas).
     #[command(after_help = ROUTER_HELP)]
     Router {
         /// Configuration file (TOML; format below).
@@ -232,7 +232,10 @@ One router per TUN and per table in a network namespace: it first takes exclusiv
 (/run/ftnet/locks/net<ns>-tun-<tun>.lock, net<ns>-table-<table>.lock) and refuses to start, naming
 the running router's pid, if another holds either, or if another process holds the TUN open. The
 table's lock file records what was installed; after a crash the next router removes exactly that.
-SIGINT and SIGTERM stop the router; SIGHUP (logrotate, `systemctl reload`) is logged and ignored.
+SIGINT and SIGTERM stop the router. SIGHUP (`systemctl reload`) reads the config file again and
+applies the replicas added to or removed from a service (like `ftnet replica add|remove`); any
+other change needs a restart and is logged as not applied; a file that does not validate changes
+nothing.
 
 Example:
   ftnet router --config /etc/ftnet/ftnet.toml --log-level debug"#;
@@ -325,7 +328,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<i32> {
         Cmd::Router { config, log_level } => {
             init_logging(&log_level);
             let cfg = config::load(&config)?;
-            router::run(cfg)?;
+            router::run(cfg, &config)?;
             Ok(0)
         }
         Cmd::Agent {

@@ -33,7 +33,7 @@ const BATCH: usize = 64;
 const MAX_SLEEP: Duration = Duration::from_millis(100);
 const STATUS_EVERY: Duration = Duration::from_millis(250);
 
-pub fn run(cfg: FileConfig) -> anyhow::Result<()> {
+pub fn run(cfg: FileConfig, path: &Path) -> anyhow::Result<()> {
     // One router per TUN and per table, before anything is touched: a
     // second one must neither take the first one's rules away nor share its
     // TUN (see `instance`).
@@ -186,6 +186,10 @@ pub fn run(cfg: FileConfig) -> anyhow::Result<()> {
         warn!(replica = %f.drop_data_to, every = f.every, "[fault] test hook active: dropping every n-th data packet to this replica");
     }
     socket.serve_admin(shared.clone());
+    {
+        let (sh, path, start) = (shared.clone(), path.to_path_buf(), cfg.core.clone());
+        sys::on_sighup(Box::new(move || reload(&sh, &path, &start)));
+    }
     if let Some(c) = &cfg.control {
         let reg = control::start(c, shared.known.clone(), shared.clone())?;
         let _ = shared.registry.set(reg);
@@ -802,6 +806,94 @@ impl StatusSocket {
     fn serve_admin(&self, shared: Arc<Shared>) {
         let _ = self.admin.set(shared);
     }
+}
+
+/// SIGHUP: read the config file again and apply what can change while the
+/// router runs: each service's replica list becomes the file's — members
+/// the file does not list are removed, listed addresses that are not
+/// members (new, or removed before) are added, as `ftnet replica
+/// add|remove` would; a listed replica that is down or draining stays so
+/// (a reload readmits nobody). Everything else (services added or removed,
+/// a service's VIP, ports, voting, statelessness, timeouts, limits, the
+/// router's own settings) needs a restart: each difference is logged as not
+/// applied. A file that does not validate changes nothing. `file` is the
+/// configuration the router started with (what a restart would change).
+fn reload(shared: &Shared, path: &Path, file: &ftnet_core::Config) {
+    let new = match crate::config::load(path) {
+        Ok(c) => c,
+        Err(e) => {
+            error!("SIGHUP: {e:#}; nothing changed (fix the file and send SIGHUP again)");
+            return;
+        }
+    };
+    let (mut added, mut removed, mut skipped) = (0, 0, 0);
+    let mut not_applied = |what: String| {
+        skipped += 1;
+        warn!("SIGHUP: {what}: needs a restart, not applied");
+    };
+    if new.core.timeouts != file.timeouts {
+        not_applied("[timeouts] changed".into());
+    }
+    if new.core.limits != file.limits {
+        not_applied("[limits] changed".into());
+    }
+    for s in &file.services {
+        if !new.core.services.iter().any(|n| n.name == s.name) {
+            not_applied(format!("service {} is no longer in the file", s.name));
+        }
+    }
+    // The members now (not removed), per service, as the router has them.
+    let members: Vec<(String, Vec<std::net::Ipv4Addr>)> = shared
+        .lock()
+        .status()
+        .services
+        .iter()
+        .map(|s| {
+            let m = s
+                .replicas
+                .iter()
+                .filter(|r| r.state != ftnet_core::MemberState::Removed)
+                .map(|r| r.addr)
+                .collect();
+            (s.name.clone(), m)
+        })
+        .collect();
+    for ns in &new.core.services {
+        let Some(old) = file.services.iter().find(|s| s.name == ns.name) else {
+            not_applied(format!("service {} is new", ns.name));
+            continue;
+        };
+        if (old.vip, &old.ports, old.voting, old.stateless)
+            != (ns.vip, &ns.ports, ns.voting, ns.stateless)
+        {
+            not_applied(format!(
+                "service {}: its vip, ports, vote or stateless setting changed",
+                ns.name
+            ));
+        }
+        let now: &[std::net::Ipv4Addr] = members
+            .iter()
+            .find(|(n, _)| *n == ns.name)
+            .map_or(&[][..], |(_, m)| &m[..]);
+        for &a in ns.replicas.iter().filter(|a| !now.contains(a)) {
+            match add_replica(shared, &ns.name, a) {
+                Ok(_) => added += 1,
+                Err(e) => error!("SIGHUP: service {}: adding replica {a}: {e}", ns.name),
+            }
+        }
+        for &a in now.iter().filter(|a| !ns.replicas.contains(a)) {
+            let t = shared.now();
+            match shared.lock().remove_replica(t, &ns.name, a) {
+                Ok(_) => removed += 1,
+                Err(e) => error!("SIGHUP: service {}: removing replica {a}: {e}", ns.name),
+            }
+        }
+    }
+    shared.kick();
+    info!(
+        "SIGHUP: reloaded {}: {added} replica(s) added, {removed} removed, {skipped} change(s) not applied",
+        path.display()
+    );
 }
 
 /// One operator request from the status socket (root only: the socket is

@@ -17,8 +17,9 @@ extern "C" fn on_signal(sig: libc::c_int) {
 /// blocking poll(2) or wait returns EINTR promptly.
 ///
 /// SIGHUP never stops them: logrotate and `systemctl reload` send it to ask
-/// for a reload, and a router that stops on it takes the service down. There
-/// is no reload yet, so it is logged and ignored.
+/// for a reload, and a router that stops on it takes the service down. It
+/// runs the action given to [`on_sighup`] (the router reloads its config),
+/// or is logged and ignored.
 pub fn install_stop_handler() {
     install(&[libc::SIGINT, libc::SIGTERM], on_signal);
     install_hup_logger();
@@ -44,6 +45,15 @@ fn install(sigs: &[libc::c_int], handler: extern "C" fn(libc::c_int)) {
             libc::sigaction(sig, &sa, std::ptr::null_mut());
         }
     }
+}
+
+/// What a SIGHUP does, once set (from the SIGHUP thread, never from the
+/// signal handler).
+static HUP_ACTION: std::sync::OnceLock<Box<dyn Fn() + Send + Sync>> = std::sync::OnceLock::new();
+
+/// Run `f` on every SIGHUP (after [`install_stop_handler`]); set once.
+pub fn on_sighup(f: Box<dyn Fn() + Send + Sync>) {
+    let _ = HUP_ACTION.set(f);
 }
 
 /// Write end of the pipe the SIGHUP handler writes one byte to; -1 before
@@ -92,8 +102,12 @@ fn install_hup_logger() {
             let mut buf = [0u8; 64];
             // SAFETY: reads at most 64 bytes into a live buffer of that size.
             let n = unsafe { libc::read(rd, buf.as_mut_ptr().cast(), buf.len()) };
-            for _ in 0..n.max(0) {
-                tracing::warn!("SIGHUP: reload not supported yet, ignored");
+            // Several signals that came together are one reload.
+            if n > 0 {
+                match HUP_ACTION.get() {
+                    Some(f) => f(),
+                    None => tracing::warn!("SIGHUP: nothing to reload here, ignored"),
+                }
             }
         });
     if spawned.is_err() {

@@ -12,6 +12,7 @@
 #   7 s  removes r3       → it leaves every connection at once; the streams go on without it
 #   9 s  removes r1       → the streams go on with r2 alone (draining, never removed from
 #                           under a connection), new connections with r4 alone
+#  11 s  SIGHUP, the file listing r2, r3, r4 → r3 is added back; then a broken file: no change
 # and tries what must be refused (removing the last serving replica, adding a member twice,
 # draining an unknown address). Pass: every stream intact, every short connection answered, no
 # client reset; each change logged on one line; status shows each replica's state; r4 served
@@ -74,6 +75,24 @@ check "refused: removing r4, the last serving replica" bash -c "! timeout 20 '$F
 check "refused: adding r4 twice" bash -c "! timeout 20 '$FTNET' replica add '$R4' --socket '$SOCK' 2>'$T/refuse2.err' && grep -q 'already a member' '$T/refuse2.err'"
 check "refused: draining an address no service lists" bash -c "! timeout 20 '$FTNET' replica drain 10.9.9.9 --socket '$SOCK' 2>'$T/refuse3.err' && grep -q 'no service lists replica 10.9.9.9' '$T/refuse3.err'"
 say "states: r1 $(state_of "$R1"), r2 $(state_of "$R2"), r3 $(state_of "$R3"), r4 $(state_of "$R4")"
+
+# 11 s: the file becomes the truth on SIGHUP (`systemctl reload`): it now lists r2, r3, r4, so
+# r3 (removed at run time) is a member again; r1 (removed, not listed) stays out; r2 stays
+# draining. A file that does not validate changes nothing.
+sleep 1.5
+CFG=/run/ftnet/lab/$LAB/ftnet.toml
+RPID=$(cat "/run/ftnet/lab/$LAB/router.pid")
+cp "$CFG" "$T/ftnet.toml.orig"
+sed -i "s/^replicas = .*/replicas = [\"$R2\", \"$R3\", \"$R4\"]/" "$CFG"
+kill -HUP "$RPID"
+check "SIGHUP: the reload adds r3 back, removes nobody" wait_for 3 grep -q "SIGHUP: reloaded .*: 1 replica(s) added, 0 removed, 0 change(s) not applied" "$LOG"
+r3_serving() { [[ $(state_of "$R3") == serving* ]]; }
+check "status: r3 serving again after the reload" wait_for 2 r3_serving
+check_eq "status: r2 still draining after the reload" draining "$(state_of "$R2" | cut -d' ' -f1)"
+echo "this is not toml [" >>"$CFG"
+kill -HUP "$RPID"
+check "SIGHUP with a broken file: nothing changed, and said why" wait_for 3 grep -q "SIGHUP: .*nothing changed" "$LOG"
+cp "$T/ftnet.toml.orig" "$CFG"
 
 for m in 1 2 3; do
 	rc=0

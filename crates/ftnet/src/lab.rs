@@ -697,7 +697,7 @@ fn up(lab: &Lab, args: &UpArgs) -> anyhow::Result<()> {
         wait_ready(lab, args, Some(&mut router), &mut servers)?;
     }
     if agents {
-        wait_agents(lab, n)?;
+        wait_agents(lab, n - args.spares)?;
     }
     if args.shim {
         wait_shims(lab, n)?;

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Membership at run time (COSCANet-FT §V: replicas added and removed at any time), under load.
 #
-#  client ──veth── router (ftnet) ──veth── r1, r2, r3 (in the config), r4 (a spare: namespace and
-#  (stallmeter ×3,                          server up, not in the config until `replica add`)
+#  client ──veth── router (ftnet, agents) ──veth── r1, r2, r3 (in the config), r4 (a spare: namespace,
+#  (stallmeter ×3,                          server and agent up, not in the config until `replica add`)
 #   connstorm)                              every server: socat echo, stateless
 #
 # Three long-lived echo streams (stallmeter.py) and a storm of short connections (connstorm.py)
@@ -24,7 +24,7 @@ e2e_init membership "$@"
 ((N == 4)) || die "membership runs with 4 replicas (the 4th a spare)"
 
 PORT=7000
-lab_up --port "$PORT" --server "socat -t 60 TCP-LISTEN:{port},fork,reuseaddr EXEC:cat" --spares 1
+lab_up --port "$PORT" --server "socat -t 60 TCP-LISTEN:{port},fork,reuseaddr EXEC:cat" --spares 1 --agents
 LOG=/run/ftnet/lab/$LAB/router.log
 SOCK=/run/ftnet/lab/$LAB/router.sock
 R1=$(replica_ip 1) R2=$(replica_ip 2) R3=$(replica_ip 3) R4=$(replica_ip 4)

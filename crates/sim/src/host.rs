@@ -117,6 +117,11 @@ pub(crate) struct ClientConn {
     pub established: bool,
     /// The socket fell to CLOSED without an orderly close: reset or abort.
     pub reset: bool,
+    /// A late connection (`Params::membership`): not connected before the
+    /// sim sets a time (`None` until then, and once connected).
+    pub start_at: Option<u64>,
+    /// Connected (always, but for a late connection that has not started).
+    pub started: bool,
 }
 
 impl ClientConn {
@@ -178,6 +183,8 @@ pub(crate) struct Host {
     pub alive: bool,
     pub params: HostParams,
     pub app: App,
+    /// Where the client connects (a late connection connects there too).
+    pub server: (Ipv4Addr, u16),
 }
 
 fn new_socket(p: &HostParams) -> tcp::Socket<'static> {
@@ -214,6 +221,7 @@ impl Host {
             alive: true,
             params,
             app,
+            server: (Ipv4Addr::UNSPECIFIED, 0),
         }
     }
 
@@ -231,6 +239,7 @@ impl Host {
         max_write: usize,
         refused_conns: usize,
         desync_conns: usize,
+        late: (usize, usize),
         rng: &mut SmallRng,
     ) -> Host {
         let mut h = Host::new(
@@ -246,6 +255,7 @@ impl Host {
                 desync: Vec::new(),
             },
         );
+        h.server = server;
         let base: u16 = rng.gen_range(20000..60000);
         let mut list = Vec::new();
         let mut desync_list = Vec::new();
@@ -280,6 +290,31 @@ impl Host {
                 orderly: false,
                 established: false,
                 reset: false,
+                start_at: None,
+                started: true,
+            });
+        }
+        // Late connections (membership changes), drawn after everything
+        // else so that the other connections keep their streams. Ports go
+        // on where the first connections' left off.
+        let (late_n, late_bytes) = late;
+        for j in 0..late_n {
+            let port = base + u16::try_from(conns + j).expect("a few connections") * 7;
+            let handle = h.sockets.add(new_socket(&h.params));
+            let mut data = vec![0u8; late_bytes];
+            rng.fill(&mut data[..]);
+            list.push(ClientConn {
+                handle,
+                port,
+                data,
+                sent: 0,
+                recvd: Vec::new(),
+                close_called: false,
+                orderly: false,
+                established: false,
+                reset: false,
+                start_at: None,
+                started: false,
             });
         }
         let mut refused_list = Vec::new();
@@ -355,6 +390,24 @@ impl Host {
     /// nothing changes. Returns an application-level invariant violation.
     pub fn step(&mut self, now_us: u64, rng: &mut SmallRng) -> Result<(), String> {
         let t = SInstant::from_micros(now_us as i64);
+        if let App::Client { conns, .. } = &mut self.app {
+            for c in conns
+                .iter_mut()
+                .filter(|c| !c.started && c.start_at.is_some_and(|s| s <= now_us))
+            {
+                let server = self.server;
+                self.sockets
+                    .get_mut::<tcp::Socket>(c.handle)
+                    .connect(
+                        self.iface.context(),
+                        IpEndpoint::new(IpAddress::Ipv4(server.0), server.1),
+                        c.port,
+                    )
+                    .map_err(|e| format!("late connection from port {}: {e}", c.port))?;
+                c.started = true;
+                c.start_at = None;
+            }
+        }
         for _ in 0..64 {
             self.iface.poll(t, &mut self.dev, &mut self.sockets);
             let progressed = self.run_app(rng)?;
@@ -587,9 +640,18 @@ impl Host {
 
     pub fn poll_at(&mut self, now_us: u64) -> Option<u64> {
         let t = SInstant::from_micros(now_us as i64);
-        self.iface
+        let stack = self
+            .iface
             .poll_at(t, &self.sockets)
-            .map(|i| i.total_micros().max(0) as u64)
+            .map(|i| i.total_micros().max(0) as u64);
+        let late = match &self.app {
+            App::Client { conns, .. } => conns.iter().filter_map(|c| c.start_at).min(),
+            App::Server { .. } => None,
+        };
+        match (stack, late) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     pub fn state(&self, h: SocketHandle) -> State {

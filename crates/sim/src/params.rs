@@ -114,6 +114,76 @@ pub struct Desync {
     pub at: usize,
 }
 
+/// An operator's membership change (`ftnet replica drain|enable|remove|add`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MemberOp {
+    /// `Router::drain_replica`: no new connections, the old ones finish.
+    Drain,
+    /// `Router::enable_replica`: back to serving from draining (or down).
+    Enable,
+    /// `Router::remove_replica`: out of every connection but those where
+    /// it is the last live replica.
+    Remove,
+    /// `Router::add_replica`: a removed replica rejoins (its server is
+    /// stale: it kept its old sockets; its agent starts afresh), or the
+    /// spare joins for the first time.
+    Add,
+}
+
+/// One membership change: `op` on replica `replica` once the client has
+/// had fraction `at` of its first connections' bytes acknowledged (a
+/// random point of the workload; the trace names the virtual time). Then,
+/// if `late_conn_after_us` is set, the client opens one more connection
+/// that much later, so that some connections start after each change.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MemberChange {
+    pub at: f64,
+    pub replica: usize,
+    pub op: MemberOp,
+    pub late_conn_after_us: Option<u64>,
+}
+
+/// Membership at run time (issue "self-healing replica groups"). The sim
+/// predicts every call's answer from the router's status just before it
+/// (a change the router must refuse is made on purpose too, and its
+/// `MembershipError` must be the right one).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Membership {
+    /// In the order they fire (`at` does not decrease).
+    pub changes: Vec<MemberChange>,
+    /// The last replica is a spare: not in the configuration at the start,
+    /// it joins with an `Add`.
+    pub spare: bool,
+    /// Bytes of each late connection.
+    pub late_bytes: usize,
+}
+
+impl std::fmt::Display for Membership {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let v: Vec<String> = self
+            .changes
+            .iter()
+            .map(|c| {
+                format!(
+                    "{:?} r{} at {:.0}%{}",
+                    c.op,
+                    c.replica,
+                    c.at * 100.0,
+                    c.late_conn_after_us
+                        .map_or(String::new(), |d| format!(" +conn after {d}us"))
+                )
+            })
+            .collect();
+        write!(
+            f,
+            "[{}{}; late conns {}B]",
+            if self.spare { "spare; " } else { "" },
+            v.join(", "),
+            self.late_bytes
+        )
+    }
+}
+
 /// Faults injected on purpose to prove that the invariant checker catches
 /// them (harness self-tests).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -195,6 +265,8 @@ pub struct Params {
     pub takeover: Option<Takeover>,
     /// Connections the servers close themselves (see [`Desync`]).
     pub desync: Option<Desync>,
+    /// Membership changes during the run (see [`Membership`]).
+    pub membership: Option<Membership>,
 }
 
 /// TSval generators available to hosts (see `host::TS_GENS`).
@@ -228,7 +300,19 @@ impl Params {
             divergent: None,
             takeover: None,
             desync: None,
+            membership: None,
         }
+    }
+
+    /// With membership changes; `spare`: the last of `self.replicas` is a
+    /// spare (not configured at the start).
+    pub fn with_membership(mut self, spare: bool, changes: Vec<MemberChange>) -> Params {
+        self.membership = Some(Membership {
+            changes,
+            spare,
+            late_bytes: 20_000,
+        });
+        self
     }
 
     /// Output voting with replica `d` altering byte `at` of its echo of
@@ -382,7 +466,7 @@ impl Params {
             }
             (c, _) => c,
         };
-        Params {
+        let mut p = Params {
             mode: Mode::Router,
             replicas,
             net,
@@ -402,7 +486,110 @@ impl Params {
             divergent,
             takeover,
             desync: None,
+            membership: None,
+        };
+        p.membership = Params::random_membership(seed, &mut p);
+        p
+    }
+
+    /// Membership changes for 35 % of the seeds, from their own stream of
+    /// the seed (every other choice of a seed stays what it was). Not with
+    /// a takeover (a router taking over starts from the configuration file
+    /// and the agents' out-of-service reports; the sim models neither for
+    /// membership) nor with a divergent replica (taking the healthy ones
+    /// out would leave the vote to it). With a crash planned, the crashing
+    /// replica and one other (the anchor) are never changed, so that every
+    /// connection always keeps a replica that survives; at N = 2 with a
+    /// crash only changes the router must refuse or ignore are made.
+    fn random_membership(seed: u64, p: &mut Params) -> Option<Membership> {
+        let mut r = SmallRng::seed_from_u64(seed ^ 0x6d65_6d62_6572_7321);
+        if p.mode != Mode::Router
+            || p.takeover.is_some()
+            || p.divergent.is_some()
+            || !r.gen_bool(0.35)
+        {
+            return None;
         }
+        let spare = r.gen_bool(0.3);
+        if spare {
+            // Same stack settings as a replica of the group (timestamps
+            // agree within a service).
+            let mut h = p.replica[0].clone();
+            h.ts_gen = h.ts_gen.map(|_| r.gen_range(0..TS_GEN_COUNT));
+            h.corrupt_echo_at = None;
+            p.replica.push(h);
+            p.replicas += 1;
+        }
+        let n = p.replicas;
+        let crash = p.crash.as_ref().map(|c| c.replica);
+        // Who may be changed: with a crash, neither the crashing replica
+        // nor the anchor (the first other original replica).
+        let anchor = crash.map(|c| if c == 0 { 1 } else { 0 });
+        let targets: Vec<usize> = (0..n)
+            .filter(|&i| Some(i) != crash && Some(i) != anchor)
+            .collect();
+        // The generator's idea of each replica: 0 serving, 1 draining, 2 out.
+        let mut st: Vec<u8> = (0..n).map(|i| if spare && i == n - 1 { 2 } else { 0 }).collect();
+        let count = r.gen_range(1..=4usize);
+        let mut at = 0.0f64;
+        let mut changes = Vec::new();
+        for _ in 0..count {
+            at = r.gen_range(at..(at + 0.35).min(0.95));
+            let (replica, op) = if targets.is_empty() || r.gen_bool(0.1) {
+                // Something the router refuses or ignores: drain or remove
+                // the last serving replica (N = 1), add a member, enable a
+                // serving one.
+                let i = r.gen_range(0..n);
+                let op = match (st[i], n, crash) {
+                    (0, 1, _) => *pick(&mut r, &[MemberOp::Drain, MemberOp::Remove, MemberOp::Add]),
+                    // Never enable the crashing replica: once marked
+                    // down it would get new connections while dead.
+                    (0, _, Some(c)) if c == i => MemberOp::Add,
+                    (0, _, _) => *pick(&mut r, &[MemberOp::Add, MemberOp::Enable]),
+                    (1, _, _) => *pick(&mut r, &[MemberOp::Add, MemberOp::Drain]),
+                    _ => *pick(&mut r, &[MemberOp::Drain, MemberOp::Enable, MemberOp::Remove]),
+                };
+                (i, op)
+            } else {
+                let i = *pick(&mut r, &targets);
+                let op = match st[i] {
+                    0 if r.gen_bool(0.5) => MemberOp::Drain,
+                    0 => MemberOp::Remove,
+                    1 if r.gen_bool(0.6) => MemberOp::Enable,
+                    1 => MemberOp::Remove,
+                    _ => MemberOp::Add,
+                };
+                st[i] = match op {
+                    MemberOp::Drain => 1,
+                    MemberOp::Remove => 2,
+                    _ => 0,
+                };
+                (i, op)
+            };
+            changes.push(MemberChange {
+                at,
+                replica,
+                op,
+                late_conn_after_us: r.gen_bool(0.8).then(|| r.gen_range(0..=3_000)),
+            });
+        }
+        // A spare that never joined, or a removed replica, rejoins at the
+        // end now and then.
+        if let Some(i) = targets.iter().copied().find(|&i| st[i] == 2) {
+            if r.gen_bool(0.5) {
+                changes.push(MemberChange {
+                    at: r.gen_range(at..0.97),
+                    replica: i,
+                    op: MemberOp::Add,
+                    late_conn_after_us: Some(r.gen_range(0..=3_000)),
+                });
+            }
+        }
+        Some(Membership {
+            changes,
+            spare,
+            late_bytes: r.gen_range(1_000..=20_000),
+        })
     }
 
     /// The router's `failure_detection` for a run on this network.
@@ -453,7 +640,7 @@ impl Params {
             )
         };
         format!(
-            "{:?} N={} conns={}x{}B write<={} close={:?} crash={:?} net=[delay {}..{}us loss {:.3} dup {:.3} reorder {:.3}/{}us] fd={}ms client=[{}] replicas=[{}] inject={:?} fuzz={} refused={} voting={:?} divergent={:?} takeover={:?} desync={:?}",
+            "{:?} N={} conns={}x{}B write<={} close={:?} crash={:?} net=[delay {}..{}us loss {:.3} dup {:.3} reorder {:.3}/{}us] fd={}ms client=[{}] replicas=[{}] inject={:?} fuzz={} refused={} voting={:?} divergent={:?} takeover={:?} desync={:?} membership={}",
             self.mode,
             self.replicas,
             self.conns,
@@ -480,6 +667,9 @@ impl Params {
                 .find_map(|(i, h)| h.corrupt_echo_at.map(|a| (i, a))),
             self.takeover,
             self.desync,
+            self.membership
+                .as_ref()
+                .map_or("None".to_string(), |m| m.to_string()),
         )
     }
 }

@@ -1,0 +1,260 @@
+//! What the control plane brings the router: connections adopted from the
+//! agents' records after a takeover (COSCANet-FT §III-C) and the
+//! sequencer's order carried over (AR-TCP §4.1).
+
+use super::*;
+
+impl Router {
+    /// Rebuild a connection another router set up (COSCANet-FT §III-C:
+    /// "a new router instance can collect information about the current
+    /// state during initialisation"): one replica's agent's record of it.
+    /// A connection this router does not know enters the table; each
+    /// replica's record adds its leg, which is probed at once for its
+    /// position. Records of connections this router already serves change
+    /// nothing (an agent that reconnected). `from`: the replica whose agent
+    /// sent the record (its part of the record is the one used).
+    pub fn adopt(&mut self, now: Instant, from: Ipv4Addr, rec: &ConnRecord) -> Adopted {
+        let Some(&svc) = self.by_vip.get(&(rec.key.vip, rec.key.vport)) else {
+            return Adopted::Refused;
+        };
+        // An agent speaks for its own replica alone, and only of a
+        // connection that replica was part of.
+        let Some(&mine) = rec.replica(from) else {
+            return Adopted::Refused;
+        };
+        let Some(&(rsvc, replica)) = self.by_replica.get(&(from, rec.key.vport)) else {
+            return Adopted::Refused;
+        };
+        if rsvc != svc || !self.in_group(svc, replica) {
+            return Adopted::Refused;
+        }
+        let key = rec.key;
+        let fresh = match self.conns.get(&key) {
+            Some(c) if c.takes_record(rec) => false,
+            Some(_) => return Adopted::Known,
+            None => {
+                if self.conns.len() >= self.config.limits.max_connections {
+                    return Adopted::Refused;
+                }
+                self.conns
+                    .insert(key, Conn::adopted(key, svc, now, from, rec));
+                true
+            }
+        };
+        let Some(added) = self.on_conn(now, key, |c, ctx| {
+            c.adopt_order(rec.accepted, rec.input_end);
+            c.adopt_leg(ctx, replica, &mine)
+        }) else {
+            return Adopted::Refused;
+        };
+        self.after(now, key);
+        match (fresh, added) {
+            (true, _) => {
+                self.counters.connections_adopted += 1;
+                let start = self.rebuild.map_or(now, |(t, _)| t);
+                let n = self.rebuild.map_or(0, |(_, n)| n);
+                self.rebuild = Some((start, n + 1));
+                Adopted::New
+            }
+            (false, true) => Adopted::Leg,
+            (false, false) => Adopted::Known,
+        }
+    }
+
+    /// The control plane stored the record of `key` (announced with
+    /// `AgentMsg::Established`) at every live replica's agent: its SYN-ACK,
+    /// held for that (`Timeouts::record_commit`), goes to the client.
+    /// Anything else (unknown, already sent) is ignored.
+    pub fn record_stored(&mut self, now: Instant, key: ConnKey) {
+        if !self.conns.get(&key).is_some_and(|c| c.is_committing()) {
+            return;
+        }
+        self.on_conn(now, key, |c, ctx| c.commit_synack(ctx, true));
+        self.after(now, key);
+    }
+
+    /// Every connection adopted since the rebuild began is whole again (or
+    /// gone): say so once, with how long it took.
+    pub(super) fn check_rebuilt(&mut self, now: Instant) {
+        let Some((start, n)) = self.rebuild else {
+            return;
+        };
+        if self.counters.connections_rebuilt + self.rebuild_dropped
+            >= self.counters.connections_adopted
+        {
+            self.rebuild = None;
+            self.out.event(Event::TableRebuilt {
+                connections: n,
+                after_ms: u64::try_from(now.saturating_sub(start).as_millis()).unwrap_or(u64::MAX),
+            });
+        }
+    }
+
+    /// Next message for the agents (records, the sequencer's order, who is
+    /// out of service), in the order produced.
+    pub fn poll_agent_msg(&mut self) -> Option<AgentMsg> {
+        loop {
+            // Inputs are numbered as they leave, per service, so the numbers
+            // follow the order the core produced them in and have no gaps.
+            // (Replays come numbered.)
+            let input = match self.out.agents.pop_front()? {
+                ToAgents::Msg(m) => return Some(m),
+                ToAgents::Input(input) => input,
+            };
+            let svc = self.by_vip.get(&(input.key.vip, input.key.vport)).copied();
+            let Some(svc) = svc else {
+                // Never: a connection belongs to a service. Left unnumbered.
+                return Some(input.numbered(0));
+            };
+            let o = &mut self.order[svc.0];
+            if let Some(w) = &mut o.waiting {
+                // Not numbered before the agents said where the order stands.
+                w.deadline.get_or_insert(self.last_now + ORDER_WAIT);
+                o.held.push_back(input);
+                if o.held.len() >= ORDER_HOLD_MAX {
+                    self.resume_order(svc);
+                }
+                continue;
+            }
+            return Some(o.number(input));
+        }
+    }
+
+    /// After a start or a takeover: hold every service's input numbering
+    /// until its replicas' agents reported where the order stands
+    /// ([`Router::order_report`]), or [`ORDER_WAIT`] after the first report
+    /// or the first event held. Only with `Config::sequencer`.
+    pub fn await_order(&mut self) {
+        if !self.config.sequencer {
+            return;
+        }
+        for o in &mut self.order {
+            if o.waiting.is_none() {
+                o.waiting = Some(Waiting::default());
+            }
+        }
+    }
+
+    /// Replica `replica`'s agent reports where the order stands (one
+    /// report per service port it saw events of; services it reports
+    /// nothing of count as "never got an event"). The order resumes once
+    /// every live replica of a service reported. A report after that
+    /// brings that agent up to date from the router's log.
+    pub fn order_report(&mut self, now: Instant, replica: Ipv4Addr, reports: &[OrderReport]) {
+        self.last_now = self.last_now.max(now);
+        for svc in 0..self.order.len() {
+            let s = &self.config.services[svc];
+            let Some(ri) = s.replicas.iter().position(|r| *r == replica) else {
+                continue;
+            };
+            let mut mine = OrderReport {
+                vip: s.vip,
+                vport: 0,
+                last_seq: 0,
+                tail: Vec::new(),
+            };
+            for r in reports
+                .iter()
+                .filter(|r| r.vip == s.vip && s.ports.contains(&r.vport))
+            {
+                mine.last_seq = mine.last_seq.max(r.last_seq);
+                mine.tail.extend_from_slice(&r.tail);
+            }
+            let o = &mut self.order[svc];
+            if o.waiting.is_some() {
+                o.report(replica, &mine);
+                if let Some(w) = &mut o.waiting {
+                    w.deadline.get_or_insert(now + ORDER_WAIT);
+                }
+                let health = &self.health[svc];
+                let all = o.waiting.as_ref().is_some_and(|w| {
+                    s.replicas
+                        .iter()
+                        .enumerate()
+                        .all(|(i, r)| !health[i].in_group() || w.reported.contains_key(r))
+                });
+                if all {
+                    self.resume_order(ServiceId(svc));
+                }
+                continue;
+            }
+            // Late: bring it up to date from the log.
+            o.report(replica, &mine);
+            let (last, top) = (mine.last_seq, o.seq);
+            if last == 0 || last >= top || !self.health[svc][ri].in_group() {
+                continue;
+            }
+            let (replays, lost) = match o.replay(replica, last.saturating_add(1), top) {
+                Ok(v) => (v, Vec::new()),
+                Err(n) => (Vec::new(), vec![(replica, n)]),
+            };
+            let replayed = replays.len();
+            let service = s.name.clone();
+            self.order_lost(ServiceId(svc), &lost);
+            // Ahead of the events queued unnumbered (they come after `top`).
+            for ev in replays.into_iter().rev() {
+                self.out.agents.push_front(ToAgents::Msg(ev));
+            }
+            self.out.event(Event::OrderResumed {
+                service,
+                last: top,
+                reported: vec![replica],
+                missing: Vec::new(),
+                replayed,
+                lost,
+            });
+        }
+        self.apply_down(now);
+    }
+
+    /// Number on: replays for the agents that are behind first, then the
+    /// held events, ahead of everything else queued.
+    pub(super) fn resume_order(&mut self, svc: ServiceId) {
+        let s = &self.config.services[svc.0];
+        let o = &mut self.order[svc.0];
+        let reported = o.reported();
+        let r = o.resume();
+        let mut front: Vec<AgentMsg> = r.replays;
+        let held: Vec<Unnumbered> = o.held.drain(..).collect();
+        for input in held {
+            front.push(o.number(input));
+        }
+        for ev in front.into_iter().rev() {
+            self.out.agents.push_front(ToAgents::Msg(ev));
+        }
+        let missing = s
+            .replicas
+            .iter()
+            .enumerate()
+            .filter(|(i, a)| self.health[svc.0][*i].in_group() && !reported.contains(a))
+            .map(|(_, a)| *a)
+            .collect();
+        let last = o.seq;
+        let name = s.name.clone();
+        self.order_lost(svc, &r.lost);
+        self.out.event(Event::OrderResumed {
+            service: name,
+            last,
+            reported,
+            missing,
+            replayed: r.replayed,
+            lost: r.lost,
+        });
+    }
+
+    /// Replicas that missed input events nobody can replay to them: their
+    /// shims cannot keep the order, so they leave the group (fail safe:
+    /// never serve on in the kernel's order). Applied with the next input
+    /// or timer, like every other way out.
+    pub(super) fn order_lost(&mut self, svc: ServiceId, lost: &[(Ipv4Addr, u64)]) {
+        for (addr, _) in lost {
+            if let Some(i) = self.config.services[svc.0]
+                .replicas
+                .iter()
+                .position(|r| r == addr)
+            {
+                self.down.push((svc, ReplicaId(i), EvictReason::OrderLost));
+            }
+        }
+    }
+}

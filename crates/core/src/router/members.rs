@@ -1,0 +1,623 @@
+//! Who serves a service: membership (COSCANet-FT §V: replicas added and
+//! removed at any time), replicas taken out by failure verdicts, lost
+//! hosts and the agents' reports, and the health probes that take a
+//! stateless service's replica back.
+
+use super::*;
+
+impl Router {
+    /// Mark replicas down that an input proved dead, and take them out of
+    /// every connection.
+    pub(super) fn apply_down(&mut self, now: Instant) {
+        self.check_rebuilt(now);
+        while let Some((svc, replica, reason)) = self.down.pop() {
+            let Some(v) = self.health.get_mut(svc.0) else {
+                continue;
+            };
+            // The last replica of a service in the group is never marked
+            // down: there is nothing to fail over to, and a replica that was
+            // only slow (or a path that was only cut for a while) must still
+            // get new connections when it answers again.
+            if !v.get(replica.0).is_some_and(Member::in_group)
+                || v.iter().filter(|h| h.in_group()).count() <= 1
+            {
+                continue;
+            }
+            v[replica.0] = Member::Down { reason, since: now };
+            if self.config.services[svc.0].stateless {
+                self.probe_next.insert((svc, replica), now + PROBE_EVERY);
+            }
+            let s = &self.config.services[svc.0];
+            self.out.event(Event::ReplicaDown {
+                service: s.name.clone(),
+                replica: s.replicas[replica.0],
+                reason,
+            });
+            let keys: Vec<ConnKey> = self
+                .conns
+                .iter()
+                .filter(|(_, c)| c.service() == svc)
+                .map(|(k, _)| *k)
+                .collect();
+            for k in keys {
+                self.on_conn(now, k, |c, ctx| {
+                    c.evict_replica(ctx, replica, EvictReason::ReplicaDown)
+                });
+                self.after(now, k);
+            }
+            self.announce_out_of_service();
+        }
+    }
+
+    /// Gets new connections (the agent's registration aside).
+    pub(super) fn up(&self, svc: ServiceId, replica: ReplicaId) -> bool {
+        self.member(svc, replica).is_some_and(|m| m.serves_new())
+    }
+
+    /// Still in its connections and the input order (serving or draining).
+    pub(super) fn in_group(&self, svc: ServiceId, replica: ReplicaId) -> bool {
+        self.member(svc, replica).is_some_and(|m| m.in_group())
+    }
+
+    pub(super) fn member(&self, svc: ServiceId, replica: ReplicaId) -> Option<Member> {
+        self.health
+            .get(svc.0)
+            .and_then(|v| v.get(replica.0))
+            .copied()
+    }
+
+    /// Serves new connections: up, and (with `require_agents`) its
+    /// agent registered with this router.
+    pub(super) fn in_service(&self, svc: ServiceId, replica: ReplicaId) -> bool {
+        self.up(svc, replica)
+            && self
+                .agents
+                .as_ref()
+                .is_none_or(|a| a.contains(&self.config.services[svc.0].replicas[replica.0]))
+    }
+
+    /// Every replica out of service, every service.
+    pub fn out_of_service(&self) -> Vec<OutOfService> {
+        let mut v = Vec::new();
+        for (svc, s) in self.config.services.iter().enumerate() {
+            for (i, &replica) in s.replicas.iter().enumerate() {
+                if !self.up(ServiceId(svc), ReplicaId(i)) {
+                    v.push(OutOfService {
+                        vip: s.vip,
+                        port: s.ports.first().copied().unwrap_or(0),
+                        replica,
+                    });
+                }
+            }
+        }
+        v
+    }
+
+    pub(super) fn announce_out_of_service(&mut self) {
+        let down = self.out_of_service();
+        self.out.agent(AgentMsg::OutOfService { down });
+    }
+
+    /// A replica's host is gone (its agent stopped heartbeating): mark it
+    /// down in every service that lists it and take it out of every
+    /// connection, even idle ones that passive detection cannot judge.
+    /// Returns how many services it was marked down in.
+    ///
+    /// A router that has not served a connection yet (a standby whose
+    /// agents moved to the router that holds the addresses, or one just
+    /// started) judges nobody: the replica only stops being registered
+    /// here, and gets no connection until its agent registers again. What
+    /// happened to it meanwhile is the serving router's to judge, and that
+    /// router's verdicts reach this one through the agents
+    /// ([`Router::reported_down`]).
+    pub fn host_lost(&mut self, now: Instant, addr: Ipv4Addr) -> usize {
+        if let Some(a) = &mut self.agents {
+            if self.counters.connections_opened + self.counters.connections_adopted == 0 {
+                a.remove(&addr);
+                return 0;
+            }
+        }
+        let mut n = 0;
+        for (svc, s) in self.config.services.iter().enumerate() {
+            for (i, r) in s.replicas.iter().enumerate() {
+                let (svc, i) = (ServiceId(svc), ReplicaId(i));
+                if *r == addr && self.in_group(svc, i) {
+                    self.down.push((svc, i, EvictReason::HostLost));
+                    n += 1;
+                }
+            }
+        }
+        self.apply_down(now);
+        n
+    }
+
+    /// A replica's server can no longer follow the sequencer's input order
+    /// (its agent reported it, or the router could not deliver the order to
+    /// its agent): mark it down in every service that lists it and take it
+    /// out of every connection at once, like [`Router::host_lost`] (never a
+    /// connection's or a service's last live replica). It does not come
+    /// back when its agent registers again. Returns how many services it
+    /// was marked down in.
+    pub fn replica_failed(&mut self, now: Instant, addr: Ipv4Addr) -> usize {
+        let mut n = 0;
+        for (svc, s) in self.config.services.iter().enumerate() {
+            for (i, r) in s.replicas.iter().enumerate() {
+                let health = self.health.get(svc).map_or(&[][..], |v| &v[..]);
+                // Counted only where it is really taken out (not the last).
+                if *r == addr
+                    && health.get(i).is_some_and(Member::in_group)
+                    && health.iter().filter(|h| h.in_group()).count() > 1
+                {
+                    self.down
+                        .push((ServiceId(svc), ReplicaId(i), EvictReason::OrderLost));
+                    n += 1;
+                }
+            }
+        }
+        self.apply_down(now);
+        n
+    }
+
+    /// With agents (`[control]`): a replica gets new connections only once
+    /// its own agent registered with this router ([`Router::agent_registered`]).
+    /// A router that starts or takes over cannot tell a current replica from
+    /// one that left the group under its predecessor until the agents told
+    /// it ([`Router::reported_down`]); an agent registers within
+    /// milliseconds, and a client's SYN that finds no replica in service
+    /// meanwhile is dropped (it retransmits) rather than refused.
+    pub fn require_agents(&mut self) {
+        self.agents.get_or_insert_with(Default::default);
+    }
+
+    /// A replica's agent registered (again). A replica that left the group
+    /// — its host was lost, it crashed, reset, stalled or diverged — stays
+    /// out of service: its server missed input while it was out, so its
+    /// state is not the group's (a cut link that comes back brings back a
+    /// stale server). Only [`Router::enable_replica`] brings it back.
+    /// Returns the names of the services in which it stays out.
+    pub fn agent_registered(&mut self, addr: Ipv4Addr) -> Vec<String> {
+        if let Some(a) = &mut self.agents {
+            a.insert(addr);
+        }
+        let mut out = Vec::new();
+        for (svc, s) in self.config.services.iter().enumerate() {
+            for (i, r) in s.replicas.iter().enumerate() {
+                if *r == addr && !self.in_group(ServiceId(svc), ReplicaId(i)) {
+                    out.push(s.name.clone());
+                }
+            }
+        }
+        out
+    }
+
+    /// An agent (`reporter`) reports replicas out of service, as the
+    /// router before this one told it: they stay out here too (a router
+    /// that starts or takes over must not readmit them). Returns how many
+    /// were taken out.
+    pub fn reported_down(
+        &mut self,
+        now: Instant,
+        reporter: Ipv4Addr,
+        down: &[OutOfService],
+    ) -> usize {
+        let _ = reporter;
+        let mut n = 0;
+        for d in down {
+            let Some(&svc) = self.by_vip.get(&(d.vip, d.port)) else {
+                continue;
+            };
+            let s = &self.config.services[svc.0];
+            let Some(i) = s.replicas.iter().position(|r| *r == d.replica) else {
+                continue;
+            };
+            let i = ReplicaId(i);
+            if self.in_group(svc, i) && !self.down.contains(&(svc, i, EvictReason::ReportedDown)) {
+                self.down.push((svc, i, EvictReason::ReportedDown));
+                n += 1;
+            }
+        }
+        self.apply_down(now);
+        n
+    }
+
+    /// Operator action: bring replica `addr` back into service (every
+    /// service that lists it, or only `service`): one that is down, or
+    /// draining. Its server must hold the group's state again (restored by
+    /// the operator): nothing here can check that. Connections it left stay
+    /// without it; new ones use it. A removed replica comes back with
+    /// [`Router::add_replica`] instead. Returns the services it came back in.
+    pub fn enable_replica(&mut self, addr: Ipv4Addr, service: Option<&str>) -> Vec<String> {
+        let mut back = Vec::new();
+        for (svc, s) in self.config.services.iter().enumerate() {
+            if service.is_some_and(|n| n != s.name) {
+                continue;
+            }
+            for (i, r) in s.replicas.iter().enumerate() {
+                let m = self.health[svc][i];
+                if *r == addr && matches!(m, Member::Down { .. } | Member::Draining { .. }) {
+                    self.health[svc][i] = Member::Serving;
+                    self.probe_next.remove(&(ServiceId(svc), ReplicaId(i)));
+                    back.push(s.name.clone());
+                    self.out.event(Event::ReplicaUp {
+                        service: s.name.clone(),
+                        replica: addr,
+                    });
+                }
+            }
+        }
+        if !back.is_empty() {
+            self.announce_out_of_service();
+        }
+        back
+    }
+
+    /// The service named `name`, and replica `addr`'s slot in it.
+    pub(super) fn find_member(
+        &self,
+        name: &str,
+        addr: Ipv4Addr,
+    ) -> Result<(ServiceId, Option<ReplicaId>), MembershipError> {
+        let svc = self
+            .config
+            .services
+            .iter()
+            .position(|s| s.name == name)
+            .ok_or_else(|| MembershipError::NoService(name.to_string()))?;
+        let slot = self.config.services[svc]
+            .replicas
+            .iter()
+            .position(|r| *r == addr)
+            .map(ReplicaId);
+        Ok((ServiceId(svc), slot))
+    }
+
+    /// Operator action (COSCANet-FT §V: replicas "added and removed at any
+    /// time"): replica `addr` becomes a member of service `name` and gets
+    /// new connections (with agents, once its agent registered); the
+    /// connections open now go on without it. Its server must hold the
+    /// group's state (a stateless server, or state restored by the
+    /// operator): nothing here can check that. A removed replica's slot is
+    /// used again. Not written to the configuration file.
+    pub fn add_replica(
+        &mut self,
+        now: Instant,
+        name: &str,
+        addr: Ipv4Addr,
+    ) -> Result<(), MembershipError> {
+        self.last_now = self.last_now.max(now);
+        let (svc, slot) = self.add_slot(name, addr)?;
+        let r = match slot {
+            Some(r) => r,
+            None => {
+                let s = &mut self.config.services[svc.0];
+                s.replicas.push(addr);
+                self.health[svc.0].push(Member::Serving);
+                ReplicaId(s.replicas.len() - 1)
+            }
+        };
+        self.health[svc.0][r.0] = Member::Serving;
+        for p in self.config.services[svc.0].ports.clone() {
+            self.by_replica.insert((addr, p), (svc, r));
+        }
+        self.out.event(Event::ReplicaAdded {
+            service: name.to_string(),
+            replica: addr,
+        });
+        self.announce_out_of_service();
+        Ok(())
+    }
+
+    /// Whether [`Router::add_replica`] would take `addr` into service
+    /// `name`, changing nothing (a driver checks before it routes the
+    /// replica's replies to the router).
+    pub fn check_add(&self, name: &str, addr: Ipv4Addr) -> Result<(), MembershipError> {
+        self.add_slot(name, addr).map(|_| ())
+    }
+
+    /// The service and the replica's slot, if it has one (a removed
+    /// replica), for [`Router::add_replica`].
+    pub(super) fn add_slot(
+        &self,
+        name: &str,
+        addr: Ipv4Addr,
+    ) -> Result<(ServiceId, Option<ReplicaId>), MembershipError> {
+        let (svc, slot) = self.find_member(name, addr)?;
+        let s = &self.config.services[svc.0];
+        if let Some(r) = slot {
+            let m = self.health[svc.0][r.0];
+            if !matches!(m, Member::Removed { .. }) {
+                return Err(MembershipError::AlreadyMember {
+                    service: s.name.clone(),
+                    replica: addr.to_string(),
+                    state: m.state(),
+                });
+            }
+        }
+        for &p in &s.ports {
+            if let Some(&(other, r)) = self.by_replica.get(&(addr, p)) {
+                let o = &self.config.services[other.0];
+                if other != svc && !matches!(self.health[other.0][r.0], Member::Removed { .. }) {
+                    return Err(MembershipError::PortTaken {
+                        replica: addr.to_string(),
+                        port: p,
+                        other: o.name.clone(),
+                    });
+                }
+            }
+        }
+        Ok((svc, slot))
+    }
+
+    /// Operator action: replica `addr` of service `name` gets no new
+    /// connections; the connections it is in finish with it
+    /// ([`Event::ReplicaDrained`] once the last one left the table).
+    /// Returns how many connections it is still in.
+    pub fn drain_replica(
+        &mut self,
+        now: Instant,
+        name: &str,
+        addr: Ipv4Addr,
+    ) -> Result<usize, MembershipError> {
+        self.last_now = self.last_now.max(now);
+        let (svc, r) = self.serving_member(name, addr)?;
+        self.health[svc.0][r.0] = Member::Draining { since: now };
+        self.drained.retain(|x| *x != (svc, r));
+        let connections = self.connections_of(svc, r);
+        self.out.event(Event::ReplicaDraining {
+            service: name.to_string(),
+            replica: addr,
+            connections,
+        });
+        self.announce_out_of_service();
+        self.check_drained(now);
+        Ok(connections)
+    }
+
+    /// Operator action: replica `addr` leaves service `name` now: it is
+    /// taken out of every connection like an eviction (never a
+    /// connection's last replica: there it stays until the connection
+    /// ends) and gets no new ones. Returns (connections left, connections
+    /// where it stays as the last replica).
+    pub fn remove_replica(
+        &mut self,
+        now: Instant,
+        name: &str,
+        addr: Ipv4Addr,
+    ) -> Result<(usize, usize), MembershipError> {
+        self.last_now = self.last_now.max(now);
+        let (svc, slot) = self.find_member(name, addr)?;
+        let not_member = || MembershipError::NotAMember {
+            service: name.to_string(),
+            replica: addr.to_string(),
+        };
+        let r = slot.ok_or_else(not_member)?;
+        let m = self.health[svc.0][r.0];
+        if matches!(m, Member::Removed { .. }) {
+            return Err(not_member());
+        }
+        let others = self.health[svc.0]
+            .iter()
+            .enumerate()
+            .filter(|(i, h)| *i != r.0 && h.serves_new())
+            .count();
+        if m.in_group() && others == 0 {
+            return Err(MembershipError::LastServing {
+                service: name.to_string(),
+                replica: addr.to_string(),
+            });
+        }
+        self.health[svc.0][r.0] = Member::Removed { since: now };
+        self.probe_next.remove(&(svc, r));
+        let before = self.connections_of(svc, r);
+        let keys: Vec<ConnKey> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| c.service() == svc)
+            .map(|(k, _)| *k)
+            .collect();
+        for k in keys {
+            self.on_conn(now, k, |c, ctx| {
+                c.evict_replica(ctx, r, EvictReason::Removed);
+            });
+            self.after(now, k);
+        }
+        let kept = self.connections_of(svc, r);
+        self.out.event(Event::ReplicaRemoved {
+            service: name.to_string(),
+            replica: addr,
+            left: before - kept,
+            kept,
+        });
+        self.announce_out_of_service();
+        Ok((before - kept, kept))
+    }
+
+    /// A serving replica of service `name` (drain applies to no other).
+    pub(super) fn serving_member(
+        &self,
+        name: &str,
+        addr: Ipv4Addr,
+    ) -> Result<(ServiceId, ReplicaId), MembershipError> {
+        let (svc, slot) = self.find_member(name, addr)?;
+        let r = slot.ok_or_else(|| MembershipError::NotAMember {
+            service: name.to_string(),
+            replica: addr.to_string(),
+        })?;
+        match self.health[svc.0][r.0] {
+            Member::Serving => {}
+            Member::Removed { .. } => {
+                return Err(MembershipError::Removed {
+                    service: name.to_string(),
+                    replica: addr.to_string(),
+                })
+            }
+            m => {
+                return Err(MembershipError::AlreadyMember {
+                    service: name.to_string(),
+                    replica: addr.to_string(),
+                    state: m.state(),
+                })
+            }
+        }
+        let others = self.health[svc.0]
+            .iter()
+            .enumerate()
+            .filter(|(i, h)| *i != r.0 && h.serves_new())
+            .count();
+        if others == 0 {
+            return Err(MembershipError::LastServing {
+                service: name.to_string(),
+                replica: addr.to_string(),
+            });
+        }
+        Ok((svc, r))
+    }
+
+    /// Open connections replica `r` of `svc` is still a live part of (a
+    /// closed one in its quiet period has finished).
+    pub(super) fn connections_of(&self, svc: ServiceId, r: ReplicaId) -> usize {
+        self.conns
+            .values()
+            .filter(|c| c.service() == svc && !c.is_closed() && c.has_live(r))
+            .count()
+    }
+
+    /// When the table is next scanned for drained replicas: while one
+    /// drains that was not announced drained.
+    pub(super) fn drain_due(&self) -> Option<Instant> {
+        let waiting = self.health.iter().enumerate().any(|(svc, v)| {
+            v.iter().enumerate().any(|(i, m)| {
+                matches!(m, Member::Draining { .. })
+                    && !self.drained.contains(&(ServiceId(svc), ReplicaId(i)))
+            })
+        });
+        waiting.then(|| {
+            self.drain_checked
+                .map_or(self.last_now, |t| t + DRAIN_CHECK)
+        })
+    }
+
+    /// Draining replicas whose last connection left: say so once (they
+    /// stay draining until an operator removes or enables them).
+    pub(super) fn check_drained(&mut self, now: Instant) {
+        if !self
+            .health
+            .iter()
+            .flatten()
+            .any(|m| matches!(m, Member::Draining { .. }))
+        {
+            return;
+        }
+        // A scan of the table: at most every DRAIN_CHECK while draining.
+        if self.drain_checked.is_some_and(|t| now < t + DRAIN_CHECK) {
+            return;
+        }
+        self.drain_checked = Some(now);
+        for svc in 0..self.health.len() {
+            for i in 0..self.health[svc].len() {
+                let (sid, r) = (ServiceId(svc), ReplicaId(i));
+                if matches!(self.health[svc][i], Member::Draining { .. })
+                    && !self.drained.contains(&(sid, r))
+                    && self.connections_of(sid, r) == 0
+                {
+                    self.drained.push((sid, r));
+                    let s = &self.config.services[svc];
+                    self.out.event(Event::ReplicaDrained {
+                        service: s.name.clone(),
+                        replica: s.replicas[i],
+                    });
+                }
+            }
+        }
+        let health = &self.health;
+        self.drained
+            .retain(|(s, r)| matches!(health[s.0][r.0], Member::Draining { .. }));
+    }
+
+    /// The probe of replica `r` of `svc`: from the VIP, a port of the
+    /// probe range, to the service's first port, with an ISN only the
+    /// router can know (RFC 6528's keyed hash), so that an answer cannot be
+    /// forged blind.
+    pub(super) fn probe_key(&self, svc: ServiceId, r: ReplicaId) -> (ConnKey, SeqNum) {
+        let s = &self.config.services[svc.0];
+        let port = PROBE_PORT_BASE
+            .wrapping_add(u16::try_from(r.0 % 1000).unwrap_or(0))
+            .wrapping_add(u16::try_from((svc.0 % 4) * 1000).unwrap_or(0));
+        let key = ConnKey {
+            client: s.vip,
+            cport: port,
+            vip: s.replicas[r.0],
+            vport: s.ports.first().copied().unwrap_or(0),
+        };
+        let isn = SeqNum(mod32(self.keyed(&key, 7)));
+        (key, isn)
+    }
+
+    /// Probe the down replicas of stateless services that are due: a SYN
+    /// each (answered by a SYN-ACK once its server listens again).
+    pub(super) fn send_probes(&mut self, now: Instant) {
+        let due: Vec<(ServiceId, ReplicaId)> = self
+            .probe_next
+            .iter()
+            .filter(|(_, t)| **t <= now)
+            .map(|(k, _)| *k)
+            .collect();
+        for (svc, r) in due {
+            self.probe_next.insert((svc, r), now + PROBE_EVERY);
+            let (key, isn) = self.probe_key(svc, r);
+            let mut syn = Repr::new(key.cport, key.vport, isn, SeqNum(0), flags::SYN, 1024);
+            syn.mss = Some(536);
+            self.transmit
+                .push_back(Packet::plain(syn.emit_ipv4(key.client, key.vip, &[])));
+            self.counters.packets_out += 1;
+            self.counters.probes_sent += 1;
+        }
+    }
+
+    /// A replica answers the router's probe. A SYN-ACK for the probe's ISN:
+    /// its server listens again, and a stateless service takes it back
+    /// (the half-open probe is reset). A RST: still nobody listening.
+    /// Anything else is dropped as not ours.
+    pub(super) fn probe_answer(
+        &mut self,
+        now: Instant,
+        svc: ServiceId,
+        r: ReplicaId,
+        seg: &Seg,
+    ) -> Result<(), DropReason> {
+        let (key, isn) = self.probe_key(svc, r);
+        if seg.dport != key.cport {
+            return Err(DropReason::NotOurs);
+        }
+        if seg.has(flags::RST) {
+            return Ok(());
+        }
+        // RFC 9293 §3.10.7.3: an acceptable SYN-ACK acknowledges our SYN
+        // exactly; any other is not an answer to this probe.
+        if !(seg.has(flags::SYN) && seg.has(flags::ACK)) || seg.ack != isn.add(1) {
+            return Err(DropReason::BadState);
+        }
+        let rst = Repr::new(key.cport, key.vport, isn.add(1), SeqNum(0), flags::RST, 0);
+        self.transmit
+            .push_back(Packet::plain(rst.emit_ipv4(key.client, key.vip, &[])));
+        self.counters.packets_out += 1;
+        self.probe_next.remove(&(svc, r));
+        let Member::Down { reason, since } = self.health[svc.0][r.0] else {
+            return Ok(());
+        };
+        self.health[svc.0][r.0] = Member::Serving;
+        let s = &self.config.services[svc.0];
+        self.out.event(Event::ReplicaRejoined {
+            service: s.name.clone(),
+            replica: s.replicas[r.0],
+            was: reason,
+            down_ms: now
+                .saturating_sub(since)
+                .as_millis()
+                .try_into()
+                .unwrap_or(u64::MAX),
+        });
+        self.announce_out_of_service();
+        Ok(())
+    }
+}

@@ -1,0 +1,738 @@
+//! The router: classifies packets, owns the connection table, runs timers.
+//! Split by concern: `members` (who serves: membership, failures, health
+//! probes) and `agents` (what the control plane brings: adoption after a
+//! takeover, the sequencer's order).
+
+mod agents;
+mod members;
+
+use crate::config::Config;
+use crate::conn::{csum_mode, ChallengeBudget, Conn, Ctx, Seg, SynOnKey};
+use crate::event::{
+    Adopted, AgentMsg, Event, EvictReason, OutOfService, Outbox, ToAgents, Unnumbered,
+};
+use crate::ids::{ReplicaId, ServiceId};
+use crate::key::ConnKey;
+use crate::membership::{Member, MembershipError};
+use crate::metrics::{Counters, DropReason};
+use crate::order::{OrderReport, SvcOrder, Waiting, ORDER_HOLD_MAX, ORDER_WAIT};
+use crate::packet::{Headers, Packet};
+use crate::record::ConnRecord;
+use crate::status::{ReplicaDown, ReplicaStatus, ServiceStatus, Status};
+use crate::time::Instant;
+use crate::wrap::{len32, mod32};
+use ftnet_wire::tcp::{self, flags, Repr};
+use ftnet_wire::{icmp, ipv4, SeqNum};
+use siphasher::sip::SipHasher24;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::hash::Hasher;
+use std::net::Ipv4Addr;
+
+/// Connections shown in detail in the status.
+const SAMPLE_CONNS: usize = 8;
+
+/// How often a down replica of a stateless service is probed (and how long
+/// after it went down the first probe goes).
+pub const PROBE_EVERY: core::time::Duration = core::time::Duration::from_millis(500);
+
+/// The source port range of the router's probes (from the VIP).
+const PROBE_PORT_BASE: u16 = 61_000;
+
+/// How often, while a replica drains, the table is scanned for whether its
+/// last connection left.
+const DRAIN_CHECK: core::time::Duration = core::time::Duration::from_millis(100);
+
+/// The router state machine.
+pub struct Router {
+    config: Config,
+    secret: [u8; 16],
+    counters: Counters,
+    transmit: VecDeque<Packet>,
+    /// Events for the operator and messages for the agents.
+    out: Outbox,
+    /// Per service, per replica: serving, draining, down and why, or
+    /// removed. A replica marked down stays down until an operator enables
+    /// it again: it missed input while out, so its state is not the group's.
+    health: Vec<Vec<Member>>,
+    /// With [`Router::require_agents`]: the replicas whose own agent has
+    /// registered with this router. Only those get new connections.
+    agents: Option<std::collections::HashSet<Ipv4Addr>>,
+    /// (VIP, port) → service.
+    by_vip: HashMap<(Ipv4Addr, u16), ServiceId>,
+    /// (replica address, port) → (service, replica).
+    by_replica: HashMap<(Ipv4Addr, u16), (ServiceId, ReplicaId)>,
+    conns: HashMap<ConnKey, Conn>,
+    /// Timers, earliest first; an entry is live only while it equals its
+    /// connection's `timer_at`.
+    timers: BinaryHeap<Reverse<(Instant, ConnKey)>>,
+    /// Half-open connections in arrival order (with their creation time, to
+    /// tell a reused key from the original), for oldest-first eviction.
+    half_open: VecDeque<(ConnKey, Instant)>,
+    half_open_count: usize,
+    /// Closed connections in closing order, the first to give way when the
+    /// table is full.
+    closed: VecDeque<(ConnKey, Instant)>,
+    down: Vec<(ServiceId, ReplicaId, EvictReason)>,
+    /// The sequencer's numbering, per service.
+    order: Vec<SvcOrder>,
+    /// The latest `now` the router was given (for hold deadlines set
+    /// while events leave).
+    last_now: Instant,
+    /// A rebuild in progress: when the first record came, connections
+    /// adopted since, and adopted ones that left the table unrebuilt.
+    rebuild: Option<(Instant, u64)>,
+    rebuild_dropped: u64,
+    /// Challenge ACKs sent this second (RFC 5961 §7).
+    challenges: ChallengeBudget,
+    /// Draining replicas already announced drained.
+    drained: Vec<(ServiceId, ReplicaId)>,
+    /// When the table was last scanned for drained replicas.
+    drain_checked: Option<Instant>,
+    /// Down replicas of stateless services: when each is probed next.
+    probe_next: HashMap<(ServiceId, ReplicaId), Instant>,
+}
+
+impl Router {
+    /// `secret` keys the RFC 6528 ISN function; give it 16 random bytes.
+    pub fn new(config: Config, secret: [u8; 16]) -> Router {
+        let mut by_vip = HashMap::new();
+        let mut by_replica = HashMap::new();
+        let mut health = Vec::new();
+        for (si, s) in config.services.iter().enumerate() {
+            for &p in &s.ports {
+                by_vip.insert((s.vip, p), ServiceId(si));
+                for (ri, &r) in s.replicas.iter().enumerate() {
+                    by_replica.insert((r, p), (ServiceId(si), ReplicaId(ri)));
+                }
+            }
+            health.push(vec![Member::Serving; s.replicas.len()]);
+        }
+        Router {
+            secret,
+            counters: Counters::default(),
+            transmit: VecDeque::new(),
+            out: Outbox::default(),
+            health,
+            by_vip,
+            by_replica,
+            conns: HashMap::new(),
+            timers: BinaryHeap::new(),
+            half_open: VecDeque::new(),
+            half_open_count: 0,
+            closed: VecDeque::new(),
+            down: Vec::new(),
+            order: config
+                .services
+                .iter()
+                .map(|_| SvcOrder::default())
+                .collect(),
+            last_now: Instant::ZERO,
+            rebuild: None,
+            rebuild_dropped: 0,
+            agents: None,
+            challenges: ChallengeBudget::default(),
+            drained: Vec::new(),
+            drain_checked: None,
+            probe_next: HashMap::new(),
+            config,
+        }
+    }
+
+    /// Feed one packet read from the network.
+    pub fn handle_packet(&mut self, now: Instant, pkt: Packet) {
+        self.last_now = self.last_now.max(now);
+        self.counters.packets_in += 1;
+        if let Err(r) = self.classify(now, pkt) {
+            self.counters.drop(r);
+        }
+        self.apply_down(now);
+    }
+
+    fn classify(&mut self, now: Instant, pkt: Packet) -> Result<(), DropReason> {
+        let ip = ipv4::Packet::new_checked(&pkt.data[..]).map_err(wire_reason)?;
+        if ip.protocol() == ipv4::PROTO_ICMP {
+            return self.handle_icmp(now, ip.src(), ip.dst(), ip.payload());
+        }
+        if ip.protocol() != ipv4::PROTO_TCP {
+            return Err(DropReason::NotOurs);
+        }
+        let (src, dst) = (ip.src(), ip.dst());
+        let t = tcp::Segment::new_checked(ip.payload()).map_err(wire_reason)?;
+        let mode = csum_mode(&pkt.vnet);
+        // The kernel vouches for partial (locally produced) and validated
+        // checksums; anything else is verified here.
+        if !pkt.vnet.needs_csum()
+            && pkt.vnet.flags & ftnet_wire::vnet::F_DATA_VALID == 0
+            && !t.verify_checksum(src, dst)
+        {
+            return Err(DropReason::BadChecksum);
+        }
+        let seg = Seg {
+            src,
+            dst,
+            sport: t.src_port(),
+            dport: t.dst_port(),
+            seq: t.seq(),
+            ack: t.ack(),
+            flags: t.flags(),
+            window: t.window(),
+            payload_len: len32(t.payload_len()),
+            mss: t.mss(),
+            // RFC 7323 §2.3: a shift count above 14 is used as 14.
+            wscale: t.wscale().map(|w| w.min(14)),
+            ts: t.timestamps(),
+            mode,
+            at: Headers::of(&ip, &t),
+        };
+        if let Some(&(svc, replica)) = self.by_replica.get(&(src, seg.sport)) {
+            if dst == self.config.services[svc.0].vip
+                && self.probe_next.contains_key(&(svc, replica))
+            {
+                return self.probe_answer(now, svc, replica, &seg);
+            }
+        }
+        if let Some(&svc) = self.by_vip.get(&(dst, seg.dport)) {
+            return self.on_client(now, svc, pkt, &seg);
+        }
+        if let Some(&(svc, replica)) = self.by_replica.get(&(src, seg.sport)) {
+            return self.on_replica(now, svc, replica, pkt, &seg);
+        }
+        if self.config.services.iter().any(|s| s.vip == dst) {
+            // A VIP, but no service on that port: answer a SYN like a closed
+            // port would (RST), so the client fails fast.
+            if seg.has(flags::SYN) && !seg.has(flags::ACK) && !seg.has(flags::RST) {
+                let r = Repr::new(
+                    seg.dport,
+                    seg.sport,
+                    SeqNum(0),
+                    seg.seq.add(1 + seg.payload_len),
+                    flags::RST | flags::ACK,
+                    0,
+                );
+                self.transmit
+                    .push_back(Packet::plain(r.emit_ipv4(dst, src, &[])));
+                self.counters.packets_out += 1;
+            }
+            return Err(DropReason::UnknownPort);
+        }
+        Err(DropReason::NotOurs)
+    }
+
+    /// Run `f` on connection `key` of the table with a [`Ctx`] for `now`;
+    /// `None` if there is no such connection. (The caller runs
+    /// [`Router::after`].)
+    fn on_conn<R>(
+        &mut self,
+        now: Instant,
+        key: ConnKey,
+        f: impl FnOnce(&mut Conn, &mut Ctx) -> R,
+    ) -> Option<R> {
+        let c = self.conns.get_mut(&key)?;
+        let mut ctx = Ctx {
+            now,
+            tx: &mut self.transmit,
+            counters: &mut self.counters,
+            out: &mut self.out,
+            timeouts: &self.config.timeouts,
+            down: &mut self.down,
+            sequencer: self.config.sequencer,
+            challenges: &mut self.challenges,
+        };
+        Some(f(c, &mut ctx))
+    }
+
+    fn on_client(
+        &mut self,
+        now: Instant,
+        svc: ServiceId,
+        pkt: Packet,
+        seg: &Seg,
+    ) -> Result<(), DropReason> {
+        let key = ConnKey {
+            client: seg.src,
+            cport: seg.sport,
+            vip: seg.dst,
+            vport: seg.dport,
+        };
+        let is_syn = seg.has(flags::SYN) && !seg.has(flags::ACK) && !seg.has(flags::RST);
+        if is_syn {
+            match self.conns.get(&key).map(|c| c.syn_on_key(seg.seq)) {
+                None => {}
+                Some(SynOnKey::Reuse) => self.remove(key),
+                Some(SynOnKey::BadState) => return Err(DropReason::BadState),
+                Some(SynOnKey::Challenge) => {
+                    self.on_conn(now, key, |c, ctx| c.syn_on_live(ctx))
+                        .ok_or(DropReason::UnknownConnection)?;
+                    self.after(now, key);
+                    return Ok(());
+                }
+                Some(SynOnKey::Again) => {
+                    self.on_conn(now, key, |c, ctx| c.client_syn_again(ctx, &pkt, seg))
+                        .ok_or(DropReason::UnknownConnection)?;
+                    self.after(now, key);
+                    return Ok(());
+                }
+            }
+            return self.open(now, svc, key, pkt, seg);
+        }
+        self.on_conn(now, key, |c, ctx| c.client_segment(ctx, pkt, seg))
+            .ok_or(DropReason::UnknownConnection)?;
+        self.after(now, key);
+        Ok(())
+    }
+
+    /// A new connection: SYN to every live replica (§III-E).
+    fn open(
+        &mut self,
+        now: Instant,
+        svc: ServiceId,
+        key: ConnKey,
+        pkt: Packet,
+        seg: &Seg,
+    ) -> Result<(), DropReason> {
+        let live: Vec<ReplicaId> = (0..self.health[svc.0].len())
+            .map(ReplicaId)
+            .filter(|&r| self.in_service(svc, r))
+            .collect();
+        if live.is_empty() && self.health[svc.0].iter().any(Member::serves_new) {
+            // Replicas not out of service, but their agents have not
+            // registered with this router yet: they will within moments,
+            // and the client's retransmitted SYN finds them.
+            return Err(DropReason::AwaitingAgents);
+        }
+        if live.is_empty() {
+            // Nothing can serve it: refuse at once rather than let the
+            // client time out.
+            let r = Repr::new(
+                seg.dport,
+                seg.sport,
+                SeqNum(0),
+                seg.seq.add(1),
+                flags::RST | flags::ACK,
+                0,
+            );
+            self.transmit
+                .push_back(Packet::plain(r.emit_ipv4(seg.dst, seg.src, &[])));
+            self.counters.packets_out += 1;
+            return Err(DropReason::NoReplica);
+        }
+        while self.conns.len() >= self.config.limits.max_connections {
+            // Full: a connection in its post-close quiet period gives way.
+            let Some((k, t)) = self.closed.pop_front() else {
+                return Err(DropReason::TableFull);
+            };
+            if self
+                .conns
+                .get(&k)
+                .is_some_and(|c| c.closed_since() == Some(t))
+            {
+                self.remove(k);
+            }
+        }
+        while self.half_open_count >= self.config.limits.max_half_open {
+            // SYN flood: make room by dropping the oldest half-open
+            // connection. Spoofed SYNs never complete, so the oldest are the
+            // likeliest to be junk; a real client retries its SYN.
+            let Some((k, t)) = self.half_open.pop_front() else {
+                break;
+            };
+            let stale = self
+                .conns
+                .get(&k)
+                .is_none_or(|c| c.half_open_since() != Some(t));
+            if stale {
+                continue;
+            }
+            self.on_conn(now, k, |c, ctx| c.discard_half_open(ctx));
+            self.counters.drop(DropReason::HalfOpenEvicted);
+            self.remove(k);
+        }
+        let isn = self.isn(now, &key);
+        let ts_base = mod32(self.keyed(&key, 1));
+        let voting = self.config.services[svc.0].voting;
+        let mut c = Conn::new(key, svc, now, seg, isn, ts_base, voting);
+        let addrs = &self.config.services[svc.0].replicas;
+        for r in live {
+            c.add_leg(r, addrs[r.0], now);
+        }
+        self.conns.insert(key, c);
+        self.on_conn(now, key, |c, ctx| c.forward_syn(ctx, &pkt, seg));
+        self.counters.connections_opened += 1;
+        self.half_open.push_back((key, now));
+        self.half_open_count += 1;
+        if self.half_open.len() > 2 * self.half_open_count + 1024 {
+            // Entries of connections that completed or went away.
+            let conns = &self.conns;
+            self.half_open.retain(|(k, t)| {
+                conns
+                    .get(k)
+                    .is_some_and(|c| c.half_open_since() == Some(*t))
+            });
+        }
+        self.after(now, key);
+        Ok(())
+    }
+
+    fn on_replica(
+        &mut self,
+        now: Instant,
+        svc: ServiceId,
+        replica: ReplicaId,
+        pkt: Packet,
+        seg: &Seg,
+    ) -> Result<(), DropReason> {
+        let vip = self.config.services[svc.0].vip;
+        let key = ConnKey {
+            client: seg.dst,
+            cport: seg.dport,
+            vip,
+            vport: seg.sport,
+        };
+        let Some(c) = self.conns.get(&key) else {
+            return Err(DropReason::UnknownConnection);
+        };
+        let Some(i) = c.leg_of(replica) else {
+            return Err(DropReason::EvictedReplica);
+        };
+        self.on_conn(now, key, |c, ctx| c.replica_input(ctx, i, pkt, seg))
+            .ok_or(DropReason::UnknownConnection)??;
+        self.after(now, key);
+        Ok(())
+    }
+
+    /// ICMP destination unreachable about a segment we sent to a replica
+    /// (COSCANet-FT §III-D, passive detection), validated as a TCP stack
+    /// validates ICMP about its connections (RFC 5927 §4.1, the spirit of
+    /// RFC 5961): the error must be addressed to the quoted segment's
+    /// source, must not come from that connection's client or from a VIP
+    /// (a client can quote its own connection), and must quote a segment
+    /// the router actually sent that replica ([`Conn::icmp_quote`]).
+    ///
+    /// Even then one ICMP message is no proof that the replica is gone for
+    /// every client: it takes the replica out of that one connection at
+    /// most (never its last replica). Service-wide health is the agents'
+    /// heartbeats' and passive failure detection's to decide.
+    fn handle_icmp(
+        &mut self,
+        now: Instant,
+        outer_src: Ipv4Addr,
+        outer_dst: Ipv4Addr,
+        payload: &[u8],
+    ) -> Result<(), DropReason> {
+        let u = icmp::parse_unreachable(payload)
+            .map_err(wire_reason)?
+            .ok_or(DropReason::IcmpIgnored)?;
+        // Codes 0, 1 (net, host unreachable) and 9, 10, 13 (prohibited) say
+        // the host is gone; 4 (fragmentation needed) is path MTU news.
+        if !matches!(u.code, 0 | 1 | 9 | 10 | 13) {
+            return Err(DropReason::IcmpIgnored);
+        }
+        let &(svc, replica) = self
+            .by_replica
+            .get(&(u.dst, u.dst_port))
+            .ok_or(DropReason::IcmpIgnored)?;
+        let key = ConnKey {
+            client: u.src,
+            cport: u.src_port,
+            vip: self.config.services[svc.0].vip,
+            vport: u.dst_port,
+        };
+        if !self.conns.contains_key(&key) {
+            return Err(DropReason::IcmpIgnored);
+        }
+        // RFC 792: an ICMP error goes to the source of the datagram it
+        // quotes. One from the client itself (or sent to or from a VIP) is
+        // the client speaking about its own connection.
+        let from_vip = self.config.services.iter().any(|s| s.vip == outer_src);
+        if outer_dst != key.client || outer_src == key.client || from_vip {
+            return Err(DropReason::IcmpUnverified);
+        }
+        let Some(c) = self.conns.get(&key) else {
+            return Err(DropReason::IcmpIgnored);
+        };
+        let i = c
+            .icmp_quote(replica, u.seq)
+            .ok_or(DropReason::IcmpUnverified)?;
+        self.on_conn(now, key, |c, ctx| c.unreachable(ctx, i));
+        self.after(now, key);
+        Ok(())
+    }
+
+    /// Bookkeeping after a connection handled an input: forget it if dead,
+    /// leave the half-open count, schedule its next timer.
+    fn after(&mut self, now: Instant, key: ConnKey) {
+        let Some(c) = self.conns.get_mut(&key) else {
+            return;
+        };
+        let tr = c.after_input(now, &self.config.timeouts, &mut self.out);
+        if tr.gone {
+            self.remove(key);
+            return;
+        }
+        if tr.left_half_open {
+            self.half_open_count = self.half_open_count.saturating_sub(1);
+        }
+        if let Some(t) = tr.closed_at {
+            self.closed.push_back((key, t));
+            if self.closed.len() > 2 * self.conns.len() + 1024 {
+                let conns = &self.conns;
+                self.closed
+                    .retain(|(k, t)| conns.get(k).is_some_and(|c| c.closed_since() == Some(*t)));
+            }
+        }
+        if let Some(d) = tr.schedule {
+            self.timers.push(Reverse((d, key)));
+            self.compact_timers();
+        }
+    }
+
+    /// Entries of removed connections stay in the heap until they come
+    /// due; under a SYN flood that is one per spoofed SYN for the handshake
+    /// timeout. Rebuild from the live connections when stale entries
+    /// dominate, so memory stays proportional to the table.
+    fn compact_timers(&mut self) {
+        if self.timers.len() <= 2 * self.conns.len() + 1024 {
+            return;
+        }
+        self.timers = self
+            .conns
+            .iter()
+            .filter_map(|(k, c)| c.timer().map(|t| Reverse((t, *k))))
+            .collect();
+    }
+
+    /// (connections, timer entries, half-open queue entries): what the
+    /// router's memory grows with, for tests and `status`.
+    pub fn table_sizes(&self) -> (usize, usize, usize) {
+        (self.conns.len(), self.timers.len(), self.half_open.len())
+    }
+
+    fn remove(&mut self, key: ConnKey) {
+        if let Some(mut c) = self.conns.remove(&key) {
+            let gone = c.removed(&mut self.out);
+            if gone.rebuilding {
+                self.rebuild_dropped += 1;
+            }
+            if gone.half_open {
+                self.half_open_count = self.half_open_count.saturating_sub(1);
+            }
+        }
+    }
+
+    /// Run timers due at `now`.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        self.last_now = self.last_now.max(now);
+        self.send_probes(now);
+        if self.drain_due().is_some_and(|t| t <= now) {
+            self.check_drained(now);
+        }
+        for svc in 0..self.order.len() {
+            let due = self.order[svc]
+                .waiting
+                .as_ref()
+                .and_then(|w| w.deadline)
+                .is_some_and(|d| d <= now);
+            if due {
+                self.resume_order(ServiceId(svc));
+            }
+        }
+        while let Some(Reverse((t, key))) = self.timers.peek().copied() {
+            if t > now {
+                break;
+            }
+            self.timers.pop();
+            if !self.conns.get_mut(&key).is_some_and(|c| c.take_timer(t)) {
+                continue;
+            }
+            self.on_conn(now, key, |c, ctx| c.on_timer(ctx));
+            self.after(now, key);
+        }
+        self.apply_down(now);
+    }
+
+    /// RFC 6528 §3: ISN = M + F(localip, localport, remoteip, remoteport,
+    /// secretkey), M a 4 µs clock, F a keyed hash (SipHash-2-4).
+    fn isn(&self, now: Instant, key: &ConnKey) -> SeqNum {
+        SeqNum(mod32(now.as_micros() / 4)).add(mod32(self.keyed(key, 0)))
+    }
+
+    fn keyed(&self, key: &ConnKey, domain: u8) -> u64 {
+        let mut h = SipHasher24::new_with_key(&self.secret);
+        h.write(&key.client.octets());
+        h.write_u16(key.cport);
+        h.write(&key.vip.octets());
+        h.write_u16(key.vport);
+        h.write_u8(domain);
+        h.finish()
+    }
+
+    /// Next packet to write to the network.
+    pub fn poll_transmit(&mut self) -> Option<Packet> {
+        self.transmit.pop_front()
+    }
+
+    /// When [`Router::handle_timeout`] next needs to run.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        let order = self
+            .order
+            .iter()
+            .filter_map(|o| o.waiting.as_ref().and_then(|w| w.deadline))
+            .min();
+        let conns = self.timers.peek().map(|Reverse((t, _))| *t);
+        let probe = self.probe_next.values().min().copied();
+        [order, conns, self.drain_due(), probe]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
+    /// Next event for the operator's log.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.out.events.pop_front()
+    }
+
+    pub fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// Connections in the table.
+    pub fn connections(&self) -> usize {
+        self.conns.len()
+    }
+
+    /// A snapshot of services, replicas, connections and counters.
+    pub fn status(&self) -> Status {
+        let mut services = Vec::new();
+        for (si, s) in self.config.services.iter().enumerate() {
+            let mut replicas: Vec<ReplicaStatus> = s
+                .replicas
+                .iter()
+                .enumerate()
+                .map(|(ri, &addr)| (ReplicaId(ri), addr))
+                .map(|(r, addr)| ReplicaStatus {
+                    addr,
+                    alive: self.in_service(ServiceId(si), r),
+                    awaiting_agent: self.up(ServiceId(si), r) && !self.in_service(ServiceId(si), r),
+                    state: self.health[si][r.0].state(),
+                    since_ms: self.health[si][r.0].since().map(Instant::as_millis),
+                    down: match self.health[si][r.0] {
+                        Member::Down { reason, since } => Some(ReplicaDown {
+                            reason,
+                            since_ms: since.as_millis(),
+                        }),
+                        _ => None,
+                    },
+                    connections: 0,
+                    lag_out_bytes: 0,
+                    lag_in_bytes: 0,
+                })
+                .collect();
+            let mut n = 0;
+            for c in self.conns.values().filter(|c| c.service() == ServiceId(si)) {
+                n += 1;
+                for (replica, o, inn) in c.lags() {
+                    let r = &mut replicas[replica.0];
+                    r.connections += 1;
+                    r.lag_out_bytes = r.lag_out_bytes.max(o);
+                    r.lag_in_bytes = r.lag_in_bytes.max(inn);
+                }
+            }
+            services.push(ServiceStatus {
+                name: s.name.clone(),
+                vip: s.vip,
+                ports: s.ports.clone(),
+                replicas,
+                connections: n,
+            });
+        }
+        let mut keys: Vec<&ConnKey> = self.conns.keys().collect();
+        keys.sort_unstable_by_key(|k| (k.client, k.cport, k.vip, k.vport));
+        let sample = keys
+            .into_iter()
+            .take(SAMPLE_CONNS)
+            .filter_map(|k| self.conns.get(k))
+            .map(|c| c.sample())
+            .collect();
+        Status {
+            sample,
+            services,
+            connections: self.conns.len(),
+            half_open: self.half_open_count,
+            rebuilding: self.conns.values().filter(|c| c.is_rebuilding()).count(),
+            counters: self.counters.clone(),
+            drops: self.counters.drop_table(),
+        }
+    }
+}
+
+fn wire_reason(e: ftnet_wire::Error) -> DropReason {
+    match e {
+        ftnet_wire::Error::Truncated => DropReason::Truncated,
+        ftnet_wire::Error::Malformed => DropReason::Malformed,
+        ftnet_wire::Error::NotIpv4 => DropReason::NotIpv4,
+        ftnet_wire::Error::Fragment => DropReason::Fragment,
+        ftnet_wire::Error::Checksum => DropReason::BadChecksum,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Service;
+    use core::time::Duration;
+
+    fn router(n: u8) -> Router {
+        let mut c = Config::default();
+        c.services.push(Service {
+            name: "t".into(),
+            vip: Ipv4Addr::new(10, 0, 0, 100),
+            ports: vec![80],
+            replicas: (1..=n).map(|i| Ipv4Addr::new(10, 0, 1, i)).collect(),
+            voting: Default::default(),
+            stateless: false,
+        });
+        Router::new(c, [7; 16])
+    }
+
+    fn down(r: &Router) -> Vec<Option<(EvictReason, u64)>> {
+        r.status().services[0]
+            .replicas
+            .iter()
+            .map(|x| x.down.as_ref().map(|d| (d.reason, d.since_ms)))
+            .collect()
+    }
+
+    #[test]
+    fn health_says_why_and_since_when() {
+        let mut r = router(3);
+        assert_eq!(down(&r), vec![None, None, None]);
+        let t = Instant::ZERO + Duration::from_millis(1234);
+        assert_eq!(r.replica_failed(t, Ipv4Addr::new(10, 0, 1, 2)), 1);
+        assert_eq!(
+            down(&r),
+            vec![None, Some((EvictReason::OrderLost, 1234)), None]
+        );
+        assert!(!r.status().services[0].replicas[1].alive);
+        // A second verdict does not move the first.
+        let later = t + Duration::from_secs(1);
+        r.down
+            .push((ServiceId(0), ReplicaId(1), EvictReason::HostLost));
+        r.apply_down(later);
+        assert_eq!(down(&r)[1], Some((EvictReason::OrderLost, 1234)));
+        // The last replica in service is never taken out.
+        assert_eq!(r.host_lost(later, Ipv4Addr::new(10, 0, 1, 1)), 1);
+        assert_eq!(r.replica_failed(later, Ipv4Addr::new(10, 0, 1, 3)), 0);
+        r.host_lost(later, Ipv4Addr::new(10, 0, 1, 3));
+        assert_eq!(down(&r)[2], None);
+        assert_eq!(r.out_of_service().len(), 2);
+        // The operator brings one back.
+        assert_eq!(r.enable_replica(Ipv4Addr::new(10, 0, 1, 2), None), ["t"]);
+        assert_eq!(down(&r)[1], None);
+        assert!(r.status().services[0].replicas[1].alive);
+    }
+}

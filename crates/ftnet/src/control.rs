@@ -75,6 +75,9 @@ pub struct Registry {
     /// `Stored` is still missing. Never locked while taking the router's
     /// lock (it is taken under it, in `route`).
     pending: Mutex<HashMap<ConnKey, Vec<Ipv4Addr>>>,
+    /// Replicas whose servers follow the input order (`ftnet run`), as
+    /// their agents last said (`Shims`).
+    ordered_servers: Mutex<HashMap<Ipv4Addr, u32>>,
 }
 
 /// What [`Registry::route`] did with a core message.
@@ -145,6 +148,17 @@ impl Registry {
             !w.is_empty()
         });
         done
+    }
+
+    /// Whether any of these replicas' servers follow the input order (their
+    /// agents said so): such a service's state is in its servers, and a
+    /// replica can neither join nor drain without state transfer.
+    pub fn follows_order(&self, replicas: &[Ipv4Addr]) -> bool {
+        let m = self
+            .ordered_servers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        replicas.iter().any(|r| m.get(r).is_some_and(|n| *n > 0))
     }
 
     /// Connections waiting for their records to be confirmed.
@@ -599,6 +613,10 @@ fn serve(
                 RouterEvent::Shims { replica, count } => {
                     info!(%replica, %peer, shims = count, "servers following the input order through this agent: {count}");
                     shims = count;
+                    reg.ordered_servers
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .insert(replica, count);
                 }
                 RouterEvent::Lost { replica, silent } => {
                     let n = router.host_lost(replica);

@@ -876,6 +876,10 @@ fn reload(shared: &Shared, path: &Path, file: &ftnet_core::Config) {
             .find(|(n, _)| *n == ns.name)
             .map_or(&[][..], |(_, m)| &m[..]);
         for &a in ns.replicas.iter().filter(|a| !now.contains(a)) {
+            if let Err(e) = stateful_guard(shared, &ns.name, "add") {
+                error!("SIGHUP: service {}: adding replica {a}: {e}", ns.name);
+                continue;
+            }
             match add_replica(shared, &ns.name, a) {
                 Ok(_) => added += 1,
                 Err(e) => error!("SIGHUP: service {}: adding replica {a}: {e}", ns.name),
@@ -937,6 +941,11 @@ fn admin_request(shared: &Shared, req: &str) -> serde_json::Value {
                     Err(e) => return serde_json::json!({"ok": false, "error": e}),
                 },
             };
+            if *verb != "remove" {
+                if let Err(e) = stateful_guard(shared, &service, verb) {
+                    return serde_json::json!({"ok": false, "error": e});
+                }
+            }
             let res = match *verb {
                 "add" => add_replica(shared, &service, addr),
                 "remove" => {
@@ -966,6 +975,31 @@ fn admin_request(shared: &Shared, req: &str) -> serde_json::Value {
             serde_json::json!({"ok": false, "error": format!("unknown request {req:?}; known: `replica enable ADDR [SERVICE]`, `replica add ADDR [SERVICE]`, `replica remove ADDR [SERVICE]`, `replica drain ADDR [SERVICE]`")})
         }
     }
+}
+
+/// `add` and `drain` need every replica of a service to see the same
+/// input: under the sequencer (servers run by `ftnet run`, their state in
+/// the servers) a joiner would miss the state and the input of the
+/// connections open before it, and a draining replica the input order of
+/// the connections opened after — both need state transfer, not built yet.
+/// Refused there with the reason; `remove` (and `enable` of a replica whose
+/// state was restored) still work.
+fn stateful_guard(shared: &Shared, service: &str, verb: &str) -> Result<(), String> {
+    let Some(reg) = shared.registry.get() else {
+        return Ok(());
+    };
+    let replicas: Vec<std::net::Ipv4Addr> = shared
+        .lock()
+        .config()
+        .services
+        .iter()
+        .find(|s| s.name == service)
+        .map(|s| s.replicas.clone())
+        .unwrap_or_default();
+    if reg.follows_order(&replicas) {
+        return Err(format!("service {service}'s servers follow the input order (`ftnet run`): their state is in the servers, and a replica cannot {verb} without state transfer, which this router does not do yet — use `replica remove`, and `replica enable` once a replica's state is restored"));
+    }
+    Ok(())
 }
 
 /// The one service a request about `addr` can mean when it names none:

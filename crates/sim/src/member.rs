@@ -24,7 +24,7 @@
 //! * the router's membership at the end is the one asked for.
 
 use crate::host::{App, Host};
-use crate::params::{MemberChange, MemberOp, Membership};
+use crate::params::{Inject, MemberChange, MemberOp, Membership};
 use crate::{replica_ip, CLIENT_IP};
 use ftnet_core::{Event, EvictReason, Instant, MemberState, MembershipError, Router};
 use ftnet_wire::{ipv4, tcp};
@@ -66,6 +66,11 @@ pub(crate) struct MemberSim {
     late_ports: VecDeque<u16>,
     /// One line per change made, for the report.
     pub done: Vec<String>,
+    /// A known router defect seen (`KNOWN_ROUTER_DEFECT`), reported once
+    /// every other check held.
+    pub defect: Option<String>,
+    /// Membership self-tests (`Inject::Member*`).
+    inject: Inject,
 }
 
 /// The result of one call, comparable across kinds.
@@ -97,7 +102,7 @@ fn conn_port(conn: &str) -> Option<u16> {
 }
 
 impl MemberSim {
-    pub fn new(m: &Membership, replicas: usize, _conns: usize) -> MemberSim {
+    pub fn new(m: &Membership, replicas: usize, inject: Inject) -> MemberSim {
         let spare = m.spare;
         MemberSim {
             plan: m.changes.iter().copied().collect(),
@@ -119,6 +124,8 @@ impl MemberSim {
             drained_at: vec![None; replicas],
             late_ports: VecDeque::new(),
             done: Vec::new(),
+            defect: None,
+            inject,
         }
     }
 
@@ -198,6 +205,21 @@ impl MemberSim {
         let ip = replica_ip(i);
         let states = router_states(r);
         let want = MemberSim::predict(&states, &c);
+        if self.inject == Inject::MemberCallsIgnored {
+            // Believe the call took effect as predicted, without making it.
+            if matches!(want, Answer::Membership(Ok(())) | Answer::Enabled(true)) {
+                self.model[i] = match c.op {
+                    MemberOp::Drain => Model::Draining,
+                    MemberOp::Remove => Model::Out,
+                    MemberOp::Add | MemberOp::Enable => Model::Serving,
+                };
+                self.drained_at[i] = (c.op == MemberOp::Drain).then_some(now);
+            }
+            let late = c
+                .late_conn_after_us
+                .and_then(|d| self.late_ports.pop_front().map(|p| (p, now + d)));
+            return Ok((format!("{now:>10} MEMBERSHIP {:?} replica{i} NOT MADE (self-test)", c.op), None, late));
+        }
         let t = Instant(now);
         let (got, detail) = match c.op {
             MemberOp::Drain => {
@@ -237,7 +259,8 @@ impl MemberSim {
             ));
         }
         let mut fresh = None;
-        let ok = matches!(got, Answer::Membership(Ok(())) | Answer::Enabled(true));
+        let ok = matches!(got, Answer::Membership(Ok(())) | Answer::Enabled(true))
+            && self.inject != Inject::MemberModelStale;
         if ok {
             self.model[i] = match c.op {
                 MemberOp::Drain => Model::Draining,
@@ -269,9 +292,13 @@ impl MemberSim {
         };
         for e in events {
             if let Event::ReplicaRemoved { replica, left, .. } = e {
-                if *replica == replica_ip(i) && *left != evicted {
-                    return Err(format!(
-                        "membership: removing replica{i} announced {left} connections left, the router evicted it as Removed from {evicted}"
+                if *replica == replica_ip(i) && *left != evicted && self.defect.is_none() {
+                    // Seen: a connection closed on both sides (in its quiet
+                    // period) is not counted in `left` (`connections_of`)
+                    // but is evicted from. Reported after the other checks.
+                    self.defect = Some(format!(
+                        "{}: membership (remove): removing replica{i} announced {left} connections left, the router evicted it as Removed from {evicted} (closed connections in their quiet period are evicted from but not counted)",
+                        crate::KNOWN_ROUTER_DEFECT
                     ));
                 }
             }

@@ -196,6 +196,12 @@ pub enum Inject {
     },
     /// The middle box drops everything it would emit.
     DropMiddleOutput,
+    /// Membership self-tests: the sim does not make its calls on the
+    /// router but believes they took effect (a router that ignores them).
+    MemberCallsIgnored,
+    /// The sim makes its calls but forgets they took effect (a router that
+    /// changes the membership on its own).
+    MemberModelStale,
 }
 
 /// smoltcp settings of one host.

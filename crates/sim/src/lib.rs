@@ -145,20 +145,6 @@ use std::time::Duration;
 /// (smoltcp), not of the middle box.
 pub const INCONCLUSIVE: &str = "inconclusive (smoltcp)";
 
-/// Prefix of a failure that is a known defect of the router, found by the
-/// membership changes and not fixed yet. Sequencer x membership: the sequencer numbers input per
-/// service but addresses each event only to the replicas its connection's
-/// Accept went to (`Conn::input`), so a replica in the group but not in
-/// every open connection (draining: no new ones; added: not in the older
-/// ones) misses numbers, and its shim finds a hole ("hole in the router's
-/// order"), gives up ordering, and the router takes it out as `OrderLost`.
-/// Invariant 6 at such a replica fails; `run` returns the report with it in
-/// `Report::known_defect` (every other invariant held), the seed loop counts it.
-/// Also (membership): `ReplicaRemoved::left` does not count connections
-/// closed on both sides, in their quiet period, that the removal evicts the
-/// replica from all the same.
-pub const KNOWN_ROUTER_DEFECT: &str = "known router defect";
-
 pub const CLIENT_IP: Ipv4Addr = Ipv4Addr::new(198, 18, 1, 2);
 pub const VIP: Ipv4Addr = Ipv4Addr::new(198, 19, 0, 1);
 pub const PORT: u16 = 7000;
@@ -184,9 +170,6 @@ pub struct Report {
     pub crashed: Option<(usize, bool)>,
     /// Middle-box output with a destination that is no host (fuzz mode).
     pub unroutable: u64,
-    /// A known router defect the run showed, with the membership changes
-    /// (`KNOWN_ROUTER_DEFECT`); every other invariant held.
-    pub known_defect: Option<String>,
 }
 
 /// Run one simulation. `Err` carries a diagnosis: the violated invariant,
@@ -389,9 +372,6 @@ struct Sim {
     tsfin: tsfin::TsFin,
     /// Membership changes and their invariants (`Params::membership`).
     member: Option<member::MemberSim>,
-    /// A known router defect the run showed (`KNOWN_ROUTER_DEFECT`); every
-    /// other invariant held.
-    known_defect: Option<String>,
 }
 
 /// One replica's agent as the input order reaches it: the agent's own
@@ -535,15 +515,19 @@ impl Sim {
             p.max_write,
             p.refused_conns,
             p.desync.map_or(0, |d| d.conns),
-            p.membership.as_ref().map_or((0, 0), |m| {
-                (
-                    m.changes
-                        .iter()
-                        .filter(|c| c.late_conn_after_us.is_some())
-                        .count(),
-                    m.late_bytes,
-                )
-            }),
+            // Membership only through the router (direct mode ignores it).
+            p.membership
+                .as_ref()
+                .filter(|_| p.mode == Mode::Router)
+                .map_or((0, 0), |m| {
+                    (
+                        m.changes
+                            .iter()
+                            .filter(|c| c.late_conn_after_us.is_some())
+                            .count(),
+                        m.late_bytes,
+                    )
+                }),
             &mut app_rng,
         )];
         for i in 0..p.replicas {
@@ -597,7 +581,7 @@ impl Sim {
                         ..Timeouts::default()
                     },
                     limits: Default::default(),
-                    sequencer: true,
+                    sequencer: p.sequencer,
                 };
                 let mut secret = [0u8; 16];
                 setup.fill(&mut secret);
@@ -661,16 +645,17 @@ impl Sim {
                 .as_ref()
                 .filter(|_| p.mode == Mode::Router)
                 .map(|m| member::MemberSim::new(m, p.replicas, p.inject)),
-            known_defect: None,
             p,
         }
     }
 
     fn late_ports(&self) -> Vec<u16> {
         match &self.hosts[0].app {
-            host::App::Client { conns, .. } => {
-                conns.iter().filter(|k| !k.started).map(|k| k.port).collect()
-            }
+            host::App::Client { conns, .. } => conns
+                .iter()
+                .filter(|k| !k.started)
+                .map(|k| k.port)
+                .collect(),
             _ => Vec::new(),
         }
     }
@@ -2088,15 +2073,7 @@ impl Sim {
             }
             // A replica that (re)joined: its agent started afresh with the
             // first number the router sent it after the call.
-            let fresh = self
-                .member
-                .as_ref()
-                .is_some_and(|m| m.fresh_agent[h - 1]);
-            let tag = if self.member.as_ref().is_some_and(|m| m.changed[h - 1]) {
-                format!("{KNOWN_ROUTER_DEFECT} (sequencer x membership): ")
-            } else {
-                String::new()
-            };
+            let fresh = self.member.as_ref().is_some_and(|m| m.fresh_agent[h - 1]);
             let got: Vec<u64> = self
                 .agents
                 .get(&addr)
@@ -2104,7 +2081,7 @@ impl Sim {
                 .unwrap_or_default();
             if let Some(w) = got.windows(2).find(|w| w[1] != w[0] + 1) {
                 return Err(format!(
-                    "{tag}invariant 6 (sequencer at each replica): replica {addr}'s agent got number {} after {}: its shim would find a hole",
+                    "invariant 6 (sequencer at each replica): replica {addr}'s agent got number {} after {}: its shim would find a hole",
                     w[1], w[0]
                 ));
             }
@@ -2113,7 +2090,7 @@ impl Sim {
                 && ((got.first() != Some(&1) && !fresh) || got.last() != Some(&last))
             {
                 return Err(format!(
-                    "{tag}invariant 6 (sequencer at each replica): replica {addr}'s agent got numbers {:?} to {:?}, the router gave out 1 to {last}",
+                    "invariant 6 (sequencer at each replica): replica {addr}'s agent got numbers {:?} to {:?}, the router gave out 1 to {last}",
                     got.first(),
                     got.last()
                 ));
@@ -2182,13 +2159,16 @@ impl Sim {
             conns.iter().all(|k| {
                 !self.must_hold(h, k.port)
                     || by.get(&k.port).is_some_and(|s| {
-                    s.rx.len() == k.data.len()
-                        && s.pending.is_empty()
-                        && r.send_queue(s.handle) == 0
-                        && (*close == Close::Never
-                            || (s.saw_fin
-                                && matches!(r.state(s.handle), State::Closed | State::TimeWait)))
-                })
+                        s.rx.len() == k.data.len()
+                            && s.pending.is_empty()
+                            && r.send_queue(s.handle) == 0
+                            && (*close == Close::Never
+                                || (s.saw_fin
+                                    && matches!(
+                                        r.state(s.handle),
+                                        State::Closed | State::TimeWait
+                                    )))
+                    })
             })
         })
     }
@@ -2230,18 +2210,9 @@ impl Sim {
         {
             self.takeover_order_checks()?;
         }
-        // A hole at a replica whose membership the sim changed is the
-        // known router defect (`KNOWN_ROUTER_DEFECT`): reported after every
-        // other check, so that it hides none.
-        let mut order_defect = None;
-        if matches!(self.middle, Middle::Router(_)) && self.p.fuzz_packets == 0 {
-            if let Err(e) = self.agents_order_checks() {
-                if e.starts_with(KNOWN_ROUTER_DEFECT) {
-                    order_defect = Some(e);
-                } else {
-                    return Err(e);
-                }
-            }
+        if matches!(self.middle, Middle::Router(_)) && self.p.fuzz_packets == 0 && self.p.sequencer
+        {
+            self.agents_order_checks()?;
         }
         let c = &self.hosts[0];
         let host::App::Client { conns, desync, .. } = &c.app else {
@@ -2249,6 +2220,7 @@ impl Sim {
         };
         if matches!(self.middle, Middle::Router(_))
             && self.p.fuzz_packets == 0
+            && self.p.sequencer
             && self.took_over.is_none()
         {
             let inputs: Vec<(u64, u16, InputKind)> = self
@@ -2392,8 +2364,6 @@ impl Sim {
                 }
             }
         }
-        self.known_defect =
-            order_defect.or_else(|| self.member.as_ref().and_then(|m| m.defect.clone()));
         Ok(())
     }
 
@@ -2410,12 +2380,6 @@ impl Sim {
             events: self.events.clone(),
             crashed: self.crashed.map(|(i, _, e)| (i, e)),
             unroutable: self.unroutable,
-            known_defect: self.known_defect.as_ref().map(|e| {
-                format!(
-                    "{e}; membership changes: {}",
-                    self.member.as_ref().map_or(String::new(), |m| m.summary())
-                )
-            }),
         }
     }
 

@@ -66,9 +66,6 @@ pub(crate) struct MemberSim {
     late_ports: VecDeque<u16>,
     /// One line per change made, for the report.
     pub done: Vec<String>,
-    /// A known router defect seen (`KNOWN_ROUTER_DEFECT`), reported once
-    /// every other check held.
-    pub defect: Option<String>,
     /// Membership self-tests (`Inject::Member*`).
     inject: Inject,
 }
@@ -124,7 +121,6 @@ impl MemberSim {
             drained_at: vec![None; replicas],
             late_ports: VecDeque::new(),
             done: Vec::new(),
-            defect: None,
             inject,
         }
     }
@@ -214,11 +210,24 @@ impl MemberSim {
                     MemberOp::Add | MemberOp::Enable => Model::Serving,
                 };
                 self.drained_at[i] = (c.op == MemberOp::Drain).then_some(now);
+                if c.op == MemberOp::Remove {
+                    // As if evicted from every connection it is in.
+                    let mine: Vec<(usize, u16)> =
+                        self.syn_to.iter().filter(|x| x.0 == i).copied().collect();
+                    self.removed_from.extend(mine);
+                }
             }
             let late = c
                 .late_conn_after_us
                 .and_then(|d| self.late_ports.pop_front().map(|p| (p, now + d)));
-            return Ok((format!("{now:>10} MEMBERSHIP {:?} replica{i} NOT MADE (self-test)", c.op), None, late));
+            return Ok((
+                format!(
+                    "{now:>10} MEMBERSHIP {:?} replica{i} NOT MADE (self-test)",
+                    c.op
+                ),
+                None,
+                late,
+            ));
         }
         let t = Instant(now);
         let (got, detail) = match c.op {
@@ -292,13 +301,9 @@ impl MemberSim {
         };
         for e in events {
             if let Event::ReplicaRemoved { replica, left, .. } = e {
-                if *replica == replica_ip(i) && *left != evicted && self.defect.is_none() {
-                    // Seen: a connection closed on both sides (in its quiet
-                    // period) is not counted in `left` (`connections_of`)
-                    // but is evicted from. Reported after the other checks.
-                    self.defect = Some(format!(
-                        "{}: membership (remove): removing replica{i} announced {left} connections left, the router evicted it as Removed from {evicted} (closed connections in their quiet period are evicted from but not counted)",
-                        crate::KNOWN_ROUTER_DEFECT
+                if *replica == replica_ip(i) && *left != evicted {
+                    return Err(format!(
+                        "membership (remove): removing replica{i} announced {left} connection(s) left, the router evicted it as Removed from {evicted}"
                     ));
                 }
             }
@@ -442,7 +447,12 @@ impl MemberSim {
     /// At the end: every serving member at a connection's start got its
     /// SYN, the router's membership is the one asked for, and a drained
     /// replica whose connections all closed was announced drained.
-    pub fn final_check(&self, r: &Router, hosts: &[Host], crashed: Option<usize>) -> Result<(), String> {
+    pub fn final_check(
+        &self,
+        r: &Router,
+        hosts: &[Host],
+        crashed: Option<usize>,
+    ) -> Result<(), String> {
         let mut ports: Vec<(&u16, &(u64, Vec<bool>))> = self.starts.iter().collect();
         ports.sort();
         for (p, (t, serving)) in ports {
@@ -481,9 +491,9 @@ impl MemberSim {
                 .filter(|&&(j, p)| j == i && !self.removed_from.contains(&(i, p)))
                 .all(|&(_, p)| {
                     client_conn(hosts, p).is_some_and(|k| k.close_called)
-                        && by
-                            .get(&p)
-                            .is_some_and(|s| matches!(h.state(s.handle), State::Closed | State::TimeWait))
+                        && by.get(&p).is_some_and(|s| {
+                            matches!(h.state(s.handle), State::Closed | State::TimeWait)
+                        })
                 });
             if all_closed {
                 return Err(format!(

@@ -143,6 +143,16 @@ pub struct MemberChange {
     pub late_conn_after_us: Option<u64>,
 }
 
+impl Membership {
+    /// Whether a plan drains or adds a replica (which the binary refuses
+    /// for servers that follow the input order).
+    pub fn drains_or_adds(changes: &[MemberChange]) -> bool {
+        changes
+            .iter()
+            .any(|c| matches!(c.op, MemberOp::Drain | MemberOp::Add))
+    }
+}
+
 /// Membership at run time (issue "self-healing replica groups"). The sim
 /// predicts every call's answer from the router's status just before it
 /// (a change the router must refuse is made on purpose too, and its
@@ -273,6 +283,12 @@ pub struct Params {
     pub desync: Option<Desync>,
     /// Membership changes during the run (see [`Membership`]).
     pub membership: Option<Membership>,
+    /// The router numbers input for the replicas' shims (`Config::sequencer`).
+    /// Off for membership plans that drain or add a replica: the binary
+    /// refuses those for servers that follow the input order (a joiner or a
+    /// draining replica would find holes in it), so they are tried only on
+    /// services without it.
+    pub sequencer: bool,
 }
 
 /// TSval generators available to hosts (see `host::TS_GENS`).
@@ -307,12 +323,14 @@ impl Params {
             takeover: None,
             desync: None,
             membership: None,
+            sequencer: true,
         }
     }
 
     /// With membership changes; `spare`: the last of `self.replicas` is a
     /// spare (not configured at the start).
     pub fn with_membership(mut self, spare: bool, changes: Vec<MemberChange>) -> Params {
+        self.sequencer = !Membership::drains_or_adds(&changes);
         self.membership = Some(Membership {
             changes,
             spare,
@@ -493,8 +511,12 @@ impl Params {
             takeover,
             desync: None,
             membership: None,
+            sequencer: true,
         };
         p.membership = Params::random_membership(seed, &mut p);
+        if let Some(m) = &p.membership {
+            p.sequencer = !Membership::drains_or_adds(&m.changes);
+        }
         p
     }
 
@@ -535,7 +557,9 @@ impl Params {
             .filter(|&i| Some(i) != crash && Some(i) != anchor)
             .collect();
         // The generator's idea of each replica: 0 serving, 1 draining, 2 out.
-        let mut st: Vec<u8> = (0..n).map(|i| if spare && i == n - 1 { 2 } else { 0 }).collect();
+        let mut st: Vec<u8> = (0..n)
+            .map(|i| if spare && i == n - 1 { 2 } else { 0 })
+            .collect();
         let count = r.gen_range(1..=4usize);
         let mut at = 0.0f64;
         let mut changes = Vec::new();
@@ -553,7 +577,10 @@ impl Params {
                     (0, _, Some(c)) if c == i => MemberOp::Add,
                     (0, _, _) => *pick(&mut r, &[MemberOp::Add, MemberOp::Enable]),
                     (1, _, _) => *pick(&mut r, &[MemberOp::Add, MemberOp::Drain]),
-                    _ => *pick(&mut r, &[MemberOp::Drain, MemberOp::Enable, MemberOp::Remove]),
+                    _ => *pick(
+                        &mut r,
+                        &[MemberOp::Drain, MemberOp::Enable, MemberOp::Remove],
+                    ),
                 };
                 (i, op)
             } else {
@@ -646,7 +673,7 @@ impl Params {
             )
         };
         format!(
-            "{:?} N={} conns={}x{}B write<={} close={:?} crash={:?} net=[delay {}..{}us loss {:.3} dup {:.3} reorder {:.3}/{}us] fd={}ms client=[{}] replicas=[{}] inject={:?} fuzz={} refused={} voting={:?} divergent={:?} takeover={:?} desync={:?} membership={}",
+            "{:?} N={} conns={}x{}B write<={} close={:?} crash={:?} net=[delay {}..{}us loss {:.3} dup {:.3} reorder {:.3}/{}us] fd={}ms client=[{}] replicas=[{}] inject={:?} fuzz={} refused={} voting={:?} divergent={:?} takeover={:?} desync={:?} membership={} sequencer={}",
             self.mode,
             self.replicas,
             self.conns,
@@ -676,6 +703,7 @@ impl Params {
             self.membership
                 .as_ref()
                 .map_or("None".to_string(), |m| m.to_string()),
+            self.sequencer,
         )
     }
 }

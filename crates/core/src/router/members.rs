@@ -408,7 +408,9 @@ impl Router {
         }
         self.health[svc.0][r.0] = Member::Removed { since: now };
         self.probe_next.remove(&(svc, r));
-        let before = self.connections_of(svc, r);
+        // Every connection it is a live part of, closed ones in their quiet
+        // period included: it is evicted from those too.
+        let before = self.legs_in(svc, r);
         let keys: Vec<ConnKey> = self
             .conns
             .iter()
@@ -421,7 +423,7 @@ impl Router {
             });
             self.after(now, k);
         }
-        let kept = self.connections_of(svc, r);
+        let kept = self.legs_in(svc, r);
         self.out.event(Event::ReplicaRemoved {
             service: name.to_string(),
             replica: addr,
@@ -471,6 +473,15 @@ impl Router {
             });
         }
         Ok((svc, r))
+    }
+
+    /// Connections replica `r` of `svc` is a live part of, closed ones in
+    /// their quiet period included.
+    pub(super) fn legs_in(&self, svc: ServiceId, r: ReplicaId) -> usize {
+        self.conns
+            .values()
+            .filter(|c| c.service() == svc && c.has_live(r))
+            .count()
     }
 
     /// Open connections replica `r` of `svc` is still a live part of (a

@@ -1,0 +1,484 @@
+//! The shim's tables (sequenced connections, listeners, epoll interest,
+//! connections taken from the kernel and not handed out) and the policy
+//! over them: which events the server may see now, losing the order.
+
+use crate::order::{decode, Ev, Key, Kind, Order, RECORD};
+use crate::os::{ConnectError, Fd, Os};
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+/// How long a shim that lost the order withholds sequenced input before
+/// it follows the kernel's order: ample for its agent to tell the router
+/// and the router to take the replica out (milliseconds), and bounded, so
+/// connections left with this replica alone (never taken from a
+/// connection's last replica) carry on.
+pub const HOLD: Duration = Duration::from_secs(3);
+
+/// A connection taken from the kernel with no accept event is handed out
+/// unordered after this long (rather than never).
+const STALE: Duration = Duration::from_secs(2);
+
+pub(crate) struct Conn {
+    pub(crate) key: Key,
+    /// Stream offset the server has read up to (mod 2^32).
+    pub(crate) consumed: u32,
+}
+
+/// Whether the server reads a sequenced connection or a listener: from its
+/// accept (or `listen`) until the server takes it out of its interest
+/// (`epoll_ctl` DEL, or MOD without `EPOLLIN`; left out of a `poll`/`select`
+/// set that held it before), and again once it puts it back. A connection
+/// counts as read before the server first registers it: an asyncio-style
+/// loop registers a socket a few iterations after accepting it, and polls
+/// without waiting in between. Were its events passed over until then, a
+/// replica where a later event of another connection had already arrived
+/// would take that one first, and one where it had not would not.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Reads {
+    pub(crate) on: bool,
+    /// It was in a poll/select set: leaving a later set means "not read".
+    polled: bool,
+}
+
+impl Default for Reads {
+    fn default() -> Self {
+        Reads {
+            on: true,
+            polled: false,
+        }
+    }
+}
+
+#[derive(Default)]
+pub(crate) struct State {
+    /// Sequencing is on (the agent socket is connected and the order whole).
+    pub(crate) on: bool,
+    /// Gave up (logged once): plain libc from now on.
+    pub(crate) off: bool,
+    /// Lost the order while following it: sequenced input is withheld
+    /// until then (the agent told the router, which takes this replica
+    /// out of the group), and only then follows the kernel's order. Input
+    /// taken in another order than the others' while still in the group
+    /// could reach a client first.
+    pub(crate) hold_until: Option<Instant>,
+    pub(crate) path: Option<Vec<u8>>,
+    pub(crate) agent: Fd,
+    last_try: Option<Instant>,
+    rx: Vec<u8>,
+    pub(crate) order: Order,
+    /// Sequenced connections the server holds, by fd.
+    pub(crate) conns: HashMap<Fd, Conn>,
+    /// Connections taken from the kernel's accept queue, not yet handed out.
+    pub(crate) pending: HashMap<Key, (Fd, Instant)>,
+    /// Loopback connections (the operator's `redis-cli DEBUG DIGEST` on the
+    /// host itself) taken from the kernel: (listening fd, fd). They are not
+    /// replicated input, so they are handed out at once, unordered.
+    pub(crate) local: Vec<(Fd, Fd)>,
+    /// Listening sockets: fd → local port.
+    pub(crate) listeners: HashMap<Fd, u16>,
+    /// epoll registrations: (epfd, fd) → (events, data).
+    pub(crate) interest: HashMap<(Fd, Fd), (u32, u64)>,
+    /// Whether the server reads each sequenced connection and listener.
+    pub(crate) reads: HashMap<Fd, Reads>,
+    /// Chunks the last `epoll_wait` reported, by connection (at most one
+    /// each): a read of that connection may return that chunk.
+    pub(crate) granted: HashMap<Key, u64>,
+    /// Connections handed out unordered because no accept event came in
+    /// 2 s: one whose accept event comes after all was accepted at another
+    /// point of the order than on the other replicas (the order is lost).
+    pub(crate) unordered: HashSet<Key>,
+}
+
+/// Say it once: the shim stops ordering input. Following the order, it
+/// tells the agent why (which reports the order lost: the router takes this
+/// replica out of the group) and withholds sequenced input for [`HOLD`].
+pub(crate) fn give_up(s: &mut State, os: &dyn Os, why: &str) {
+    if s.off || s.hold_until.is_some() {
+        return;
+    }
+    let ordering = s.on;
+    if ordering {
+        eprintln!(
+            "ftnet-shim[{}]: ORDER LOST: {why}; told the agent (this replica leaves the group); input withheld for {} s, then it follows the kernel's order (replicas may diverge)",
+            std::process::id(),
+            HOLD.as_secs()
+        );
+        s.hold_until = Some(os.now() + HOLD);
+    } else {
+        eprintln!(
+            "ftnet-shim[{}]: {why}; input follows the kernel's order (replicas may diverge)",
+            std::process::id()
+        );
+        s.off = true;
+    }
+    s.on = false;
+    detach(s, os, if ordering { b'L' } else { b'N' }, why);
+}
+
+/// Tell the agent why this shim leaves (`L`: it lost the order; `N`: it has
+/// nothing to order), one line, then close the socket. Never blocks the
+/// server: a full socket loses the line, the close still tells.
+fn detach(s: &mut State, os: &dyn Os, code: u8, why: &str) {
+    if s.agent < 0 {
+        return;
+    }
+    let mut line = vec![code, b' '];
+    line.extend(why.bytes().filter(|b| *b != b'\n').take(400));
+    line.push(b'\n');
+    os.send(s.agent, &line);
+    os.close(s.agent);
+    s.agent = -1;
+}
+
+/// A fork-per-connection server's listeners are not ordered: with none
+/// left, the shim has nothing to order and leaves the agent quietly.
+pub(crate) fn maybe_nothing_to_order(s: &mut State, os: &dyn Os) {
+    if s.listeners.is_empty() && s.on && s.conns.is_empty() {
+        s.on = false;
+        s.off = true;
+        detach(
+            s,
+            os,
+            b'N',
+            "no ordered listener (blocking, fork-per-connection server)",
+        );
+    }
+}
+
+impl State {
+    pub(crate) fn new(path: Option<Vec<u8>>) -> State {
+        State {
+            agent: -1,
+            path,
+            ..State::default()
+        }
+    }
+
+    /// Sequenced input is withheld (the order was lost, see [`HOLD`]).
+    pub(crate) fn held(&mut self, os: &dyn Os) -> bool {
+        match self.hold_until {
+            Some(t) if os.now() >= t => {
+                self.hold_until = None;
+                self.off = true;
+                eprintln!(
+                    "ftnet-shim[{}]: input now follows the kernel's order",
+                    std::process::id()
+                );
+                false
+            }
+            Some(_) => true,
+            None => false,
+        }
+    }
+
+    /// Connect to the agent (at most every 100 ms) and read what it sent.
+    pub(crate) fn pump(&mut self, os: &dyn Os) {
+        if self.held(os) || self.off {
+            return;
+        }
+        if self.agent < 0 {
+            let Some(path) = self.path.clone() else {
+                return;
+            };
+            let now = os.now();
+            if self
+                .last_try
+                .is_some_and(|t| now.saturating_duration_since(t) < Duration::from_millis(100))
+            {
+                return;
+            }
+            self.last_try = Some(now);
+            match os.connect_agent(&path) {
+                Ok(fd) => self.agent = fd,
+                Err(ConnectError::Failed) => return,
+                Err(ConnectError::PathTooLong) => {
+                    give_up(self, os, "FTNET_SHIM_SOCKET path too long");
+                    return;
+                }
+            }
+            self.on = true;
+            eprintln!(
+                "ftnet-shim[{}]: connected to the agent; input follows the router's order",
+                std::process::id()
+            );
+        }
+        // Read everything the agent sent: it buffers what does not fit the
+        // socket, and waits for room.
+        let mut buf = [0u8; 1024 * RECORD];
+        loop {
+            let n = match os.read(self.agent, &mut buf) {
+                Ok(0) => {
+                    give_up(self, os, "lost the agent's socket");
+                    return;
+                }
+                Ok(n) => n,
+                Err(e) if e.raw_os_error() == Some(libc::EAGAIN) => break,
+                Err(_) => {
+                    give_up(self, os, "lost the agent's socket");
+                    return;
+                }
+            };
+            self.rx.extend_from_slice(&buf[..n.min(buf.len())]);
+            let whole = self.rx.len() / RECORD * RECORD;
+            let rx = std::mem::take(&mut self.rx);
+            self.rx = rx[whole..].to_vec();
+            for rec in rx[..whole].chunks_exact(RECORD) {
+                let mut r = [0u8; RECORD];
+                r.copy_from_slice(rec);
+                let Some(ev) = decode(&r) else {
+                    give_up(self, os, "malformed record from the agent");
+                    return;
+                };
+                // Only this server's services.
+                if !self.listeners.values().any(|p| *p == ev.key.vport) {
+                    continue;
+                }
+                if ev.kind == Kind::Accept && self.unordered.remove(&ev.key) {
+                    give_up(
+                        self,
+                        os,
+                        &format!(
+                            "the accept event of the connection from port {} came after it was handed out unordered",
+                            ev.key.cport
+                        ),
+                    );
+                    return;
+                }
+                if let Err(g) = self.order.push(ev) {
+                    give_up(
+                        self,
+                        os,
+                        &format!(
+                            "hole in the router's order (expected {}, got {})",
+                            g.expected, g.got
+                        ),
+                    );
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Take every connection the kernel has queued on sequenced listeners.
+    pub(crate) fn drain_accepts(&mut self, os: &dyn Os) {
+        if !self.on {
+            return;
+        }
+        let fds: Vec<Fd> = self.listeners.keys().copied().collect();
+        for l in fds {
+            if os.is_blocking(l) {
+                // See `Shim::accept_plan`: a fork-per-connection server.
+                self.listeners.remove(&l);
+                self.reads.remove(&l);
+                maybe_nothing_to_order(self, os);
+                continue;
+            }
+            // The server's listening socket may be blocking: only accept
+            // what is already queued.
+            while let Some(fd) = os.accept_queued(l) {
+                match (os.peer_addr(fd), os.local_addr(fd)) {
+                    (Some((client, _)), Some(_)) if client >> 24 == 127 => self.local.push((l, fd)),
+                    (Some((client, cport)), Some((_, vport))) => {
+                        self.pending.insert(
+                            Key {
+                                client,
+                                cport,
+                                vport,
+                            },
+                            (fd, os.now()),
+                        );
+                    }
+                    // Not IPv4: never handed out.
+                    _ => os.close(fd),
+                }
+            }
+        }
+    }
+
+    /// Does the server read `fd` (see `Reads`)?
+    pub(crate) fn reads(&self, fd: Fd) -> bool {
+        self.reads.get(&fd).is_some_and(|r| r.on)
+    }
+
+    /// A poll/select call asked for input on the descriptors `asked` says:
+    /// that is the server's interest now.
+    pub(crate) fn note_poll_set(&mut self, asked: &dyn Fn(Fd) -> bool) {
+        for (fd, r) in self.reads.iter_mut() {
+            if asked(*fd) {
+                *r = Reads {
+                    on: true,
+                    polled: true,
+                };
+            } else if r.polled {
+                r.on = false;
+            }
+        }
+    }
+
+    /// Does the shim decide `fd`'s input readiness (a sequenced connection
+    /// or listener while the order is followed)?
+    pub(crate) fn gated(&self, fd: Fd) -> bool {
+        (self.on || self.hold_until.is_some())
+            && (self.conns.contains_key(&fd) || self.listeners.contains_key(&fd))
+    }
+
+    /// Input readiness a wait call reports on top of the kernel's for the
+    /// descriptors the shim does not order, given which descriptors this
+    /// call asks input of. Returns the listeners with a connection to hand
+    /// out unordered (loopback; sequencing off; no accept event after 2 s),
+    /// and the ordered events' descriptors in the order the server must
+    /// handle them: at most `limit`, each connection's chunk granted to
+    /// its next read.
+    pub(crate) fn give_input(
+        &mut self,
+        os: &dyn Os,
+        asks: &dyn Fn(Fd) -> bool,
+        limit: usize,
+    ) -> (Vec<Fd>, Vec<Fd>) {
+        let mut unordered: Vec<Fd> = Vec::new();
+        let mut ordered: Vec<Fd> = Vec::new();
+        let listener_of = |s: &State, port: u16| {
+            s.listeners
+                .iter()
+                .find(|(_, p)| **p == port)
+                .map(|(f, _)| *f)
+        };
+        if !self.on && self.hold_until.is_none() && !self.pending.is_empty() {
+            // Whatever was taken from the kernel must still be announced.
+            unordered.extend(self.listeners.keys().copied());
+        }
+        // Loopback connections wait for nobody.
+        unordered.extend(self.local.iter().map(|(l, _)| *l));
+        if self.on {
+            if let Some(k) = self.stale_pending(os, None) {
+                unordered.extend(listener_of(self, k.vport));
+            } else {
+                let batch = self.batch(os);
+                self.granted.clear();
+                for e in batch.iter().take(limit) {
+                    let fd = match e.kind {
+                        Kind::Accept => listener_of(self, e.key.vport),
+                        Kind::Data { .. } => self.fd_of(&e.key),
+                    };
+                    let Some(fd) = fd.filter(|f| asks(*f)) else {
+                        break;
+                    };
+                    if let Kind::Data { .. } = e.kind {
+                        self.granted.insert(e.key, e.seq);
+                    }
+                    ordered.push(fd);
+                }
+            }
+        }
+        unordered.retain(|f| asks(*f));
+        unordered.sort_unstable();
+        unordered.dedup();
+        (unordered, ordered)
+    }
+
+    /// Has the chunk of `fd` that ends at `end` arrived in the kernel?
+    fn chunk_arrived(&self, os: &dyn Os, fd: Fd, c: &Conn, end: u32) -> bool {
+        let want = end.wrapping_sub(c.consumed);
+        // A chunk already read up to its end (offsets mod 2^32).
+        (want as i32) <= 0 || os.unread(fd) >= want || os.peer_closed(fd)
+    }
+
+    /// The event the server may see now, if it is there in the kernel too.
+    pub(crate) fn exposed(&self, os: &dyn Os) -> Option<Ev> {
+        let by_key: HashMap<Key, Fd> = self.conns.iter().map(|(fd, c)| (c.key, *fd)).collect();
+        let head = self.order.head(|e| match e.kind {
+            Kind::Accept => self
+                .listeners
+                .iter()
+                .any(|(fd, p)| *p == e.key.vport && self.reads(*fd)),
+            Kind::Data { .. } => by_key.get(&e.key).is_some_and(|fd| self.reads(*fd)),
+        })?;
+        let ready = match head.kind {
+            Kind::Accept => self.pending.contains_key(&head.key),
+            Kind::Data { end } => by_key
+                .get(&head.key)
+                .and_then(|fd| Some((*fd, self.conns.get(fd)?)))
+                .is_some_and(|(fd, c)| self.chunk_arrived(os, fd, c, end)),
+        };
+        ready.then_some(head)
+    }
+
+    /// The events the server may see now, in order: from the start of the
+    /// order, every eligible event that has arrived, at most one per
+    /// connection, stopping at the first eligible event that has not
+    /// arrived or whose connection is already in the batch (its chunk must
+    /// wait for that connection's earlier one). An accept is exposed alone.
+    /// Reported together, they are processed in the same order as one by
+    /// one: the server handles the events of one `epoll_wait` in the order
+    /// returned, and reads one chunk per reported event.
+    pub(crate) fn batch(&self, os: &dyn Os) -> Vec<Ev> {
+        let by_key: HashMap<Key, Fd> = self.conns.iter().map(|(fd, c)| (c.key, *fd)).collect();
+        let mut out: Vec<Ev> = Vec::new();
+        for e in self.order.iter() {
+            match e.kind {
+                Kind::Accept => {
+                    let eligible = self
+                        .listeners
+                        .iter()
+                        .any(|(fd, p)| *p == e.key.vport && self.reads(*fd));
+                    if !eligible {
+                        continue;
+                    }
+                    if out.is_empty() && self.pending.contains_key(&e.key) {
+                        out.push(*e);
+                    }
+                    break;
+                }
+                Kind::Data { end } => {
+                    let Some(&fd) = by_key.get(&e.key) else {
+                        continue;
+                    };
+                    if !self.reads(fd) {
+                        continue;
+                    }
+                    if out.iter().any(|x| x.key == e.key) {
+                        break;
+                    }
+                    let Some(c) = self.conns.get(&fd) else { break };
+                    if !self.chunk_arrived(os, fd, c, end) {
+                        break;
+                    }
+                    out.push(*e);
+                }
+            }
+        }
+        out
+    }
+
+    /// A connection whose events are all consumed and that the kernel marks
+    /// readable with nothing to read: EOF or an error, which the server may
+    /// see (when is not part of the order).
+    pub(crate) fn at_eof(&self, os: &dyn Os, fd: Fd) -> bool {
+        self.conns
+            .get(&fd)
+            .is_some_and(|c| !self.order.pending_for(&c.key))
+            && os.unread(fd) == 0
+    }
+
+    /// A connection taken from the kernel that never got an accept event
+    /// (its connection predates the shim, or the router does not sequence
+    /// it): handed out unordered after 2 s rather than never.
+    pub(crate) fn stale_pending(&self, os: &dyn Os, port: Option<u16>) -> Option<Key> {
+        let now = os.now();
+        self.pending
+            .iter()
+            .find(|(k, (_, t))| {
+                port.is_none_or(|p| k.vport == p)
+                    && now.saturating_duration_since(*t) > STALE
+                    && !self.order.pending_for(k)
+            })
+            .map(|(k, _)| *k)
+    }
+
+    pub(crate) fn fd_of(&self, key: &Key) -> Option<Fd> {
+        self.conns
+            .iter()
+            .find(|(_, c)| c.key == *key)
+            .map(|(fd, _)| *fd)
+    }
+}

@@ -23,6 +23,11 @@ fn replica(i: u8) -> Ipv4Addr {
 }
 
 fn router(n: u8) -> Router {
+    router_of(n, false)
+}
+
+/// `n` replicas of service "t"; `stateless`: see `Service::stateless`.
+fn router_of(n: u8, stateless: bool) -> Router {
     let mut c = Config::default();
     c.services.push(Service {
         name: "t".into(),
@@ -30,7 +35,7 @@ fn router(n: u8) -> Router {
         ports: vec![PORT],
         replicas: (1..=n).map(replica).collect(),
         voting: Default::default(),
-        stateless: false,
+        stateless,
     });
     Router::new(c, [9; 16])
 }
@@ -2437,19 +2442,6 @@ fn an_added_replica_serves_new_connections() {
     ));
 }
 
-fn stateless_router(n: u8) -> Router {
-    let mut c = Config::default();
-    c.services.push(Service {
-        name: "t".into(),
-        vip: VIP,
-        ports: vec![PORT],
-        replicas: (1..=n).map(replica).collect(),
-        voting: Default::default(),
-        stateless: true,
-    });
-    Router::new(c, [9; 16])
-}
-
 /// A stateless service heals by itself: a replica that went down is probed
 /// (a SYN from the VIP to its service port, like a load balancer's health
 /// check); a RST (nobody listening yet) keeps it down, a SYN-ACK that
@@ -2458,7 +2450,7 @@ fn stateless_router(n: u8) -> Router {
 /// state is never probed.
 #[test]
 fn a_stateless_service_takes_a_replica_back_once_it_answers_a_probe() {
-    let mut r = stateless_router(3);
+    let mut r = router_of(3, true);
     assert_eq!(r.host_lost(t(0), replica(2)), 1);
     log_events(&mut r);
     drain(&mut r);

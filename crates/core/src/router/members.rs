@@ -33,18 +33,7 @@ impl Router {
                 replica: s.replicas[replica.0],
                 reason,
             });
-            let keys: Vec<ConnKey> = self
-                .conns
-                .iter()
-                .filter(|(_, c)| c.service() == svc)
-                .map(|(k, _)| *k)
-                .collect();
-            for k in keys {
-                self.on_conn(now, k, |c, ctx| {
-                    c.evict_replica(ctx, replica, EvictReason::ReplicaDown)
-                });
-                self.after(now, k);
-            }
+            self.evict_everywhere(now, svc, replica, EvictReason::ReplicaDown);
             self.announce_out_of_service();
         }
     }
@@ -411,18 +400,7 @@ impl Router {
         // Every connection it is a live part of, closed ones in their quiet
         // period included: it is evicted from those too.
         let before = self.legs_in(svc, r);
-        let keys: Vec<ConnKey> = self
-            .conns
-            .iter()
-            .filter(|(_, c)| c.service() == svc)
-            .map(|(k, _)| *k)
-            .collect();
-        for k in keys {
-            self.on_conn(now, k, |c, ctx| {
-                c.evict_replica(ctx, r, EvictReason::Removed);
-            });
-            self.after(now, k);
-        }
+        self.evict_everywhere(now, svc, r, EvictReason::Removed);
         let kept = self.legs_in(svc, r);
         self.out.event(Event::ReplicaRemoved {
             service: name.to_string(),
@@ -473,6 +451,27 @@ impl Router {
             });
         }
         Ok((svc, r))
+    }
+
+    /// Take replica `r` of `svc` out of every connection of the service
+    /// (never a connection's last replica, see `Conn::evict_replica`).
+    pub(super) fn evict_everywhere(
+        &mut self,
+        now: Instant,
+        svc: ServiceId,
+        r: ReplicaId,
+        reason: EvictReason,
+    ) {
+        let keys: Vec<ConnKey> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| c.service() == svc)
+            .map(|(k, _)| *k)
+            .collect();
+        for k in keys {
+            self.on_conn(now, k, |c, ctx| c.evict_replica(ctx, r, reason));
+            self.after(now, k);
+        }
     }
 
     /// Connections replica `r` of `svc` is a live part of, closed ones in

@@ -125,6 +125,24 @@ pub(crate) struct ClientConn {
 }
 
 impl ClientConn {
+    /// A connection of `data` from client port `port`, connected at once
+    /// (`started`) or when the sim sets its time (a late one).
+    fn new(handle: SocketHandle, port: u16, data: Vec<u8>, started: bool) -> ClientConn {
+        ClientConn {
+            handle,
+            port,
+            data,
+            sent: 0,
+            recvd: Vec::new(),
+            close_called: false,
+            orderly: false,
+            established: false,
+            reset: false,
+            start_at: None,
+            started,
+        }
+    }
+
     /// Every byte echoed, every byte acknowledged (so the router's min-ACK
     /// moved past any dead replica), and the close finished if any.
     pub fn done(&self, close: Close, state: State, unacked: usize) -> bool {
@@ -280,19 +298,7 @@ impl Host {
             } else {
                 &mut desync_list
             };
-            to.push(ClientConn {
-                handle,
-                port,
-                data,
-                sent: 0,
-                recvd: Vec::new(),
-                close_called: false,
-                orderly: false,
-                established: false,
-                reset: false,
-                start_at: None,
-                started: true,
-            });
+            to.push(ClientConn::new(handle, port, data, true));
         }
         // Late connections (membership changes), drawn after everything
         // else so that the other connections keep their streams. Ports go
@@ -303,19 +309,7 @@ impl Host {
             let handle = h.sockets.add(new_socket(&h.params));
             let mut data = vec![0u8; late_bytes];
             rng.fill(&mut data[..]);
-            list.push(ClientConn {
-                handle,
-                port,
-                data,
-                sent: 0,
-                recvd: Vec::new(),
-                close_called: false,
-                orderly: false,
-                established: false,
-                reset: false,
-                start_at: None,
-                started: false,
-            });
+            list.push(ClientConn::new(handle, port, data, false));
         }
         let mut refused_list = Vec::new();
         for i in 0..refused_conns {

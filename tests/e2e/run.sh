@@ -48,7 +48,8 @@
 #   attack-client (a hostile client's raw packets against its own connection: no stall, no
 #   replica marked down, the connection survives a blind RST), membership/n4-none (drain, add,
 #   remove replicas of a running service under load: streams and new connections unharmed),
-#   heal/n3-kill (a stateless service takes a restarted replica back by itself).
+#   heal/n3-kill, heal/n3-cut (a stateless service takes a restarted replica, or a host that
+#   came back, back by itself).
 #
 # Usage: tests/e2e/run.sh [--quick] [--figures] [--only REGEX] [--seed S] [--list]
 # A failed test runs once more (FTNET_E2E_RETRIES=0: not); passing then, it is listed as FLAKY
@@ -99,7 +100,7 @@ for id in operator/n2-none spoof/n3-none impostor/n3-none redis-order/n3-none re
 	takeover-stall/n3-kill takeover-get/n3-kill takeover-put/n3-kill takeover-synack/n3-kill \
 	takeover-redis/n3-kill takeover-connect/n3-kill takeover-stall/n3-cut \
 	rejoin/n3-cut rejoin-takeover/n3-kill server-reset/n1-none server-reset/n3-none \
-	attack-client/n3-none membership/n4-none heal/n3-kill; do
+	attack-client/n3-none membership/n4-none heal/n3-kill heal/n3-cut; do
 	[[ -z $only || $id =~ $only ]] && tests+=("$id")
 done
 if ((list)); then printf '%s\n' "${tests[@]}"; exit 0; fi

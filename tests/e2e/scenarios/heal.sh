@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
-# A stateless group heals by itself: a replica whose server crashed and was restarted serves
-# again with no operator action.
+# A stateless group heals by itself: a replica whose server crashed and was restarted (kill), or
+# whose host was cut off and came back (cut), serves again with no operator action.
 #
 #  client ──veth── router (ftnet, service `stateless = true`) ──veth── r1, r2, r3 (socat echo)
-#  (stallmeter, connstorm)                                            the victim's server: kill -9,
-#                                                                     then started again
+#  (stallmeter, connstorm)                                            the victim: its server killed
+#                                                                     and started again, or its link
+#                                                                     cut and restored
 #
 # An echo stream (stallmeter.py) and a storm of short connections (connstorm.py) run for ~12 s.
-# ~2 s in, the victim's server is killed (kill -9): the router takes it out of its connections
-# and the service. ~2 s later the server is started again (`ftnet lab restart`). The router
+# ~2 s in, the victim's server is killed (kill -9) or its link cut: the router takes it out of
+# its connections and the service. ~2 s later the server is started again (`ftnet lab restart`)
+# or the link restored (`ftnet lab heal`: the host comes back with its server). The router
 # probes a down replica of a stateless service (a SYN to its port every 0.5 s); the restarted
 # server answers and the replica serves again. Pass: stream intact, every short connection
 # answered; the router logs the replica down, then back after the restart (one line each);
@@ -17,7 +19,7 @@ set -euo pipefail
 # shellcheck source=tests/e2e/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 e2e_init heal "$@"
-[[ $FAULT == kill ]] || die "heal runs with a server kill"
+[[ $FAULT == kill || $FAULT == cut ]] || die "heal runs with a server kill or a link cut"
 
 PORT=7000
 lab_up --port "$PORT" --server "socat -t 60 TCP-LISTEN:{port},fork,reuseaddr EXEC:cat" --stateless
@@ -38,20 +40,24 @@ timeout 120 "$FTNET" lab exec --name "$LAB" client -- \
 storm=$!
 
 sleep 2
-check "lab kill r$VICTIM" lab kill --name "$LAB" "$VICTIM"
+check "lab $FAULT r$VICTIM" lab "$FAULT" --name "$LAB" "$VICTIM"
 down_line() { grep -m1 "replica $VADDR declared down" "$LOG"; }
-check "router declared r$VICTIM down" wait_for 3 down_line
+check "router declared r$VICTIM down" wait_for 5 down_line
 sleep 2
 t_restart=$(now_ms)
-check "lab restart r$VICTIM" lab restart --name "$LAB" "$VICTIM"
+if [[ $FAULT == kill ]]; then
+	check "lab restart r$VICTIM" lab restart --name "$LAB" "$VICTIM"
+else
+	check "lab heal r$VICTIM" lab heal --name "$LAB" "$VICTIM"
+fi
 back_line() { grep -m1 "replica $VADDR answers again" "$LOG"; }
 check "router took r$VICTIM back by itself" wait_for 5 back_line
 line=$(back_line || true)
 say "router: ${line:-<no line>}"
 if [[ -n $line ]]; then
 	back_ms=$(python3 -c 'import sys,datetime; ts=sys.argv[1].split()[0]; print(int(datetime.datetime.fromisoformat(ts.replace("Z","+00:00")).timestamp()*1000))' "$line")
-	say "restart → back in service: $((back_ms - t_restart)) ms (probe every 500 ms)"
-	echo "heal restart_to_serving_ms=$((back_ms - t_restart))" >"$T/figure.txt"
+	say "restart/heal → back in service: $((back_ms - t_restart)) ms (probe every 500 ms)"
+	echo "heal-$FAULT back_to_serving_ms=$((back_ms - t_restart))" >"$T/figure.txt"
 fi
 busy() { local s; s=$(state_of "$VADDR"); [[ $s == True* && ${s##* } -gt 0 ]]; }
 check "r$VICTIM alive and in new connections" wait_for 4 busy
@@ -61,7 +67,7 @@ rc=0
 wait "$meter" || rc=$?
 say "stream: $(cat "$T/stream.json")"
 [[ -s $T/stream.err ]] && say "stream stderr: $(head -c 1000 "$T/stream.err")"
-check_eq "echo stream intact through the crash and the rejoin" 0 "$rc"
+check_eq "echo stream intact through the fault and the rejoin" 0 "$rc"
 rc=0
 wait "$storm" || rc=$?
 say "connstorm: $(cat "$T/storm.json")"

@@ -106,7 +106,7 @@ fn install_hup_logger() {
             if n > 0 {
                 match HUP_ACTION.get() {
                     Some(f) => f(),
-                    None => tracing::warn!("SIGHUP: nothing to reload here, ignored"),
+                    None => tracing::warn!("SIGHUP: reload not supported yet, ignored"),
                 }
             }
         });

@@ -185,11 +185,15 @@ impl Router {
             mode,
             at: Headers::of(&ip, &t),
         };
-        if let Some(&(svc, replica)) = self.by_replica.get(&(src, seg.sport)) {
-            if dst == self.config.services[svc.0].vip
-                && self.probe_next.contains_key(&(svc, replica))
-            {
-                return self.probe_answer(now, svc, replica, &seg);
+        // An answer to a health probe (only while a replica is probed: the
+        // data path pays nothing otherwise).
+        if !self.probe_next.is_empty() {
+            if let Some(&(svc, replica)) = self.by_replica.get(&(src, seg.sport)) {
+                if dst == self.config.services[svc.0].vip
+                    && self.probe_next.contains_key(&(svc, replica))
+                {
+                    return self.probe_answer(now, svc, replica, &seg);
+                }
             }
         }
         if let Some(&svc) = self.by_vip.get(&(dst, seg.dport)) {

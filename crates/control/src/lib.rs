@@ -55,7 +55,7 @@ fn ms(d: Duration) -> u64 {
 /// 3: `OutOfService`; 4: `OrderLost` and `Shims` (a replica whose server
 /// lost the order leaves); 5: the core's types on the wire (one record with
 /// every replica's part, `key` for a connection, `InputKind::Data { end }`).
-pub const VERSION: u32 = 5;
+pub const VERSION: u32 = 6;
 /// Largest frame accepted (a connection record is ~300 bytes; an order
 /// report is ~10 KB per service port).
 pub const MAX_FRAME: usize = 256 * 1024;
@@ -202,7 +202,48 @@ pub enum Msg {
     Shims {
         count: u32,
     },
+    /// Router → the donor's and the joiner's agents: a replica joins a
+    /// service (`ftnet_core::AgentMsg::Checkpoint`). The donor waits until
+    /// its server applied input event `seq`, checkpoints the server's state
+    /// and sends it in `State` pieces; the joiner restores it.
+    Checkpoint {
+        join: u64,
+        vip: Ipv4Addr,
+        ports: Vec<u16>,
+        seq: u64,
+        donor: Ipv4Addr,
+        joiner: Ipv4Addr,
+    },
+    /// Donor's agent → router → joiner's agent: the next piece of the
+    /// checkpointed state (hex, at most [`STATE_CHUNK`] bytes before
+    /// encoding), in order; the last carries the state's digest.
+    State {
+        join: u64,
+        data: String,
+        last: bool,
+        digest: Option<String>,
+    },
+    /// Joiner's agent → router: the state is restored; its server's
+    /// digest now (the router compares it with the donor's).
+    Restored {
+        join: u64,
+        digest: String,
+    },
+    /// Either agent → router: its part of the join failed.
+    StateFailed {
+        join: u64,
+        reason: String,
+    },
+    /// Router → the donor's and joiner's agents: the join ended.
+    JoinEnded {
+        join: u64,
+        ok: bool,
+    },
 }
+
+/// Raw bytes of state per `State` message (hex doubles them; the frame
+/// stays inside [`MAX_FRAME`]).
+pub const STATE_CHUNK: usize = 96 * 1024;
 
 /// Size of one input record on the agent → shim Unix socket.
 pub const SHIM_RECORD: usize = 24;
@@ -219,10 +260,48 @@ pub fn shim_record(ev: &NumberedInput) -> [u8; SHIM_RECORD] {
     let (kind, end) = match ev.kind {
         InputKind::Accept => (1, 0),
         InputKind::Data { end } => (2, end),
+        InputKind::Join { base } => (3, base),
     };
     b[16] = kind;
     b[20..24].copy_from_slice(&end.to_le_bytes());
     b
+}
+
+/// The agent → shim record that asks the shim where it stands (kind 4,
+/// not part of the order): it answers `P <id> <last> <queued>`.
+pub fn shim_query(id: u64) -> [u8; SHIM_RECORD] {
+    let mut b = [0u8; SHIM_RECORD];
+    b[0..8].copy_from_slice(&id.to_le_bytes());
+    b[16] = 4;
+    b
+}
+
+/// The bytes a hex string (from [`Msg::State`]) stands for.
+pub fn state_unhex(s: &str) -> Option<Vec<u8>> {
+    let b = s.as_bytes();
+    if b.len() % 2 != 0 {
+        return None;
+    }
+    let v = |c: u8| match c {
+        b'0'..=b'9' => Some(c - b'0'),
+        b'a'..=b'f' => Some(c - b'a' + 10),
+        b'A'..=b'F' => Some(c - b'A' + 10),
+        _ => None,
+    };
+    b.chunks(2)
+        .map(|p| Some((v(p[0])? << 4) | v(p[1])?))
+        .collect()
+}
+
+/// `bytes` as lower-case hex (the `State` message's encoding).
+pub fn state_hex(bytes: &[u8]) -> String {
+    const D: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        out.push(char::from(D[usize::from(b >> 4)]));
+        out.push(char::from(D[usize::from(b & 15)]));
+    }
+    out
 }
 
 /// The replicas whose agents a core message is for (`None`: every agent;
@@ -234,6 +313,8 @@ pub fn addressees(msg: &AgentMsg) -> Option<Vec<Ipv4Addr>> {
             Some(replicas.clone())
         }
         AgentMsg::OutOfService { .. } => None,
+        AgentMsg::Checkpoint { donor, joiner, .. } => Some(vec![*donor, *joiner]),
+        AgentMsg::JoinEnded { replicas, .. } => Some(replicas.clone()),
     }
 }
 
@@ -251,6 +332,25 @@ pub fn to_agent(msg: &AgentMsg) -> Msg {
             kind: *kind,
         },
         AgentMsg::OutOfService { down } => Msg::OutOfService { down: down.clone() },
+        AgentMsg::Checkpoint {
+            join,
+            vip,
+            ports,
+            seq,
+            donor,
+            joiner,
+        } => Msg::Checkpoint {
+            join: *join,
+            vip: *vip,
+            ports: ports.clone(),
+            seq: *seq,
+            donor: *donor,
+            joiner: *joiner,
+        },
+        AgentMsg::JoinEnded { join, ok, .. } => Msg::JoinEnded {
+            join: *join,
+            ok: *ok,
+        },
     }
 }
 
@@ -404,6 +504,26 @@ pub enum RouterEvent {
     OutOfService {
         replica: Ipv4Addr,
         down: Vec<OutOfService>,
+    },
+    /// A piece of a join's state from the donor's agent (to relay).
+    State {
+        replica: Ipv4Addr,
+        join: u64,
+        data: String,
+        last: bool,
+        digest: Option<String>,
+    },
+    /// The joiner's agent restored the state.
+    Restored {
+        replica: Ipv4Addr,
+        join: u64,
+        digest: String,
+    },
+    /// An agent's part of a join failed.
+    StateFailed {
+        replica: Ipv4Addr,
+        join: u64,
+        reason: String,
     },
 }
 
@@ -596,6 +716,40 @@ impl RouterSession {
                 self.state = RState::Live { replica };
                 Some(RouterEvent::OutOfService { replica, down })
             }
+            (
+                RState::Live { replica },
+                Msg::State {
+                    join,
+                    data,
+                    last,
+                    digest,
+                },
+            ) => {
+                self.state = RState::Live { replica };
+                Some(RouterEvent::State {
+                    replica,
+                    join,
+                    data,
+                    last,
+                    digest,
+                })
+            }
+            (RState::Live { replica }, Msg::Restored { join, digest }) => {
+                self.state = RState::Live { replica };
+                Some(RouterEvent::Restored {
+                    replica,
+                    join,
+                    digest,
+                })
+            }
+            (RState::Live { replica }, Msg::StateFailed { join, reason }) => {
+                self.state = RState::Live { replica };
+                Some(RouterEvent::StateFailed {
+                    replica,
+                    join,
+                    reason,
+                })
+            }
             (RState::Closed, _) => None,
             (_, other) => self.reject(
                 format!(
@@ -655,6 +809,11 @@ fn kind(m: &Msg) -> &'static str {
         Msg::OrderLost { .. } => "order_lost",
         Msg::Shims { .. } => "shims",
         Msg::OutOfService { .. } => "out_of_service",
+        Msg::Checkpoint { .. } => "checkpoint",
+        Msg::State { .. } => "state",
+        Msg::Restored { .. } => "restored",
+        Msg::StateFailed { .. } => "state_failed",
+        Msg::JoinEnded { .. } => "join_ended",
     }
 }
 
@@ -673,6 +832,24 @@ pub enum AgentEvent {
     RouterLost,
     /// An input event for the replica's shim.
     Input(NumberedInput),
+    /// A join's checkpoint: this agent is its donor or its joiner.
+    Checkpoint {
+        join: u64,
+        vip: Ipv4Addr,
+        ports: Vec<u16>,
+        seq: u64,
+        donor: Ipv4Addr,
+        joiner: Ipv4Addr,
+    },
+    /// A piece of a join's state, for the joiner.
+    State {
+        join: u64,
+        data: String,
+        last: bool,
+        digest: Option<String>,
+    },
+    /// The join ended.
+    JoinEnded { join: u64, ok: bool },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -758,6 +935,12 @@ impl AgentSession {
                 reason: reason.to_string(),
             });
         }
+    }
+
+    /// A join admitted this replica again: its (new) server follows the
+    /// order, so the loss reported before is over.
+    pub fn order_regained(&mut self) {
+        self.order_lost = None;
     }
 
     /// How many shims follow the order through this agent now: the router
@@ -870,9 +1053,50 @@ impl AgentSession {
                     match kind {
                         InputKind::Accept => r.accepted = true,
                         InputKind::Data { end } => r.input_end = Some(end),
+                        InputKind::Join { base } => {
+                            if !r.accepted {
+                                r.accepted = true;
+                                r.input_end = Some(base);
+                            }
+                        }
                     }
                 }
                 Some(AgentEvent::Input(ev))
+            }
+            (
+                AState::Live { .. },
+                Msg::Checkpoint {
+                    join,
+                    vip,
+                    ports,
+                    seq,
+                    donor,
+                    joiner,
+                },
+            ) => Some(AgentEvent::Checkpoint {
+                join,
+                vip,
+                ports,
+                seq,
+                donor,
+                joiner,
+            }),
+            (
+                AState::Live { .. },
+                Msg::State {
+                    join,
+                    data,
+                    last,
+                    digest,
+                },
+            ) => Some(AgentEvent::State {
+                join,
+                data,
+                last,
+                digest,
+            }),
+            (AState::Live { .. }, Msg::JoinEnded { join, ok }) => {
+                Some(AgentEvent::JoinEnded { join, ok })
             }
             (AState::Closed, _) => None,
             (_, other) => self.reject(format!(
@@ -1509,5 +1733,51 @@ mod tests {
         d.push(&3u32.to_be_bytes());
         d.push(b"{x}");
         assert!(matches!(d.next_msg(), Err(FrameError::Malformed(_))));
+    }
+}
+
+#[cfg(test)]
+mod join_tests {
+    use super::*;
+
+    /// A join's messages cross the wire unchanged, state pieces inside a
+    /// frame, and the hex of the state comes back byte for byte.
+    #[test]
+    fn join_messages_round_trip_and_fit_a_frame() {
+        let state: Vec<u8> = (0..STATE_CHUNK)
+            .map(|i| u8::try_from(i * 7 % 256).unwrap_or(0))
+            .collect();
+        let m = Msg::State {
+            join: 3,
+            data: state_hex(&state),
+            last: true,
+            digest: Some("ab".repeat(20)),
+        };
+        let wire = encode(&m);
+        assert!(wire.len() <= MAX_FRAME, "{} bytes", wire.len());
+        let mut d = Decoder::default();
+        d.push(&wire);
+        let back = d.next_msg().unwrap().unwrap();
+        assert_eq!(back, m);
+        let Msg::State { data, .. } = back else {
+            unreachable!()
+        };
+        assert_eq!(state_unhex(&data).unwrap(), state);
+        assert_eq!(state_unhex("0g"), None);
+        assert_eq!(state_unhex("abc"), None);
+        let q = shim_query(0x0102);
+        assert_eq!((q[0], q[1], q[16]), (2, 1, 4));
+        let j = shim_record(&NumberedInput {
+            seq: 9,
+            key: ConnKey {
+                client: Ipv4Addr::new(1, 2, 3, 4),
+                cport: 5,
+                vip: Ipv4Addr::new(9, 9, 9, 9),
+                vport: 6,
+            },
+            kind: InputKind::Join { base: 0x0a0b_0c0d },
+        });
+        assert_eq!(j[16], 3);
+        assert_eq!(&j[20..24], &[0x0d, 0x0c, 0x0b, 0x0a]);
     }
 }

@@ -44,6 +44,9 @@ pub enum EvictReason {
     ReportedDown,
     /// An operator removed it from the service (`replica remove`).
     Removed,
+    /// It tried to join the service with the group's state and failed
+    /// (`Event::JoinFailed` says why).
+    JoinFailed,
 }
 
 /// One replica out of service for one service (named by its VIP and first
@@ -155,6 +158,45 @@ pub enum Event {
         replayed: usize,
         lost: Vec<(Ipv4Addr, u64)>,
     },
+    /// A replica starts joining a stateful service
+    /// ([`crate::Router::join_replica`]): the service's client input is
+    /// paused (clients see a zero window) until it is admitted or the join
+    /// fails.
+    JoinStarted {
+        service: String,
+        replica: Ipv4Addr,
+        join: u64,
+    },
+    /// The paused service is quiet: every replica applied input up to
+    /// event `seq` and nothing is in flight; `donor` checkpoints its state
+    /// for the joiner.
+    JoinCheckpoint {
+        service: String,
+        replica: Ipv4Addr,
+        donor: Ipv4Addr,
+        seq: u64,
+        quiet_ms: u64,
+    },
+    /// The joiner holds the group's state (its digest equals the donor's
+    /// at input event `seq`), is part of every open connection
+    /// (`connections`) and serves; the service's input was paused for
+    /// `pause_ms`.
+    Joined {
+        service: String,
+        replica: Ipv4Addr,
+        seq: u64,
+        digest: String,
+        connections: usize,
+        pause_ms: u64,
+    },
+    /// A join failed: the replica stays out of service, the input resumes
+    /// (after `pause_ms`).
+    JoinFailed {
+        service: String,
+        replica: Ipv4Addr,
+        reason: String,
+        pause_ms: u64,
+    },
 }
 
 /// What the router tells the replicas' agents
@@ -191,6 +233,27 @@ pub enum AgentMsg {
     /// (`Event::ReplicaDown`/`Event::ReplicaUp` say what changed, for the
     /// log).
     OutOfService { down: Vec<OutOfService> },
+    /// A join ([`crate::Router::join_replica`]): the service's input is
+    /// held after event `seq`, which every replica applied. The `donor`'s
+    /// agent checkpoints its server's state and sends it (through the
+    /// router's driver) to the `joiner`'s agent, which restores it; both
+    /// report a digest of the state ([`crate::Router::checkpoint_taken`],
+    /// [`crate::Router::state_restored`]).
+    Checkpoint {
+        join: u64,
+        vip: Ipv4Addr,
+        ports: Vec<u16>,
+        seq: u64,
+        donor: Ipv4Addr,
+        joiner: Ipv4Addr,
+    },
+    /// The join ended (admitted or failed): the donor's and joiner's agents
+    /// drop what they kept for it.
+    JoinEnded {
+        join: u64,
+        ok: bool,
+        replicas: Vec<Ipv4Addr>,
+    },
 }
 
 /// One input event of the sequencer.
@@ -202,6 +265,11 @@ pub enum InputKind {
     /// Client bytes up to stream offset `end` (bytes after the SYN,
     /// modulo 2^32) are the next chunk: one read returns at most one chunk.
     Data { end: u32 },
+    /// A replica joins the open connection (it had no part in it): its
+    /// own TCP connection begins at client-stream offset `base` (bytes
+    /// after the SYN, modulo 2^32). For the joiner this is the
+    /// connection's accept; a replica that has the connection drops it.
+    Join { base: u32 },
 }
 
 /// A client input event the sequencer has not numbered yet: the router

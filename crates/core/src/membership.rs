@@ -24,6 +24,12 @@ pub(crate) enum Member {
     /// replica indices never move; `replica add` makes the address a
     /// member again.
     Removed { since: Instant },
+    /// Being brought to the group's state ([`crate::Router::join_replica`]):
+    /// the service's input is paused while a serving replica's state is
+    /// checkpointed and restored here, proven by its digest, and this
+    /// replica is added to every open connection. Not in the group (no
+    /// new connections, no verdicts) until it is admitted.
+    Joining { since: Instant },
 }
 
 /// [`Member`] as the status and the log name it.
@@ -34,6 +40,7 @@ pub enum MemberState {
     Draining,
     Down,
     Removed,
+    Joining,
 }
 
 impl Member {
@@ -54,6 +61,7 @@ impl Member {
             Member::Draining { .. } => MemberState::Draining,
             Member::Down { .. } => MemberState::Down,
             Member::Removed { .. } => MemberState::Removed,
+            Member::Joining { .. } => MemberState::Joining,
         }
     }
 
@@ -61,9 +69,10 @@ impl Member {
     pub(crate) fn since(&self) -> Option<Instant> {
         match *self {
             Member::Serving => None,
-            Member::Draining { since } | Member::Down { since, .. } | Member::Removed { since } => {
-                Some(since)
-            }
+            Member::Draining { since }
+            | Member::Down { since, .. }
+            | Member::Removed { since }
+            | Member::Joining { since } => Some(since),
         }
     }
 }
@@ -93,6 +102,12 @@ pub enum MembershipError {
         "replica {replica} of service {service} was removed: `replica add` makes it a member again"
     )]
     Removed { service: String, replica: String },
+    #[error("replica {replica} cannot join service {service}: {why}")]
+    CannotJoin {
+        service: String,
+        replica: String,
+        why: String,
+    },
 }
 
 #[cfg(test)]

@@ -92,6 +92,9 @@ drop_reasons! {
     /// no replica would take them (RFC 9293 §3.10.7.4), so they are
     /// neither forwarded nor numbered by the sequencer.
     BeyondWindow => "beyond_window",
+    /// A client segment of a service paused for a join, beyond what the
+    /// router holds (the client retransmits it after the pause).
+    JoinHeldFull => "join_held_full",
 }
 
 /// Counters of the whole router. Monotonic since start.
@@ -145,6 +148,9 @@ pub struct Counters {
     /// Challenge ACKs not sent because of the per-connection or the global
     /// rate limit (RFC 5961 §7).
     pub challenge_acks_limited: u64,
+    /// Client segments held while their service was paused for a join
+    /// (released in order when the join ended).
+    pub held_for_join: u64,
     /// Drops by reason, indexed like [`DropReason::ALL`].
     #[serde(skip)]
     pub drops: [u64; DropReason::COUNT],

@@ -2519,3 +2519,257 @@ fn a_stateless_service_takes_a_replica_back_once_it_answers_a_probe() {
     assert!(drain(&mut s).iter().all(|o| o.dst != replica(2)));
     assert!(!s.status().services[0].replicas[1].alive);
 }
+
+/// A sequencer router with 3 replicas and one connection on which the
+/// client sent "hello" and got "world" from replicas 1 and 2, all of it
+/// acknowledged; replica 3 left the group before. Returns the router's and
+/// the replicas' ISNs.
+fn quiet_service_without_replica_3() -> (Router, u32, Vec<u32>) {
+    let mut r = sequencer_router(3);
+    let (risn, isns) = handshake(&mut r, 3);
+    assert_eq!(r.replica_failed(t(3), replica(3)), 1);
+    assert!(drain(&mut r)
+        .iter()
+        .all(|o| o.dst == replica(3) && o.r.flags & flags::RST != 0));
+    let out = client_bytes(&mut r, t(4), risn, 0, b"hello");
+    assert_eq!(out.len(), 2, "to replicas 1 and 2");
+    for i in 1..=2u8 {
+        let mut d = Repr::new(
+            PORT,
+            CPORT,
+            SeqNum(isns[i as usize - 1]).add(1),
+            SeqNum(CISN).add(6),
+            flags::ACK | flags::PSH,
+            500,
+        );
+        d.timestamps = Some((6000, 1001));
+        r.handle_packet(t(5), seg(replica(i), CLIENT, d, b"world"));
+    }
+    let a = Repr::new(
+        CPORT,
+        PORT,
+        SeqNum(CISN).add(6),
+        SeqNum(risn).add(6),
+        flags::ACK,
+        502,
+    );
+    r.handle_packet(t(6), seg(CLIENT, VIP, a, b""));
+    drain(&mut r);
+    log_events(&mut r);
+    agent_msgs(&mut r);
+    (r, risn, isns)
+}
+
+/// The client's bytes `payload` at offset 5, acknowledging "world".
+fn more(r: &mut Router, now: Instant, risn: u32, payload: &[u8]) -> Vec<Out> {
+    let d = Repr::new(
+        CPORT,
+        PORT,
+        SeqNum(CISN).add(6),
+        SeqNum(risn).add(6),
+        flags::ACK | flags::PSH,
+        502,
+    );
+    r.handle_packet(now, seg(CLIENT, VIP, d, payload));
+    drain(r)
+}
+
+/// Starts the join of replica 3: the service pauses, is quiet at once, and
+/// replica 1 is asked for a checkpoint at input event 2 (Accept, "hello").
+/// "more" from the client is held meanwhile; the client is told a zero
+/// window. Returns the join's id.
+fn start_join(r: &mut Router, risn: u32) -> u64 {
+    let id = r.join_replica(t(10), "t", replica(3)).expect("join");
+    let ev = log_events(r);
+    assert!(
+        ev.iter().any(|e| matches!(e, Event::JoinStarted { .. })),
+        "{ev:?}"
+    );
+    assert!(
+        ev.iter()
+            .any(|e| matches!(e, Event::JoinCheckpoint { seq: 2, .. })),
+        "quiet at once: {ev:?}"
+    );
+    let msgs = agent_msgs(r);
+    assert!(
+        msgs.iter().any(|m| matches!(m,
+            AgentMsg::Checkpoint { join, seq: 2, donor, joiner, .. }
+                if *join == id && *donor == replica(1) && *joiner == replica(3))),
+        "{msgs:?}"
+    );
+    let out = more(r, t(11), risn, b"more");
+    assert_eq!(out.len(), 1, "held: nothing reaches a replica");
+    assert_eq!((out[0].dst, out[0].r.window), (CLIENT, 0), "zero window");
+    assert_eq!(out[0].r.ack, SeqNum(CISN).add(6));
+    assert!(input_ends(r).is_empty(), "held input gets no number");
+    id
+}
+
+/// Issue 15: a replica joins a stateful service — readmitted only with the
+/// group's state proven (the donor's and the joiner's digests at the
+/// paused input event agree), and part of the connection that was open
+/// before it came: its own TCP connection starts where the client's
+/// stream stands, and its output is translated like the others'.
+#[test]
+fn a_replica_joins_an_open_connection_with_proof_of_state() {
+    let (mut r, risn, _) = quiet_service_without_replica_3();
+    let id = start_join(&mut r, risn);
+    r.checkpoint_taken(t(20), id, Ok("d1".into()));
+    assert!(
+        drain(&mut r).is_empty(),
+        "nothing before the joiner's proof"
+    );
+    r.state_restored(t(30), id, Ok("d1".into()));
+    let out = drain(&mut r);
+    assert_eq!(out.len(), 1, "a SYN to the joiner");
+    let syn = &out[0];
+    assert_eq!((syn.src, syn.dst), (CLIENT, replica(3)));
+    assert_eq!(syn.r.flags, flags::SYN);
+    assert_eq!(
+        syn.r.seq,
+        SeqNum(CISN).add(5),
+        "where the client's stream stands"
+    );
+    assert_eq!(syn.r.wscale, Some(7), "the client's own scale");
+    assert_eq!(syn.r.mss, Some(1460));
+    assert_eq!(syn.r.timestamps, Some((1001, 0)));
+    let msgs = agent_msgs(&mut r);
+    assert!(
+        msgs.iter().any(|m| matches!(m,
+            AgentMsg::Input { kind: ftnet_core::InputKind::Join { base: 5 }, replicas, .. }
+                if replicas.contains(&replica(3)) && replicas.contains(&replica(1)))),
+        "{msgs:?}"
+    );
+    let jisn = 9_000_077u32;
+    let mut sa = Repr::new(
+        PORT,
+        CPORT,
+        SeqNum(jisn),
+        SeqNum(CISN).add(6),
+        flags::SYN | flags::ACK,
+        65160,
+    );
+    sa.mss = Some(1400);
+    sa.wscale = Some(9);
+    sa.timestamps = Some((777, 1001));
+    r.handle_packet(t(31), seg(replica(3), CLIENT, sa, b""));
+    let out = drain(&mut r);
+    let to3: Vec<&Out> = out.iter().filter(|o| o.dst == replica(3)).collect();
+    assert!(
+        to3.iter().any(|o| o.r.flags == flags::ACK
+            && o.r.seq == SeqNum(CISN).add(6)
+            && o.r.ack == SeqNum(jisn).add(1)),
+        "the handshake completed in the client's name"
+    );
+    let ev = log_events(&mut r);
+    assert!(
+        ev.iter().any(|e| matches!(
+            e,
+            Event::Joined {
+                connections: 1,
+                seq: 2,
+                ..
+            }
+        )),
+        "{ev:?}"
+    );
+    // The held bytes go to all three now, in the joiner's space too; the
+    // client gets its window back.
+    let data: Vec<&Out> = out.iter().filter(|o| o.payload == b"more").collect();
+    assert_eq!(data.len(), 3, "released to every replica");
+    let d3 = data.iter().find(|o| o.dst == replica(3)).expect("joiner");
+    assert_eq!(d3.r.seq, SeqNum(CISN).add(6));
+    assert_eq!(
+        d3.r.ack,
+        SeqNum(jisn).add(1),
+        "what the client acked, in its space"
+    );
+    assert!(
+        out.iter().any(|o| o.dst == CLIENT && o.r.window > 0),
+        "window update"
+    );
+    assert_eq!(input_ends(&mut r), vec![9], "the held chunk numbered");
+    // The joiner answers first: its bytes reach the client at the group's
+    // next output position.
+    let mut d = Repr::new(
+        PORT,
+        CPORT,
+        SeqNum(jisn).add(1),
+        SeqNum(CISN).add(10),
+        flags::ACK | flags::PSH,
+        500,
+    );
+    d.timestamps = Some((800, 1001));
+    r.handle_packet(t(32), seg(replica(3), CLIENT, d, b"again"));
+    let out = drain(&mut r);
+    let c: Vec<&Out> = out.iter().filter(|o| o.dst == CLIENT).collect();
+    assert_eq!(c.len(), 1);
+    assert_eq!(c[0].payload, b"again");
+    assert_eq!(c[0].r.seq, SeqNum(risn).add(6));
+    let st = r.status();
+    assert_eq!(
+        st.services[0].replicas[2].state,
+        ftnet_core::MemberState::Serving
+    );
+    assert_eq!(st.services[0].replicas[2].connections, 1);
+}
+
+/// Proof of state: a joiner whose restored state's digest differs from the
+/// donor's is not admitted; the input resumes without it.
+#[test]
+fn a_joiner_whose_digest_differs_stays_out() {
+    let (mut r, risn, _) = quiet_service_without_replica_3();
+    let id = start_join(&mut r, risn);
+    r.checkpoint_taken(t(20), id, Ok("d1".into()));
+    r.state_restored(t(30), id, Ok("stale".into()));
+    let out = drain(&mut r);
+    assert!(out.iter().all(|o| o.dst != replica(3)), "no SYN to it");
+    let data: Vec<&Out> = out.iter().filter(|o| o.payload == b"more").collect();
+    assert_eq!(data.len(), 2, "released to replicas 1 and 2 only");
+    let ev = log_events(&mut r);
+    assert!(
+        ev.iter()
+            .any(|e| matches!(e, Event::JoinFailed { reason, .. } if reason.contains("differs"))),
+        "{ev:?}"
+    );
+    let st = r.status();
+    assert_eq!(
+        st.services[0].replicas[2].state,
+        ftnet_core::MemberState::Down
+    );
+    assert!(!st.services[0].replicas[2].alive);
+}
+
+/// A service that does not come to rest (a replica never acknowledges the
+/// client's bytes) is not checkpointed: after `JOIN_QUIET_MAX` the join
+/// fails and the input resumes.
+#[test]
+fn a_join_waits_for_rest_and_gives_up_loudly() {
+    let mut r = sequencer_router(3);
+    let (risn, _) = handshake(&mut r, 3);
+    r.replica_failed(t(3), replica(3));
+    client_bytes(&mut r, t(4), risn, 0, b"hello");
+    drain(&mut r);
+    log_events(&mut r);
+    let id = r.join_replica(t(10), "t", replica(3)).expect("join");
+    assert!(id > 0);
+    r.handle_timeout(t(500));
+    assert!(
+        !agent_msgs(&mut r)
+            .iter()
+            .any(|m| matches!(m, AgentMsg::Checkpoint { .. })),
+        "not quiet: no checkpoint"
+    );
+    r.handle_timeout(t(2100));
+    let ev = log_events(&mut r);
+    assert!(
+        ev.iter()
+            .any(|e| matches!(e, Event::JoinFailed { reason, .. }
+            if reason.contains("did not come to rest"))),
+        "{ev:?}"
+    );
+    assert!(
+        r.join_replica(t(2200), "t", replica(1)).is_err(),
+        "serving: not a joiner"
+    );
+}

@@ -42,8 +42,12 @@ struct Shim {
     /// Records not written yet: `out[sent..]`.
     out: Vec<u8>,
     sent: usize,
-    /// What the shim wrote (one line: why it leaves).
+    /// What the shim wrote and was not parsed yet (`P` lines: where it
+    /// stands; one `L`/`N` line: why it leaves).
     note: Vec<u8>,
+    /// Its last answer to a position query: (query id, the last event
+    /// number it received, events not consumed by its server).
+    pos: Option<(u64, Option<u64>, u64)>,
 }
 
 /// How a shim left.
@@ -81,6 +85,7 @@ impl Shim {
             out: Vec::new(),
             sent: 0,
             note: Vec::new(),
+            pos: None,
         }
     }
 
@@ -122,6 +127,7 @@ impl Shim {
                     if self.note.len() < 4096 {
                         self.note.extend_from_slice(&buf[..n]);
                     }
+                    self.positions();
                     if let Some(end) = self.ended() {
                         return Err(end);
                     }
@@ -156,6 +162,24 @@ impl Shim {
             self.sent = 0;
         }
         Ok(())
+    }
+
+    /// Take the shim's answers to position queries (`P <id> <last|-> <queued>`)
+    /// off the front of what it wrote.
+    fn positions(&mut self) {
+        while self.note.first() == Some(&b'P') {
+            let Some(nl) = self.note.iter().position(|b| *b == b'\n') else {
+                return;
+            };
+            let line = String::from_utf8_lossy(&self.note[..nl]).to_string();
+            self.note.drain(..=nl);
+            let f: Vec<&str> = line.split_whitespace().collect();
+            if let [_, id, last, queued] = f.as_slice() {
+                if let (Ok(id), Ok(queued)) = (id.parse(), queued.parse()) {
+                    self.pos = Some((id, last.parse().ok(), queued));
+                }
+            }
+        }
     }
 
     /// The shim's line, once whole: `L why` (lost the order) or `N why`
@@ -247,6 +271,24 @@ impl Shims {
             }
         });
         (lost, list.len())
+    }
+
+    /// Ask every shim where it stands (query `id`).
+    fn query(&self, id: u64) -> Vec<String> {
+        self.send(&ftnet_control::shim_query(id))
+    }
+
+    /// Every shim's answer to query `id` (the last event it received, the
+    /// events its server has not consumed), once all answered; `None`
+    /// until then, or with no shim.
+    fn answers(&self, id: u64) -> Option<Vec<(Option<u64>, u64)>> {
+        let list = self.lock();
+        if list.is_empty() {
+            return None;
+        }
+        list.iter()
+            .map(|c| c.pos.filter(|p| p.0 == id).map(|p| (p.1, p.2)))
+            .collect()
     }
 
     /// What to wait on: each shim's socket, for input (its line, its close)
@@ -353,7 +395,7 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
         s.records = std::mem::take(&mut records);
         s.order = std::mem::take(&mut order);
         s.down = std::mem::take(&mut down);
-        let outcome = session(stream, &mut s, hello, &now_ms, &shims);
+        let outcome = session(stream, &mut s, hello, &now_ms, &shims, args.replica);
         records = std::mem::take(&mut s.records);
         order = std::mem::take(&mut s.order);
         down = std::mem::take(&mut s.down);
@@ -364,7 +406,14 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
             tries = 0;
         }
         match outcome {
-            Ok(AgentEvent::Registered { .. } | AgentEvent::RouterLost | AgentEvent::Input(_)) => {
+            Ok(
+                AgentEvent::Registered { .. }
+                | AgentEvent::RouterLost
+                | AgentEvent::Input(_)
+                | AgentEvent::Checkpoint { .. }
+                | AgentEvent::State { .. }
+                | AgentEvent::JoinEnded { .. },
+            ) => {
                 let p = format!("router {} fell silent", args.router);
                 warn!(
                     "{p}; keeping {} connection record(s); reconnecting",
@@ -406,7 +455,9 @@ fn session(
     hello: Msg,
     now_ms: &dyn Fn() -> u64,
     shims: &Shims,
+    me: Ipv4Addr,
 ) -> anyhow::Result<AgentEvent> {
+    let mut job: Option<Job> = None;
     stream.set_nodelay(true)?;
     stream.set_read_timeout(Some(Duration::from_millis(10)))?;
     stream.set_write_timeout(Some(Duration::from_secs(2)))?;
@@ -469,6 +520,9 @@ fn session(
                 s.lose_order(&why, &mut out);
             }
         }
+        if let Some(j) = &mut job {
+            j.tick(shims, now_ms(), &mut out);
+        }
         events.extend(s.on_timeout(now_ms(), &mut out));
         if !out.is_empty() {
             // One write for all (a router waits for `Stored` before it
@@ -500,8 +554,261 @@ fn session(
                     );
                 }
                 AgentEvent::Input(_) => {}
+                AgentEvent::Checkpoint {
+                    join,
+                    ports,
+                    seq,
+                    donor,
+                    joiner,
+                    ..
+                } => {
+                    let port = ports.first().copied().unwrap_or(0);
+                    if donor == me {
+                        info!(join, seq, %joiner, port, "donor of a join: checkpointing the server's state once it applied input event {seq}");
+                        job = Some(Job::donor(join, seq, port, now_ms()));
+                    } else if joiner == me {
+                        info!(join, seq, %donor, port, "joining: receiving the group's state from {donor}");
+                        job = Some(Job::joiner(join, port, now_ms()));
+                    }
+                }
+                AgentEvent::State {
+                    join,
+                    data,
+                    last,
+                    digest,
+                } => {
+                    if let Some(j) = &mut job {
+                        j.piece(join, &data, last, digest, &mut out);
+                    }
+                }
+                AgentEvent::JoinEnded { join, ok } => {
+                    if let Some(j) = job.take_if(|j| j.join == join) {
+                        if ok && j.joiner {
+                            info!(join, "joined: this replica serves again with the group's state; its server follows the order");
+                            s.order_regained();
+                        } else {
+                            info!(join, ok, "join ended");
+                        }
+                    }
+                }
                 other => return Ok(other),
             }
+        }
+    }
+}
+
+/// How long a donor waits for its server to apply the join's input point.
+const JOIN_APPLY_MAX: u64 = 10_000;
+/// How long a join's checkpoint or restore may take here.
+const STATE_IO_TIMEOUT: Duration = Duration::from_secs(50);
+
+/// This agent's part of a join ([`Msg::Checkpoint`]): as the donor, wait
+/// until the server applied the join's input event, checkpoint it and send
+/// the state; as the joiner, check that the server is fresh, take the
+/// state, restore it and report its digest.
+struct Job {
+    join: u64,
+    /// This agent's replica is the joiner (else the donor).
+    joiner: bool,
+    port: u16,
+    started: u64,
+    /// The position query out, and when it went.
+    query: Option<(u64, u64)>,
+    phase: Phase,
+}
+
+enum Phase {
+    /// Donor: until the server applied event `seq`.
+    Applying {
+        seq: u64,
+    },
+    /// Donor: the checkpoint runs.
+    Checkpointing(std::sync::mpsc::Receiver<Result<crate::state::Snapshot, String>>),
+    /// Joiner: the state arrives (`fresh`: the server took no input yet).
+    Receiving {
+        buf: Vec<u8>,
+        fresh: Option<bool>,
+        complete: bool,
+    },
+    /// Joiner: the restore runs.
+    Restoring(std::sync::mpsc::Receiver<Result<String, String>>),
+    Done,
+}
+
+impl Job {
+    fn donor(join: u64, seq: u64, port: u16, now: u64) -> Job {
+        Job {
+            join,
+            joiner: false,
+            port,
+            started: now,
+            query: None,
+            phase: Phase::Applying { seq },
+        }
+    }
+
+    fn joiner(join: u64, port: u16, now: u64) -> Job {
+        Job {
+            join,
+            joiner: true,
+            port,
+            started: now,
+            query: None,
+            phase: Phase::Receiving {
+                buf: Vec::new(),
+                fresh: None,
+                complete: false,
+            },
+        }
+    }
+
+    fn fail(&mut self, why: String, out: &mut Vec<Msg>) {
+        warn!(join = self.join, "join: {why}");
+        out.push(Msg::StateFailed {
+            join: self.join,
+            reason: why,
+        });
+        self.phase = Phase::Done;
+    }
+
+    /// A piece of the donor's state (joiner).
+    fn piece(
+        &mut self,
+        join: u64,
+        data: &str,
+        last: bool,
+        digest: Option<String>,
+        out: &mut Vec<Msg>,
+    ) {
+        if join != self.join {
+            return;
+        }
+        let Phase::Receiving { buf, complete, .. } = &mut self.phase else {
+            return;
+        };
+        match ftnet_control::state_unhex(data) {
+            Some(b) => buf.extend_from_slice(&b),
+            None => return self.fail("a state piece is not hex".into(), out),
+        }
+        if last {
+            *complete = true;
+            info!(join, bytes = buf.len(), donor_digest = ?digest, "joiner: the state arrived");
+        }
+    }
+
+    /// Ask the shims where they stand, at most every 5 ms; their answer
+    /// to the last query once all answered.
+    fn position(&mut self, shims: &Shims, now: u64) -> Option<Vec<(Option<u64>, u64)>> {
+        if let Some((id, _)) = self.query {
+            if let Some(a) = shims.answers(id) {
+                self.query = None;
+                return Some(a);
+            }
+        }
+        if self.query.is_none_or(|(_, at)| now >= at + 5) {
+            let id = self.query.map_or(1, |(id, _)| id + 1);
+            shims.query(id);
+            self.query = Some((id, now));
+        }
+        None
+    }
+
+    /// Move on as far as it goes now.
+    fn tick(&mut self, shims: &Shims, now: u64, out: &mut Vec<Msg>) {
+        let port = self.port;
+        match &mut self.phase {
+            Phase::Applying { seq } => {
+                let seq = *seq;
+                if shims.lock().is_empty() {
+                    self.fail(
+                        "no server here follows the input order (none under `ftnet run`)".into(),
+                        out,
+                    );
+                } else if now > self.started + JOIN_APPLY_MAX {
+                    self.fail(
+                        format!(
+                            "the server did not apply input event {seq} within {JOIN_APPLY_MAX} ms"
+                        ),
+                        out,
+                    );
+                } else if let Some(a) = self.position(shims, now) {
+                    if a.iter()
+                        .all(|&(last, queued)| last.unwrap_or(0) >= seq && queued == 0)
+                    {
+                        let (tx, rx) = std::sync::mpsc::channel();
+                        std::thread::spawn(move || {
+                            let r = crate::state::redis_checkpoint(port, STATE_IO_TIMEOUT)
+                                .map_err(|e| e.to_string());
+                            let _ = tx.send(r);
+                        });
+                        self.phase = Phase::Checkpointing(rx);
+                    }
+                }
+            }
+            Phase::Checkpointing(rx) => match rx.try_recv() {
+                Ok(Ok(snap)) => {
+                    info!(join = self.join, bytes = snap.bytes.len(), digest = %snap.digest, ms = now - self.started, "donor: checkpoint taken; sending it");
+                    let n = snap.bytes.len().div_ceil(ftnet_control::STATE_CHUNK).max(1);
+                    for i in 0..n {
+                        let lo = i * ftnet_control::STATE_CHUNK;
+                        let hi = (lo + ftnet_control::STATE_CHUNK).min(snap.bytes.len());
+                        let last = i + 1 == n;
+                        out.push(Msg::State {
+                            join: self.join,
+                            data: ftnet_control::state_hex(&snap.bytes[lo..hi]),
+                            last,
+                            digest: last.then(|| snap.digest.clone()),
+                        });
+                    }
+                    self.phase = Phase::Done;
+                }
+                Ok(Err(e)) => self.fail(format!("checkpoint: {e}"), out),
+                Err(std::sync::mpsc::TryRecvError::Empty) => {}
+                Err(_) => self.fail("the checkpoint thread died".into(), out),
+            },
+            Phase::Receiving { fresh: None, .. } => {
+                if shims.lock().is_empty() {
+                    self.fail(
+                        "no server here follows the input order (start it with `ftnet run`)".into(),
+                        out,
+                    );
+                } else if let Some(a) = self.position(shims, now) {
+                    if let Some(last) = a.iter().find_map(|p| p.0) {
+                        self.fail(format!("this replica's server already took input (up to event {last}): only a fresh server can take the group's state; restart it"), out);
+                    } else if let Phase::Receiving { fresh, .. } = &mut self.phase {
+                        *fresh = Some(true);
+                    }
+                }
+            }
+            Phase::Receiving {
+                fresh: Some(_),
+                complete: true,
+                buf,
+            } => {
+                let bytes = std::mem::take(buf);
+                let (tx, rx) = std::sync::mpsc::channel();
+                std::thread::spawn(move || {
+                    let r = crate::state::redis_restore(port, &bytes, STATE_IO_TIMEOUT)
+                        .map_err(|e| e.to_string());
+                    let _ = tx.send(r);
+                });
+                self.phase = Phase::Restoring(rx);
+            }
+            Phase::Receiving { .. } => {}
+            Phase::Restoring(rx) => match rx.try_recv() {
+                Ok(Ok(digest)) => {
+                    info!(join = self.join, %digest, ms = now - self.started, "joiner: state restored");
+                    out.push(Msg::Restored {
+                        join: self.join,
+                        digest,
+                    });
+                    self.phase = Phase::Done;
+                }
+                Ok(Err(e)) => self.fail(format!("restore: {e}"), out),
+                Err(std::sync::mpsc::TryRecvError::Empty) => {}
+                Err(_) => self.fail("the restore thread died".into(), out),
+            },
+            Phase::Done => {}
         }
     }
 }

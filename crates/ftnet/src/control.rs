@@ -61,6 +61,14 @@ pub trait RouterHandle: Send + Sync + 'static {
     /// `Router::order_report`); `then` runs before the router's lock is
     /// released (the agent starts getting input events there).
     fn order_report(&self, replica: Ipv4Addr, reports: &[OrderReport], then: &mut dyn FnMut());
+    /// A join's state report from its donor (`donor`) or joiner, or either
+    /// one's failure (see `Router::checkpoint_taken`).
+    fn join_report(&self, join: u64, donor: bool, result: Result<String, String>);
+    /// The donor and joiner of a join whose state is on its way.
+    fn join_parties(&self, join: u64) -> Option<(Ipv4Addr, Ipv4Addr)>;
+    /// A server of `addr` follows the order through its agent again: it
+    /// joins where it is down (see `Router::joinable`).
+    fn try_rejoin(&self, addr: Ipv4Addr);
 }
 
 /// The agents currently registered, by replica address.
@@ -229,6 +237,15 @@ impl Registry {
             }
             None => Routed::Yes,
         }
+    }
+
+    /// One message to one registered agent (a join's state on its way);
+    /// false if it is not there or its queue is full.
+    pub fn send_to(&self, replica: Ipv4Addr, msg: Msg) -> bool {
+        self.lock()
+            .get(&replica)
+            .filter(|a| a.lost.is_none())
+            .is_some_and(|a| a.tx.try_send(msg).is_ok())
     }
 
     /// Did this session's queue overflow (it missed a record)?
@@ -610,8 +627,67 @@ fn serve(
                 RouterEvent::OrderLost { replica, reason } => {
                     order_lost(router, replica, peer, &reason);
                 }
+                RouterEvent::State {
+                    replica,
+                    join,
+                    data,
+                    last,
+                    digest,
+                } => match router.join_parties(join) {
+                    Some((donor, joiner)) if donor == replica => {
+                        let msg = Msg::State {
+                            join,
+                            data,
+                            last,
+                            digest: digest.clone(),
+                        };
+                        if !reg.send_to(joiner, msg) {
+                            router.join_report(
+                                join,
+                                true,
+                                Err(format!("the joiner {joiner}'s agent cannot take the state")),
+                            );
+                        } else if last {
+                            router.join_report(
+                                join,
+                                true,
+                                digest.ok_or_else(|| "the donor sent no digest".to_string()),
+                            );
+                        }
+                    }
+                    _ => {
+                        warn!(%replica, %peer, join, "state piece for no join this replica donates to: dropped")
+                    }
+                },
+                RouterEvent::Restored {
+                    replica,
+                    join,
+                    digest,
+                } => {
+                    if router.join_parties(join).is_some_and(|(_, j)| j == replica) {
+                        router.join_report(join, false, Ok(digest));
+                    }
+                }
+                RouterEvent::StateFailed {
+                    replica,
+                    join,
+                    reason,
+                } => {
+                    if let Some((d, j)) = router.join_parties(join) {
+                        if replica == d || replica == j {
+                            router.join_report(
+                                join,
+                                replica == d,
+                                Err(format!("{replica}: {reason}")),
+                            );
+                        }
+                    }
+                }
                 RouterEvent::Shims { replica, count } => {
                     info!(%replica, %peer, shims = count, "servers following the input order through this agent: {count}");
+                    if count > 0 && shims == 0 {
+                        router.try_rejoin(replica);
+                    }
                     shims = count;
                     reg.ordered_servers
                         .lock()

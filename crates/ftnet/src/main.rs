@@ -8,6 +8,7 @@ mod instance;
 mod lab;
 mod router;
 mod run;
+mod state;
 mod status;
 mod sys;
 
@@ -48,6 +49,8 @@ enum ReplicaCmd {
     Drain(ReplicaArgs),
     /// Take the replica out of every connection at once (never a connection's last replica) and out of the service.
     Remove(ReplicaArgs),
+    /// Bring a down replica of a stateful service (a fresh server under `ftnet run`) to the group's state and admit it into every open connection, with proof (equal digests).
+    Join(ReplicaArgs),
 }
 
 #[derive(clap::Args)]
@@ -103,7 +106,7 @@ Examples:
         #[arg(long)]
         json: bool,
     },
-    /// Change a running service's replicas: enable, add, drain, remove (operator actions).
+    /// Change a running service's replicas: join, enable, add, drain, remove (operator actions).
     #[command(after_help = "\
 A replica leaves the group when it crashes, resets, stalls, diverges, loses the input order
 or its host is lost, and it stays out: its server missed input while it was out, so its
@@ -118,12 +121,20 @@ new connections to a replica and lets its connections finish; `remove` takes it 
 connection at once (never a connection's last replica, never the service's last serving
 replica). None of these change the config file: write the change there too.
 
+`join` brings a down replica of a stateful service back with the group's state, proven: the
+service's input pauses (clients see a zero window), a serving replica's agent checkpoints its
+server at that point of the input order (Redis: SAVE, after checking that no client session
+holds state a new connection would not have), the joiner's agent restores it into its fresh
+server (started with `ftnet run`), the two digests must be equal, and the joiner is added to
+every open connection. A replica whose agent sees a fresh server again joins by itself.
+
 Examples:
   ftnet replica enable 198.18.13.2                       # every service that lists it
   ftnet replica enable 198.18.13.2 --service redis --config /etc/ftnet/ftnet.toml
   ftnet replica drain 198.18.12.2                        # then, once drained:
   ftnet replica remove 198.18.12.2
-  ftnet replica add 198.18.14.2 --service redis")]
+  ftnet replica add 198.18.14.2 --service redis
+  ftnet replica join 198.18.12.2                         # after restarting its server fresh")]
     Replica {
         #[command(subcommand)]
         cmd: ReplicaCmd,
@@ -413,6 +424,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<i32> {
                 ReplicaCmd::Add(a) => ("add", a),
                 ReplicaCmd::Drain(a) => ("drain", a),
                 ReplicaCmd::Remove(a) => ("remove", a),
+                ReplicaCmd::Join(a) => ("join", a),
             };
             let path = status_socket(a.socket, a.config)?;
             let req = match a.service {

@@ -340,9 +340,58 @@ impl RouterHandle for Shared {
         // Replays and held events are queued: get them out.
         self.kick();
     }
+
+    fn join_report(&self, join: u64, donor: bool, result: Result<String, String>) {
+        Shared::join_report(self, join, donor, result)
+    }
+
+    fn join_parties(&self, join: u64) -> Option<(std::net::Ipv4Addr, std::net::Ipv4Addr)> {
+        Shared::join_parties(self, join)
+    }
+
+    fn try_rejoin(&self, addr: std::net::Ipv4Addr) {
+        Shared::try_rejoin(self, addr)
+    }
 }
 
 impl Shared {
+    /// A join's state report, or its failure (see `Router::checkpoint_taken`).
+    pub fn join_report(&self, join: u64, donor: bool, result: Result<String, String>) {
+        let now = self.now();
+        {
+            let mut r = self.lock();
+            match (donor, result) {
+                (_, Err(e)) => r.join_failed(now, join, e),
+                (true, ok) => r.checkpoint_taken(now, join, ok),
+                (false, ok) => r.state_restored(now, join, ok),
+            }
+        }
+        self.kick();
+    }
+
+    /// A fresh server of replica `addr` connected to its agent: where the
+    /// replica is down in a stateful service, it joins (with the group's
+    /// state, proven) without an operator.
+    pub fn try_rejoin(&self, addr: std::net::Ipv4Addr) {
+        let now = self.now();
+        let names = self.lock().joinable(addr);
+        for name in names {
+            let res = self.lock().join_replica(now, &name, addr);
+            match res {
+                Ok(join) => {
+                    info!(replica = %addr, service = %name, join, "a server of this replica follows the order again: it joins with the group's state")
+                }
+                Err(e) => warn!(replica = %addr, service = %name, "cannot start a join: {e}"),
+            }
+        }
+        self.kick();
+    }
+
+    /// The donor and joiner of a join whose state is on its way.
+    pub fn join_parties(&self, join: u64) -> Option<(std::net::Ipv4Addr, std::net::Ipv4Addr)> {
+        self.lock().join_parties(join)
+    }
+
     /// Wake the data-plane threads so that they write what the core queued.
     fn kick(&self) {
         let one: u64 = 1;
@@ -714,6 +763,40 @@ fn log_event(ev: &Event) {
                 warn!("connection {conn}: replica {replica} diverged at reply byte {offset}: no majority among {live} live replicas; vote_tie applied ({agreeing} replica(s) on the side kept)")
             }
         }
+        Event::JoinStarted {
+            service,
+            replica,
+            join,
+        } => {
+            warn!("service {service}: replica {replica} joins (join {join}): the service's input is paused (clients see a zero window) until every replica is at rest and its state is transferred and proven")
+        }
+        Event::JoinCheckpoint {
+            service,
+            replica,
+            donor,
+            seq,
+            quiet_ms,
+        } => {
+            info!("service {service}: at rest after {quiet_ms} ms at input event {seq}; replica {donor} checkpoints its state for joiner {replica}")
+        }
+        Event::Joined {
+            service,
+            replica,
+            seq,
+            digest,
+            connections,
+            pause_ms,
+        } => {
+            warn!("service {service}: replica {replica} JOINED: its state's digest {digest} equals the donor's at input event {seq}; it is part of {connections} open connection(s) and serves; input was paused {pause_ms} ms")
+        }
+        Event::JoinFailed {
+            service,
+            replica,
+            reason,
+            pause_ms,
+        } => {
+            error!("service {service}: replica {replica} could NOT join: {reason}; it stays out of service; input resumes after a {pause_ms} ms pause")
+        }
         other => info!("{other:?}"),
     }
 }
@@ -928,6 +1011,27 @@ fn admin_request(shared: &Shared, req: &str) -> serde_json::Value {
             } else {
                 warn!(replica = %addr, services = %back.join(", "), "operator brought the replica back into service (`ftnet replica enable`); its server must hold the group's state");
                 serde_json::json!({"ok": true, "enabled_in": back})
+            }
+        }
+        ["replica", "join", addr, rest @ ..] if rest.len() <= 1 => {
+            let Ok(addr) = addr.parse::<std::net::Ipv4Addr>() else {
+                return serde_json::json!({"ok": false, "error": format!("{addr:?} is not an IPv4 address")});
+            };
+            let service = match rest.first() {
+                Some(s) => s.to_string(),
+                None => match only_service(shared, addr, false) {
+                    Ok(s) => s,
+                    Err(e) => return serde_json::json!({"ok": false, "error": e}),
+                },
+            };
+            let now = shared.now();
+            let res = shared.lock().join_replica(now, &service, addr);
+            shared.kick();
+            match res {
+                Ok(join) => {
+                    serde_json::json!({"ok": true, "service": service, "join": join, "note": "joining: `ftnet status` and the router's log say when it serves"})
+                }
+                Err(e) => serde_json::json!({"ok": false, "error": e.to_string()}),
             }
         }
         ["replica", verb @ ("add" | "remove" | "drain"), addr, rest @ ..] if rest.len() <= 1 => {

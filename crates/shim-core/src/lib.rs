@@ -35,6 +35,28 @@
 //!   libevent does); a descriptor the server stops asking input of counts
 //!   as not read until it asks again.
 //!
+//! Two more records come from the agent. A **join** (kind 3) is the accept
+//! of a replica that joins a connection already open on the others: the
+//! router made it a fresh connection whose stream starts at the client's
+//! stream offset `base`. A shim whose server has that connection drops it,
+//! like a repeated accept (its number still counts); any other hands the
+//! connection out through `accept` at the join's place in the order, and
+//! counts the connection's chunk ends from the client's SYN, as everywhere
+//! (what the server has read starts at `base`). A **position query**
+//! (kind 4) is not part of the order: no number, never a hole. The shim
+//! answers it on the agent's socket with one line, `P <id> <last>
+//! <queued>` (the number of the last event received, `-` if none; how
+//! many received events the server has not consumed: accepts not handed
+//! out, chunks not read to their end), and only from a wait (`epoll_wait`,
+//! `poll`, `select`): an event loop has processed what it read before it
+//! waits again, so `<queued>` 0 tells the agent that the server has
+//! applied every event up to `<last>` (before it checkpoints the server's
+//! state). A query read inside a read or an accept is kept for the next
+//! wait; a server idle in a wait wakes up for it (the shim waits on the
+//! agent's socket too). Chunks of a connection the order never accepted
+//! (the shim started after its accept) are dropped: they could never be
+//! consumed.
+//!
 //! A server that stops reading one connection (flow control: Redis removes
 //! a client's read handler while its output buffer is full or it is
 //! blocked) does not stall the others: an event is only *eligible* while
@@ -76,7 +98,7 @@ mod state;
 #[cfg(test)]
 mod tests;
 
-pub use order::{decode, encode, Ev, Key, Kind, Order, RECORD};
+pub use order::{decode, encode, Ev, Key, Kind, Order, Record, RECORD};
 pub use os::{ConnectError, Fd, Os};
 pub use state::HOLD;
 
@@ -490,17 +512,22 @@ impl<O: Os> Shim<O> {
             s.unordered.insert(k);
             return AcceptPlan::Give(cfd);
         }
-        match s.exposed(os) {
-            Some(Ev {
-                seq,
-                key,
-                kind: Kind::Accept,
-            }) if key.vport == port => {
+        let head = s.exposed(os);
+        match head.and_then(|e| Some((e, e.kind.stream_base()?))) {
+            Some((Ev { seq, key, .. }, base)) if key.vport == port => {
                 let Some((cfd, _)) = s.pending.remove(&key) else {
                     return AcceptPlan::WouldBlock;
                 };
                 s.order.consumed(seq);
-                s.conns.insert(cfd, Conn { key, consumed: 0 });
+                // A joined connection's stream starts at its base: chunk
+                // ends are offsets of the client's whole stream.
+                s.conns.insert(
+                    cfd,
+                    Conn {
+                        key,
+                        consumed: base,
+                    },
+                );
                 s.reads.insert(cfd, Reads::default());
                 AcceptPlan::Give(cfd)
             }
@@ -607,7 +634,7 @@ impl<O: Os> Shim<O> {
             let mut out: Vec<libc::epoll_event> = Vec::with_capacity(max);
             {
                 let mut s = self.state();
-                s.pump(os);
+                s.pump_at_wait(os);
                 s.drain_accepts(os);
                 // data → fd for this epoll set (servers register the fd or a pointer; unique either way).
                 let fd_of: HashMap<u64, Fd> = s
@@ -759,7 +786,7 @@ impl<O: Os> Shim<O> {
             let agent;
             {
                 let mut s = self.state();
-                s.pump(os);
+                s.pump_at_wait(os);
                 s.drain_accepts(os);
                 let asked: HashSet<Fd> = user
                     .iter()

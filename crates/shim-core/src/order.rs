@@ -1,6 +1,7 @@
-//! The input order as the shim sees it: the router's numbered events,
-//! which of them the server may see next, and the wire format the agent
-//! uses to pass them on. Pure logic, tested without a server.
+//! The input order as the shim sees it: the router's numbered events
+//! (accepts, chunks, joins), which of them the server may see next, and
+//! the wire format the agent uses to pass them on (and to ask where the
+//! shim stands). Pure logic, tested without a server.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 
@@ -20,6 +21,26 @@ pub enum Kind {
     Data {
         end: u32,
     },
+    /// This replica joins a connection already open on the others: the
+    /// router made it a fresh connection whose stream starts at the
+    /// client's stream offset `base` (bytes after the client's SYN, mod
+    /// 2^32). An accept for a replica that does not have the connection,
+    /// dropped by one that does.
+    Join {
+        base: u32,
+    },
+}
+
+impl Kind {
+    /// For an accept or a join: the client's stream offset the new
+    /// connection's first byte has (0 for an accept, `base` for a join).
+    pub fn stream_base(&self) -> Option<u32> {
+        match *self {
+            Kind::Accept => Some(0),
+            Kind::Join { base } => Some(base),
+            Kind::Data { .. } => None,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,43 +53,83 @@ pub struct Ev {
 /// Size of one record on the agent → shim socket.
 pub const RECORD: usize = 24;
 
+/// One record on the agent → shim socket: a numbered event of the order,
+/// or a question about the shim's position in it (not part of the order:
+/// no number of its own, never a hole).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Record {
+    Event(Ev),
+    /// How far has the server got? Answered `P <id> <last> <queued>\n`
+    /// from the shim's next wait (`epoll_wait`, `poll`, `select`).
+    Query {
+        id: u64,
+    },
+}
+
+impl From<Ev> for Record {
+    fn from(ev: Ev) -> Record {
+        Record::Event(ev)
+    }
+}
+
+const KIND_ACCEPT: u8 = 1;
+const KIND_DATA: u8 = 2;
+const KIND_JOIN: u8 = 3;
+const KIND_QUERY: u8 = 4;
+
 /// `seq` u64 LE, client IPv4 (network order), cport u16 LE, vport u16 LE,
-/// kind u8 (1 accept, 2 data), 3 bytes zero, end u32 LE.
-pub fn encode(ev: &Ev) -> [u8; RECORD] {
+/// kind u8, 3 bytes zero, end u32 LE. Kinds: 1 accept (`end` 0), 2 data
+/// (`end`: the chunk's end), 3 join (`end`: the base offset), 4 position
+/// query (`seq`: the query's id; every other field 0).
+pub fn encode(rec: &Record) -> [u8; RECORD] {
     let mut b = [0u8; RECORD];
+    let ev = match *rec {
+        Record::Query { id } => {
+            b[0..8].copy_from_slice(&id.to_le_bytes());
+            b[16] = KIND_QUERY;
+            return b;
+        }
+        Record::Event(ev) => ev,
+    };
     b[0..8].copy_from_slice(&ev.seq.to_le_bytes());
     b[8..12].copy_from_slice(&ev.key.client.to_be_bytes());
     b[12..14].copy_from_slice(&ev.key.cport.to_le_bytes());
     b[14..16].copy_from_slice(&ev.key.vport.to_le_bytes());
     let (k, end) = match ev.kind {
-        Kind::Accept => (1, 0),
-        Kind::Data { end } => (2, end),
+        Kind::Accept => (KIND_ACCEPT, 0),
+        Kind::Data { end } => (KIND_DATA, end),
+        Kind::Join { base } => (KIND_JOIN, base),
     };
     b[16] = k;
     b[20..24].copy_from_slice(&end.to_le_bytes());
     b
 }
 
-pub fn decode(b: &[u8; RECORD]) -> Option<Ev> {
+/// The record in `b`; `None` for an unknown kind. Like the padding, the
+/// fields a kind does not use are not checked (`end` of an accept, all
+/// but `seq` of a query).
+pub fn decode(b: &[u8; RECORD]) -> Option<Record> {
     let u16le = |i: usize| u16::from_le_bytes([b[i], b[i + 1]]);
-    let kind = match b[16] {
-        1 => Kind::Accept,
-        2 => Kind::Data {
-            end: u32::from_le_bytes([b[20], b[21], b[22], b[23]]),
-        },
-        _ => return None,
-    };
+    let end = u32::from_le_bytes([b[20], b[21], b[22], b[23]]);
     let mut seq = [0u8; 8];
     seq.copy_from_slice(&b[0..8]);
-    Some(Ev {
-        seq: u64::from_le_bytes(seq),
+    let seq = u64::from_le_bytes(seq);
+    let kind = match b[16] {
+        KIND_ACCEPT => Kind::Accept,
+        KIND_DATA => Kind::Data { end },
+        KIND_JOIN => Kind::Join { base: end },
+        KIND_QUERY => return Some(Record::Query { id: seq }),
+        _ => return None,
+    };
+    Some(Record::Event(Ev {
+        seq,
         key: Key {
             client: u32::from_be_bytes([b[8], b[9], b[10], b[11]]),
             cport: u16le(12),
             vport: u16le(14),
         },
         kind,
-    })
+    }))
 }
 
 /// The received part of the router's order that the server has not consumed.
@@ -114,24 +175,36 @@ impl Order {
         // (an Accept, a chunk no longer than one before): the same events
         // on every replica, so dropping them keeps the replicas together.
         match ev.kind {
-            Kind::Accept => {
+            Kind::Accept | Kind::Join { .. } => {
                 // A new connection with a key seen before (port reuse).
                 if self.closed.remove(&ev.key) {
                     self.closed_fifo.retain(|k| *k != ev.key);
                 } else if self.open.contains_key(&ev.key) {
+                    // A repeated accept; a join of a connection this
+                    // replica already has.
                     return Ok(());
                 }
-                self.open.insert(ev.key, None);
+                // A joined connection has no chunk ending at or before its
+                // base: the router's stream to it starts there.
+                let start = match ev.kind {
+                    Kind::Join { base } => Some(base),
+                    _ => None,
+                };
+                self.open.insert(ev.key, start);
             }
             Kind::Data { end } => {
-                if self.closed.contains(&ev.key) {
+                // Only chunks of connections accepted (or joined) in the
+                // order and not closed: a late chunk of a closed one, or one
+                // whose accept this shim never got (it started late; its
+                // server has no such connection in the order), could never
+                // be consumed, and would count as unconsumed input forever.
+                let Some(prev) = self.open.get_mut(&ev.key) else {
+                    return Ok(());
+                };
+                if prev.is_some_and(|p| (end.wrapping_sub(p) as i32) <= 0) {
                     return Ok(());
                 }
-                let prev = self.open.insert(ev.key, Some(end)).flatten();
-                if let Some(p) = prev.filter(|&p| (end.wrapping_sub(p) as i32) <= 0) {
-                    self.open.insert(ev.key, Some(p));
-                    return Ok(());
-                }
+                *prev = Some(end);
             }
         }
         self.queue.push_back(ev);
@@ -177,8 +250,14 @@ impl Order {
         }
     }
 
+    /// The received events the server has not consumed.
     pub fn len(&self) -> usize {
         self.queue.len()
+    }
+
+    /// The number of the last event received (none yet: `None`).
+    pub fn last_seq(&self) -> Option<u64> {
+        self.last_seq
     }
 
     pub fn is_empty(&self) -> bool {
@@ -210,7 +289,7 @@ mod tests {
     #[test]
     fn record_format_is_fixed() {
         let e = ev(0x0102_0304_0506_0708, A, Kind::Data { end: 0xaabb_ccdd });
-        let b = encode(&e);
+        let b = encode(&e.into());
         assert_eq!(
             b,
             [
@@ -218,7 +297,7 @@ mod tests {
                 0xdd, 0xcc, 0xbb, 0xaa
             ]
         );
-        assert_eq!(decode(&b), Some(e));
+        assert_eq!(decode(&b), Some(Record::Event(e)));
         let mut bad = b;
         bad[16] = 9;
         assert_eq!(decode(&bad), None);
@@ -256,12 +335,15 @@ mod tests {
         );
         assert!(o.push(ev(u64::MAX, A, Kind::Data { end: 1 })).is_err());
         let mut o = Order::default();
+        o.push(ev(u64::MAX - 2, A, Kind::Accept)).unwrap();
         o.push(ev(u64::MAX - 1, A, Kind::Data { end: u32::MAX }))
             .unwrap();
         o.push(ev(u64::MAX, A, Kind::Data { end: 0 })).unwrap();
-        assert_eq!(o.len(), 2, "an end past 2^32 wraps as a stream offset");
-        let b = encode(&ev(u64::MAX, B, Kind::Data { end: u32::MAX }));
-        assert_eq!(decode(&b).map(|e| e.seq), Some(u64::MAX));
+        assert_eq!(o.len(), 3, "an end past 2^32 wraps as a stream offset");
+        let b = encode(&ev(u64::MAX, B, Kind::Data { end: u32::MAX }).into());
+        assert!(matches!(decode(&b), Some(Record::Event(e)) if e.seq == u64::MAX));
+        let b = encode(&Record::Query { id: u64::MAX });
+        assert_eq!(decode(&b), Some(Record::Query { id: u64::MAX }));
     }
 
     /// Passing over a connection the server does not read, and its events
@@ -269,14 +351,18 @@ mod tests {
     #[test]
     fn head_skips_ineligible_and_keeps_them() {
         let mut o = Order::default();
-        o.push(ev(1, A, Kind::Data { end: 10 })).unwrap();
-        o.push(ev(2, B, Kind::Data { end: 3 })).unwrap();
-        o.push(ev(3, A, Kind::Data { end: 20 })).unwrap();
-        assert_eq!(o.head(|_| true).map(|e| e.seq), Some(1));
-        assert_eq!(o.head(|e| e.key != A).map(|e| e.seq), Some(2));
+        o.push(ev(1, A, Kind::Accept)).unwrap();
+        o.push(ev(2, B, Kind::Accept)).unwrap();
+        o.consumed(1);
         o.consumed(2);
+        o.push(ev(3, A, Kind::Data { end: 10 })).unwrap();
+        o.push(ev(4, B, Kind::Data { end: 3 })).unwrap();
+        o.push(ev(5, A, Kind::Data { end: 20 })).unwrap();
+        assert_eq!(o.head(|_| true).map(|e| e.seq), Some(3));
+        assert_eq!(o.head(|e| e.key != A).map(|e| e.seq), Some(4));
+        o.consumed(4);
         assert_eq!(o.head(|e| e.key != A), None);
-        assert_eq!(o.head(|_| true).map(|e| e.seq), Some(1));
+        assert_eq!(o.head(|_| true).map(|e| e.seq), Some(3));
         assert!(o.pending_for(&A) && !o.pending_for(&B));
     }
 
@@ -312,5 +398,80 @@ mod tests {
         o.push(ev(4, A, Kind::Accept)).unwrap();
         o.push(ev(5, A, Kind::Data { end: 1 })).unwrap();
         assert_eq!(o.len(), 2, "the port was reused by a new connection");
+    }
+
+    /// Kinds 3 (join) and 4 (position query) on the wire, both ways, and
+    /// fixed bytes the agent's encoder must produce.
+    #[test]
+    fn join_and_query_records_are_fixed() {
+        let j = ev(0x0102_0304_0506_0708, A, Kind::Join { base: 0xaabb_ccdd });
+        let b = encode(&j.into());
+        assert_eq!(
+            b,
+            [
+                8, 7, 6, 5, 4, 3, 2, 1, 0xc6, 0x12, 0x01, 0x02, 0x40, 0x9c, 0xeb, 0x18, 3, 0, 0, 0,
+                0xdd, 0xcc, 0xbb, 0xaa
+            ]
+        );
+        assert_eq!(decode(&b), Some(Record::Event(j)));
+        let q = Record::Query {
+            id: 0x1122_3344_5566_7788,
+        };
+        let b = encode(&q);
+        assert_eq!(
+            b,
+            [
+                0x88, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11, 0, 0, 0, 0, 0, 0, 0, 0, 4, 0, 0, 0,
+                0, 0, 0, 0
+            ]
+        );
+        assert_eq!(decode(&b), Some(q));
+        for k in [0u8, 5, 0xff] {
+            let mut bad = b;
+            bad[16] = k;
+            assert_eq!(decode(&bad), None);
+        }
+    }
+
+    /// A join of a connection this replica already has is dropped, and
+    /// numbering goes on from it (no hole); a join of one it does not have
+    /// opens it at its base: chunks ending at or before the base are
+    /// dropped, later ones kept.
+    #[test]
+    fn joins_open_new_connections_and_are_dropped_for_open_ones() {
+        let mut o = Order::default();
+        o.push(ev(1, A, Kind::Accept)).unwrap();
+        o.push(ev(2, A, Kind::Data { end: 5 })).unwrap();
+        o.push(ev(3, A, Kind::Join { base: 2 })).unwrap();
+        o.push(ev(4, A, Kind::Data { end: 9 })).unwrap();
+        o.push(ev(5, B, Kind::Join { base: 100 })).unwrap();
+        o.push(ev(6, B, Kind::Data { end: 100 })).unwrap();
+        o.push(ev(7, B, Kind::Data { end: 110 })).unwrap();
+        assert_eq!(
+            o.push(ev(9, B, Kind::Data { end: 120 })),
+            Err(Gap {
+                expected: 8,
+                got: 9
+            })
+        );
+        let seqs: Vec<u64> = o.iter().map(|e| e.seq).collect();
+        assert_eq!(seqs, vec![1, 2, 4, 5, 7]);
+        assert_eq!(o.last_seq(), Some(7));
+        o.close(B);
+        o.push(ev(8, B, Kind::Join { base: 7 })).unwrap();
+        assert_eq!(o.len(), 4, "a closed key joined again is a new connection");
+    }
+
+    /// A chunk of a connection the order never accepted (this shim started
+    /// after its accept) is dropped: it could never be consumed, and it must
+    /// not make a later join of that key look like a repeat.
+    #[test]
+    fn chunks_without_an_accept_are_dropped() {
+        let mut o = Order::default();
+        o.push(ev(1, A, Kind::Data { end: 5 })).unwrap();
+        assert!(o.is_empty());
+        o.push(ev(2, A, Kind::Join { base: 5 })).unwrap();
+        o.push(ev(3, A, Kind::Data { end: 8 })).unwrap();
+        assert_eq!(o.len(), 2);
     }
 }

@@ -2,7 +2,7 @@
 //! connections taken from the kernel and not handed out) and the policy
 //! over them: which events the server may see now, losing the order.
 
-use crate::order::{decode, Ev, Key, Kind, Order, RECORD};
+use crate::order::{decode, Ev, Key, Kind, Order, Record, RECORD};
 use crate::os::{ConnectError, Fd, Os};
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
@@ -17,6 +17,10 @@ pub const HOLD: Duration = Duration::from_secs(3);
 /// A connection taken from the kernel with no accept event is handed out
 /// unordered after this long (rather than never).
 const STALE: Duration = Duration::from_secs(2);
+
+/// Position queries kept for the next wait at most (the agent asks one at
+/// a time; more are dropped, oldest first: it asks again).
+const QUERIES_MAX: usize = 1024;
 
 pub(crate) struct Conn {
     pub(crate) key: Key,
@@ -65,6 +69,10 @@ pub(crate) struct State {
     pub(crate) agent: Fd,
     last_try: Option<Instant>,
     rx: Vec<u8>,
+    /// Position queries read while the server was not waiting (inside a
+    /// read or an accept: it may not have processed what it read yet),
+    /// answered from its next wait.
+    queries: Vec<u64>,
     pub(crate) order: Order,
     /// Sequenced connections the server holds, by fd.
     pub(crate) conns: HashMap<Fd, Conn>,
@@ -128,6 +136,7 @@ fn detach(s: &mut State, os: &dyn Os, code: u8, why: &str) {
     os.send(s.agent, &line);
     os.close(s.agent);
     s.agent = -1;
+    s.queries.clear();
 }
 
 /// A fork-per-connection server's listeners are not ordered: with none
@@ -171,8 +180,43 @@ impl State {
         }
     }
 
-    /// Connect to the agent (at most every 100 ms) and read what it sent.
+    /// Connect to the agent (at most every 100 ms) and read what it sent,
+    /// from inside a call that is not a wait (a read, an accept, `listen`):
+    /// position queries are kept for the next wait.
     pub(crate) fn pump(&mut self, os: &dyn Os) {
+        self.pump_records(os, false);
+    }
+
+    /// [`State::pump`] from a wait (`epoll_wait`, `poll`, `select`): the
+    /// server has processed everything it read (an event loop handles what
+    /// it read before it waits again), so position queries are answered
+    /// now — those kept from earlier calls first, then each one read, as it
+    /// is read (its `<last>` is the last event before it on the socket).
+    pub(crate) fn pump_at_wait(&mut self, os: &dyn Os) {
+        self.pump_records(os, true);
+    }
+
+    /// Answer a position query on the agent's socket: `P <id> <last>
+    /// <queued>`, `<last>` the number of the last event received (`-`:
+    /// none yet), `<queued>` how many received events the server has not
+    /// consumed (an accept is consumed when the connection is handed out,
+    /// a chunk when the server has read up to its end). Connections taken
+    /// from the kernel whose accept event has not come are not events, and
+    /// loopback ones are not ordered: neither counts. Never blocks: a full
+    /// socket loses the line (the agent asks again).
+    fn answer(&self, os: &dyn Os, id: u64) {
+        if self.agent < 0 {
+            return;
+        }
+        let last = self
+            .order
+            .last_seq()
+            .map_or_else(|| "-".to_string(), |n| n.to_string());
+        let line = format!("P {id} {last} {}\n", self.order.len());
+        os.send(self.agent, line.as_bytes());
+    }
+
+    fn pump_records(&mut self, os: &dyn Os, at_wait: bool) {
         if self.held(os) || self.off {
             return;
         }
@@ -202,6 +246,11 @@ impl State {
                 std::process::id()
             );
         }
+        if at_wait {
+            for id in std::mem::take(&mut self.queries) {
+                self.answer(os, id);
+            }
+        }
         // Read everything the agent sent: it buffers what does not fit the
         // socket, and waits for room.
         let mut buf = [0u8; 1024 * RECORD];
@@ -225,20 +274,35 @@ impl State {
             for rec in rx[..whole].chunks_exact(RECORD) {
                 let mut r = [0u8; RECORD];
                 r.copy_from_slice(rec);
-                let Some(ev) = decode(&r) else {
-                    give_up(self, os, "malformed record from the agent");
-                    return;
+                let ev = match decode(&r) {
+                    Some(Record::Event(ev)) => ev,
+                    // Not an event: no number, never a hole.
+                    Some(Record::Query { id }) if at_wait => {
+                        self.answer(os, id);
+                        continue;
+                    }
+                    Some(Record::Query { id }) => {
+                        if self.queries.len() >= QUERIES_MAX {
+                            self.queries.remove(0);
+                        }
+                        self.queries.push(id);
+                        continue;
+                    }
+                    None => {
+                        give_up(self, os, "malformed record from the agent");
+                        return;
+                    }
                 };
                 // Only this server's services.
                 if !self.listeners.values().any(|p| *p == ev.key.vport) {
                     continue;
                 }
-                if ev.kind == Kind::Accept && self.unordered.remove(&ev.key) {
+                if ev.kind.stream_base().is_some() && self.unordered.remove(&ev.key) {
                     give_up(
                         self,
                         os,
                         &format!(
-                            "the accept event of the connection from port {} came after it was handed out unordered",
+                            "the accept (or join) event of the connection from port {} came after it was handed out unordered",
                             ev.key.cport
                         ),
                     );
@@ -357,7 +421,7 @@ impl State {
                 self.granted.clear();
                 for e in batch.iter().take(limit) {
                     let fd = match e.kind {
-                        Kind::Accept => listener_of(self, e.key.vport),
+                        Kind::Accept | Kind::Join { .. } => listener_of(self, e.key.vport),
                         Kind::Data { .. } => self.fd_of(&e.key),
                     };
                     let Some(fd) = fd.filter(|f| asks(*f)) else {
@@ -387,14 +451,14 @@ impl State {
     pub(crate) fn exposed(&self, os: &dyn Os) -> Option<Ev> {
         let by_key: HashMap<Key, Fd> = self.conns.iter().map(|(fd, c)| (c.key, *fd)).collect();
         let head = self.order.head(|e| match e.kind {
-            Kind::Accept => self
+            Kind::Accept | Kind::Join { .. } => self
                 .listeners
                 .iter()
                 .any(|(fd, p)| *p == e.key.vport && self.reads(*fd)),
             Kind::Data { .. } => by_key.get(&e.key).is_some_and(|fd| self.reads(*fd)),
         })?;
         let ready = match head.kind {
-            Kind::Accept => self.pending.contains_key(&head.key),
+            Kind::Accept | Kind::Join { .. } => self.pending.contains_key(&head.key),
             Kind::Data { end } => by_key
                 .get(&head.key)
                 .and_then(|fd| Some((*fd, self.conns.get(fd)?)))
@@ -416,7 +480,7 @@ impl State {
         let mut out: Vec<Ev> = Vec::new();
         for e in self.order.iter() {
             match e.kind {
-                Kind::Accept => {
+                Kind::Accept | Kind::Join { .. } => {
                     let eligible = self
                         .listeners
                         .iter()

@@ -26,6 +26,7 @@ pub(crate) fn fail_point(name: &'static str) {
 
 const AGENT: Fd = 100;
 const LISTENER: Fd = 3;
+const EPFD: Fd = 50;
 const PORT: u16 = 6379;
 const VIP: u32 = 0x0a00_0001;
 const A: Key = Key {
@@ -54,6 +55,11 @@ struct Fake {
     agent_gone: Cell<bool>,
     /// What the shim told the agent.
     agent_tx: RefCell<Vec<u8>>,
+    /// When the shim first told the agent something.
+    told_at: Cell<Option<Instant>>,
+    /// What the agent sends once the shim waits on its socket (an idle
+    /// server in a wait call).
+    agent_later: RefCell<Vec<u8>>,
     closed: RefCell<Vec<Fd>>,
     /// The listener's accept queue.
     queue: RefCell<VecDeque<Fd>>,
@@ -70,6 +76,8 @@ impl Fake {
             agent_rx: RefCell::default(),
             agent_gone: Cell::new(false),
             agent_tx: RefCell::default(),
+            told_at: Cell::new(None),
+            agent_later: RefCell::default(),
             closed: RefCell::default(),
             queue: RefCell::default(),
             socks: RefCell::default(),
@@ -101,8 +109,15 @@ impl Fake {
     fn order(&self, evs: &[Ev]) {
         let mut rx = self.agent_rx.borrow_mut();
         for e in evs {
-            rx.extend(encode(e));
+            rx.extend(encode(&(*e).into()));
         }
+    }
+
+    /// The agent asks the shim how far its server has got.
+    fn query(&self, id: u64) {
+        self.agent_rx
+            .borrow_mut()
+            .extend(encode(&Record::Query { id }));
     }
 
     fn advance(&self, d: Duration) {
@@ -172,6 +187,9 @@ impl Os for Fake {
     }
     fn send(&self, fd: Fd, buf: &[u8]) {
         assert_eq!(fd, AGENT);
+        if self.told_at.get().is_none() {
+            self.told_at.set(Some(self.now()));
+        }
         self.agent_tx.borrow_mut().extend_from_slice(buf);
     }
     fn close(&self, fd: Fd) {
@@ -212,6 +230,15 @@ impl Os for Fake {
         for p in fds.iter_mut() {
             p.revents = 0;
         }
+        if let Some(p) = fds.iter_mut().find(|p| p.fd == AGENT) {
+            let later = std::mem::take(&mut *self.agent_later.borrow_mut());
+            if !later.is_empty() {
+                // The agent writes while the shim waits: poll returns at once.
+                self.agent_rx.borrow_mut().extend(later);
+                p.revents = libc::POLLIN;
+                return 1;
+            }
+        }
         self.advance(Duration::from_millis(
             u64::try_from(timeout_ms).unwrap_or(0),
         ));
@@ -240,6 +267,48 @@ fn data(seq: u64, key: Key, end: u32) -> Ev {
         key,
         kind: Kind::Data { end },
     }
+}
+
+fn join(seq: u64, key: Key, base: u32) -> Ev {
+    Ev {
+        seq,
+        key,
+        kind: Kind::Join { base },
+    }
+}
+
+/// The server registers `fd` for input in its epoll set (data: the fd).
+fn watch(s: &Shim<Fake>, fd: Fd) {
+    let ev = libc::epoll_event {
+        events: EPOLLIN,
+        u64: u64::try_from(fd).unwrap(),
+    };
+    assert_eq!(
+        s.epoll_ctl(EPFD, libc::EPOLL_CTL_ADD, fd, Some(ev), || 0),
+        0
+    );
+}
+
+/// The server's `epoll_wait` (the kernel reports nothing of its own): the
+/// descriptors reported readable, in order.
+fn wait(s: &Shim<Fake>, timeout_ms: i32) -> Vec<Fd> {
+    let mut got = Vec::new();
+    let n = s.epoll_wait(
+        EPFD,
+        16,
+        timeout_ms,
+        |evs| {
+            got = evs
+                .iter()
+                .filter(|e| e.events & EPOLLIN != 0)
+                .map(|e| Fd::try_from(e.u64).unwrap())
+                .collect();
+            i32::try_from(evs.len()).unwrap()
+        },
+        || panic!("the real epoll_wait"),
+    );
+    assert!(n >= 0);
+    got
 }
 
 /// The server reads at most `count` bytes of `fd`: the bytes, or errno.
@@ -378,4 +447,123 @@ fn a_panic_in_the_logic_never_repeats_the_real_read() {
     assert_eq!(s.os().reads.get(), 1);
     s.os().advance(HOLD);
     assert_eq!(read(&s, 10, 100), Ok(b" world".to_vec()), "plain libc");
+}
+
+/// A join of a connection the server already has is dropped (its stream
+/// offsets stay the original ones), and numbering goes on without a hole.
+#[test]
+fn a_join_of_a_connection_the_server_has_is_dropped() {
+    let s = shim();
+    s.os().connect(10, A);
+    s.os().order(&[acc(1, A), data(2, A, 5)]);
+    assert_eq!(accept(&s), Ok(10));
+    s.os().arrive(10, b"hello");
+    assert_eq!(read(&s, 10, 64), Ok(b"hello".to_vec()));
+    s.os().order(&[join(3, A, 100), data(4, A, 8)]);
+    s.os().arrive(10, b"abc");
+    assert_eq!(read(&s, 10, 64), Ok(b"abc".to_vec()));
+    assert_eq!(accept(&s), Err(libc::EAGAIN), "nothing to accept");
+    assert_eq!(s.os().told_agent(), "", "no hole, nothing malformed");
+}
+
+/// A join of a connection the server never had: the connection is handed
+/// out through accept in its place in the order (the kernel queued it
+/// after another one), the listener is reported readable while it is the
+/// head, and chunk ends count from the client's SYN, not from the
+/// connection's first byte (here across the 2^32 wrap).
+#[test]
+fn a_join_hands_out_the_connection_in_order_from_its_base() {
+    let s = shim();
+    watch(&s, LISTENER);
+    let base: u32 = 0xffff_fffa;
+    s.os().connect(11, B);
+    s.os().connect(10, A);
+    s.os().order(&[
+        join(1, A, base),
+        acc(2, B),
+        data(3, A, base.wrapping_add(10)),
+        data(4, A, base.wrapping_add(15)),
+    ]);
+    assert_eq!(wait(&s, 0), vec![LISTENER], "the join is the head");
+    assert_eq!(accept(&s), Ok(10), "A's join is first in the order");
+    assert_eq!(accept(&s), Ok(11));
+    s.os().arrive(10, b"0123456789abcde");
+    assert_eq!(read(&s, 10, 64), Ok(b"0123456789".to_vec()));
+    assert_eq!(read(&s, 10, 64), Ok(b"abcde".to_vec()));
+    assert_eq!(s.os().told_agent(), "");
+}
+
+/// A server idle in `epoll_wait` wakes up when the agent asks, and answers
+/// with the exact line (no event received yet: `-`) within the same wait,
+/// without closing anything.
+#[test]
+fn a_position_query_wakes_an_idle_server_and_is_answered() {
+    let s = shim();
+    watch(&s, LISTENER);
+    let t0 = s.os().now();
+    s.os()
+        .agent_later
+        .borrow_mut()
+        .extend(encode(&Record::Query { id: 7 }));
+    assert_eq!(wait(&s, 1000), Vec::<Fd>::new());
+    assert_eq!(s.os().told_agent(), "P 7 - 0\n");
+    let at = s.os().told_at.get().unwrap();
+    assert!(at.saturating_duration_since(t0) < Duration::from_millis(5));
+    assert!(s.os().closed.borrow().is_empty());
+}
+
+/// A query between two numbered events is not an event: no hole, and its
+/// `<last>` is the last event before it on the socket.
+#[test]
+fn a_position_query_between_two_events_is_no_hole() {
+    let s = shim();
+    s.os().connect(10, A);
+    s.os().order(&[acc(1, A)]);
+    s.os().query(5);
+    s.os().order(&[data(2, A, 3)]);
+    wait(&s, 0);
+    assert_eq!(s.os().told_agent(), "P 5 1 1\n");
+    assert_eq!(accept(&s), Ok(10));
+    s.os().arrive(10, b"abc");
+    assert_eq!(read(&s, 10, 64), Ok(b"abc".to_vec()));
+    s.os().order(&[data(3, A, 5)]);
+    s.os().arrive(10, b"de");
+    assert_eq!(read(&s, 10, 64), Ok(b"de".to_vec()));
+    assert_eq!(s.os().told_agent(), "P 5 1 1\n", "no L line");
+}
+
+/// `<queued>` counts the events the server has not consumed: an accept
+/// until the connection is handed out, a chunk until it is read.
+#[test]
+fn queued_counts_events_until_the_server_consumed_them() {
+    let s = shim();
+    s.os().connect(10, A);
+    s.os().order(&[acc(1, A), data(2, A, 3)]);
+    s.os().query(1);
+    wait(&s, 0);
+    assert_eq!(accept(&s), Ok(10));
+    s.os().query(2);
+    wait(&s, 0);
+    s.os().arrive(10, b"abc");
+    assert_eq!(read(&s, 10, 64), Ok(b"abc".to_vec()));
+    s.os().query(3);
+    wait(&s, 0);
+    assert_eq!(s.os().told_agent(), "P 1 2 2\nP 2 2 1\nP 3 2 0\n");
+}
+
+/// A query read inside a read (the server may not have processed what it
+/// read yet) is answered from the next wait, with the state then.
+#[test]
+fn a_query_read_inside_a_read_waits_for_the_next_wait() {
+    let s = shim();
+    s.os().connect(10, A);
+    s.os().order(&[acc(1, A), data(2, A, 3), data(3, A, 6)]);
+    assert_eq!(accept(&s), Ok(10));
+    s.os().arrive(10, b"abcdef");
+    assert_eq!(read(&s, 10, 64), Ok(b"abc".to_vec()));
+    s.os().query(9);
+    assert_eq!(read(&s, 10, 64), Ok(b"def".to_vec()));
+    assert_eq!(s.os().told_agent(), "", "not inside the read");
+    wait(&s, 0);
+    assert_eq!(s.os().told_agent(), "P 9 3 0\n");
 }

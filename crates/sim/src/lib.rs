@@ -401,6 +401,11 @@ impl SimAgent {
             match e.kind {
                 InputKind::Accept => c.0 = true,
                 InputKind::Data { end } => c.1 = Some(end),
+                // The simulation makes no joins.
+                InputKind::Join { base } => {
+                    c.0 = true;
+                    c.1 = Some(base);
+                }
             }
             self.passed.push(e);
         }
@@ -1200,7 +1205,9 @@ impl Sim {
                                 });
                         }
                     }
-                    AgentMsg::OutOfService { .. } => {}
+                    AgentMsg::OutOfService { .. }
+                    | AgentMsg::Checkpoint { .. }
+                    | AgentMsg::JoinEnded { .. } => {}
                 }
                 self.log(format!("{:>10} AGENTS {:?}", self.now, m));
                 self.agent_msgs.push(m);
@@ -1955,6 +1962,12 @@ impl Sim {
             let st = shim.entry(key.cport).or_default();
             match kind {
                 InputKind::Accept => st.0 = true,
+                InputKind::Join { base } => {
+                    if !st.0 {
+                        st.0 = true;
+                        st.1 = Some(*base);
+                    }
+                }
                 InputKind::Data { end } => {
                     if !st.0 {
                         return Err(format!(

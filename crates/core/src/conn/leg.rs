@@ -71,6 +71,10 @@ pub(super) struct Leg {
     pub(super) ack_out: Option<SeqNum>,
     /// When the last challenge ACK went to this replica (RFC 5961 §7).
     pub(super) challenge_at: Option<Instant>,
+    /// A replica that joined the open connection
+    /// ([`Conn::join_leg`]): the client-stream position its own TCP
+    /// connection starts at (its SYN's sequence number + 1).
+    pub(super) joined_at: Option<SeqNum>,
 }
 
 impl Leg {
@@ -127,6 +131,7 @@ impl Conn {
             learned: true,
             ack_out: None,
             challenge_at: None,
+            joined_at: None,
         });
         let start = self.router_isn.add(1);
         if let Some(v) = &mut self.vote {

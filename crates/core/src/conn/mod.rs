@@ -14,6 +14,7 @@ mod close;
 mod detect;
 mod handshake;
 mod inbound;
+mod join;
 mod leg;
 mod lifecycle;
 mod outbound;
@@ -24,6 +25,7 @@ mod voting;
 
 use challenge::may_challenge;
 pub use challenge::ChallengeBudget;
+pub(crate) use join::Quiet;
 use leg::{Leg, LegState};
 pub(crate) use lifecycle::SynOnKey;
 use recovery::Adoption;
@@ -196,6 +198,13 @@ pub struct Conn {
     probe_passed_at: Option<Instant>,
     /// When the last challenge ACK went to the client (RFC 5961 §7).
     challenge_at: Option<Instant>,
+    /// The window scale the client announced in its SYN (`None`: none, or
+    /// not known, for a connection adopted after a takeover). A replica
+    /// that joins the open connection gets it in its SYN.
+    client_wscale: Option<u8>,
+    /// The service's input is paused (a replica joins): the client is told
+    /// a zero window.
+    paused: bool,
 }
 
 /// Largest distance two related sequence numbers may have; beyond it a
@@ -250,6 +259,8 @@ impl Conn {
             client_seen: true,
             probe_passed_at: None,
             challenge_at: None,
+            client_wscale: syn.wscale,
+            paused: false,
             vote: match voting {
                 Voting::Off => None,
                 Voting::Majority { tie } => Some(Box::new(VoteState {
@@ -304,6 +315,11 @@ impl Conn {
 
     /// The window field for the client given the group edge and ack.
     fn window_field(&self, ack: SeqNum, edge: SeqNum) -> u16 {
+        if self.paused {
+            // FT-TCP §3.2: a zero window keeps the client waiting, without
+            // retransmitting into the pause, while a replica joins.
+            return 0;
+        }
         translate::window_field(ack, edge, self.ws_out)
     }
 

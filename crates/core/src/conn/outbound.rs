@@ -30,9 +30,21 @@ impl Conn {
         if seg.has(flags::RST) && self.legs[i].state == LegState::SynSent {
             // RFC 9293 §3.10.7.3 (SYN-SENT): a RST is acceptable only if
             // its ACK acknowledges the SYN, SEG.ACK = ISS + 1 exactly (the
-            // client's ISN here); any other is dropped.
-            if !seg.has(flags::ACK) || seg.ack != self.client_isn.add(1) {
+            // client's ISN here; for a joining leg, where its SYN began);
+            // any other is dropped.
+            let iss1 = self.legs[i].joined_at.unwrap_or(self.client_isn.add(1));
+            if !seg.has(flags::ACK) || seg.ack != iss1 {
                 return Err(DropReason::RstBadAck);
+            }
+            if self.legs[i].joined_at.is_some() {
+                // The joiner refuses the connection: the join fails.
+                self.evict(
+                    ctx,
+                    crate::ids::LegId(i),
+                    crate::event::EvictReason::Reset,
+                    false,
+                );
+                return Ok(());
             }
             // An acceptable RST to the SYN: nothing listens there. The leg
             // leaves this connection at once; the replica is marked down
@@ -73,7 +85,11 @@ impl Conn {
         self.legs[i].seen_at = ctx.now;
         self.last_activity = ctx.now;
         if seg.has(flags::SYN) {
-            self.replica_synack(ctx, i, seg);
+            if self.legs[i].joined_at.is_some() {
+                self.join_synack(ctx, i, seg);
+            } else {
+                self.replica_synack(ctx, i, seg);
+            }
             return;
         }
         if self.legs[i].state != LegState::Open {

@@ -129,6 +129,9 @@ impl Conn {
         c.ws_out = rec.wscale_out.min(14);
         c.mss_out = mss_or_default(rec.mss_out);
         c.client_ws = rec.wscale_out > 0;
+        // The client's own scale is in no record: a replica cannot join
+        // this connection.
+        c.client_wscale = None;
         c.counted_half_open = false;
         c.announced = true;
         c.adoption = Some(Adoption::Rebuilding {

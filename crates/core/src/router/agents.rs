@@ -97,7 +97,7 @@ impl Router {
             // Inputs are numbered as they leave, per service, so the numbers
             // follow the order the core produced them in and have no gaps.
             // (Replays come numbered.)
-            let input = match self.out.agents.pop_front()? {
+            let mut input = match self.out.agents.pop_front()? {
                 ToAgents::Msg(m) => return Some(m),
                 ToAgents::Input(input) => input,
             };
@@ -106,6 +106,13 @@ impl Router {
                 // Never: a connection belongs to a service. Left unnumbered.
                 return Some(input.numbered(0));
             };
+            // A replica out of the group gets no more of the order: its
+            // server's state is no longer the group's, and the events of
+            // the connections it was in would reach a restarted server's
+            // shim without the others' (a hole). It comes back through a
+            // join, whose `Join` events are its first.
+            let key = input.key;
+            input.replicas.retain(|&a| self.gets_order(svc, a, key));
             let o = &mut self.order[svc.0];
             if let Some(w) = &mut o.waiting {
                 // Not numbered before the agents said where the order stands.
@@ -117,6 +124,30 @@ impl Router {
                 continue;
             }
             return Some(o.number(input));
+        }
+    }
+
+    /// Whether replica `addr` of `svc` gets the service's input events: it
+    /// is in the group (serving or draining), or joining with its
+    /// connections being added, or still a live replica of the event's
+    /// connection (the last one it was never taken from).
+    fn gets_order(&self, svc: ServiceId, addr: Ipv4Addr, key: ConnKey) -> bool {
+        let Some(i) = self.config.services[svc.0]
+            .replicas
+            .iter()
+            .position(|r| *r == addr)
+        else {
+            return true;
+        };
+        match self.health[svc.0][i] {
+            Member::Serving | Member::Draining { .. } => true,
+            Member::Joining { .. } => self
+                .joins
+                .iter()
+                .any(|j| j.svc == svc && j.joiner.0 == i && j.phase == join::JoinPhase::Legs),
+            Member::Down { .. } | Member::Removed { .. } => {
+                self.conns.get(&key).is_some_and(|c| c.live_leg_at(addr))
+            }
         }
     }
 

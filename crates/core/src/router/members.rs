@@ -100,6 +100,7 @@ impl Router {
     /// router's verdicts reach this one through the agents
     /// ([`Router::reported_down`]).
     pub fn host_lost(&mut self, now: Instant, addr: Ipv4Addr) -> usize {
+        self.fail_joins_of(now, addr, "its host was lost (agent silent)");
         if let Some(a) = &mut self.agents {
             if self.counters.connections_opened + self.counters.connections_adopted == 0 {
                 a.remove(&addr);
@@ -128,6 +129,7 @@ impl Router {
     /// back when its agent registers again. Returns how many services it
     /// was marked down in.
     pub fn replica_failed(&mut self, now: Instant, addr: Ipv4Addr) -> usize {
+        self.fail_joins_of(now, addr, "its server lost the input order");
         let mut n = 0;
         for (svc, s) in self.config.services.iter().enumerate() {
             for (i, r) in s.replicas.iter().enumerate() {

@@ -4,6 +4,7 @@
 //! takeover, the sequencer's order).
 
 mod agents;
+mod join;
 mod members;
 
 use crate::config::Config;
@@ -91,6 +92,10 @@ pub struct Router {
     drain_checked: Option<Instant>,
     /// Down replicas of stateless services: when each is probed next.
     probe_next: HashMap<(ServiceId, ReplicaId), Instant>,
+    /// Joins in progress (at most one per service).
+    joins: Vec<join::Join>,
+    /// The last join's id.
+    join_ids: u64,
 }
 
 impl Router {
@@ -135,6 +140,8 @@ impl Router {
             drained: Vec::new(),
             drain_checked: None,
             probe_next: HashMap::new(),
+            joins: Vec::new(),
+            join_ids: 0,
             config,
         }
     }
@@ -259,6 +266,14 @@ impl Router {
             vip: seg.dst,
             vport: seg.dport,
         };
+        if !self.joins.is_empty()
+            && self.paused(svc)
+            && (seg.payload_len > 0 || seg.flags & (flags::SYN | flags::FIN | flags::RST) != 0)
+        {
+            // A replica joins: the service's input waits (see `join`).
+            self.hold(now, svc, key, pkt);
+            return Ok(());
+        }
         let is_syn = seg.has(flags::SYN) && !seg.has(flags::ACK) && !seg.has(flags::RST);
         if is_syn {
             match self.conns.get(&key).map(|c| c.syn_on_key(seg.seq)) {
@@ -402,6 +417,10 @@ impl Router {
         self.on_conn(now, key, |c, ctx| c.replica_input(ctx, i, pkt, seg))
             .ok_or(DropReason::UnknownConnection)??;
         self.after(now, key);
+        if !self.joins.is_empty() {
+            // A joiner's SYN-ACK may complete a join.
+            self.join_tick(now);
+        }
         Ok(())
     }
 
@@ -531,6 +550,9 @@ impl Router {
         if self.drain_due().is_some_and(|t| t <= now) {
             self.check_drained(now);
         }
+        if self.join_due().is_some_and(|t| t <= now) {
+            self.join_tick(now);
+        }
         for svc in 0..self.order.len() {
             let due = self.order[svc]
                 .waiting
@@ -585,7 +607,7 @@ impl Router {
             .min();
         let conns = self.timers.peek().map(|Reverse((t, _))| *t);
         let probe = self.probe_next.values().min().copied();
-        [order, conns, self.drain_due(), probe]
+        [order, conns, self.drain_due(), probe, self.join_due()]
             .into_iter()
             .flatten()
             .min()

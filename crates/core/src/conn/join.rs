@@ -1,0 +1,299 @@
+//! A replica joins a connection that is already open (COSCANet-FT §V:
+//! "adding replicas to an existing connection"; FT-TCP §3.2's zero-window
+//! pause). The router pauses the service's input (`paused`: the client is
+//! told a zero window), waits until the connection is quiet, and once the
+//! joiner's server holds the group's state it opens a TCP connection of
+//! its own to the joiner in the client's name, starting where the client's
+//! stream stands (`Conn::join_leg`). From then on the joiner is one more
+//! leg: the client's next bytes reach it as they reach the others, and
+//! its output, at the same server-stream position as theirs, is translated
+//! like theirs.
+
+use super::{Conn, Ctx, LegState, Phase, Seg};
+use crate::event::{EvictReason, InputKind};
+use crate::ids::{LegId, ReplicaId};
+use crate::metrics::DropReason;
+use crate::packet::Packet;
+use ftnet_wire::tcp::{flags, Repr};
+use ftnet_wire::{SeqDelta, SeqNum};
+use std::net::Ipv4Addr;
+
+/// Whether a connection can be joined now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Quiet {
+    /// Open and at rest: the joiner joins it.
+    Join,
+    /// Closed (or going away): no more input, nothing to join.
+    Skip,
+    /// Not at rest yet (why), or never joinable (`forever`).
+    Wait { why: &'static str, forever: bool },
+}
+
+impl Conn {
+    /// The service's input is paused (or resumes): the client is told a
+    /// zero window (FT-TCP §3.2) on everything the router sends it; on
+    /// resuming it gets a window update at once.
+    pub(crate) fn set_paused(&mut self, ctx: &mut Ctx, on: bool) {
+        if self.paused == on {
+            return;
+        }
+        self.paused = on;
+        if !on && self.phase == Phase::Established {
+            self.emit_ack(ctx, false);
+        }
+    }
+
+    /// A client segment held while the service is paused: the client is
+    /// told (again) that the window is closed, so that it waits in
+    /// persist mode instead of retransmitting into the pause.
+    pub(crate) fn pause_ack(&mut self, ctx: &mut Ctx) {
+        if self.paused && self.phase == Phase::Established {
+            self.emit_ack(ctx, false);
+        }
+    }
+
+    /// Whether the connection is at rest for a join: every byte the
+    /// client sent is numbered and acknowledged by every replica, every
+    /// replica sent the same output and the client acknowledged all of it,
+    /// nobody closed. Then every replica's server holds the same state of
+    /// this connection, and a joiner's fresh connection at this point of
+    /// both streams is equivalent to theirs.
+    pub(crate) fn join_quiet(&self) -> Quiet {
+        let wait = |why| Quiet::Wait {
+            why,
+            forever: false,
+        };
+        match self.phase {
+            Phase::Closed { .. } | Phase::Dead => return Quiet::Skip,
+            Phase::Established => {}
+            _ => return wait("being set up"),
+        }
+        if self.vote.is_some() {
+            return Quiet::Wait {
+                why: "its output is voted on",
+                forever: true,
+            };
+        }
+        if self.adoption.is_some() || !self.client_seen {
+            return wait("being rebuilt after a takeover");
+        }
+        if self.client_ws && self.client_wscale.is_none() {
+            return Quiet::Wait {
+                why: "adopted after a takeover: the client's window scale is not known",
+                forever: true,
+            };
+        }
+        if self.client_fin.is_some() || self.legs.iter().any(|l| l.live() && l.fin.is_some()) {
+            return wait("closing");
+        }
+        if self.legs.iter().any(|l| l.live() && !l.open()) {
+            return wait("a replica has not answered its SYN");
+        }
+        if self.input_hi != self.client_hi {
+            return wait("client bytes not numbered yet");
+        }
+        for l in self.legs.iter().filter(|l| l.open()) {
+            if !l.learned {
+                return wait("a replica's position is not known");
+            }
+            if l.ack != self.client_hi {
+                return wait("client bytes not acknowledged by every replica");
+            }
+            if l.hi != self.sent_hi {
+                return wait("a replica's output differs in length from the others'");
+            }
+        }
+        if self.client_ack != self.sent_hi {
+            return wait("output not acknowledged by the client");
+        }
+        Quiet::Join
+    }
+
+    /// Add `replica` (at `addr`) to this quiet connection: a SYN in the
+    /// client's name starting at the client's next byte (its options as
+    /// the client's SYN had them), and the sequencer's `Join` event, which
+    /// the joiner's shim takes as the connection's accept (the others
+    /// already have it and drop it).
+    pub(crate) fn join_leg(&mut self, ctx: &mut Ctx, replica: ReplicaId, addr: Ipv4Addr) {
+        if self.legs.iter().any(|l| l.replica == replica && l.live()) {
+            return;
+        }
+        self.add_leg(replica, addr, ctx.now);
+        let mut i = self.legs.len() - 1;
+        if let Some(old) = self.legs.iter().position(|l| l.replica == replica) {
+            if old != i {
+                // It left this connection before: the fresh leg takes the
+                // old one's place (one leg per replica: `leg_of`). Joined
+                // connections are never voted on, so no vote state moves.
+                self.legs.swap_remove(old);
+                i = old;
+            }
+        }
+        self.legs[i].joined_at = Some(self.client_hi);
+        self.legs[i].hi = self.sent_hi;
+        self.legs[i].ack = self.client_hi;
+        self.legs[i].edge = self.client_hi;
+        self.send_join_syn(ctx, i);
+        if !self.order_to.contains(&addr) {
+            self.order_to.push(addr);
+        }
+        if ctx.sequencer {
+            let base = self
+                .client_hi
+                .0
+                .wrapping_sub(self.client_isn.0.wrapping_add(1));
+            self.input(ctx, InputKind::Join { base });
+        }
+    }
+
+    fn send_join_syn(&self, ctx: &mut Ctx, i: usize) {
+        let l = &self.legs[i];
+        let Some(at) = l.joined_at else {
+            return;
+        };
+        let mut r = Repr::new(
+            self.key.cport,
+            self.key.vport,
+            at.sub(1),
+            SeqNum(0),
+            flags::SYN,
+            self.client_win,
+        );
+        r.mss = Some(self.client_mss);
+        r.wscale = if self.client_ws {
+            self.client_wscale
+        } else {
+            None
+        };
+        if self.ts_on {
+            r.timestamps = Some((self.client_tsval, 0));
+        }
+        ctx.tx
+            .push_back(Packet::plain(r.emit_ipv4(self.key.client, l.addr, &[])));
+        ctx.counters.packets_out += 1;
+    }
+
+    /// Repeat the SYN to every joining leg that has not answered.
+    pub(crate) fn join_syn_again(&mut self, ctx: &mut Ctx) {
+        for i in 0..self.legs.len() {
+            if self.legs[i].joined_at.is_some() && self.legs[i].state == LegState::SynSent {
+                self.legs[i].syn_tries += 1;
+                self.send_join_syn(ctx, i);
+            }
+        }
+    }
+
+    /// Whether the replica at `addr` is still part of this connection.
+    pub(crate) fn live_leg_at(&self, addr: Ipv4Addr) -> bool {
+        self.legs.iter().any(|l| l.addr == addr && l.live())
+    }
+
+    /// Whether `replica` joined and is open here (`Some(false)`: joining,
+    /// `None`: not a joining leg, or it left).
+    pub(crate) fn join_state(&self, replica: ReplicaId) -> Option<bool> {
+        self.legs
+            .iter()
+            .find(|l| l.replica == replica && l.joined_at.is_some() && l.live())
+            .map(|l| l.open())
+    }
+
+    /// Take a joining leg out again (the join failed): RST its side.
+    pub(crate) fn unjoin(&mut self, ctx: &mut Ctx, replica: ReplicaId) {
+        if let Some(i) = self
+            .legs
+            .iter()
+            .position(|l| l.replica == replica && l.joined_at.is_some() && l.live())
+        {
+            self.evict(ctx, LegId(i), EvictReason::ReplicaDown, false);
+        }
+    }
+
+    /// The joiner's SYN-ACK on a joining leg: its sequence space is
+    /// mapped onto the client's at the point the other replicas' output
+    /// stands, and the handshake is completed in the client's name.
+    pub(super) fn join_synack(&mut self, ctx: &mut Ctx, i: usize, seg: &Seg) {
+        let Some(at) = self.legs[i].joined_at else {
+            return;
+        };
+        if !seg.has(flags::ACK) || seg.ack != at {
+            ctx.counters.drop(DropReason::BadState);
+            return;
+        }
+        match self.legs[i].state {
+            LegState::SynSent => {}
+            LegState::Open => {
+                // Our ACK was lost: the joiner repeats its SYN-ACK.
+                self.send_join_ack(ctx, i, seg.seq.add(1));
+                return;
+            }
+            _ => {
+                ctx.counters.drop(DropReason::EvictedReplica);
+                return;
+            }
+        }
+        let reference = self
+            .legs
+            .iter()
+            .find(|l| l.open())
+            .map(|l| (l.has_ts, l.has_ws));
+        if reference.is_some_and(|r| r != (seg.ts.is_some(), seg.wscale.is_some())) {
+            self.evict(ctx, LegId(i), EvictReason::OptionMismatch, false);
+            return;
+        }
+        let ts_now = self.router_ts(ctx.now);
+        let (client_ws, sent_hi) = (self.client_ws, self.sent_hi);
+        let l = &mut self.legs[i];
+        l.state = LegState::Open;
+        // Its first byte is the next byte of the group's output.
+        l.off = SeqDelta::between(seg.seq, sent_hi.sub(1));
+        l.hi = sent_hi;
+        l.ack = at;
+        l.has_ts = seg.ts.is_some();
+        l.has_ws = seg.wscale.is_some();
+        l.wscale = if client_ws {
+            seg.wscale.unwrap_or(0).min(14)
+        } else {
+            0
+        };
+        l.edge = at.add(seg.window as u32);
+        l.mss = seg.mss.unwrap_or(536);
+        l.syn_window = seg.window;
+        if let Some((v, _)) = seg.ts {
+            l.ts_last = v;
+            l.ts_off = ts_now.wrapping_sub(v);
+        }
+        l.progress_at = ctx.now;
+        l.learned = true;
+        self.send_join_ack(ctx, i, seg.seq.add(1));
+        if self.announced {
+            // Every replica's agent keeps the record with the joiner's
+            // part (its ISN as if its output had begun with the others').
+            ctx.out.agent(crate::event::AgentMsg::Established {
+                record: self.record(),
+            });
+        }
+    }
+
+    /// The handshake's last ACK to a joining leg, in the client's name.
+    fn send_join_ack(&mut self, ctx: &mut Ctx, i: usize, ack: SeqNum) {
+        let l = &self.legs[i];
+        let Some(at) = l.joined_at else {
+            return;
+        };
+        let mut r = Repr::new(
+            self.key.cport,
+            self.key.vport,
+            at.max(self.client_hi),
+            ack,
+            flags::ACK,
+            self.client_win,
+        );
+        if self.ts_on {
+            r.timestamps = Some((self.client_tsval, l.ts_last));
+        }
+        ctx.tx
+            .push_back(Packet::plain(r.emit_ipv4(self.key.client, l.addr, &[])));
+        ctx.counters.packets_out += 1;
+        self.legs[i].ack_out = Some(self.sent_hi);
+    }
+}

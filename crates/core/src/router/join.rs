@@ -1,0 +1,562 @@
+//! A replica joins a running stateful service with the group's state
+//! (FT-TCP §3.2 and §6, COSCANet-FT §V): readmission only with proof.
+//!
+//! 1. **Pause** ([`Router::join_replica`]): the service's client input is
+//!    held at the router (segments with bytes, SYN, FIN or RST wait in a
+//!    bounded queue; the clients are told a zero window, FT-TCP §3.2), and
+//!    the replica is `Joining`.
+//! 2. **Quiet**: every connection of the service is at rest
+//!    ([`Conn::join_quiet`]): its input numbered and acknowledged by every
+//!    replica, the replicas' output equal and acknowledged by the client.
+//!    Input event `seq`, the last numbered, is then the point every
+//!    replica's server stands at.
+//! 3. **State** ([`AgentMsg::Checkpoint`]): a serving replica's agent (the
+//!    donor) waits until its server applied event `seq`, checkpoints the
+//!    server's state and sends it to the joiner's agent, which restores it
+//!    into its (fresh) server. Both report a digest of the state
+//!    ([`Router::checkpoint_taken`], [`Router::state_restored`]); they
+//!    must be equal — the proof that the joiner holds the group's state.
+//! 4. **Legs**: the joiner is added to every open connection
+//!    ([`Conn::join_leg`]: a TCP connection of its own in the client's name
+//!    where the client's stream stands; the sequencer's `Join` event is its
+//!    accept), so that a connection can outlive every replica it began
+//!    with.
+//! 5. **Admit**: the joiner serves; the held input is released in its
+//!    order; the clients get their window back.
+//!
+//! Any failure (a connection that does not come to rest, no state, a
+//! digest that differs, a joiner that does not answer, an agent that
+//! leaves) ends the join: the joiner stays out of service, the input
+//! resumes, the log says why. Nothing stale or unproven serves.
+
+use super::*;
+use crate::conn::Quiet;
+
+/// How long the paused service may take to come to rest.
+pub const JOIN_QUIET_MAX: core::time::Duration = core::time::Duration::from_secs(2);
+/// How long the checkpoint, its transfer and the restore may take.
+pub const JOIN_STATE_MAX: core::time::Duration = core::time::Duration::from_secs(60);
+/// How long the joiner may take to answer the connections' SYNs.
+pub const JOIN_LEGS_MAX: core::time::Duration = core::time::Duration::from_secs(3);
+/// How often the router checks whether the paused service is quiet.
+const JOIN_CHECK: core::time::Duration = core::time::Duration::from_millis(2);
+/// How often an unanswered SYN to the joiner is repeated.
+const JOIN_SYN_EVERY: core::time::Duration = core::time::Duration::from_millis(200);
+/// Client segments held while a service is paused, at most (more are
+/// dropped: the client retransmits them after the pause).
+const HELD_MAX: usize = 16_384;
+const HELD_BYTES_MAX: usize = 64 << 20;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum JoinPhase {
+    Quiescing,
+    State,
+    Legs,
+}
+
+#[derive(Debug)]
+pub(super) struct Join {
+    pub(super) id: u64,
+    pub(super) svc: ServiceId,
+    pub(super) joiner: ReplicaId,
+    pub(super) donor: Option<ReplicaId>,
+    pub(super) started: Instant,
+    pub(super) phase: JoinPhase,
+    /// When the current phase ends in failure.
+    pub(super) deadline: Instant,
+    /// When the router looks again (quiet check, SYN repeats).
+    pub(super) next: Instant,
+    pub(super) seq: u64,
+    pub(super) donor_digest: Option<String>,
+    pub(super) joiner_digest: Option<String>,
+    /// The connections the joiner joins.
+    pub(super) conns: Vec<ConnKey>,
+    pub(super) held: VecDeque<Packet>,
+    pub(super) held_bytes: usize,
+    /// Why the service was not quiet at the last check.
+    pub(super) why: &'static str,
+}
+
+impl Router {
+    /// Operator action, or the driver's when a replica of a stateful
+    /// service comes back (its agent registers with a fresh server): bring
+    /// replica `addr` of service `name` to the group's state and admit it
+    /// (see the module docs). Returns the join's id; its progress is in the
+    /// log (`Event::JoinStarted` … `Event::Joined`/`Event::JoinFailed`).
+    pub fn join_replica(
+        &mut self,
+        now: Instant,
+        name: &str,
+        addr: Ipv4Addr,
+    ) -> Result<u64, MembershipError> {
+        self.last_now = self.last_now.max(now);
+        let (svc, slot) = self.find_member(name, addr)?;
+        let cannot = |why: &str| MembershipError::CannotJoin {
+            service: name.to_string(),
+            replica: addr.to_string(),
+            why: why.to_string(),
+        };
+        let Some(r) = slot else {
+            return Err(MembershipError::NotAMember {
+                service: name.to_string(),
+                replica: addr.to_string(),
+            });
+        };
+        match self.health[svc.0][r.0] {
+            m @ (Member::Serving | Member::Draining { .. }) => {
+                return Err(MembershipError::AlreadyMember {
+                    service: name.to_string(),
+                    replica: addr.to_string(),
+                    state: m.state(),
+                })
+            }
+            Member::Removed { .. } => {
+                return Err(MembershipError::Removed {
+                    service: name.to_string(),
+                    replica: addr.to_string(),
+                })
+            }
+            Member::Joining { .. } => return Err(cannot("it is joining already")),
+            Member::Down { .. } => {}
+        }
+        let s = &self.config.services[svc.0];
+        if !self.config.sequencer {
+            return Err(cannot(
+                "the router runs without the sequencer: no server's state can be transferred at a known point of its input",
+            ));
+        }
+        if !matches!(s.voting, crate::config::Voting::Off) {
+            return Err(cannot(
+                "its output is voted on (joining voted connections is not supported)",
+            ));
+        }
+        if self.agents.as_ref().is_some_and(|a| !a.contains(&addr)) {
+            return Err(cannot("its agent has not registered with this router"));
+        }
+        if self.joins.iter().any(|j| j.svc == svc) {
+            return Err(cannot(
+                "another replica is joining the service; try again after it",
+            ));
+        }
+        if self.order[svc.0].waiting.is_some() {
+            return Err(cannot(
+                "the input order is being taken over from the agents; try again in a moment",
+            ));
+        }
+        let donor = (0..self.health[svc.0].len())
+            .map(ReplicaId)
+            .find(|&d| d != r && self.in_service(svc, d));
+        if donor.is_none() {
+            return Err(cannot("no serving replica to take the state from"));
+        }
+        self.join_ids += 1;
+        let id = self.join_ids;
+        self.health[svc.0][r.0] = Member::Joining { since: now };
+        self.probe_next.remove(&(svc, r));
+        self.joins.push(Join {
+            id,
+            svc,
+            joiner: r,
+            donor,
+            started: now,
+            phase: JoinPhase::Quiescing,
+            deadline: now + JOIN_QUIET_MAX,
+            next: now,
+            seq: 0,
+            donor_digest: None,
+            joiner_digest: None,
+            conns: Vec::new(),
+            held: VecDeque::new(),
+            held_bytes: 0,
+            why: "",
+        });
+        for key in self.conns_of(svc) {
+            self.on_conn(now, key, |c, ctx| c.set_paused(ctx, true));
+        }
+        self.out.event(Event::JoinStarted {
+            service: name.to_string(),
+            replica: addr,
+            join: id,
+        });
+        self.join_tick(now);
+        Ok(id)
+    }
+
+    /// The donor's agent checkpointed its server at the join's input
+    /// event: `Ok(digest)` of the state it sent, or why it could not.
+    pub fn checkpoint_taken(&mut self, now: Instant, join: u64, result: Result<String, String>) {
+        self.state_report(now, join, true, result);
+    }
+
+    /// The joiner's agent restored the donor's state into its server:
+    /// `Ok(digest)` of its server's state now, or why it could not.
+    pub fn state_restored(&mut self, now: Instant, join: u64, result: Result<String, String>) {
+        self.state_report(now, join, false, result);
+    }
+
+    /// Either agent's part of join `join` failed.
+    pub fn join_failed(&mut self, now: Instant, join: u64, reason: String) {
+        self.last_now = self.last_now.max(now);
+        if self
+            .joins
+            .iter()
+            .any(|j| j.id == join && j.phase != JoinPhase::Legs)
+        {
+            self.end_join(now, join, Err(reason));
+        }
+    }
+
+    /// The donor and the joiner of a join while its state is on its way
+    /// (`None` otherwise): the driver relays state pieces only between them.
+    pub fn join_parties(&self, join: u64) -> Option<(Ipv4Addr, Ipv4Addr)> {
+        let j = self
+            .joins
+            .iter()
+            .find(|j| j.id == join && j.phase == JoinPhase::State)?;
+        let s = &self.config.services[j.svc.0];
+        Some((s.replicas[j.donor?.0], s.replicas[j.joiner.0]))
+    }
+
+    /// The services in which replica `addr` is down and could join (the
+    /// driver starts a join when a fresh server of it connects to its
+    /// agent): stateful, with the sequencer, not voted on.
+    pub fn joinable(&self, addr: Ipv4Addr) -> Vec<String> {
+        if !self.config.sequencer {
+            return Vec::new();
+        }
+        let mut v = Vec::new();
+        for (svc, s) in self.config.services.iter().enumerate() {
+            if s.stateless || !matches!(s.voting, crate::config::Voting::Off) {
+                continue;
+            }
+            for (i, r) in s.replicas.iter().enumerate() {
+                if *r == addr && matches!(self.health[svc][i], Member::Down { .. }) {
+                    v.push(s.name.clone());
+                }
+            }
+        }
+        v
+    }
+
+    fn state_report(
+        &mut self,
+        now: Instant,
+        join: u64,
+        donor: bool,
+        result: Result<String, String>,
+    ) {
+        self.last_now = self.last_now.max(now);
+        let Some(j) = self
+            .joins
+            .iter_mut()
+            .find(|j| j.id == join && j.phase == JoinPhase::State)
+        else {
+            return;
+        };
+        match result {
+            Err(e) => {
+                let who = if donor { "the donor" } else { "the joiner" };
+                self.end_join(now, join, Err(format!("{who}: {e}")));
+            }
+            Ok(d) => {
+                if donor {
+                    j.donor_digest = Some(d);
+                } else {
+                    j.joiner_digest = Some(d);
+                }
+                self.join_tick(now);
+            }
+        }
+    }
+
+    /// Replica `addr` failed: a join it takes part in (as the joiner, or as
+    /// the donor before the state is proven) fails.
+    pub(super) fn fail_joins_of(&mut self, now: Instant, addr: Ipv4Addr, why: &str) {
+        let hit: Vec<u64> = self
+            .joins
+            .iter()
+            .filter(|j| {
+                let s = &self.config.services[j.svc.0];
+                s.replicas[j.joiner.0] == addr
+                    || (j.phase != JoinPhase::Legs
+                        && j.donor.is_some_and(|d| s.replicas[d.0] == addr))
+            })
+            .map(|j| j.id)
+            .collect();
+        for id in hit {
+            self.end_join(now, id, Err(format!("{addr}: {why}")));
+        }
+    }
+
+    /// The connections of service `svc` (a scan: joins are rare).
+    pub(super) fn conns_of(&self, svc: ServiceId) -> Vec<ConnKey> {
+        self.conns
+            .iter()
+            .filter(|(_, c)| c.service() == svc)
+            .map(|(k, _)| *k)
+            .collect()
+    }
+
+    /// Whether service `svc`'s input is paused for a join.
+    pub(super) fn paused(&self, svc: ServiceId) -> bool {
+        !self.joins.is_empty() && self.joins.iter().any(|j| j.svc == svc)
+    }
+
+    /// A client segment of a paused service: held until the join ends
+    /// (its client told the window is closed), or dropped past the bound.
+    pub(super) fn hold(&mut self, now: Instant, svc: ServiceId, key: ConnKey, pkt: Packet) {
+        let Some(j) = self.joins.iter_mut().find(|j| j.svc == svc) else {
+            return;
+        };
+        if j.held.len() >= HELD_MAX || j.held_bytes + pkt.data.len() > HELD_BYTES_MAX {
+            self.counters.drop(DropReason::JoinHeldFull);
+        } else {
+            j.held_bytes += pkt.data.len();
+            j.held.push_back(pkt);
+            self.counters.held_for_join += 1;
+        }
+        self.on_conn(now, key, |c, ctx| c.pause_ack(ctx));
+    }
+
+    /// When the joins next need the router.
+    pub(super) fn join_due(&self) -> Option<Instant> {
+        self.joins.iter().map(|j| j.next.min(j.deadline)).min()
+    }
+
+    /// Move every join on as far as it goes now.
+    pub(super) fn join_tick(&mut self, now: Instant) {
+        let ids: Vec<u64> = self.joins.iter().map(|j| j.id).collect();
+        for id in ids {
+            if let Err(why) = self.join_step(now, id) {
+                self.end_join(now, id, Err(why));
+            }
+        }
+    }
+
+    fn join_step(&mut self, now: Instant, id: u64) -> Result<(), String> {
+        let Some(j) = self.joins.iter().find(|j| j.id == id) else {
+            return Ok(());
+        };
+        let (svc, joiner, phase) = (j.svc, j.joiner, j.phase);
+        let addr = self.config.services[svc.0].replicas[joiner.0];
+        if self.agents.as_ref().is_some_and(|a| !a.contains(&addr)) {
+            return Err("its agent left the router".into());
+        }
+        if let Some(d) = j.donor {
+            if phase != JoinPhase::Legs && !self.in_service(svc, d) {
+                return Err(format!(
+                    "the donor {} left the service",
+                    self.config.services[svc.0].replicas[d.0]
+                ));
+            }
+        }
+        match phase {
+            JoinPhase::Quiescing => {
+                if now < j.next {
+                    return Ok(());
+                }
+                let mut why = None;
+                if self.order[svc.0].waiting.is_some() || !self.order[svc.0].held.is_empty() {
+                    why = Some("the input order is being taken over");
+                } else if self
+                    .out
+                    .agents
+                    .iter()
+                    .any(|m| matches!(m, ToAgents::Input(u) if self.by_vip.get(&(u.key.vip, u.key.vport)) == Some(&svc)))
+                {
+                    why = Some("input events not sent to the agents yet");
+                }
+                if why.is_none() {
+                    for key in self.conns_of(svc) {
+                        match self.conns[&key].join_quiet() {
+                            Quiet::Join | Quiet::Skip => {}
+                            Quiet::Wait { why: w, forever } => {
+                                if forever {
+                                    return Err(format!("connection {key}: {w}"));
+                                }
+                                why = Some(w);
+                                break;
+                            }
+                        }
+                    }
+                }
+                let j = self.joins.iter_mut().find(|j| j.id == id).expect("present");
+                if let Some(w) = why {
+                    if now >= j.deadline {
+                        return Err(format!(
+                            "the service did not come to rest in {} ms: {w}",
+                            JOIN_QUIET_MAX.as_millis()
+                        ));
+                    }
+                    j.why = w;
+                    j.next = now + JOIN_CHECK;
+                    return Ok(());
+                }
+                j.phase = JoinPhase::State;
+                j.seq = self.order[svc.0].seq;
+                j.deadline = now + JOIN_STATE_MAX;
+                j.next = j.deadline;
+                let (seq, started, donor) = (j.seq, j.started, j.donor.expect("chosen"));
+                let s = &self.config.services[svc.0];
+                self.out.agent(AgentMsg::Checkpoint {
+                    join: id,
+                    vip: s.vip,
+                    ports: s.ports.clone(),
+                    seq,
+                    donor: s.replicas[donor.0],
+                    joiner: addr,
+                });
+                self.out.event(Event::JoinCheckpoint {
+                    service: s.name.clone(),
+                    replica: addr,
+                    donor: s.replicas[donor.0],
+                    seq,
+                    quiet_ms: u64::try_from(now.saturating_sub(started).as_millis())
+                        .unwrap_or(u64::MAX),
+                });
+                Ok(())
+            }
+            JoinPhase::State => {
+                if now >= j.deadline {
+                    return Err(format!(
+                        "no state within {} s (checkpoint {}, restore {})",
+                        JOIN_STATE_MAX.as_secs(),
+                        if j.donor_digest.is_some() {
+                            "done"
+                        } else {
+                            "missing"
+                        },
+                        if j.joiner_digest.is_some() {
+                            "done"
+                        } else {
+                            "missing"
+                        },
+                    ));
+                }
+                let (Some(d), Some(r)) = (&j.donor_digest, &j.joiner_digest) else {
+                    return Ok(());
+                };
+                if d != r {
+                    return Err(format!(
+                        "the restored state's digest {r} differs from the donor's {d} at input event {}",
+                        j.seq
+                    ));
+                }
+                let mut joined = Vec::new();
+                for key in self.conns_of(svc) {
+                    match self.conns[&key].join_quiet() {
+                        Quiet::Skip => {}
+                        Quiet::Join => joined.push(key),
+                        Quiet::Wait { why, .. } => {
+                            return Err(format!("connection {key} stirred during the pause: {why}"))
+                        }
+                    }
+                }
+                for &key in &joined {
+                    self.on_conn(now, key, |c, ctx| c.join_leg(ctx, joiner, addr));
+                    self.after(now, key);
+                }
+                let j = self.joins.iter_mut().find(|j| j.id == id).expect("present");
+                j.conns = joined;
+                j.phase = JoinPhase::Legs;
+                j.deadline = now + JOIN_LEGS_MAX;
+                j.next = now + JOIN_SYN_EVERY;
+                self.join_step(now, id)
+            }
+            JoinPhase::Legs => {
+                let mut waiting = 0;
+                for key in &j.conns {
+                    match self.conns.get(key).map(|c| c.join_state(joiner)) {
+                        // Closed by the client meanwhile: nothing to wait for.
+                        None => {}
+                        Some(Some(true)) => {}
+                        Some(Some(false)) => waiting += 1,
+                        Some(None) => {
+                            if self.conns[key].join_quiet() != Quiet::Skip {
+                                return Err(format!("the joiner left connection {key}"));
+                            }
+                        }
+                    }
+                }
+                if waiting == 0 {
+                    self.end_join(now, id, Ok(()));
+                    return Ok(());
+                }
+                if now >= j.deadline {
+                    return Err(format!(
+                        "the joiner did not answer the SYNs of {waiting} connection(s) in {} ms",
+                        JOIN_LEGS_MAX.as_millis()
+                    ));
+                }
+                if now >= j.next {
+                    for key in j.conns.clone() {
+                        self.on_conn(now, key, |c, ctx| c.join_syn_again(ctx));
+                    }
+                    let j = self.joins.iter_mut().find(|j| j.id == id).expect("present");
+                    j.next = now + JOIN_SYN_EVERY;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// The join ends: the joiner serves (`Ok`) or stays out (`Err`); the
+    /// service's input resumes, the held segments first, in their order.
+    fn end_join(&mut self, now: Instant, id: u64, result: Result<(), String>) {
+        let Some(i) = self.joins.iter().position(|j| j.id == id) else {
+            return;
+        };
+        let j = self.joins.remove(i);
+        let s = &self.config.services[j.svc.0];
+        let (name, addr) = (s.name.clone(), s.replicas[j.joiner.0]);
+        let donor = j.donor.map(|d| s.replicas[d.0]);
+        let pause_ms = u64::try_from(now.saturating_sub(j.started).as_millis()).unwrap_or(u64::MAX);
+        let ok = result.is_ok();
+        match result {
+            Ok(()) => {
+                self.health[j.svc.0][j.joiner.0] = Member::Serving;
+                self.out.event(Event::Joined {
+                    service: name,
+                    replica: addr,
+                    seq: j.seq,
+                    digest: j.donor_digest.clone().unwrap_or_default(),
+                    connections: j.conns.len(),
+                    pause_ms,
+                });
+            }
+            Err(reason) => {
+                for &key in &j.conns {
+                    self.on_conn(now, key, |c, ctx| c.unjoin(ctx, j.joiner));
+                    self.after(now, key);
+                }
+                if self.health[j.svc.0][j.joiner.0] == (Member::Joining { since: j.started }) {
+                    self.health[j.svc.0][j.joiner.0] = Member::Down {
+                        reason: EvictReason::JoinFailed,
+                        since: now,
+                    };
+                }
+                self.out.event(Event::JoinFailed {
+                    service: name,
+                    replica: addr,
+                    reason,
+                    pause_ms,
+                });
+            }
+        }
+        let mut replicas = vec![addr];
+        replicas.extend(donor);
+        self.out.agent(AgentMsg::JoinEnded {
+            join: id,
+            ok,
+            replicas,
+        });
+        self.announce_out_of_service();
+        for key in self.conns_of(j.svc) {
+            self.on_conn(now, key, |c, ctx| c.set_paused(ctx, false));
+            self.after(now, key);
+        }
+        for p in j.held {
+            self.handle_packet(now, p);
+        }
+    }
+}

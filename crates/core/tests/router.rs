@@ -2773,3 +2773,37 @@ fn a_join_waits_for_rest_and_gives_up_loudly() {
         "serving: not a joiner"
     );
 }
+
+/// A connection of the same four-tuple lingers in the joiner's kernel (its
+/// server was killed with it open): the joiner answers the router's SYN
+/// with a challenge ACK. The router resets the stale connection at exactly
+/// the sequence number that ACK asks for and sends the SYN again, so the
+/// join goes through instead of timing out.
+#[test]
+fn a_stale_connection_in_the_joiners_kernel_is_reset_and_the_syn_repeated() {
+    let (mut r, risn, _) = quiet_service_without_replica_3();
+    let id = start_join(&mut r, risn);
+    r.checkpoint_taken(t(20), id, Ok("d".into()));
+    r.state_restored(t(30), id, Ok("d".into()));
+    assert_eq!(drain(&mut r).len(), 1, "the SYN");
+    let stale = Repr::new(
+        PORT,
+        CPORT,
+        SeqNum(4242),
+        SeqNum(CISN).add(3),
+        flags::ACK,
+        100,
+    );
+    r.handle_packet(t(31), seg(replica(3), CLIENT, stale, b""));
+    let out = drain(&mut r);
+    assert_eq!(out.len(), 2, "a RST, then the SYN again");
+    assert_eq!((out[0].src, out[0].dst), (CLIENT, replica(3)));
+    assert_eq!(out[0].r.flags, flags::RST);
+    assert_eq!(
+        out[0].r.seq,
+        SeqNum(CISN).add(3),
+        "exactly where the stale one asked"
+    );
+    assert_eq!(out[1].r.flags, flags::SYN);
+    assert_eq!(out[1].r.seq, SeqNum(CISN).add(5));
+}

@@ -1101,7 +1101,7 @@ fn stateful_guard(shared: &Shared, service: &str, verb: &str) -> Result<(), Stri
         .map(|s| s.replicas.clone())
         .unwrap_or_default();
     if reg.follows_order(&replicas) {
-        return Err(format!("service {service}'s servers follow the input order (`ftnet run`): their state is in the servers, and a replica cannot {verb} without state transfer, which this router does not do yet — use `replica remove`, and `replica enable` once a replica's state is restored"));
+        return Err(format!("service {service}'s servers follow the input order (`ftnet run`): their state is in the servers, and a replica cannot {verb} without state transfer, which is done only by a join for now — use `replica remove`; a down replica whose server was restarted fresh comes back with the group's state by `replica join` (automatic when its server reconnects to its agent)"));
     }
     Ok(())
 }

@@ -173,6 +173,29 @@ impl Conn {
         ctx.counters.packets_out += 1;
     }
 
+    /// The joiner answered our SYN with a bare ACK: a connection of the
+    /// same four-tuple lingers in its kernel (its server was killed with
+    /// the connection open, and the FIN it sent was never acknowledged),
+    /// and this is its challenge ACK (RFC 5961 §4). As a client whose
+    /// SYN meets a stale connection does (RFC 9293 §3.10.7.4, RFC 5961
+    /// §4), the router resets it at exactly the sequence number it asked
+    /// for, then sends the SYN again.
+    pub(super) fn join_challenged(&mut self, ctx: &mut Ctx, i: usize, ack: SeqNum) {
+        let r = Repr::new(
+            self.key.cport,
+            self.key.vport,
+            ack,
+            SeqNum(0),
+            flags::RST,
+            0,
+        );
+        let addr = self.legs[i].addr;
+        ctx.tx
+            .push_back(Packet::plain(r.emit_ipv4(self.key.client, addr, &[])));
+        ctx.counters.packets_out += 1;
+        self.send_join_syn(ctx, i);
+    }
+
     /// Repeat the SYN to every joining leg that has not answered.
     pub(crate) fn join_syn_again(&mut self, ctx: &mut Ctx) {
         for i in 0..self.legs.len() {

@@ -84,6 +84,14 @@ impl Conn {
         }
         self.legs[i].seen_at = ctx.now;
         self.last_activity = ctx.now;
+        if self.legs[i].state == LegState::SynSent
+            && self.legs[i].joined_at.is_some()
+            && seg.has(flags::ACK)
+            && !seg.has(flags::SYN)
+        {
+            self.join_challenged(ctx, i, seg.ack);
+            return;
+        }
         if seg.has(flags::SYN) {
             if self.legs[i].joined_at.is_some() {
                 self.join_synack(ctx, i, seg);

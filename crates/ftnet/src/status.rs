@@ -134,6 +134,7 @@ pub fn render(v: &Value) -> String {
                     (Some("serving"), false) => "awaiting",
                     (Some("draining"), _) => "draining",
                     (Some("removed"), _) => "removed",
+                    (Some("joining"), _) => "joining",
                     _ => "evicted",
                 },
                 u(&r["connections"]),

@@ -103,20 +103,10 @@ impl Conn {
             ctx.counters.drop(DropReason::BadState);
             return;
         }
-        // The first replica to answer sets the group's option profile;
-        // one that differs cannot share the client's connection.
-        let reference = self
-            .legs
-            .iter()
-            .find(|l| l.open())
-            .map(|l| (l.has_ts, l.has_ws));
-        let mine = (seg.ts.is_some(), seg.wscale.is_some());
-        if let Some(r) = reference {
-            if r != mine {
-                self.evict(ctx, LegId(i), EvictReason::OptionMismatch, false);
-                self.settle(ctx);
-                return;
-            }
+        if self.options_differ(seg) {
+            self.evict(ctx, LegId(i), EvictReason::OptionMismatch, false);
+            self.settle(ctx);
+            return;
         }
         let now = ctx.now;
         let ts_now = self.router_ts(now);
@@ -145,6 +135,16 @@ impl Conn {
         l.progress_at = now;
         ctx.counters.drop(DropReason::SynAckHeld);
         self.settle(ctx);
+    }
+
+    /// The first replica to answer set the group's option profile
+    /// (timestamps, window scale); a SYN-ACK whose options differ cannot
+    /// share the client's connection.
+    pub(super) fn options_differ(&self, seg: &Seg) -> bool {
+        self.legs
+            .iter()
+            .find(|l| l.open())
+            .is_some_and(|l| (l.has_ts, l.has_ws) != (seg.ts.is_some(), seg.wscale.is_some()))
     }
 
     /// The group's options for the client (what the connection's record

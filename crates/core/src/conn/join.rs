@@ -254,12 +254,7 @@ impl Conn {
                 return;
             }
         }
-        let reference = self
-            .legs
-            .iter()
-            .find(|l| l.open())
-            .map(|l| (l.has_ts, l.has_ws));
-        if reference.is_some_and(|r| r != (seg.ts.is_some(), seg.wscale.is_some())) {
+        if self.options_differ(seg) {
             self.evict(ctx, LegId(i), EvictReason::OptionMismatch, false);
             return;
         }
@@ -299,24 +294,7 @@ impl Conn {
 
     /// The handshake's last ACK to a joining leg, in the client's name.
     fn send_join_ack(&mut self, ctx: &mut Ctx, i: usize, ack: SeqNum) {
-        let l = &self.legs[i];
-        let Some(at) = l.joined_at else {
-            return;
-        };
-        let mut r = Repr::new(
-            self.key.cport,
-            self.key.vport,
-            at.max(self.client_hi),
-            ack,
-            flags::ACK,
-            self.client_win,
-        );
-        if self.ts_on {
-            r.timestamps = Some((self.client_tsval, l.ts_last));
-        }
-        ctx.tx
-            .push_back(Packet::plain(r.emit_ipv4(self.key.client, l.addr, &[])));
-        ctx.counters.packets_out += 1;
+        self.pure_ack_to(ctx, i, ack);
         self.legs[i].ack_out = Some(self.sent_hi);
     }
 }

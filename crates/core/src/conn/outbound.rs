@@ -546,6 +546,12 @@ impl Conn {
     pub(super) fn send_ack_to(&mut self, ctx: &mut Ctx, i: usize) {
         let (a, ack) = self.legs[i].ack_for(self.client_ack);
         self.legs[i].ack_out = Some(a);
+        self.pure_ack_to(ctx, i, ack);
+    }
+
+    /// A pure ACK to replica `i` in the client's name, acknowledging `ack`
+    /// (the replica's own space), at the end of the client's stream.
+    pub(super) fn pure_ack_to(&self, ctx: &mut Ctx, i: usize, ack: SeqNum) {
         let l = &self.legs[i];
         let mut r = Repr::new(
             self.key.cport,

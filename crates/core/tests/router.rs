@@ -2712,6 +2712,24 @@ fn a_replica_joins_an_open_connection_with_proof_of_state() {
         ftnet_core::MemberState::Serving
     );
     assert_eq!(st.services[0].replicas[2].connections, 1);
+    // A client segment that carries an ACK from before the join (reordered
+    // in the network) reaches the joiner acknowledging at least its SYN:
+    // never output from before it existed.
+    let old = Repr::new(
+        CPORT,
+        PORT,
+        SeqNum(CISN).add(10),
+        SeqNum(risn).add(1),
+        flags::ACK | flags::PSH,
+        502,
+    );
+    r.handle_packet(t(33), seg(CLIENT, VIP, old, b"late"));
+    let out = drain(&mut r);
+    let to3 = out
+        .iter()
+        .find(|o| o.dst == replica(3) && o.payload == b"late")
+        .expect("to the joiner");
+    assert_eq!(to3.r.ack, SeqNum(jisn).add(1));
 }
 
 /// Proof of state: a joiner whose restored state's digest differs from the

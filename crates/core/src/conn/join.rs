@@ -265,6 +265,7 @@ impl Conn {
         // Its first byte is the next byte of the group's output.
         l.off = SeqDelta::between(seg.seq, sent_hi.sub(1));
         l.hi = sent_hi;
+        l.out_start = Some(sent_hi);
         l.ack = at;
         l.has_ts = seg.ts.is_some();
         l.has_ws = seg.wscale.is_some();

@@ -75,6 +75,9 @@ pub(super) struct Leg {
     /// ([`Conn::join_leg`]): the client-stream position its own TCP
     /// connection starts at (its SYN's sequence number + 1).
     pub(super) joined_at: Option<SeqNum>,
+    /// A joiner's first output byte in the client's view (the group's
+    /// output position when it joined).
+    pub(super) out_start: Option<SeqNum>,
 }
 
 impl Leg {
@@ -100,6 +103,11 @@ impl Leg {
     /// the replica's own space.
     pub(super) fn ack_for(&self, ack: SeqNum) -> (SeqNum, SeqNum) {
         let c = ack.min(self.hi);
+        // A joiner's output began where the group's stood when it joined:
+        // an older ACK (a reordered or repeated client segment) would
+        // acknowledge bytes before its SYN, and its stack would drop the
+        // segment with its data.
+        let c = self.out_start.map_or(c, |s| c.max(s));
         (c, c.unshift(self.off))
     }
 }
@@ -132,6 +140,7 @@ impl Conn {
             ack_out: None,
             challenge_at: None,
             joined_at: None,
+            out_start: None,
         });
         let start = self.router_isn.add(1);
         if let Some(v) = &mut self.vote {

@@ -2825,3 +2825,29 @@ fn a_stale_connection_in_the_joiners_kernel_is_reset_and_the_syn_repeated() {
     assert_eq!(out[1].r.flags, flags::SYN);
     assert_eq!(out[1].r.seq, SeqNum(CISN).add(5));
 }
+
+/// During a join's pause a client retransmission of bytes the replicas
+/// were already sent passes (a replica that lost them needs them to come
+/// to rest); only new input waits.
+#[test]
+fn a_retransmission_passes_the_pause_and_new_bytes_wait() {
+    let (mut r, risn, _) = quiet_service_without_replica_3();
+    start_join(&mut r, risn);
+    let again = Repr::new(
+        CPORT,
+        PORT,
+        SeqNum(CISN).add(1),
+        SeqNum(risn).add(6),
+        flags::ACK | flags::PSH,
+        502,
+    );
+    r.handle_packet(t(12), seg(CLIENT, VIP, again, b"hello"));
+    let out = drain(&mut r);
+    let to: Vec<Ipv4Addr> = out
+        .iter()
+        .filter(|o| o.payload == b"hello")
+        .map(|o| o.dst)
+        .collect();
+    assert_eq!(to, vec![replica(1), replica(2)], "repeated bytes pass");
+    assert!(input_ends(&mut r).is_empty(), "no new input event");
+}

@@ -43,6 +43,17 @@ impl Conn {
         }
     }
 
+    /// A client segment that only repeats bytes the router already sent
+    /// the replicas (a retransmission for one that lost them): it brings
+    /// no new input, so it passes during a pause — the service could not
+    /// come to rest without it.
+    pub(crate) fn repeats_sent_bytes(&self, seg: &Seg) -> bool {
+        seg.payload_len > 0
+            && seg.flags & (flags::SYN | flags::FIN | flags::RST) == 0
+            && !seg.seq.add(seg.payload_len).is_after(self.client_hi)
+            && !seg.seq.is_before(self.client_isn)
+    }
+
     /// A client segment held while the service is paused: the client is
     /// told (again) that the window is closed, so that it waits in
     /// persist mode instead of retransmitting into the pause.

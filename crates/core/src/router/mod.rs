@@ -269,6 +269,10 @@ impl Router {
         if !self.joins.is_empty()
             && self.paused(svc)
             && (seg.payload_len > 0 || seg.flags & (flags::SYN | flags::FIN | flags::RST) != 0)
+            && !self
+                .conns
+                .get(&key)
+                .is_some_and(|c| c.repeats_sent_bytes(seg))
         {
             // A replica joins: the service's input waits (see `join`).
             self.hold(now, svc, key, pkt);

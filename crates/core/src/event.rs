@@ -196,6 +196,10 @@ pub enum Event {
         replica: Ipv4Addr,
         reason: String,
         pause_ms: u64,
+        /// When the router tries again by itself (`None`: it gave up after
+        /// [`crate::JOIN_ATTEMPTS`] attempts; `ftnet replica join`, or the
+        /// replica's server reconnecting, starts a new round).
+        retry_in_ms: Option<u64>,
     },
 }
 

@@ -2736,7 +2736,7 @@ fn a_replica_joins_an_open_connection_with_proof_of_state() {
 /// donor's is not admitted; the input resumes without it.
 #[test]
 fn a_joiner_whose_digest_differs_stays_out() {
-    let (mut r, risn, _) = quiet_service_without_replica_3();
+    let (mut r, risn, isns) = quiet_service_without_replica_3();
     let id = start_join(&mut r, risn);
     r.checkpoint_taken(t(20), id, Ok("d1".into()));
     r.state_restored(t(30), id, Ok("stale".into()));
@@ -2756,6 +2756,47 @@ fn a_joiner_whose_digest_differs_stays_out() {
         ftnet_core::MemberState::Down
     );
     assert!(!st.services[0].replicas[2].alive);
+    // The router tries again by itself, JOIN_ATTEMPTS times in all.
+    let mut at = 30;
+    for attempt in 2..=ftnet_core::JOIN_ATTEMPTS {
+        at += 10_000;
+        // The replicas took the released "more": the service is at rest.
+        for i in 1..=2u8 {
+            let mut a = Repr::new(
+                PORT,
+                CPORT,
+                SeqNum(isns[i as usize - 1]).add(6),
+                SeqNum(CISN).add(10),
+                flags::ACK,
+                500,
+            );
+            a.timestamps = Some((6001, 1001));
+            r.handle_packet(t(at - 100), seg(replica(i), CLIENT, a, b""));
+        }
+        drain(&mut r);
+        agent_msgs(&mut r);
+        r.handle_timeout(t(at));
+        let ev = log_events(&mut r);
+        assert!(
+            ev.iter().any(
+                |e| matches!(e, Event::JoinStarted { join, .. } if *join == u64::from(attempt))
+            ),
+            "attempt {attempt}: {ev:?}"
+        );
+        let id = u64::from(attempt);
+        r.checkpoint_taken(t(at + 1), id, Ok("d1".into()));
+        r.state_restored(t(at + 2), id, Ok("stale".into()));
+        let ev = log_events(&mut r);
+        let last = attempt == ftnet_core::JOIN_ATTEMPTS;
+        assert!(
+            ev.iter().any(|e| matches!(e, Event::JoinFailed { retry_in_ms, .. } if retry_in_ms.is_none() == last)),
+            "{ev:?}"
+        );
+        drain(&mut r);
+        agent_msgs(&mut r);
+    }
+    r.handle_timeout(t(at + 60_000));
+    assert!(log_events(&mut r).is_empty(), "no more attempts");
 }
 
 /// A service that does not come to rest (a replica never acknowledges the

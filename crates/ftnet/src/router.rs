@@ -794,8 +794,16 @@ fn log_event(ev: &Event) {
             replica,
             reason,
             pause_ms,
+            retry_in_ms,
         } => {
-            error!("service {service}: replica {replica} could NOT join: {reason}; it stays out of service; input resumes after a {pause_ms} ms pause")
+            let next = match retry_in_ms {
+                Some(ms) => format!("the router tries again in {ms} ms"),
+                None => format!(
+                    "no more tries after {} (`ftnet replica join {replica}` starts again)",
+                    ftnet_core::JOIN_ATTEMPTS
+                ),
+            };
+            error!("service {service}: replica {replica} could NOT join: {reason}; it stays out of service; input resumes after a {pause_ms} ms pause; {next}")
         }
         other => info!("{other:?}"),
     }

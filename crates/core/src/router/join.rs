@@ -38,6 +38,11 @@ pub const JOIN_QUIET_MAX: core::time::Duration = core::time::Duration::from_secs
 pub const JOIN_STATE_MAX: core::time::Duration = core::time::Duration::from_secs(60);
 /// How long the joiner may take to answer the connections' SYNs.
 pub const JOIN_LEGS_MAX: core::time::Duration = core::time::Duration::from_secs(3);
+/// Attempts the router makes to join a replica by itself (the first one
+/// and the retries after a failure: a client in a transaction, a service
+/// not at rest in time), 2 s, then 4 s apart.
+pub const JOIN_ATTEMPTS: u32 = 3;
+const JOIN_RETRY_FIRST: core::time::Duration = core::time::Duration::from_secs(2);
 /// How often the router checks whether the paused service is quiet.
 const JOIN_CHECK: core::time::Duration = core::time::Duration::from_millis(2);
 /// How often an unanswered SYN to the joiner is repeated.
@@ -148,6 +153,14 @@ impl Router {
             .find(|&d| d != r && self.in_service(svc, d));
         if donor.is_none() {
             return Err(cannot("no serving replica to take the state from"));
+        }
+        if self
+            .join_retry
+            .get(&(svc, r))
+            .is_none_or(|x| x.0 != Instant::from_micros(u64::MAX))
+        {
+            // Not a retry of the router's own: a new round of attempts.
+            self.join_retry.remove(&(svc, r));
         }
         self.join_ids += 1;
         let id = self.join_ids;
@@ -320,11 +333,44 @@ impl Router {
 
     /// When the joins next need the router.
     pub(super) fn join_due(&self) -> Option<Instant> {
-        self.joins.iter().map(|j| j.next.min(j.deadline)).min()
+        let retry = self.join_retry.values().map(|r| r.0).min();
+        self.joins
+            .iter()
+            .map(|j| j.next.min(j.deadline))
+            .chain(retry)
+            .min()
+    }
+
+    /// Joins that failed and are due to be tried again.
+    fn retry_joins(&mut self, now: Instant) {
+        let due: Vec<(ServiceId, ReplicaId, u32)> = self
+            .join_retry
+            .iter()
+            .filter(|(_, r)| r.0 <= now)
+            .map(|(&(s, i), r)| (s, i, r.1))
+            .collect();
+        for (svc, r, tries) in due {
+            // Held back until the attempt ends (it re-arms on failure).
+            self.join_retry
+                .insert((svc, r), (Instant::from_micros(u64::MAX), tries));
+            let s = &self.config.services[svc.0];
+            let (name, addr) = (s.name.clone(), s.replicas[r.0]);
+            let res = if matches!(self.health[svc.0][r.0], Member::Down { .. }) {
+                self.join_replica(now, &name, addr).map(|_| ())
+            } else {
+                Err(MembershipError::NoService(String::new()))
+            };
+            if res.is_err() {
+                self.join_retry.remove(&(svc, r));
+            }
+        }
     }
 
     /// Move every join on as far as it goes now.
     pub(super) fn join_tick(&mut self, now: Instant) {
+        if !self.join_retry.is_empty() {
+            self.retry_joins(now);
+        }
         let ids: Vec<u64> = self.joins.iter().map(|j| j.id).collect();
         for id in ids {
             if let Err(why) = self.join_step(now, id) {
@@ -514,6 +560,7 @@ impl Router {
         let ok = result.is_ok();
         match result {
             Ok(()) => {
+                self.join_retry.remove(&(j.svc, j.joiner));
                 self.health[j.svc.0][j.joiner.0] = Member::Serving;
                 self.out.event(Event::Joined {
                     service: name,
@@ -525,6 +572,17 @@ impl Router {
                 });
             }
             Err(reason) => {
+                let slot = (j.svc, j.joiner);
+                let tries = self.join_retry.get(&slot).map_or(1, |r| r.1 + 1);
+                let retry = (tries < JOIN_ATTEMPTS).then(|| JOIN_RETRY_FIRST * (1 << (tries - 1)));
+                match retry {
+                    Some(d) => {
+                        self.join_retry.insert(slot, (now + d, tries));
+                    }
+                    None => {
+                        self.join_retry.remove(&slot);
+                    }
+                }
                 for &key in &j.conns {
                     self.on_conn(now, key, |c, ctx| c.unjoin(ctx, j.joiner));
                     self.after(now, key);
@@ -540,6 +598,7 @@ impl Router {
                     replica: addr,
                     reason,
                     pause_ms,
+                    retry_in_ms: retry.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
                 });
             }
         }

@@ -5,6 +5,7 @@
 
 mod agents;
 mod join;
+pub use join::JOIN_ATTEMPTS;
 mod members;
 
 use crate::config::Config;
@@ -96,6 +97,8 @@ pub struct Router {
     joins: Vec<join::Join>,
     /// The last join's id.
     join_ids: u64,
+    /// Failed joins the router tries again: when, and attempts so far.
+    join_retry: HashMap<(ServiceId, ReplicaId), (Instant, u32)>,
 }
 
 impl Router {
@@ -142,6 +145,7 @@ impl Router {
             probe_next: HashMap::new(),
             joins: Vec::new(),
             join_ids: 0,
+            join_retry: HashMap::new(),
             config,
         }
     }

@@ -402,6 +402,11 @@ fn serve(
     // agent (its `Shims` message): while any does, the agent's connection
     // ending means they lost the order.
     let mut shims = 0u32;
+    // The agent said how many servers follow the order at least once in
+    // this session: a later rise from 0 is a server (re)started while
+    // registered, which may join; the first count is only where things
+    // stand (a stale server registering after a takeover is not fresh).
+    let mut shims_told = false;
     loop {
         if let Some(r) = registered {
             // Records this agent should have had and did not get: its
@@ -685,10 +690,11 @@ fn serve(
                 }
                 RouterEvent::Shims { replica, count } => {
                     info!(%replica, %peer, shims = count, "servers following the input order through this agent: {count}");
-                    if count > 0 && shims == 0 {
+                    if count > 0 && shims == 0 && shims_told {
                         router.try_rejoin(replica);
                     }
                     shims = count;
+                    shims_told = true;
                     reg.ordered_servers
                         .lock()
                         .unwrap_or_else(|p| p.into_inner())

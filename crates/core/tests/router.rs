@@ -2574,17 +2574,55 @@ fn more(r: &mut Router, now: Instant, risn: u32, payload: &[u8]) -> Vec<Out> {
     drain(r)
 }
 
-/// Starts the join of replica 3: the service pauses, is quiet at once, and
-/// replica 1 is asked for a checkpoint at input event 2 (Accept, "hello").
-/// "more" from the client is held meanwhile; the client is told a zero
-/// window. Returns the join's id.
-fn start_join(r: &mut Router, risn: u32) -> u64 {
+/// The keep-alives a join sends replicas 1 and 2 to learn where their
+/// output ends: one octet one below what they acknowledged (`acked`
+/// client bytes past the ISN).
+fn rest_probes(r: &mut Router, acked: u32) {
+    let out = drain(r);
+    let mut to: Vec<_> = out.iter().map(|o| o.dst).collect();
+    to.sort();
+    assert_eq!(to, vec![replica(1), replica(2)]);
+    for o in &out {
+        assert_eq!((o.r.seq, o.payload.len()), (SeqNum(CISN).add(acked - 1), 1));
+    }
+}
+
+/// Replica `i`'s pure ACK with its SND.NXT at `nxt` bytes past its ISN.
+fn rest_answer(r: &mut Router, now: Instant, isns: &[u32], i: u8, nxt: u32) {
+    let mut a = Repr::new(
+        PORT,
+        CPORT,
+        SeqNum(isns[i as usize - 1]).add(nxt),
+        SeqNum(CISN).add(6),
+        flags::ACK,
+        500,
+    );
+    a.timestamps = Some((6001, 1001));
+    r.handle_packet(now, seg(replica(i), CLIENT, a, b""));
+}
+
+/// Starts the join of replica 3: the service pauses and is quiet at once;
+/// replicas 1 and 2 confirm that their output ends where the router's copy
+/// does, and replica 1 is asked for a checkpoint at input event 2 (Accept,
+/// "hello"). "more" from the client is held meanwhile; the client is told
+/// a zero window. Returns the join's id.
+fn start_join(r: &mut Router, risn: u32, isns: &[u32]) -> u64 {
     let id = r.join_replica(t(10), "t", replica(3)).expect("join");
     let ev = log_events(r);
     assert!(
         ev.iter().any(|e| matches!(e, Event::JoinStarted { .. })),
         "{ev:?}"
     );
+    assert!(
+        !ev.iter().any(|e| matches!(e, Event::JoinCheckpoint { .. })),
+        "not before the replicas confirmed their output: {ev:?}"
+    );
+    rest_probes(r, 6);
+    for i in 1..=2 {
+        rest_answer(r, t(10), isns, i, 6);
+    }
+    r.handle_timeout(t(12));
+    let ev = log_events(r);
     assert!(
         ev.iter()
             .any(|e| matches!(e, Event::JoinCheckpoint { seq: 2, .. })),
@@ -2605,6 +2643,66 @@ fn start_join(r: &mut Router, risn: u32) -> u64 {
     id
 }
 
+/// A replica whose last output segment was lost on its way to the router
+/// (it answers the join's probe with an SND.NXT beyond the output the
+/// router has) is not at rest: its server is past the output the group
+/// sent, and a joiner's output would be placed where the lost segment
+/// belongs. The join waits for it; once the replica's retransmission
+/// reaches the client and is acknowledged, the service comes to rest.
+#[test]
+fn a_join_waits_for_output_lost_before_the_pause() {
+    let (mut r, risn, isns) = quiet_service_without_replica_3();
+    r.join_replica(t(10), "t", replica(3)).expect("join");
+    rest_probes(&mut r, 6);
+    rest_answer(&mut r, t(10), &isns, 1, 6);
+    // Replica 2 sent "!!" after "world"; the router never got it.
+    rest_answer(&mut r, t(10), &isns, 2, 8);
+    for ms in [12, 100, 400] {
+        r.handle_timeout(t(ms));
+        let ev = log_events(&mut r);
+        assert!(
+            !ev.iter().any(|e| matches!(e, Event::JoinCheckpoint { .. })),
+            "at {ms} ms: {ev:?}"
+        );
+        drain(&mut r);
+    }
+    // Both retransmit (replica 1 has the same output: it is behind).
+    for i in 1..=2u8 {
+        let mut d = Repr::new(
+            PORT,
+            CPORT,
+            SeqNum(isns[i as usize - 1]).add(6),
+            SeqNum(CISN).add(6),
+            flags::ACK | flags::PSH,
+            500,
+        );
+        d.timestamps = Some((6100, 1001));
+        r.handle_packet(t(401), seg(replica(i), CLIENT, d, b"!!"));
+    }
+    let a = Repr::new(
+        CPORT,
+        PORT,
+        SeqNum(CISN).add(6),
+        SeqNum(risn).add(8),
+        flags::ACK,
+        502,
+    );
+    r.handle_packet(t(402), seg(CLIENT, VIP, a, b""));
+    drain(&mut r);
+    r.handle_timeout(t(460));
+    rest_probes(&mut r, 6);
+    for i in 1..=2 {
+        rest_answer(&mut r, t(461), &isns, i, 8);
+    }
+    r.handle_timeout(t(463));
+    let ev = log_events(&mut r);
+    assert!(
+        ev.iter()
+            .any(|e| matches!(e, Event::JoinCheckpoint { seq: 2, .. })),
+        "at rest now: {ev:?}"
+    );
+}
+
 /// Issue 15: a replica joins a stateful service — readmitted only with the
 /// group's state proven (the donor's and the joiner's digests at the
 /// paused input event agree), and part of the connection that was open
@@ -2612,8 +2710,8 @@ fn start_join(r: &mut Router, risn: u32) -> u64 {
 /// stream stands, and its output is translated like the others'.
 #[test]
 fn a_replica_joins_an_open_connection_with_proof_of_state() {
-    let (mut r, risn, _) = quiet_service_without_replica_3();
-    let id = start_join(&mut r, risn);
+    let (mut r, risn, isns) = quiet_service_without_replica_3();
+    let id = start_join(&mut r, risn, &isns);
     r.checkpoint_taken(t(20), id, Ok("d1".into()));
     assert!(
         drain(&mut r).is_empty(),
@@ -2649,7 +2747,7 @@ fn a_replica_joins_an_open_connection_with_proof_of_state() {
         flags::SYN | flags::ACK,
         65160,
     );
-    sa.mss = Some(1400);
+    sa.mss = Some(1460);
     sa.wscale = Some(9);
     sa.timestamps = Some((777, 1001));
     r.handle_packet(t(31), seg(replica(3), CLIENT, sa, b""));
@@ -2737,7 +2835,7 @@ fn a_replica_joins_an_open_connection_with_proof_of_state() {
 #[test]
 fn a_joiner_whose_digest_differs_stays_out() {
     let (mut r, risn, isns) = quiet_service_without_replica_3();
-    let id = start_join(&mut r, risn);
+    let id = start_join(&mut r, risn, &isns);
     r.checkpoint_taken(t(20), id, Ok("d1".into()));
     r.state_restored(t(30), id, Ok("stale".into()));
     let out = drain(&mut r);
@@ -2783,9 +2881,24 @@ fn a_joiner_whose_digest_differs_stays_out() {
             ),
             "attempt {attempt}: {ev:?}"
         );
+        // Where their output ends is confirmed (see `start_join`).
+        rest_probes(&mut r, 10);
+        for i in 1..=2u8 {
+            let mut a = Repr::new(
+                PORT,
+                CPORT,
+                SeqNum(isns[i as usize - 1]).add(6),
+                SeqNum(CISN).add(10),
+                flags::ACK,
+                500,
+            );
+            a.timestamps = Some((6002, 1001));
+            r.handle_packet(t(at), seg(replica(i), CLIENT, a, b""));
+        }
+        r.handle_timeout(t(at + 2));
         let id = u64::from(attempt);
-        r.checkpoint_taken(t(at + 1), id, Ok("d1".into()));
-        r.state_restored(t(at + 2), id, Ok("stale".into()));
+        r.checkpoint_taken(t(at + 3), id, Ok("d1".into()));
+        r.state_restored(t(at + 4), id, Ok("stale".into()));
         let ev = log_events(&mut r);
         let last = attempt == ftnet_core::JOIN_ATTEMPTS;
         assert!(
@@ -2840,8 +2953,8 @@ fn a_join_waits_for_rest_and_gives_up_loudly() {
 /// join goes through instead of timing out.
 #[test]
 fn a_stale_connection_in_the_joiners_kernel_is_reset_and_the_syn_repeated() {
-    let (mut r, risn, _) = quiet_service_without_replica_3();
-    let id = start_join(&mut r, risn);
+    let (mut r, risn, isns) = quiet_service_without_replica_3();
+    let id = start_join(&mut r, risn, &isns);
     r.checkpoint_taken(t(20), id, Ok("d".into()));
     r.state_restored(t(30), id, Ok("d".into()));
     assert_eq!(drain(&mut r).len(), 1, "the SYN");
@@ -2872,8 +2985,8 @@ fn a_stale_connection_in_the_joiners_kernel_is_reset_and_the_syn_repeated() {
 /// to rest); only new input waits.
 #[test]
 fn a_retransmission_passes_the_pause_and_new_bytes_wait() {
-    let (mut r, risn, _) = quiet_service_without_replica_3();
-    start_join(&mut r, risn);
+    let (mut r, risn, isns) = quiet_service_without_replica_3();
+    start_join(&mut r, risn, &isns);
     let again = Repr::new(
         CPORT,
         PORT,

@@ -10,7 +10,7 @@ use smoltcp::socket::tcp::{self, State};
 use smoltcp::time::{Duration as SDuration, Instant as SInstant};
 use smoltcp::wire::{HardwareAddress, IpAddress, IpCidr, IpEndpoint};
 use std::cell::Cell;
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::net::Ipv4Addr;
 
 thread_local! {
@@ -169,6 +169,10 @@ pub(crate) struct ServerSock {
     pub pending: VecDeque<u8>,
     pub saw_fin: bool,
     pub close_called: bool,
+    /// A connection the server joined with the group's state (issue 15):
+    /// `rx` began with the restored bytes of the connection, this many,
+    /// and the socket's first byte is the client's byte at this offset.
+    pub joined_at: Option<usize>,
 }
 
 pub(crate) enum App {
@@ -189,6 +193,9 @@ pub(crate) enum App {
         /// reading `desync_at` bytes (`Params::desync`).
         desync: Vec<u16>,
         desync_at: usize,
+        /// State restored from a donor (a join) that no connection has
+        /// taken up yet: per client port, the bytes read.
+        restored: BTreeMap<u16, Vec<u8>>,
     },
 }
 
@@ -355,6 +362,7 @@ impl Host {
                 port,
                 desync: Vec::new(),
                 desync_at: 0,
+                restored: BTreeMap::new(),
             },
         );
         for _ in 0..listeners {
@@ -377,6 +385,7 @@ impl Host {
             pending: VecDeque::new(),
             saw_fin: false,
             close_called: false,
+            joined_at: None,
         });
     }
 
@@ -425,6 +434,12 @@ impl Host {
             } => {
                 let n = conns.len();
                 for (ci, c) in conns.iter_mut().chain(desync.iter_mut()).enumerate() {
+                    // A late connection not started yet draws nothing, so
+                    // that planning one leaves the others' writes as they
+                    // were.
+                    if !c.started {
+                        continue;
+                    }
                     // The servers close a desync connection; its client never does.
                     let close = if ci < n { *close } else { Close::Never };
                     let s = self.sockets.get_mut::<tcp::Socket>(c.handle);
@@ -504,6 +519,7 @@ impl Host {
                 socks,
                 desync,
                 desync_at,
+                restored,
                 ..
             } => {
                 for k in socks.iter_mut() {
@@ -512,6 +528,13 @@ impl Host {
                         if let Some(ep) = s.remote_endpoint() {
                             if !matches!(s.state(), State::Listen | State::SynReceived) {
                                 k.peer_port = Some(ep.port);
+                                // A connection joined with the group's
+                                // state: the server's state of it is what
+                                // was restored, the socket brings the rest.
+                                if let Some(prefix) = restored.remove(&ep.port) {
+                                    k.joined_at = Some(prefix.len());
+                                    k.rx = prefix;
+                                }
                                 progressed = true;
                             }
                         }
@@ -654,6 +677,69 @@ impl Host {
 
     pub fn send_queue(&self, h: SocketHandle) -> usize {
         self.sockets.get::<tcp::Socket>(h).send_queue()
+    }
+
+    /// The echo server's application state (what a join checkpoints and
+    /// restores): per client port, every byte the server read of that
+    /// connection, in order, for each connection that brought any input,
+    /// open or closed, plus restored state no connection took up yet. The
+    /// simulated servers have no shim: they read each connection as its
+    /// bytes arrive, not in the sequencer's order across connections, so
+    /// the state is keyed by connection, not one interleaved log.
+    pub fn app_state(&self) -> BTreeMap<u16, Vec<u8>> {
+        let App::Server {
+            socks, restored, ..
+        } = &self.app
+        else {
+            return BTreeMap::new();
+        };
+        let mut m: BTreeMap<u16, Vec<u8>> = restored
+            .iter()
+            .filter(|(_, v)| !v.is_empty())
+            .map(|(p, v)| (*p, v.clone()))
+            .collect();
+        for k in socks {
+            if let (Some(p), false) = (k.peer_port, k.rx.is_empty()) {
+                m.insert(p, k.rx.clone());
+            }
+        }
+        m
+    }
+
+    /// Output the server produced that has not left as acknowledged
+    /// bytes: waiting in the application (like a reply in Redis's output
+    /// buffer, which the real adapter's `CLIENT LIST` check refuses) or in
+    /// a socket's send queue (unsent or unacknowledged).
+    pub fn output_pending(&self) -> usize {
+        let App::Server { socks, .. } = &self.app else {
+            return 0;
+        };
+        socks
+            .iter()
+            .filter(|k| k.peer_port.is_some())
+            .map(|k| {
+                let s = self.sockets.get::<tcp::Socket>(k.handle);
+                k.pending.len() + s.send_queue()
+            })
+            .sum()
+    }
+
+    /// Whether the server took input: a connection accepted, or state
+    /// restored (a fresh server has done neither).
+    pub fn took_input(&self) -> bool {
+        match &self.app {
+            App::Server {
+                socks, restored, ..
+            } => !restored.is_empty() || socks.iter().any(|k| k.peer_port.is_some()),
+            _ => true,
+        }
+    }
+
+    /// Load `state` into the server (a join's restore).
+    pub fn restore(&mut self, state: BTreeMap<u16, Vec<u8>>) {
+        if let App::Server { restored, .. } = &mut self.app {
+            *restored = state;
+        }
     }
 
     /// Server sockets by client port (only those that accepted a

@@ -56,6 +56,12 @@
 //!    sent its own FIN, received by the router; at the end, a replica whose
 //!    FIN came before what the client got was evicted.
 //!
+//! Membership changes (`member.rs`, [`Params::membership`]) and joins with
+//! the group's state (`join.rs`, [`Params::join`]: a replica leaves, a
+//! fresh server takes its place and `Router::join_replica` brings it back,
+//! the simulated agents answering the checkpoint) have checks of their
+//! own, listed in those modules.
+//!
 //! Also checked on every packet the router emits: valid IPv4 and TCP
 //! checksums, addressed to a host, within the receiver's MTU, and
 //! transparent (the client only hears from VIP:port, a replica only from
@@ -119,12 +125,14 @@ pub mod params;
 pub mod pcap;
 
 mod host;
+mod join;
 mod member;
 mod tsfin;
 
+pub use join::JoinOutcome;
 pub use params::{
-    Close, Crash, CrashKind, CrashWhen, Desync, HostParams, Inject, MemberChange, MemberOp,
-    Membership, Mode, NetParams, Params, Takeover,
+    Close, Crash, CrashKind, CrashWhen, Desync, HostParams, Inject, JoinAttempt, JoinLeave,
+    JoinPlan, MemberChange, MemberOp, Membership, Mode, NetParams, Params, Takeover,
 };
 
 use ftnet_core::{
@@ -170,6 +178,8 @@ pub struct Report {
     pub crashed: Option<(usize, bool)>,
     /// Middle-box output with a destination that is no host (fuzz mode).
     pub unroutable: u64,
+    /// What became of each join attempt (`Params::join`), in order.
+    pub joins: Vec<JoinOutcome>,
 }
 
 /// Run one simulation. `Err` carries a diagnosis: the violated invariant,
@@ -264,7 +274,7 @@ enum ProbeOutcome {
 
 /// Per-host bookkeeping for the smoltcp-defect classifiers.
 #[derive(Default)]
-struct Watch {
+pub(crate) struct Watch {
     /// Highest sequence end delivered, per connection.
     rcv_hi: HashMap<u16, u32>,
     /// Per connection, packets delivered to the host since its last step,
@@ -372,6 +382,8 @@ struct Sim {
     tsfin: tsfin::TsFin,
     /// Membership changes and their invariants (`Params::membership`).
     member: Option<member::MemberSim>,
+    /// A replica leaves and joins with the group's state (`Params::join`).
+    join: Option<join::JoinSim>,
 }
 
 /// One replica's agent as the input order reaches it: the agent's own
@@ -401,7 +413,7 @@ impl SimAgent {
             match e.kind {
                 InputKind::Accept => c.0 = true,
                 InputKind::Data { end } => c.1 = Some(end),
-                // The simulation makes no joins.
+                // A joiner's accept, at the client's position.
                 InputKind::Join { base } => {
                     c.0 = true;
                     c.1 = Some(base);
@@ -520,19 +532,19 @@ impl Sim {
             p.max_write,
             p.refused_conns,
             p.desync.map_or(0, |d| d.conns),
-            // Membership only through the router (direct mode ignores it).
-            p.membership
-                .as_ref()
-                .filter(|_| p.mode == Mode::Router)
-                .map_or((0, 0), |m| {
-                    (
-                        m.changes
-                            .iter()
-                            .filter(|c| c.late_conn_after_us.is_some())
-                            .count(),
-                        m.late_bytes,
-                    )
-                }),
+            // Membership and joins only through the router (direct mode
+            // ignores them).
+            match (&p.membership, &p.join, p.mode) {
+                (Some(m), _, Mode::Router) => (
+                    m.changes
+                        .iter()
+                        .filter(|c| c.late_conn_after_us.is_some())
+                        .count(),
+                    m.late_bytes,
+                ),
+                (None, Some(j), Mode::Router) => (j.late_conns(), j.late_bytes),
+                _ => (0, 0),
+            },
             &mut app_rng,
         )];
         for i in 0..p.replicas {
@@ -650,6 +662,11 @@ impl Sim {
                 .as_ref()
                 .filter(|_| p.mode == Mode::Router)
                 .map(|m| member::MemberSim::new(m, p.replicas, p.inject)),
+            join: p
+                .join
+                .as_ref()
+                .filter(|_| p.mode == Mode::Router && p.membership.is_none())
+                .map(|j| join::JoinSim::new(j, p.inject, p.net.is_perfect())),
             p,
         }
     }
@@ -667,6 +684,9 @@ impl Sim {
 
     fn run_loop(&mut self) -> Result<(), String> {
         let late = self.late_ports();
+        if let Some(j) = &mut self.join {
+            j.set_late_ports(late.clone());
+        }
         if let Some(m) = &mut self.member {
             m.set_late_ports(late);
         }
@@ -699,6 +719,7 @@ impl Sim {
             self.maybe_crash()?;
             self.maybe_takeover()?;
             self.maybe_membership()?;
+            self.maybe_join()?;
             // 6. Done? Then let the router's failure detection run its
             // course on an idle network before the final checks.
             if self.settle_until.is_none() && self.done() {
@@ -738,6 +759,9 @@ impl Sim {
                 if let Some(t) = h.poll_at(now) {
                     next = next.min(t);
                 }
+            }
+            if let Some(t) = self.join.as_ref().and_then(|j| j.next_due()) {
+                next = next.min(t);
             }
             if let Some(Crash {
                 when: CrashWhen::AtTime(t),
@@ -847,6 +871,11 @@ impl Sim {
                 self.recent.push_back(pkt.clone());
             }
             let (si, lost_before) = (seg_info(&pkt), self.packets_lost);
+            if h == 0 {
+                if let Some(j) = &mut self.join {
+                    j.client_emitted(&pkt);
+                }
+            }
             self.send(Node::Host(h), Node::Middle, pkt, "");
             if let Some(si) = si {
                 let e = outs.entry(si.cport).or_insert((0, 0));
@@ -1029,8 +1058,14 @@ impl Sim {
                     Ok(())
                 }
                 Middle::Router(r) => {
-                    if let Node::Host(1..) = f.from {
+                    if let Node::Host(h @ 1..) = f.from {
                         self.tsfin.replica_sent(self.now, &f.data);
+                        if let Some(j) = &mut self.join {
+                            j.replica_sent(h - 1, &f.data);
+                        }
+                    }
+                    if let (Node::Host(0), Some(j)) = (f.from, &mut self.join) {
+                        j.client_sent(self.now, &f.data);
                     }
                     r.handle_packet(Instant(self.now), Packet::plain(f.data));
                     self.drain_middle()
@@ -1165,7 +1200,7 @@ impl Sim {
             for m in msgs {
                 match &m {
                     AgentMsg::Established { record } => {
-                        self.tsfin.note_record(record);
+                        self.tsfin.note_record(self.now, record);
                         self.records.insert(record.key, record.clone());
                         // The agents confirm it; one confirmation in 20 is
                         // lost (the SYN-ACK then goes when the wait ends).
@@ -1210,6 +1245,7 @@ impl Sim {
                     | AgentMsg::JoinEnded { .. } => {}
                 }
                 self.log(format!("{:>10} AGENTS {:?}", self.now, m));
+                self.join_agent_msg(&m)?;
                 self.agent_msgs.push(m);
             }
             for ev in evs {
@@ -1326,6 +1362,9 @@ impl Sim {
                     m.router_sent(self.now, h - 1, &data, || member::router_states(r))?;
                 }
             }
+            if !fuzzing {
+                self.join_router_sent(h, &data)?;
+            }
             self.send(Node::Middle, Node::Host(h), data, "");
         }
     }
@@ -1340,7 +1379,16 @@ impl Sim {
                 return Ok(());
             }
         }
-        let crashed_ip = self.crashed.map(|(i, _, _)| replica_ip(i));
+        // Join events, and evictions of the replica that leaves and joins.
+        if self.join_event(ev)? {
+            return Ok(());
+        }
+        // A crashed replica replaced by a fresh server (a join) is healthy.
+        let crashed_ip = self
+            .crashed
+            .map(|(i, _, _)| i)
+            .filter(|&i| self.join.as_ref().is_none_or(|j| j.excused_crash(i)))
+            .map(replica_ip);
         let divergent_ip = self.p.divergent.map(replica_ip);
         match ev {
             // `agreeing: 0`: a tie under `reset`, nobody blamed.
@@ -1379,6 +1427,11 @@ impl Sim {
                 let bug = format!("healthy replica {replica} evicted ({reason:?}): invariant 2 (every surviving replica gets the whole stream) cannot hold");
                 let h = self.host_by_ip(*replica).unwrap_or(0);
                 match (reason, h) {
+                    // Not the simulated stack's doing: the bytes it waits
+                    // for reached the router, which held them (a join).
+                    (EvictReason::Stalled, 1..) if self.held_by_pause(h, ev).is_some() => Err(
+                        format!("{bug}; {}", self.held_by_pause(h, ev).unwrap_or_default()),
+                    ),
                     (EvictReason::Stalled, 1..) => match self
                         .probes_rate_limited(h, ev)
                         .or_else(|| self.fin_never_retransmitted(h, ev))
@@ -2086,7 +2139,8 @@ impl Sim {
             }
             // A replica that (re)joined: its agent started afresh with the
             // first number the router sent it after the call.
-            let fresh = self.member.as_ref().is_some_and(|m| m.fresh_agent[h - 1]);
+            let fresh = self.member.as_ref().is_some_and(|m| m.fresh_agent[h - 1])
+                || self.join.as_ref().is_some_and(|j| j.fresh_agent(h - 1));
             let got: Vec<u64> = self
                 .agents
                 .get(&addr)
@@ -2097,6 +2151,25 @@ impl Sim {
                     "invariant 6 (sequencer at each replica): replica {addr}'s agent got number {} after {}: its shim would find a hole",
                     w[1], w[0]
                 ));
+            }
+            // A replica that joined with the group's state: its fresh
+            // agent gets every number from its `Join` events on.
+            if let Some(from) = self
+                .join
+                .as_ref()
+                .filter(|j| j.fresh_agent(h - 1))
+                .and_then(|j| j.joined_from)
+            {
+                let want = (from <= last).then_some((from, last));
+                let have = got.first().zip(got.last()).map(|(a, b)| (*a, *b));
+                if have != want {
+                    return Err(format!(
+                        "invariant 6 (sequencer at each replica): replica {addr} joined after input event {}; its fresh agent got numbers {have:?}, the router gave out {} to {last} since",
+                        from - 1,
+                        from
+                    ));
+                }
+                continue;
             }
             if self.took_over.is_none()
                 && last > 0
@@ -2127,9 +2200,10 @@ impl Sim {
     /// where it was part of the connection and not removed from it (who
     /// must be part of which connection is checked in `member`).
     fn must_hold(&self, h: usize, port: u16) -> bool {
-        match &self.member {
-            Some(m) => m.must_hold(h - 1, port),
-            None => true,
+        match (&self.member, &self.join) {
+            (Some(m), _) => m.must_hold(h - 1, port),
+            (None, Some(j)) => j.must_hold(h - 1, port),
+            (None, None) => true,
         }
     }
 
@@ -2144,6 +2218,9 @@ impl Sim {
 
     fn done(&self) -> bool {
         if !self.fuzz_times.is_empty() {
+            return false;
+        }
+        if self.join.as_ref().is_some_and(|j| !j.finished()) {
             return false;
         }
         let c = &self.hosts[0];
@@ -2213,6 +2290,7 @@ impl Sim {
         if let (Some(m), Middle::Router(r)) = (&self.member, &self.middle) {
             m.final_check(r, &self.hosts, self.crashed.map(|c| c.0))?;
         }
+        self.join_final_check()?;
         // Invariant 6 (sequencer): one gap-free numbering per service; per
         // connection an Accept first, then chunk ends that only grow and
         // end exactly where the client's stream ends. Across a router
@@ -2372,7 +2450,14 @@ impl Sim {
                 let before_takeover = self
                     .took_over
                     .is_some_and(|(t, _)| self.crashed.is_some_and(|(_, c, _)| c <= t));
-                if st.counters.evictions == 0 && !down && !before_takeover {
+                // A crashed replica that a fresh server replaced (a join)
+                // must have been taken out of the service first.
+                let replaced_after_down =
+                    self.join.as_ref().is_some_and(|j| !j.excused_crash(i))
+                        && self.events.iter().any(|e| {
+                            matches!(e, Event::ReplicaDown { replica, .. } if *replica == replica_ip(i))
+                        });
+                if st.counters.evictions == 0 && !down && !before_takeover && !replaced_after_down {
                     return Err(format!("invariant 5: replica{i} crashed while still needed, but the router shows no eviction"));
                 }
             }
@@ -2393,6 +2478,11 @@ impl Sim {
             events: self.events.clone(),
             crashed: self.crashed.map(|(i, _, e)| (i, e)),
             unroutable: self.unroutable,
+            joins: self
+                .join
+                .as_ref()
+                .map(|j| j.outcomes.clone())
+                .unwrap_or_default(),
         }
     }
 
@@ -2409,6 +2499,9 @@ impl Sim {
         }
         if let Some(m) = &self.member {
             let _ = writeln!(s, "  membership changes: {}", m.summary());
+        }
+        if let Some(j) = &self.join {
+            let _ = writeln!(s, "  join: {}", j.summary());
         }
         let c = &self.hosts[0];
         if let host::App::Client { conns, .. } = &c.app {

@@ -94,7 +94,7 @@ pub(crate) fn router_states(r: &Router) -> Vec<(std::net::Ipv4Addr, MemberState)
 }
 
 /// The client port of `Event::Evicted::conn` ("198.18.1.2:PORT->…").
-fn conn_port(conn: &str) -> Option<u16> {
+pub(crate) fn conn_port(conn: &str) -> Option<u16> {
     conn.split("->").next()?.rsplit(':').next()?.parse().ok()
 }
 

@@ -194,6 +194,138 @@ impl std::fmt::Display for Membership {
     }
 }
 
+/// How the replica of a join plan leaves the group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JoinLeave {
+    /// The run's crash plan (`Params::crash`) takes it out: its host is
+    /// dead; the agent's silence is reported (`Router::host_lost`) before
+    /// the first attempt.
+    Crash,
+    /// Its server loses the input order (`Router::replica_failed`) once
+    /// the client has had fraction `leave_at` of its first connections'
+    /// bytes acknowledged; the server itself keeps running (stale).
+    MarkDown,
+}
+
+/// One attempt to bring the replica back (`Router::join_replica`), and
+/// what the simulated agents answer to its `AgentMsg::Checkpoint`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JoinAttempt {
+    /// A fresh server (a new smoltcp host, listening, no sockets of the
+    /// old one) at the replica's address; its agent restores the donor's
+    /// state exactly and reports its digest: the join must succeed (but
+    /// for output that stirs during the pause, and on a lossy network a
+    /// service that does not come to rest in time).
+    Fresh,
+    /// A fresh server whose restore goes wrong (one byte of the state
+    /// altered, or a key too many): its digest differs, the join fails.
+    FreshCorrupt,
+    /// A fresh server; the donor's agent cannot take the checkpoint
+    /// (`checkpoint_taken(Err)`, as the real one refuses a server with
+    /// session state): the join fails.
+    DonorRefuses,
+    /// No new server: the old one, which kept running and took input
+    /// before it was marked down. Its agent refuses to restore into a
+    /// server that already took input (`state_restored(Err)`), as the real
+    /// agent does: the join fails. Only after a `MarkDown`.
+    Stale,
+}
+
+/// A replica leaves and comes back with the group's state (issue 15:
+/// `Router::join_replica`; needs the sequencer). The attempts run one
+/// after the other, each `after_us` after the leave or after the previous
+/// attempt ended; only the last may be `Fresh`. The client opens a late
+/// connection (`late_bytes` each) while the replica is out (`conn_down_us`
+/// after the leave), during each attempt (`conn_pause_us` after the call:
+/// its SYN is held while the input is paused) and after the plan ended
+/// (`conn_after_us`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct JoinPlan {
+    pub replica: usize,
+    pub leave: JoinLeave,
+    /// `MarkDown`: the progress of the first connections at which it leaves.
+    pub leave_at: f64,
+    /// (delay µs, attempt).
+    pub attempts: Vec<(u64, JoinAttempt)>,
+    /// Before the leave, at the same progress, a join of the replica while
+    /// it serves, which the router must refuse (`AlreadyMember`).
+    pub refused_first: bool,
+    /// The agents' answer times after the checkpoint request: the donor's
+    /// checkpoint, then the transfer and restore, µs each.
+    pub agent_us: (u64, u64),
+    pub conn_down_us: Option<u64>,
+    pub conn_pause_us: Option<u64>,
+    pub conn_after_us: Option<u64>,
+    pub late_bytes: usize,
+}
+
+impl JoinPlan {
+    /// How many late connections the plan opens.
+    pub fn late_conns(&self) -> usize {
+        usize::from(self.conn_down_us.is_some())
+            + if self.conn_pause_us.is_some() {
+                self.attempts.len()
+            } else {
+                0
+            }
+            + usize::from(self.conn_after_us.is_some())
+    }
+
+    /// A plan with one attempt and no late connection.
+    pub fn new(
+        replica: usize,
+        leave: JoinLeave,
+        leave_at: f64,
+        attempts: Vec<(u64, JoinAttempt)>,
+    ) -> JoinPlan {
+        JoinPlan {
+            replica,
+            leave,
+            leave_at,
+            attempts,
+            refused_first: false,
+            agent_us: (2_000, 5_000),
+            conn_down_us: None,
+            conn_pause_us: None,
+            conn_after_us: None,
+            late_bytes: 10_000,
+        }
+    }
+}
+
+impl std::fmt::Display for JoinPlan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let a: Vec<String> = self
+            .attempts
+            .iter()
+            .map(|(d, k)| format!("{k:?} +{d}us"))
+            .collect();
+        write!(
+            f,
+            "[r{} {:?}{}; {}{}; agents {}/{}us; late conns down {:?} pause {:?} after {:?} x{}B]",
+            self.replica,
+            self.leave,
+            if self.leave == JoinLeave::MarkDown {
+                format!(" at {:.0}%", self.leave_at * 100.0)
+            } else {
+                String::new()
+            },
+            a.join(", "),
+            if self.refused_first {
+                "; refused first"
+            } else {
+                ""
+            },
+            self.agent_us.0,
+            self.agent_us.1,
+            self.conn_down_us,
+            self.conn_pause_us,
+            self.conn_after_us,
+            self.late_bytes
+        )
+    }
+}
+
 /// Faults injected on purpose to prove that the invariant checker catches
 /// them (harness self-tests).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -212,6 +344,10 @@ pub enum Inject {
     /// The sim makes its calls but forgets they took effect (a router that
     /// changes the membership on its own).
     MemberModelStale,
+    /// Join self-test: the joiner's agent reports the donor's digest
+    /// without restoring anything (a joiner admitted without the group's
+    /// state).
+    JoinRestoreSkipped,
 }
 
 /// smoltcp settings of one host.
@@ -289,6 +425,9 @@ pub struct Params {
     /// draining replica would find holes in it), so they are tried only on
     /// services without it.
     pub sequencer: bool,
+    /// A replica leaves and joins again with the group's state (see
+    /// [`JoinPlan`]); needs the sequencer.
+    pub join: Option<JoinPlan>,
 }
 
 /// TSval generators available to hosts (see `host::TS_GENS`).
@@ -324,7 +463,15 @@ impl Params {
             desync: None,
             membership: None,
             sequencer: true,
+            join: None,
         }
+    }
+
+    /// With a join plan (the sequencer on).
+    pub fn with_join(mut self, plan: JoinPlan) -> Params {
+        self.sequencer = true;
+        self.join = Some(plan);
+        self
     }
 
     /// With membership changes; `spare`: the last of `self.replicas` is a
@@ -512,12 +659,94 @@ impl Params {
             desync: None,
             membership: None,
             sequencer: true,
+            join: None,
         };
         p.membership = Params::random_membership(seed, &mut p);
         if let Some(m) = &p.membership {
             p.sequencer = !Membership::drains_or_adds(&m.changes);
         }
+        p.join = Params::random_join(seed, &p);
+        if let Some(j) = &p.join {
+            // A joiner whose MTU is below the others' is refused on every
+            // connection opened while it was away (their clients were told
+            // a larger MSS, and the router does not split segments): the
+            // core test `a_joiner_with_a_smaller_mss_is_refused` covers
+            // that; the random plans give it at least the others' MTU.
+            let others = (0..p.replica.len())
+                .filter(|&i| i != j.replica)
+                .map(|i| p.replica[i].mtu)
+                .min();
+            if let Some(m) = others {
+                let me = &mut p.replica[j.replica].mtu;
+                *me = (*me).max(m);
+            }
+        }
         p
+    }
+
+    /// A join plan for 60 % of the seeds that can have one, from their own
+    /// stream of the seed: router mode, N >= 2, the sequencer on, no
+    /// voting (voted services are refused), no takeover (adopted
+    /// connections cannot be joined) and no membership plan. With a crash
+    /// planned, the crashing replica is the one that comes back (a second
+    /// replica out at N = 2 would leave no donor); otherwise a random one is
+    /// marked down at a random point.
+    fn random_join(seed: u64, p: &Params) -> Option<JoinPlan> {
+        let mut r = SmallRng::seed_from_u64(seed ^ 0x6a6f_696e_2d31_3521);
+        if p.mode != Mode::Router
+            || p.replicas < 2
+            || !p.sequencer
+            || p.voting != Voting::Off
+            || p.takeover.is_some()
+            || p.membership.is_some()
+            || p.divergent.is_some()
+            || !r.gen_bool(0.6)
+        {
+            return None;
+        }
+        let (replica, leave) = match &p.crash {
+            Some(c) => (c.replica, JoinLeave::Crash),
+            None => (r.gen_range(0..p.replicas), JoinLeave::MarkDown),
+        };
+        let leave_at = r.gen_range(0.05..0.8);
+        let mut failing = vec![JoinAttempt::FreshCorrupt, JoinAttempt::DonorRefuses];
+        if leave == JoinLeave::MarkDown {
+            failing.push(JoinAttempt::Stale);
+        }
+        let mut kinds = Vec::new();
+        match r.gen_range(0..10) {
+            // Mostly a join that succeeds, now and then after one that fails.
+            0..=4 => kinds.push(JoinAttempt::Fresh),
+            5..=7 => {
+                kinds.push(*pick(&mut r, &failing));
+                kinds.push(JoinAttempt::Fresh);
+            }
+            _ => kinds.push(*pick(&mut r, &failing)),
+        }
+        // Mostly soon, while the workload still runs; now and then late.
+        let attempts = kinds
+            .into_iter()
+            .map(|k| {
+                let d = if r.gen_bool(0.8) {
+                    r.gen_range(1_000..30_000)
+                } else {
+                    r.gen_range(30_000..1_500_000)
+                };
+                (d, k)
+            })
+            .collect();
+        Some(JoinPlan {
+            replica,
+            leave,
+            leave_at,
+            attempts,
+            refused_first: leave == JoinLeave::MarkDown && r.gen_bool(0.3),
+            agent_us: (r.gen_range(0..20_000), r.gen_range(0..50_000)),
+            conn_down_us: r.gen_bool(0.5).then(|| r.gen_range(0..500_000)),
+            conn_pause_us: r.gen_bool(0.5).then(|| r.gen_range(0..3_000)),
+            conn_after_us: r.gen_bool(0.5).then(|| r.gen_range(0..5_000)),
+            late_bytes: r.gen_range(1_000..=20_000),
+        })
     }
 
     /// Membership changes for 35 % of the seeds, from their own stream of
@@ -673,7 +902,7 @@ impl Params {
             )
         };
         format!(
-            "{:?} N={} conns={}x{}B write<={} close={:?} crash={:?} net=[delay {}..{}us loss {:.3} dup {:.3} reorder {:.3}/{}us] fd={}ms client=[{}] replicas=[{}] inject={:?} fuzz={} refused={} voting={:?} divergent={:?} takeover={:?} desync={:?} membership={} sequencer={}",
+            "{:?} N={} conns={}x{}B write<={} close={:?} crash={:?} net=[delay {}..{}us loss {:.3} dup {:.3} reorder {:.3}/{}us] fd={}ms client=[{}] replicas=[{}] inject={:?} fuzz={} refused={} voting={:?} divergent={:?} takeover={:?} desync={:?} membership={} sequencer={} join={}",
             self.mode,
             self.replicas,
             self.conns,
@@ -704,6 +933,9 @@ impl Params {
                 .as_ref()
                 .map_or("None".to_string(), |m| m.to_string()),
             self.sequencer,
+            self.join
+                .as_ref()
+                .map_or("None".to_string(), |j| j.to_string()),
         )
     }
 }

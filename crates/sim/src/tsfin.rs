@@ -35,6 +35,10 @@ struct Facts {
     /// Replica → each distinct FIN position (client space: the FIN's own
     /// sequence number) that reached a live router, with the first time.
     fins: BTreeMap<Ipv4Addr, Vec<(SeqNum, u64)>>,
+    /// Replica → when it joined the open connection (a join, issue 15: the
+    /// router announced the record again with its new part); before that
+    /// it was not in the connection.
+    since: HashMap<Ipv4Addr, u64>,
     /// End of the highest data the client received (client space).
     client_end: Option<SeqNum>,
     /// Every FIN position the client received.
@@ -74,8 +78,28 @@ fn parse(data: &[u8]) -> Option<(Ipv4Addr, Ipv4Addr, tcp::Segment<&[u8]>)> {
 }
 
 impl TsFin {
-    /// A connection's record, as the router announced it to the agents.
-    pub(crate) fn note_record(&mut self, record: &ConnRecord) {
+    /// A connection's record, as the router announced it to the agents at
+    /// `now`. The same connection announced again with a replica whose part
+    /// is new (a joiner's leg): from then on that replica is in it afresh,
+    /// what its address did before (evicted, reset, a FIN) belongs to the
+    /// old leg.
+    pub(crate) fn note_record(&mut self, now: u64, record: &ConnRecord) {
+        if let Some(f) = self
+            .conns
+            .get_mut(&record.key)
+            .filter(|f| f.rec.router_isn == record.router_isn)
+        {
+            for r in &record.replicas {
+                if !f.rec.replicas.iter().any(|o| o == r) {
+                    f.left.remove(&r.addr);
+                    f.reset.remove(&r.addr);
+                    f.fins.remove(&r.addr);
+                    f.since.insert(r.addr, now);
+                }
+            }
+            f.rec = record.clone();
+            return;
+        }
         let fresh = self
             .conns
             .get(&record.key)
@@ -91,6 +115,7 @@ impl TsFin {
                     left: HashMap::new(),
                     reset: HashMap::new(),
                     fins: BTreeMap::new(),
+                    since: HashMap::new(),
                     client_end: None,
                     client_fins: Vec::new(),
                 },
@@ -224,7 +249,8 @@ impl TsFin {
         // closes elsewhere is evicted), so the same holds.
         for r in &f.rec.replicas {
             let gone = |m: &HashMap<Ipv4Addr, u64>| m.get(&r.addr).is_some_and(|&t| t <= sent_at);
-            if gone(&f.left) || gone(&f.reset) {
+            let not_yet = f.since.get(&r.addr).is_some_and(|&t| t > sent_at);
+            if gone(&f.left) || gone(&f.reset) || not_yet {
                 continue;
             }
             let mine: Vec<i64> = f

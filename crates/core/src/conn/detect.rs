@@ -228,6 +228,14 @@ impl Conn {
             }
             return;
         }
+        self.keepalive(ctx, i);
+    }
+
+    /// A keep-alive to open leg `i`, whose position is known: one garbage
+    /// octet one below what it acknowledged. It answers with a pure ACK
+    /// carrying its SND.NXT.
+    pub(super) fn keepalive(&mut self, ctx: &mut Ctx, i: usize) {
+        let l = &self.legs[i];
         let seq = l.ack.sub(1);
         let (ack_c, ack) = l.ack_for(self.client_ack);
         let mut r = Repr::new(

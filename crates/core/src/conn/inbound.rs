@@ -302,11 +302,25 @@ impl Conn {
                 pkt.clone()
             };
             let Some(mut p) = copy else { break };
-            let (ack_c, ack) = l.ack_for(seg.ack);
+            // A segment that comes late (reordered, or held during a
+            // join's pause while newer ones passed) carries what the client
+            // acknowledged and its clock then; the replica has seen newer
+            // (an ACK below its SND.UNA makes some stacks drop the segment,
+            // data and all; a TSval below TS.Recent fails PAWS, RFC 7323
+            // §5). The client's newest count for both: it cannot go back.
+            let (ack_c, ack) = l.ack_for(seg.ack.max(self.client_ack));
             // RFC 5961 §3.2 at the replica: a RST counts only at exactly
             // its RCV.NXT, which is at least what it acknowledged (the
             // client's RST may be at what the group acknowledged).
             let rst_seq = (rst && l.learned && seg.seq.is_before(l.ack)).then_some(l.ack);
+            let newest = self.client_tsval;
+            let tsval = seg.ts.map(|(v, _)| {
+                if SeqNum(newest).is_after(SeqNum(v)) {
+                    newest
+                } else {
+                    v
+                }
+            });
             let tsecr = seg.ts.map(|(_, e)| {
                 if l.learned {
                     translate_tsecr(e, l.ts_off, l.ts_last)
@@ -320,7 +334,7 @@ impl Conn {
                 if seg.has(flags::ACK) {
                     t.set_ack(ack, seg.mode);
                 }
-                if let (Some(e), Some((v, _))) = (tsecr, seg.ts) {
+                if let (Some(e), Some(v)) = (tsecr, tsval) {
                     t.set_timestamps(v, e, seg.mode);
                 }
                 if let Some(s) = rst_seq {

@@ -25,9 +25,17 @@ pub(crate) enum Quiet {
     Join,
     /// Closed (or going away): no more input, nothing to join.
     Skip,
+    /// At rest as far as the router has seen, but some replica has not yet
+    /// confirmed that its output ends where the router's copy of it does
+    /// ([`Conn::join_rest_probe`] asks).
+    Probe,
     /// Not at rest yet (why), or never joinable (`forever`).
     Wait { why: &'static str, forever: bool },
 }
+
+/// How often a connection that waits for its replicas' confirmation that
+/// nothing of their output is missing asks them again.
+pub(crate) const REST_PROBE_EVERY: core::time::Duration = core::time::Duration::from_millis(50);
 
 impl Conn {
     /// The service's input is paused (or resumes): the client is told a
@@ -38,20 +46,67 @@ impl Conn {
             return;
         }
         self.paused = on;
+        // Each pause asks its own questions.
+        self.rest_probe_at = None;
         if !on && self.phase == Phase::Established {
             self.emit_ack(ctx, false);
         }
     }
 
-    /// A client segment that only repeats bytes the router already sent
-    /// the replicas (a retransmission for one that lost them): it brings
-    /// no new input, so it passes during a pause — the service could not
-    /// come to rest without it.
+    /// A client segment that only repeats bytes (or the FIN) the router
+    /// already sent the replicas (a retransmission for one that lost
+    /// them): it brings no new input, so it passes during a pause — the
+    /// service could not come to rest without it.
     pub(crate) fn repeats_sent_bytes(&self, seg: &Seg) -> bool {
-        seg.payload_len > 0
-            && seg.flags & (flags::SYN | flags::FIN | flags::RST) == 0
-            && !seg.seq.add(seg.payload_len).is_after(self.client_hi)
-            && !seg.seq.is_before(self.client_isn)
+        if seg.flags & (flags::SYN | flags::RST) != 0 || seg.seq.is_before(self.client_isn) {
+            return false;
+        }
+        let data_end = seg.seq.add(seg.payload_len);
+        if seg.has(flags::FIN) {
+            return self.client_fin == Some(data_end);
+        }
+        seg.payload_len > 0 && !data_end.is_after(self.client_hi)
+    }
+
+    /// The part of a client segment held during a pause that is not new
+    /// input, to pass now: the bytes of it the replicas were already sent
+    /// (a client's retransmission may join old bytes to new ones, and a
+    /// replica that lost the old ones could not come to rest otherwise),
+    /// and its ACK, window and timestamp (the client acknowledges the
+    /// replicas' output with it; held, the service could not come to rest
+    /// before a replica's retransmission timeout). `None` when that part
+    /// tells nothing new.
+    pub(crate) fn pause_pass_part(&self, pkt: &Packet, seg: &Seg) -> Option<Packet> {
+        if self.phase != Phase::Established
+            || !seg.has(flags::ACK)
+            || seg.flags & (flags::SYN | flags::RST) != 0
+            || seg.seq.is_before(self.client_isn)
+        {
+            return None;
+        }
+        let old = if seg.seq.is_before(self.client_hi) {
+            let n = u32::try_from(self.client_hi.diff(seg.seq)).unwrap_or(0);
+            usize::try_from(n.min(seg.payload_len)).unwrap_or(0)
+        } else {
+            0
+        };
+        if old == 0 && !seg.ack.is_after(self.client_ack) && seg.window == self.client_win {
+            return None;
+        }
+        let payload = seg.at.payload(pkt);
+        let seq = if old > 0 { seg.seq } else { self.client_hi };
+        let fl = if old > 0 {
+            flags::ACK | flags::PSH
+        } else {
+            flags::ACK
+        };
+        let mut r = Repr::new(seg.sport, seg.dport, seq, seg.ack, fl, seg.window);
+        r.timestamps = seg.ts;
+        Some(Packet::plain(r.emit_ipv4(
+            seg.src,
+            seg.dst,
+            &payload[..old.min(payload.len())],
+        )))
     }
 
     /// A client segment held while the service is paused: the client is
@@ -94,7 +149,23 @@ impl Conn {
                 forever: true,
             };
         }
-        if self.client_fin.is_some() || self.legs.iter().any(|l| l.live() && l.fin.is_some()) {
+        if let Some(f) = self.client_fin {
+            // The client sent its last byte: nothing more reaches the
+            // servers on this connection, and the joiner takes no part in
+            // it, once every replica took every byte and the FIN (a
+            // retransmitted FIN passes the pause).
+            let all = self
+                .legs
+                .iter()
+                .filter(|l| l.open())
+                .all(|l| l.ack == self.client_hi);
+            return if self.input_hi == f && all {
+                Quiet::Skip
+            } else {
+                wait("closing")
+            };
+        }
+        if self.legs.iter().any(|l| l.live() && l.fin.is_some()) {
             return wait("closing");
         }
         if self.legs.iter().any(|l| l.live() && !l.open()) {
@@ -117,7 +188,49 @@ impl Conn {
         if self.client_ack != self.sent_hi {
             return wait("output not acknowledged by the client");
         }
+        if self.client_win == 0 {
+            // A replica may hold output back that the router never saw.
+            return wait("the client's receive window is closed");
+        }
+        // The router's copy of a replica's output may end short of what
+        // the replica sent: a segment lost on the way, which the replica
+        // retransmits only after its timeout. Its server's state is then
+        // past the output the group sent, and a joiner's output would be
+        // placed where that segment belongs. Each replica's pure ACK tells
+        // where its output ends (SND.NXT); every one must have answered a
+        // probe sent after the service came to rest with exactly `hi`.
+        let mut unconfirmed = false;
+        for l in self.legs.iter().filter(|l| l.open()) {
+            match l.nxt_seen {
+                Some((s, _)) if s.is_after(l.hi) => {
+                    return wait("a replica sent output the router has not received");
+                }
+                Some((s, t)) if s == l.hi && self.rest_probe_at.is_some_and(|p| t >= p) => {}
+                _ => unconfirmed = true,
+            }
+        }
+        if unconfirmed {
+            return Quiet::Probe;
+        }
         Quiet::Join
+    }
+
+    /// Ask every open replica where its output ends (a keep-alive, which a
+    /// live stack answers at once with its SND.NXT), at most once per
+    /// [`REST_PROBE_EVERY`].
+    pub(crate) fn join_rest_probe(&mut self, ctx: &mut Ctx) {
+        if self
+            .rest_probe_at
+            .is_some_and(|t| ctx.now.saturating_sub(t) < REST_PROBE_EVERY)
+        {
+            return;
+        }
+        self.rest_probe_at = Some(ctx.now);
+        for i in 0..self.legs.len() {
+            if self.legs[i].open() && self.legs[i].learned {
+                self.keepalive(ctx, i);
+            }
+        }
     }
 
     /// Add `replica` (at `addr`) to this quiet connection: a SYN in the
@@ -224,6 +337,11 @@ impl Conn {
 
     /// Whether `replica` joined and is open here (`Some(false)`: joining,
     /// `None`: not a joining leg, or it left).
+    /// Why the last joining leg was refused, if it was.
+    pub(crate) fn join_refusal(&self) -> Option<&str> {
+        self.join_refusal.as_deref()
+    }
+
     pub(crate) fn join_state(&self, replica: ReplicaId) -> Option<bool> {
         self.legs
             .iter()
@@ -265,7 +383,19 @@ impl Conn {
                 return;
             }
         }
-        if self.options_differ(seg) {
+        // The client was told the group's smallest MSS when it connected;
+        // a joiner that takes less would get segments it cannot receive
+        // (the router does not split them).
+        let mss = seg.mss.unwrap_or(536);
+        if self.options_differ(seg) || mss < self.mss_out {
+            self.join_refusal = Some(if mss < self.mss_out {
+                format!(
+                    "its MSS {mss} is below the {} the client was told (the router does not split segments)",
+                    self.mss_out
+                )
+            } else {
+                "its TCP options (timestamps, window scaling) differ from the group's".into()
+            });
             self.evict(ctx, LegId(i), EvictReason::OptionMismatch, false);
             return;
         }

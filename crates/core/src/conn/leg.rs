@@ -78,6 +78,12 @@ pub(super) struct Leg {
     /// A joiner's first output byte in the client's view (the group's
     /// output position when it joined).
     pub(super) out_start: Option<SeqNum>,
+    /// The sequence number (client view) of this replica's latest pure
+    /// ACK, and when it came: a stack's pure ACK carries its SND.NXT, so
+    /// one beyond `hi` tells of output the router never received (a
+    /// segment lost on the way). A join waits until every replica answered
+    /// a probe at `hi` exactly ([`Conn::join_quiet`]).
+    pub(super) nxt_seen: Option<(SeqNum, Instant)>,
 }
 
 impl Leg {
@@ -138,6 +144,7 @@ impl Conn {
             syn_window: 0,
             learned: true,
             ack_out: None,
+            nxt_seen: None,
             challenge_at: None,
             joined_at: None,
             out_start: None,

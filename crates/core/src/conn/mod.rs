@@ -201,6 +201,11 @@ pub struct Conn {
     /// The window scale the client announced in its SYN (`None`: none, or
     /// not known, for a connection adopted after a takeover). A replica
     /// that joins the open connection gets it in its SYN.
+    /// When every replica was last asked where its output ends, for a
+    /// join ([`Conn::join_rest_probe`]).
+    /// Why the joiner's leg was refused (its options), for the join's log.
+    join_refusal: Option<String>,
+    rest_probe_at: Option<Instant>,
     client_wscale: Option<u8>,
     /// The service's input is paused (a replica joins): the client is told
     /// a zero window.
@@ -260,6 +265,8 @@ impl Conn {
             probe_passed_at: None,
             challenge_at: None,
             client_wscale: syn.wscale,
+            rest_probe_at: None,
+            join_refusal: None,
             paused: false,
             vote: match voting {
                 Voting::Off => None,
@@ -315,12 +322,19 @@ impl Conn {
 
     /// The window field for the client given the group edge and ack.
     fn window_field(&self, ack: SeqNum, edge: SeqNum) -> u16 {
+        let field = translate::window_field(ack, edge, self.ws_out);
         if self.paused {
-            // FT-TCP §3.2: a zero window keeps the client waiting, without
-            // retransmitting into the pause, while a replica joins.
-            return 0;
+            // FT-TCP §3.2: a closed window keeps the client waiting, without
+            // sending new bytes into the pause, while a replica joins. Its
+            // right edge stays at the client's highest byte sent, not at
+            // the ACK: a client does not retransmit beyond its window, and
+            // bytes it sent that were lost on their way (which pass the
+            // pause) would otherwise never come, nor the service to rest.
+            let sent = u32::try_from(self.client_hi.diff(ack)).unwrap_or(0);
+            let up = sent.div_ceil(1u32 << self.ws_out.min(14));
+            return field.min(u16::try_from(up).unwrap_or(u16::MAX));
         }
-        translate::window_field(ack, edge, self.ws_out)
+        field
     }
 
     /// The smallest right window edge over the live replicas whose

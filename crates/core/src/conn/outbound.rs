@@ -146,6 +146,10 @@ impl Conn {
             ctx.counters.drop(DropReason::OutOfWindow);
             return;
         }
+        if seg.payload_len == 0 && !seg.has(flags::FIN) {
+            // Its SND.NXT, for a join's check that no output is missing.
+            self.legs[i].nxt_seen = Some((s, ctx.now));
+        }
         // The ACK field: what this replica has of the client's stream.
         if seg.has(flags::ACK) {
             let a = seg.ack.min(self.client_hi);

@@ -413,9 +413,11 @@ impl Router {
                     why = Some("input events not sent to the agents yet");
                 }
                 if why.is_none() {
+                    let mut probe = Vec::new();
                     for key in self.conns_of(svc) {
                         match self.conns[&key].join_quiet() {
                             Quiet::Join | Quiet::Skip => {}
+                            Quiet::Probe => probe.push(key),
                             Quiet::Wait { why: w, forever } => {
                                 if forever {
                                     return Err(format!("connection {key}: {w}"));
@@ -423,6 +425,13 @@ impl Router {
                                 why = Some(w);
                                 break;
                             }
+                        }
+                    }
+                    if why.is_none() && !probe.is_empty() {
+                        why = Some("confirming that every replica's output reached the router");
+                        for key in probe {
+                            self.on_conn(now, key, |c, ctx| c.join_rest_probe(ctx));
+                            self.after(now, key);
                         }
                     }
                 }
@@ -492,7 +501,10 @@ impl Router {
                 for key in self.conns_of(svc) {
                     match self.conns[&key].join_quiet() {
                         Quiet::Skip => {}
-                        Quiet::Join => joined.push(key),
+                        // Confirmed before the checkpoint; a later pure ACK
+                        // (a keep-alive at SND.UNA − 1) does not undo that,
+                        // one beyond its output (`Wait`) does.
+                        Quiet::Join | Quiet::Probe => joined.push(key),
                         Quiet::Wait { why, .. } => {
                             return Err(format!("connection {key} stirred during the pause: {why}"))
                         }
@@ -518,8 +530,14 @@ impl Router {
                         Some(Some(true)) => {}
                         Some(Some(false)) => waiting += 1,
                         Some(None) => {
-                            if self.conns[key].join_quiet() != Quiet::Skip {
-                                return Err(format!("the joiner left connection {key}"));
+                            let c = &self.conns[key];
+                            if c.join_quiet() != Quiet::Skip {
+                                return Err(match c.join_refusal() {
+                                    Some(why) => {
+                                        format!("connection {key} refused the joiner: {why}")
+                                    }
+                                    None => format!("the joiner left connection {key}"),
+                                });
                             }
                         }
                     }

@@ -278,8 +278,16 @@ impl Router {
                 .get(&key)
                 .is_some_and(|c| c.repeats_sent_bytes(seg))
         {
-            // A replica joins: the service's input waits (see `join`).
+            // A replica joins: the service's input waits (see `join`), but
+            // for what of it is not new.
+            let pass = self
+                .conns
+                .get(&key)
+                .and_then(|c| c.pause_pass_part(&pkt, seg));
             self.hold(now, svc, key, pkt);
+            if let Some(p) = pass {
+                self.handle_packet(now, p);
+            }
             return Ok(());
         }
         let is_syn = seg.has(flags::SYN) && !seg.has(flags::ACK) && !seg.has(flags::RST);

@@ -2703,6 +2703,40 @@ fn a_join_waits_for_output_lost_before_the_pause() {
     );
 }
 
+/// A joiner whose SYN-ACK offers a smaller MSS than the client was told
+/// (1440) would get segments it cannot take (the router does not split
+/// them): it is refused, and the join fails saying why.
+#[test]
+fn a_joiner_with_a_smaller_mss_is_refused() {
+    let (mut r, risn, isns) = quiet_service_without_replica_3();
+    let id = start_join(&mut r, risn, &isns);
+    r.checkpoint_taken(t(20), id, Ok("d1".into()));
+    r.state_restored(t(30), id, Ok("d1".into()));
+    drain(&mut r);
+    log_events(&mut r);
+    let mut sa = Repr::new(
+        PORT,
+        CPORT,
+        SeqNum(9_000_077),
+        SeqNum(CISN).add(6),
+        flags::SYN | flags::ACK,
+        65160,
+    );
+    sa.mss = Some(1400);
+    sa.wscale = Some(9);
+    sa.timestamps = Some((777, 1001));
+    r.handle_packet(t(31), seg(replica(3), CLIENT, sa, b""));
+    r.handle_timeout(t(40));
+    let ev = log_events(&mut r);
+    assert!(
+        ev.iter()
+            .any(|e| matches!(e, Event::JoinFailed { reason, .. }
+            if reason.contains("its MSS 1400 is below the 1440 the client was told"))),
+        "{ev:?}"
+    );
+    assert!(!r.status().services[0].replicas[2].alive);
+}
+
 /// Issue 15: a replica joins a stateful service — readmitted only with the
 /// group's state proven (the donor's and the joiner's digests at the
 /// paused input event agree), and part of the connection that was open

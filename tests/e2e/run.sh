@@ -51,6 +51,8 @@
 #   join/n3-kill (Redis under the shim: a killed replica restarted empty joins by itself with the
 #   group's state, proven by digests, and takes part in the 20 connections open before it came),
 #   join-outlive/n3-kill (r1, r2, r3 replaced in turn: the 20 connections outlive every replica),
+#   join-cut/n3-cut (a replica whose link was cut for 5 s: its stale server is ended, its supervisor
+#   starts a fresh one, and it joins by itself),
 #   heal/n3-kill, heal/n3-cut (a stateless service takes a restarted replica, or a host that
 #   came back, back by itself).
 #
@@ -103,7 +105,7 @@ for id in operator/n2-none spoof/n3-none impostor/n3-none redis-order/n3-none re
 	takeover-stall/n3-kill takeover-get/n3-kill takeover-put/n3-kill takeover-synack/n3-kill \
 	takeover-redis/n3-kill takeover-connect/n3-kill takeover-stall/n3-cut \
 	rejoin/n3-cut rejoin-takeover/n3-kill server-reset/n1-none server-reset/n3-none \
-	attack-client/n3-none membership/n4-none heal/n3-kill heal/n3-cut join/n3-kill join-outlive/n3-kill; do
+	attack-client/n3-none membership/n4-none heal/n3-kill heal/n3-cut join/n3-kill join-outlive/n3-kill join-cut/n3-cut; do
 	[[ -z $only || $id =~ $only ]] && tests+=("$id")
 done
 if ((list)); then printf '%s\n' "${tests[@]}"; exit 0; fi

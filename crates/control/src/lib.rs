@@ -54,8 +54,10 @@ fn ms(d: Duration) -> u64 {
 /// Protocol version; a different one is rejected with a clear reason.
 /// 3: `OutOfService`; 4: `OrderLost` and `Shims` (a replica whose server
 /// lost the order leaves); 5: the core's types on the wire (one record with
-/// every replica's part, `key` for a connection, `InputKind::Data { end }`).
-pub const VERSION: u32 = 6;
+/// every replica's part, `key` for a connection, `InputKind::Data { end }`);
+/// 6: joins (`Checkpoint`, `State`, `Restored`, `StateFailed`, `JoinEnded`);
+/// 7: `Restart` (a stale server of a replica out of service is ended).
+pub const VERSION: u32 = 7;
 /// Largest frame accepted (a connection record is ~300 bytes; an order
 /// report is ~10 KB per service port).
 pub const MAX_FRAME: usize = 256 * 1024;
@@ -238,6 +240,14 @@ pub enum Msg {
     JoinEnded {
         join: u64,
         ok: bool,
+    },
+    /// Router → an agent whose replica is out of service in a stateful
+    /// service that another replica still serves, while its servers follow
+    /// the order (they ran while it was out, and missed input: stale). The
+    /// agent ends them, so that their supervisor (`ftnet run --supervise`,
+    /// systemd) starts them afresh and they join with the group's state.
+    Restart {
+        reason: String,
     },
 }
 
@@ -814,6 +824,7 @@ fn kind(m: &Msg) -> &'static str {
         Msg::Restored { .. } => "restored",
         Msg::StateFailed { .. } => "state_failed",
         Msg::JoinEnded { .. } => "join_ended",
+        Msg::Restart { .. } => "restart",
     }
 }
 
@@ -850,6 +861,8 @@ pub enum AgentEvent {
     },
     /// The join ended.
     JoinEnded { join: u64, ok: bool },
+    /// This replica's servers are stale: end them (see [`Msg::Restart`]).
+    Restart { reason: String },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -1098,6 +1111,7 @@ impl AgentSession {
             (AState::Live { .. }, Msg::JoinEnded { join, ok }) => {
                 Some(AgentEvent::JoinEnded { join, ok })
             }
+            (AState::Live { .. }, Msg::Restart { reason }) => Some(AgentEvent::Restart { reason }),
             (AState::Closed, _) => None,
             (_, other) => self.reject(format!(
                 "unexpected {} message from the router",
@@ -1199,6 +1213,32 @@ mod tests {
         assert!(matches!(ae[..], [AgentEvent::Registered { .. }]));
         assert_eq!(r.replica(), Some(R));
         assert!(a.is_live());
+    }
+
+    /// A registered agent hears `Restart` (its stale servers are to be
+    /// ended); before registration the same message ends the session.
+    #[test]
+    fn restart_reaches_only_a_registered_agent() {
+        let m = Msg::Restart {
+            reason: "down in redis; missed input".into(),
+        };
+        let mut d = Decoder::default();
+        d.push(&encode(&m));
+        assert_eq!(d.next_msg(), Ok(Some(m.clone())));
+        let (mut a, hello) = AgentSession::new(b"s3cret", R, "host1", [1; 16], 0);
+        let mut r = RouterSession::new(b"s3cret", [2; 16], Heartbeats::default(), 0);
+        converse(&mut a, &mut r, hello, 0);
+        let mut out = Vec::new();
+        assert_eq!(
+            a.handle(m.clone(), 1, &mut out),
+            Some(AgentEvent::Restart {
+                reason: "down in redis; missed input".into()
+            })
+        );
+        let (mut fresh, _) = AgentSession::new(b"s3cret", R, "host1", [1; 16], 0);
+        let ev = fresh.handle(m, 1, &mut out);
+        assert!(!matches!(ev, Some(AgentEvent::Restart { .. })), "{ev:?}");
+        assert!(!fresh.is_live());
     }
 
     #[test]

@@ -2703,6 +2703,24 @@ fn a_join_waits_for_output_lost_before_the_pause() {
     );
 }
 
+/// A server of a replica that is down in a stateful service, while another
+/// replica serves, is stale (it missed input): the driver has it restarted
+/// so that it can join. A serving replica's server is not.
+#[test]
+fn a_down_replicas_server_is_stale_only_while_another_serves() {
+    let (mut r, _, _) = quiet_service_without_replica_3();
+    assert_eq!(r.stale_in(replica(3)), vec!["t".to_string()]);
+    assert!(r.stale_in(replica(1)).is_empty());
+    r.host_lost(t(50), replica(1));
+    assert_eq!(r.stale_in(replica(3)), vec!["t".to_string()], "2 serves");
+    assert_eq!(
+        r.stale_in(replica(1)),
+        vec!["t".to_string()],
+        "down now: a server of it that speaks again missed input"
+    );
+    assert!(r.stale_in(replica(2)).is_empty(), "it serves");
+}
+
 /// A joiner whose SYN-ACK offers a smaller MSS than the client was told
 /// (1440) would get segments it cannot take (the router does not split
 /// them): it is refused, and the join fails saying why.

@@ -24,6 +24,8 @@ pub struct AgentArgs {
     pub host: String,
     /// Where servers started with `ftnet run` pick up the input order.
     pub shim_socket: PathBuf,
+    /// End servers the router calls stale (`--end-stale-servers`).
+    pub end_stale: bool,
 }
 
 /// What the agent keeps for one shim that cannot take it yet: a server
@@ -395,7 +397,15 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
         s.records = std::mem::take(&mut records);
         s.order = std::mem::take(&mut order);
         s.down = std::mem::take(&mut down);
-        let outcome = session(stream, &mut s, hello, &now_ms, &shims, args.replica);
+        let outcome = session(
+            stream,
+            &mut s,
+            hello,
+            &now_ms,
+            &shims,
+            args.replica,
+            args.end_stale,
+        );
         records = std::mem::take(&mut s.records);
         order = std::mem::take(&mut s.order);
         down = std::mem::take(&mut s.down);
@@ -412,7 +422,8 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
                 | AgentEvent::Input(_)
                 | AgentEvent::Checkpoint { .. }
                 | AgentEvent::State { .. }
-                | AgentEvent::JoinEnded { .. },
+                | AgentEvent::JoinEnded { .. }
+                | AgentEvent::Restart { .. },
             ) => {
                 let p = format!("router {} fell silent", args.router);
                 warn!(
@@ -456,6 +467,7 @@ fn session(
     now_ms: &dyn Fn() -> u64,
     shims: &Shims,
     me: Ipv4Addr,
+    end_stale: bool,
 ) -> anyhow::Result<AgentEvent> {
     let mut job: Option<Job> = None;
     stream.set_nodelay(true)?;
@@ -590,6 +602,34 @@ fn session(
                             info!(join, ok, "join ended");
                         }
                     }
+                }
+                AgentEvent::Restart { reason } if !end_stale => {
+                    warn!("the router says this replica's servers are stale ({reason}); they are left running, out of service (start the agent with --end-stale-servers where a supervisor restarts them): restart them with no state to bring the replica back");
+                }
+                AgentEvent::Restart { reason } => {
+                    // The servers' state is behind the group's and serves
+                    // nobody: SIGKILL loses nothing, and their supervisor
+                    // starts them afresh.
+                    // Only real process ids: 0 or a negative one would
+                    // signal whole process groups, this agent's included.
+                    let pids: Vec<i32> = shims
+                        .lock()
+                        .iter()
+                        .map(|m| m.pid)
+                        .filter(|&p| p > 1 && p != std::process::id() as i32)
+                        .collect();
+                    for pid in &pids {
+                        // SAFETY: kill(2) takes no pointers.
+                        let rc = unsafe { libc::kill(*pid, libc::SIGKILL) };
+                        if rc != 0 {
+                            warn!(
+                                pid,
+                                "could not end a stale server: {}",
+                                std::io::Error::last_os_error()
+                            );
+                        }
+                    }
+                    warn!(?pids, "the router says this replica's servers are stale ({reason}): ended them; a supervisor (`ftnet run --supervise`, systemd) starts them afresh, and a fresh server joins with the group's state");
                 }
                 other => return Ok(other),
             }

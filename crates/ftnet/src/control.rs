@@ -69,6 +69,9 @@ pub trait RouterHandle: Send + Sync + 'static {
     /// A server of `addr` follows the order through its agent again: it
     /// joins where it is down (see `Router::joinable`).
     fn try_rejoin(&self, addr: Ipv4Addr);
+    /// The services in which a server of `addr` that follows the order is
+    /// stale (see `Router::stale_in`).
+    fn stale_in(&self, addr: Ipv4Addr) -> Vec<String>;
 }
 
 /// The agents currently registered, by replica address.
@@ -631,6 +634,11 @@ fn serve(
                 }
                 RouterEvent::OrderLost { replica, reason } => {
                     order_lost(router, replica, peer, &reason);
+                    if shims > 0 {
+                        // A server that lost the order keeps running, out of
+                        // the group: it starts afresh and joins.
+                        restart_stale(router, reg, replica, id, shims);
+                    }
                 }
                 RouterEvent::State {
                     replica,
@@ -692,6 +700,14 @@ fn serve(
                     info!(%replica, %peer, shims = count, "servers following the input order through this agent: {count}");
                     if count > 0 && shims == 0 && shims_told {
                         router.try_rejoin(replica);
+                    } else if count > 0 && !shims_told {
+                        // The agent came (back) with servers already running:
+                        // where the replica is out of service they ran while it
+                        // was out and missed input. Only a fresh server can
+                        // take the group's state: the agent ends them, their
+                        // supervisor starts them again, and the fresh ones
+                        // join (the count going from 0 up, above).
+                        restart_stale(router, reg, replica, id, count);
                     }
                     shims = count;
                     shims_told = true;
@@ -731,6 +747,29 @@ fn serve(
 }
 
 /// The replica's server lost the input order: it leaves the group now.
+/// Ask the agent of `replica` (session `id`) to end its `count` servers
+/// where they are stale (`Router::stale_in`): one log line says why.
+fn restart_stale(
+    router: &dyn RouterHandle,
+    reg: &Registry,
+    replica: Ipv4Addr,
+    id: u64,
+    count: u32,
+) {
+    let stale = router.stale_in(replica);
+    if stale.is_empty() {
+        return;
+    }
+    let reason = format!(
+        "replica {replica} is out of service in {} while another replica serves; its {count} server(s) following the order missed input since it left",
+        stale.join(", ")
+    );
+    warn!(%replica, "{reason}: its agent is told to end them (with --end-stale-servers it does, and their supervisor starts them afresh); a fresh server joins with the group's state");
+    if let Some(a) = reg.lock().get(&replica).filter(|a| a.session == id) {
+        let _ = a.tx.try_send(Msg::Restart { reason });
+    }
+}
+
 fn order_lost(router: &dyn RouterHandle, replica: Ipv4Addr, peer: SocketAddr, reason: &str) {
     let n = router.replica_failed(replica);
     warn!(

@@ -213,6 +213,11 @@ pub struct UpArgs {
     /// Start every server under `ftnet run` (the determinism shim), fed by its agent; implies --agents.
     #[arg(long)]
     pub shim: bool,
+    /// Run every server under `ftnet run --supervise` (implies --shim): a server that ends is
+    /// started again, and a fresh one joins with the group's state (`lab kill N` ends the
+    /// supervisor too; end only the server with `kill -9` on its pid to see it heal).
+    #[arg(long)]
+    pub supervise: bool,
     /// Test hook (no netem here): the router drops every N-th data packet it writes to replica R.
     #[arg(long, value_name = "R:N")]
     pub fault_drop: Option<String>,
@@ -331,6 +336,7 @@ pub fn run(cmd: LabCmd) -> anyhow::Result<i32> {
                 commit_wait_ms: None,
                 agents: false,
                 shim: false,
+                supervise: false,
                 fault_drop: None,
                 spares: 0,
                 stateless: false,
@@ -578,8 +584,9 @@ fn up(lab: &Lab, args: &UpArgs) -> anyhow::Result<()> {
     }
 
     let secret = lab.dir().join("secret");
-    let agents = args.agents || args.shim || args.ha;
-    if args.shim {
+    let shim = args.shim || args.supervise;
+    let agents = args.agents || shim || args.ha;
+    if shim {
         crate::run::shim_library()?;
     }
     if agents {
@@ -598,7 +605,7 @@ fn up(lab: &Lab, args: &UpArgs) -> anyhow::Result<()> {
         for i in 1..=n {
             check_interrupt()?;
             std::fs::create_dir_all(lab.replica_dir(i))?;
-            start_agent(lab, i, &secret)?;
+            start_agent(lab, i, &secret, args.supervise)?;
         }
         // Their shim sockets exist before any server looks for them.
         wait_until(
@@ -618,7 +625,12 @@ fn up(lab: &Lab, args: &UpArgs) -> anyhow::Result<()> {
     let mut servers: Vec<Child> = Vec::new();
     for i in 1..=n {
         check_interrupt()?;
-        servers.push(start_server(lab, i, template, args.ports[0], args.shim)?);
+        let mode = match (shim, args.supervise) {
+            (true, true) => ServerMode::Supervised,
+            (true, false) => ServerMode::Shim,
+            _ => ServerMode::Plain,
+        };
+        servers.push(start_server(lab, i, template, args.ports[0], mode)?);
     }
 
     check_interrupt()?;
@@ -699,7 +711,7 @@ fn up(lab: &Lab, args: &UpArgs) -> anyhow::Result<()> {
     if agents {
         wait_agents(lab, n - args.spares)?;
     }
-    if args.shim {
+    if shim {
         wait_shims(lab, n)?;
     }
     guard.armed = false;
@@ -709,7 +721,7 @@ fn up(lab: &Lab, args: &UpArgs) -> anyhow::Result<()> {
 /// The lab's control-channel port on the router.
 pub const CONTROL_PORT: u16 = 7400;
 
-fn start_agent(lab: &Lab, i: usize, secret: &Path) -> anyhow::Result<()> {
+fn start_agent(lab: &Lab, i: usize, secret: &Path, end_stale: bool) -> anyhow::Result<()> {
     let exe = std::env::current_exe().context("finding the ftnet executable")?;
     let dir = lab.replica_dir(i);
     let mut cmd = Command::new("ip");
@@ -730,6 +742,9 @@ fn start_agent(lab: &Lab, i: usize, secret: &Path) -> anyhow::Result<()> {
         .arg(secret)
         .arg("--shim-socket")
         .arg(dir.join("shim.sock"));
+    if end_stale {
+        cmd.arg("--end-stale-servers");
+    }
     launch(
         cmd,
         &dir.join("agent.log"),
@@ -833,13 +848,34 @@ fn log_file(path: &Path) -> anyhow::Result<(Stdio, Stdio)> {
     Ok((Stdio::from(f), Stdio::from(g)))
 }
 
+/// How a replica's server runs.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum ServerMode {
+    Plain,
+    /// Under `ftnet run`.
+    Shim,
+    /// Under `ftnet run --supervise`.
+    Supervised,
+}
+
+impl ServerMode {
+    fn name(self) -> &'static str {
+        match self {
+            ServerMode::Plain => "plain",
+            ServerMode::Shim => "shim",
+            ServerMode::Supervised => "supervised",
+        }
+    }
+}
+
 fn start_server(
     lab: &Lab,
     i: usize,
     template: &str,
     port: u16,
-    shim: bool,
+    mode: ServerMode,
 ) -> anyhow::Result<Child> {
+    let shim = mode != ServerMode::Plain;
     let dir = lab.replica_dir(i);
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let cmdline = template
@@ -849,7 +885,7 @@ fn start_server(
     // For `lab restart`: the same command, the same way.
     std::fs::write(
         dir.join("server.cmd"),
-        format!("{}\n{cmdline}\n", if shim { "shim" } else { "plain" }),
+        format!("{}\n{cmdline}\n", mode.name()),
     )
     .with_context(|| format!("writing {}", dir.join("server.cmd").display()))?;
     let mut cmd = Command::new("ip");
@@ -858,8 +894,11 @@ fn start_server(
         let exe = std::env::current_exe().context("finding the ftnet executable")?;
         cmd.arg(exe)
             .args(["run", "--socket"])
-            .arg(dir.join("shim.sock"))
-            .arg("--");
+            .arg(dir.join("shim.sock"));
+        if mode == ServerMode::Supervised {
+            cmd.arg("--supervise");
+        }
+        cmd.arg("--");
     }
     cmd.args(["sh", "-c", &cmdline])
         .current_dir(&dir)
@@ -1029,7 +1068,12 @@ fn restart(lab: &Lab, n: usize) -> anyhow::Result<()> {
         }
     }
     // The command is already resolved: no placeholder is left to fill.
-    let child = start_server(lab, n, cmdline.trim_end(), 0, mode == "shim")?;
+    let mode = match mode {
+        "supervised" => ServerMode::Supervised,
+        "shim" => ServerMode::Shim,
+        _ => ServerMode::Plain,
+    };
+    let child = start_server(lab, n, cmdline.trim_end(), 0, mode)?;
     println!("replica {n}: server started again (pid {})", child.id());
     Ok(())
 }

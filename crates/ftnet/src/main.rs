@@ -157,6 +157,13 @@ Examples:
         /// Unix socket where servers started with `ftnet run` get the input order.
         #[arg(long, value_name = "PATH", default_value = "/run/ftnet/shim.sock")]
         shim_socket: PathBuf,
+        /// When the router says this replica's servers are stale (out of service while
+        /// another replica serves: they missed input), end them (SIGKILL) so that their
+        /// supervisor (`ftnet run --supervise`, systemd Restart=always) starts them afresh and
+        /// the fresh server joins with the group's state. Without it they are left running
+        /// (out of service) for the operator, and the log says so.
+        #[arg(long)]
+        end_stale_servers: bool,
         /// Log filter (as for `router`).
         #[arg(long, default_value = "info", value_name = "LEVEL")]
         log_level: String,
@@ -167,6 +174,11 @@ Examples:
         /// The agent's shim socket (`ftnet agent --shim-socket`).
         #[arg(long, value_name = "PATH", default_value = "/run/ftnet/shim.sock")]
         socket: PathBuf,
+        /// Stay as the server's supervisor: start it again whenever it ends (a crash, or
+        /// its agent ending a stale server), so that the fresh server joins with the
+        /// group's state. Without it, `ftnet run` execs the server (for systemd and the like).
+        #[arg(long)]
+        supervise: bool,
         /// The server command and its arguments.
         #[arg(
             required = true,
@@ -286,6 +298,13 @@ Supported: single-threaded event-driven servers on epoll, poll or select with no
 (Redis, nginx with one worker, memcached -t 1, asyncio servers on any selector). Fork-per-
 connection servers (socat fork, inetd-style) need no order and are left alone. Not yet:
 multi-threaded servers; timers still fire at different points on different replicas.
+
+--supervise keeps `ftnet run` as the server's parent: it starts the server again whenever it ends
+(after 0.5 s, doubling up to 30 s while it keeps dying within 10 s) and passes SIGTERM, SIGINT and
+SIGHUP on (SIGTERM and SIGINT end both). With an agent started with --end-stale-servers, a replica
+whose server went stale (its link cut, or its order lost, while the others served) heals with no
+operator: the agent ends the stale server, the supervisor starts a fresh one, and the fresh one
+joins with the group's state.
 Without an agent (or if the order breaks) the shim steps aside and says so on stderr.
 
 Example (on a replica host whose agent runs with the default --shim-socket):
@@ -348,6 +367,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<i32> {
             secret_file,
             host,
             shim_socket,
+            end_stale_servers,
             log_level,
         } => {
             init_logging(&log_level);
@@ -359,10 +379,21 @@ fn dispatch(cli: Cli) -> anyhow::Result<i32> {
                 secret,
                 host,
                 shim_socket,
+                end_stale: end_stale_servers,
             })?;
             Ok(0)
         }
-        Cmd::Run { socket, cmd } => run::exec(&socket, &cmd),
+        Cmd::Run {
+            socket,
+            supervise,
+            cmd,
+        } => {
+            if supervise {
+                run::supervise(&socket, &cmd)
+            } else {
+                run::exec(&socket, &cmd)
+            }
+        }
         Cmd::CheckConfig { file } => {
             let cfg = config::load(&file)?;
             println!("{}: ok", file.display());

@@ -352,6 +352,9 @@ impl RouterHandle for Shared {
     fn try_rejoin(&self, addr: std::net::Ipv4Addr) {
         Shared::try_rejoin(self, addr)
     }
+    fn stale_in(&self, addr: std::net::Ipv4Addr) -> Vec<String> {
+        self.lock().stale_in(addr)
+    }
 }
 
 impl Shared {

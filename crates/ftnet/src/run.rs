@@ -34,3 +34,109 @@ pub fn exec(socket: &Path, cmd: &[String]) -> anyhow::Result<i32> {
         .exec();
     Err(err).with_context(|| format!("starting {}", cmd[0]))
 }
+
+/// How long a supervised server must have run for its next restart to
+/// come at once (after [`RESTART_MIN`]); one that dies sooner waits twice
+/// as long each time, up to [`RESTART_MAX`].
+const RAN_LONG_ENOUGH: std::time::Duration = std::time::Duration::from_secs(10);
+const RESTART_MIN: std::time::Duration = std::time::Duration::from_millis(500);
+const RESTART_MAX: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// `ftnet run --supervise`: run `cmd` under the shim as a child and start
+/// it again whenever it ends (a crash, or its agent ending a stale server
+/// so that a fresh one joins with the group's state), with a growing pause
+/// if it keeps dying at once. SIGTERM, SIGINT and SIGHUP are passed on to
+/// the server; after SIGTERM or SIGINT this ends with it.
+pub fn supervise(socket: &Path, cmd: &[String]) -> anyhow::Result<i32> {
+    let lib = shim_library()?;
+    let preload = match std::env::var("LD_PRELOAD") {
+        Ok(p) if !p.is_empty() => format!("{} {p}", lib.display()),
+        _ => lib.display().to_string(),
+    };
+    // The signals are taken synchronously (sigtimedwait); the server gets
+    // the mask it would have had.
+    // SAFETY: sigset_t is plain data, initialised by sigemptyset before use.
+    let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: the set is a live local; sigaddset/sigprocmask take pointers to it.
+    unsafe {
+        libc::sigemptyset(&mut set);
+        for s in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP, libc::SIGCHLD] {
+            libc::sigaddset(&mut set, s);
+        }
+        libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+    }
+    let mut pause = RESTART_MIN;
+    loop {
+        let mut c = std::process::Command::new(&cmd[0]);
+        c.args(&cmd[1..])
+            .env("LD_PRELOAD", &preload)
+            .env("FTNET_SHIM_SOCKET", socket);
+        // SAFETY: between fork and exec only async-signal-safe calls are
+        // made (sigprocmask on a set copied into the child).
+        unsafe {
+            c.pre_exec(move || {
+                libc::sigprocmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+                Ok(())
+            });
+        }
+        let started = std::time::Instant::now();
+        let mut child = c.spawn().with_context(|| format!("starting {}", cmd[0]))?;
+        let pid = i32::try_from(child.id()).unwrap_or(0);
+        eprintln!("ftnet run: server started (pid {pid}): {}", cmd.join(" "));
+        let status = loop {
+            if let Some(st) = child.try_wait()? {
+                break st;
+            }
+            let sig = wait_signal(&set, std::time::Duration::from_secs(1));
+            match sig {
+                Some(s) if s == libc::SIGTERM || s == libc::SIGINT => {
+                    // SAFETY: kill(2) takes no pointers; pid is our child.
+                    unsafe { libc::kill(pid, s) };
+                    let st = child.wait()?;
+                    eprintln!("ftnet run: stopped; the server ended with {st}");
+                    return Ok(st.code().unwrap_or(0));
+                }
+                Some(s) if s == libc::SIGHUP => {
+                    // SAFETY: as above.
+                    unsafe { libc::kill(pid, s) };
+                }
+                _ => {}
+            }
+        };
+        let ran = started.elapsed();
+        pause = if ran >= RAN_LONG_ENOUGH {
+            RESTART_MIN
+        } else {
+            (pause * 2).min(RESTART_MAX)
+        };
+        eprintln!(
+            "ftnet run: the server ended ({status}) after {} ms; starting it again in {} ms",
+            ran.as_millis(),
+            pause.as_millis()
+        );
+        let until = std::time::Instant::now() + pause;
+        while let Some(left) = until.checked_duration_since(std::time::Instant::now()) {
+            if left.is_zero() {
+                break;
+            }
+            if let Some(s) = wait_signal(&set, left) {
+                if s == libc::SIGTERM || s == libc::SIGINT {
+                    eprintln!("ftnet run: stopped while the server was down");
+                    return Ok(0);
+                }
+            }
+        }
+    }
+}
+
+/// One of the blocked signals in `set`, or `None` after `timeout`.
+fn wait_signal(set: &libc::sigset_t, timeout: std::time::Duration) -> Option<i32> {
+    let ts = libc::timespec {
+        tv_sec: libc::time_t::try_from(timeout.as_secs()).unwrap_or(1),
+        tv_nsec: libc::c_long::from(timeout.subsec_nanos().min(999_999_999) as i32),
+    };
+    // SAFETY: both pointers are to live locals of the right types; the info
+    // argument may be null.
+    let s = unsafe { libc::sigtimedwait(set, std::ptr::null_mut(), &ts) };
+    (s > 0).then_some(s)
+}

@@ -48,6 +48,7 @@ load=$!
 
 sleep 3
 figures=()
+windows=()
 for V in "${VICTIMS[@]}"; do
 	VADDR=$(replica_ip "$V")
 	check "lab kill r$V" lab kill --name "$LAB" "$V"
@@ -65,6 +66,7 @@ for V in "${VICTIMS[@]}"; do
 		conns=$(sed -E 's/.*part of ([0-9]+) open.*/\1/' <<<"$line")
 		say "r$V: restart → serving $((joined_ms - t_restart)) ms; input paused $pause ms; joined $conns open connection(s)"
 		figures+=("r$V restart_to_serving_ms=$((joined_ms - t_restart)) pause_ms=$pause joined_connections=$conns keys=$KEYS")
+		windows+=("$V $joined_ms $pause")
 	fi
 	sleep 1
 done
@@ -78,6 +80,12 @@ say "load: $(cat "$T/load.json" 2>/dev/null)"
 check_eq "writers: exit status (0 errors, every counter exact)" 0 "$rc"
 errors=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['errors'])" "$T/load.json" 2>/dev/null || echo "?")
 check_eq "client errors" 0 "$errors"
+for w in "${windows[@]}"; do
+	read -r V end pause <<<"$w"
+	rate=$(python3 "$E2E_DIR/joinrate.py" "$T/load.json" "$end" "$pause" 2>&1 || true)
+	say "r$V join: $rate"
+	echo "r$V $rate" >>"$T/figure.txt"
+done
 
 all=(1 2 3)
 settle "${all[@]}"

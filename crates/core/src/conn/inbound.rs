@@ -302,20 +302,26 @@ impl Conn {
                 pkt.clone()
             };
             let Some(mut p) = copy else { break };
-            // A segment that comes late (reordered, or held during a
-            // join's pause while newer ones passed) carries what the client
-            // acknowledged and its clock then; the replica has seen newer
-            // (an ACK below its SND.UNA makes some stacks drop the segment,
+            // A segment held during a join's pause, released now, carries
+            // what the client acknowledged and its clock then; the replica
+            // has seen newer since (their ACK and timestamp passed at once:
+            // an ACK below its SND.UNA makes some stacks drop the segment,
             // data and all; a TSval below TS.Recent fails PAWS, RFC 7323
-            // §5). The client's newest count for both: it cannot go back.
-            let (ack_c, ack) = l.ack_for(seg.ack.max(self.client_ack));
+            // §5). It gets the client's newest of both.
+            let late = self.releasing;
+            let ack_in = if late {
+                seg.ack.max(self.client_ack)
+            } else {
+                seg.ack
+            };
+            let (ack_c, ack) = l.ack_for(ack_in);
             // RFC 5961 §3.2 at the replica: a RST counts only at exactly
             // its RCV.NXT, which is at least what it acknowledged (the
             // client's RST may be at what the group acknowledged).
             let rst_seq = (rst && l.learned && seg.seq.is_before(l.ack)).then_some(l.ack);
             let newest = self.client_tsval;
             let tsval = seg.ts.map(|(v, _)| {
-                if SeqNum(newest).is_after(SeqNum(v)) {
+                if late && SeqNum(newest).is_after(SeqNum(v)) {
                     newest
                 } else {
                     v

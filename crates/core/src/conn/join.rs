@@ -109,6 +109,12 @@ impl Conn {
         )))
     }
 
+    /// The segments held during a join's pause are released (`on`), or
+    /// that is over.
+    pub(crate) fn set_releasing(&mut self, on: bool) {
+        self.releasing = on;
+    }
+
     /// A client segment held while the service is paused: the client is
     /// told (again) that the window is closed, so that it waits in
     /// persist mode instead of retransmitting into the pause.

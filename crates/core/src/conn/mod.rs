@@ -205,6 +205,9 @@ pub struct Conn {
     /// join ([`Conn::join_rest_probe`]).
     /// Why the joiner's leg was refused (its options), for the join's log.
     join_refusal: Option<String>,
+    /// Segments held during a join's pause are being released
+    /// ([`Conn::set_releasing`]).
+    releasing: bool,
     rest_probe_at: Option<Instant>,
     client_wscale: Option<u8>,
     /// The service's input is paused (a replica joins): the client is told
@@ -266,6 +269,7 @@ impl Conn {
             challenge_at: None,
             client_wscale: syn.wscale,
             rest_probe_at: None,
+            releasing: false,
             join_refusal: None,
             paused: false,
             vote: match voting {

@@ -251,6 +251,27 @@ impl Router {
         v
     }
 
+    /// The services in which a server of replica `addr` that follows the
+    /// order now is stale: the replica is down there (it gets no input
+    /// events while out, so its server missed what the others took), it
+    /// could join, and another replica serves (the group's state lives
+    /// on). Such a server must start afresh to come back. Where no other
+    /// replica serves, its state may be all the service has left: none.
+    pub fn stale_in(&self, addr: Ipv4Addr) -> Vec<String> {
+        let names = self.joinable(addr);
+        self.config
+            .services
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| names.contains(&s.name))
+            .filter(|&(svc, s)| {
+                (0..s.replicas.len())
+                    .any(|i| s.replicas[i] != addr && self.in_service(ServiceId(svc), ReplicaId(i)))
+            })
+            .map(|(_, s)| s.name.clone())
+            .collect()
+    }
+
     fn state_report(
         &mut self,
         now: Instant,
@@ -632,8 +653,19 @@ impl Router {
             self.on_conn(now, key, |c, ctx| c.set_paused(ctx, false));
             self.after(now, key);
         }
+        let keys = self.conns_of(j.svc);
+        for &key in &keys {
+            if let Some(c) = self.conns.get_mut(&key) {
+                c.set_releasing(true);
+            }
+        }
         for p in j.held {
             self.handle_packet(now, p);
+        }
+        for key in keys {
+            if let Some(c) = self.conns.get_mut(&key) {
+                c.set_releasing(false);
+            }
         }
     }
 }

@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# A replica cut off from the group comes back by itself with the group's state (issue 15 (b)):
+# Redis × 3 under `ftnet run --supervise`, 20 long-lived connections of writers (INCR/APPEND/LPUSH,
+# every reply checked) plus a new short connection every 100 ms (joinload.py).
+#
+#  client ──veth── router (ftnet, sequencer) ──veth── r1, r2, r3 (redis under `ftnet run --supervise`)
+#  (joinload)                                         ╳ the victim's link, cut for 5 s
+#
+# The victim's link is cut for 5 s while the writes go on: its agent falls silent, the router
+# declares its host lost and takes it out. The link comes back with a server that missed every
+# write since (stale). Its agent registers again with that server following the order; the router
+# sees the replica out of service while the others serve and tells the agent to end the stale
+# server; its supervisor starts a fresh one, which joins with the group's state (checkpoint,
+# restore, equal digests) and into every open connection — no operator action anywhere.
+# Pass: the router logs the stale server and the join (one line each); 0 client errors, every
+# counter exact; DEBUG DIGEST equal on all three afterwards; the victim serves new connections.
+# Figure: link back → serving again.
+set -euo pipefail
+# shellcheck source=tests/e2e/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
+e2e_init join-cut "$@"
+[[ $FAULT == cut && $N == 3 ]] || die "join-cut runs with 3 replicas and a link cut"
+CUT_S=5
+REDIS_PORT=6379
+lab_up --port "$REDIS_PORT" --supervise --failure-ms 1000
+LOG=/run/ftnet/lab/$LAB/router.log
+VADDR=$(replica_ip "$VICTIM")
+state_of() { # state_of ADDR → "state alive connections"
+	lab status --name "$LAB" --json | python3 -c "import json,sys; d=json.load(sys.stdin); r=[r for r in d['status']['services'][0]['replicas'] if r['addr'] == sys.argv[1]][0]; print(f\"{r['state']} {r['alive']} {r['connections']}\")" "$1"
+}
+
+timeout 300 "$FTNET" lab exec --name "$LAB" client -- \
+	python3 "$E2E_DIR/joinload.py" --host "$VIP" --port "$REDIS_PORT" --conns 20 --duration 22 \
+	--short-ms 100 >"$T/load.json" 2>"$T/load.err" &
+load=$!
+
+sleep 3
+lab cut --name "$LAB" "$VICTIM" >"$T/fault.out" 2>&1
+say "FAULT injected: lab cut r$VICTIM under writes"
+check "router declared r$VICTIM's host lost" wait_for 5 bash -c "grep -q 'host lost.*replica=$VADDR\|replica=$VADDR.*host lost' '$LOG'"
+sleep "$CUT_S"
+t_heal=$(now_ms)
+lab heal --name "$LAB" "$VICTIM" >>"$T/fault.out" 2>&1
+say "r$VICTIM's link restored"
+stale_line() { grep -m1 "replica $VADDR is out of service.*missed input" "$LOG"; }
+check "router found r$VICTIM's server stale and had its agent end it" wait_for 10 stale_line
+say "router: $(stale_line || true)"
+joined_line() { grep -m1 "replica $VADDR JOINED" "$LOG"; }
+check "r$VICTIM joined by itself with the group's state" wait_for 60 joined_line
+line=$(joined_line || true)
+say "router: ${line:-<no line>}"
+if [[ -n $line ]]; then
+	joined_ms=$(python3 -c 'import sys,datetime; ts=sys.argv[1].split()[0]; print(int(datetime.datetime.fromisoformat(ts.replace("Z","+00:00")).timestamp()*1000))' "$line")
+	pause=$(sed -E 's/.*paused ([0-9]+) ms.*/\1/' <<<"$line")
+	say "r$VICTIM: link back → serving $((joined_ms - t_heal)) ms; input paused $pause ms"
+	echo "r$VICTIM heal_to_serving_ms=$((joined_ms - t_heal)) pause_ms=$pause" >"$T/figure.txt"
+fi
+check "the supervisor started a fresh server" grep -q "starting it again" "/run/ftnet/lab/$LAB/r$VICTIM/server.log"
+{ grep -E "could NOT join" "$LOG" || true; } | head -5 | while read -r l; do say "router: $l"; done
+
+rc=0
+wait "$load" || rc=$?
+say "load: $(cat "$T/load.json" 2>/dev/null)"
+[[ -s $T/load.err ]] && say "load stderr: $(head -c 1000 "$T/load.err")"
+check_eq "writers: exit status (0 errors, every counter exact)" 0 "$rc"
+errors=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['errors'])" "$T/load.json" 2>/dev/null || echo "?")
+check_eq "client errors" 0 "$errors"
+if [[ -n ${joined_ms:-} && -n ${pause:-} ]]; then
+	rate=$(python3 "$E2E_DIR/joinrate.py" "$T/load.json" "$joined_ms" "$pause" 2>&1 || true)
+	say "r$VICTIM join: $rate"
+	echo "r$VICTIM $rate" >>"$T/figure.txt"
+fi
+
+all=(1 2 3)
+settle "${all[@]}"
+same_digests "after the join" "${all[@]}"
+busy() { in_ns client redis-cli -h "$VIP" -p "$REDIS_PORT" INCR probe >/dev/null && [[ $(state_of "$VADDR") == serving\ True* ]]; }
+check "r$VICTIM serving and alive" wait_for 5 busy
+say "r$VICTIM: $(state_of "$VADDR")"
+check_eq "r$VICTIM joined once" 1 "$(grep -c "replica $VADDR JOINED" "$LOG")"
+e2e_finish

@@ -26,6 +26,11 @@ FTNET=${FTNET:-$REPO/target/release/ftnet}
 VIP=198.19.0.1
 EMPTY_DIGEST=0000000000000000000000000000000000000000
 
+# log_ms LINE → the wall-clock time of a ftnet log line (its RFC 3339 timestamp), in ms.
+log_ms() {
+	python3 -c 'import sys,datetime; ts=sys.argv[1].split()[0]; print(int(datetime.datetime.fromisoformat(ts.replace("Z","+00:00")).timestamp()*1000))' "$1"
+}
+
 now_ms() { date +%s%3N; }
 ts() { date -u +%H:%M:%S.%3N; }
 say() { printf '[%s] %s: %s\n' "$(ts)" "${E2E_TEST:-e2e}" "$*"; }

@@ -2534,26 +2534,9 @@ fn quiet_service_without_replica_3() -> (Router, u32, Vec<u32>) {
     let out = client_bytes(&mut r, t(4), risn, 0, b"hello");
     assert_eq!(out.len(), 2, "to replicas 1 and 2");
     for i in 1..=2u8 {
-        let mut d = Repr::new(
-            PORT,
-            CPORT,
-            SeqNum(isns[i as usize - 1]).add(1),
-            SeqNum(CISN).add(6),
-            flags::ACK | flags::PSH,
-            500,
-        );
-        d.timestamps = Some((6000, 1001));
-        r.handle_packet(t(5), seg(replica(i), CLIENT, d, b"world"));
+        from_replica(&mut r, t(5), &isns, i, (1, 6, 6000), b"world");
     }
-    let a = Repr::new(
-        CPORT,
-        PORT,
-        SeqNum(CISN).add(6),
-        SeqNum(risn).add(6),
-        flags::ACK,
-        502,
-    );
-    r.handle_packet(t(6), seg(CLIENT, VIP, a, b""));
+    client_acks(&mut r, t(6), risn, 6);
     drain(&mut r);
     log_events(&mut r);
     agent_msgs(&mut r);
@@ -2587,18 +2570,51 @@ fn rest_probes(r: &mut Router, acked: u32) {
     }
 }
 
-/// Replica `i`'s pure ACK with its SND.NXT at `nxt` bytes past its ISN.
-fn rest_answer(r: &mut Router, now: Instant, isns: &[u32], i: u8, nxt: u32) {
+/// Replica `i`'s segment to the client: sequence number `nxt` bytes past
+/// its ISN, acknowledging `acked` client bytes past the client's ISN, with
+/// TSval `tsval` and `payload` (PSH with one).
+fn from_replica(
+    r: &mut Router,
+    now: Instant,
+    isns: &[u32],
+    i: u8,
+    (nxt, acked, tsval): (u32, u32, u32),
+    payload: &[u8],
+) {
+    let fl = if payload.is_empty() {
+        flags::ACK
+    } else {
+        flags::ACK | flags::PSH
+    };
     let mut a = Repr::new(
         PORT,
         CPORT,
         SeqNum(isns[i as usize - 1]).add(nxt),
-        SeqNum(CISN).add(6),
-        flags::ACK,
+        SeqNum(CISN).add(acked),
+        fl,
         500,
     );
-    a.timestamps = Some((6001, 1001));
-    r.handle_packet(now, seg(replica(i), CLIENT, a, b""));
+    a.timestamps = Some((tsval, 1001));
+    r.handle_packet(now, seg(replica(i), CLIENT, a, payload));
+}
+
+/// Replica `i`'s pure ACK with its SND.NXT at `nxt` bytes past its ISN.
+fn rest_answer(r: &mut Router, now: Instant, isns: &[u32], i: u8, nxt: u32) {
+    from_replica(r, now, isns, i, (nxt, 6, 6001), b"");
+}
+
+/// The client acknowledges the router's output up to `out` bytes past its
+/// ISN, having sent 5 bytes.
+fn client_acks(r: &mut Router, now: Instant, risn: u32, out: u32) {
+    let a = Repr::new(
+        CPORT,
+        PORT,
+        SeqNum(CISN).add(6),
+        SeqNum(risn).add(out),
+        flags::ACK,
+        502,
+    );
+    r.handle_packet(now, seg(CLIENT, VIP, a, b""));
 }
 
 /// Starts the join of replica 3: the service pauses and is quiet at once;
@@ -2668,26 +2684,9 @@ fn a_join_waits_for_output_lost_before_the_pause() {
     }
     // Both retransmit (replica 1 has the same output: it is behind).
     for i in 1..=2u8 {
-        let mut d = Repr::new(
-            PORT,
-            CPORT,
-            SeqNum(isns[i as usize - 1]).add(6),
-            SeqNum(CISN).add(6),
-            flags::ACK | flags::PSH,
-            500,
-        );
-        d.timestamps = Some((6100, 1001));
-        r.handle_packet(t(401), seg(replica(i), CLIENT, d, b"!!"));
+        from_replica(&mut r, t(401), &isns, i, (6, 6, 6100), b"!!");
     }
-    let a = Repr::new(
-        CPORT,
-        PORT,
-        SeqNum(CISN).add(6),
-        SeqNum(risn).add(8),
-        flags::ACK,
-        502,
-    );
-    r.handle_packet(t(402), seg(CLIENT, VIP, a, b""));
+    client_acks(&mut r, t(402), risn, 8);
     drain(&mut r);
     r.handle_timeout(t(460));
     rest_probes(&mut r, 6);
@@ -2936,16 +2935,7 @@ fn a_joiner_whose_digest_differs_stays_out() {
         // Where their output ends is confirmed (see `start_join`).
         rest_probes(&mut r, 10);
         for i in 1..=2u8 {
-            let mut a = Repr::new(
-                PORT,
-                CPORT,
-                SeqNum(isns[i as usize - 1]).add(6),
-                SeqNum(CISN).add(10),
-                flags::ACK,
-                500,
-            );
-            a.timestamps = Some((6002, 1001));
-            r.handle_packet(t(at), seg(replica(i), CLIENT, a, b""));
+            from_replica(&mut r, t(at), &isns, i, (6, 10, 6002), b"");
         }
         r.handle_timeout(t(at + 2));
         let id = u64::from(attempt);

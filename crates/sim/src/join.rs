@@ -153,6 +153,23 @@ struct Attempt {
     zero_windows: u64,
 }
 
+impl Attempt {
+    /// Join `id` of the `kind` of server planned (`retry`: the router's own).
+    fn new(kind: JoinAttempt, id: u64, retry: bool) -> Attempt {
+        Attempt {
+            kind,
+            id,
+            retry,
+            expect: None,
+            checkpoint: None,
+            syns: BTreeMap::new(),
+            join_events: BTreeMap::new(),
+            evicted: Vec::new(),
+            zero_windows: 0,
+        }
+    }
+}
+
 pub(crate) struct JoinSim {
     pub plan: JoinPlan,
     inject: Inject,
@@ -692,17 +709,7 @@ impl Sim {
         ));
         {
             let j = self.js();
-            j.cur = Some(Attempt {
-                kind,
-                id,
-                retry: false,
-                expect: None,
-                checkpoint: None,
-                syns: BTreeMap::new(),
-                join_events: BTreeMap::new(),
-                evicted: Vec::new(),
-                zero_windows: 0,
-            });
+            j.cur = Some(Attempt::new(kind, id, false));
             j.next += 1;
             j.next_at = None;
             j.retry_due = false;
@@ -984,17 +991,7 @@ impl Sim {
         let j = self.js();
         let kind = j.last_kind.unwrap_or(JoinAttempt::Fresh);
         j.retry_due = false;
-        j.cur = Some(Attempt {
-            kind,
-            id,
-            retry: true,
-            expect: None,
-            checkpoint: None,
-            syns: BTreeMap::new(),
-            join_events: BTreeMap::new(),
-            evicted: Vec::new(),
-            zero_windows: 0,
-        });
+        j.cur = Some(Attempt::new(kind, id, true));
         j.line(format!("router retry {kind:?} join {id} at {now} us"));
         self.log(format!(
             "{now:>10} JOIN the router tries again: join {id} ({kind:?} servers)"

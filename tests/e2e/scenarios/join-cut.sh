@@ -50,7 +50,7 @@ check "r$VICTIM joined by itself with the group's state" wait_for 60 joined_line
 line=$(joined_line || true)
 say "router: ${line:-<no line>}"
 if [[ -n $line ]]; then
-	joined_ms=$(python3 -c 'import sys,datetime; ts=sys.argv[1].split()[0]; print(int(datetime.datetime.fromisoformat(ts.replace("Z","+00:00")).timestamp()*1000))' "$line")
+	joined_ms=$(log_ms "$line")
 	pause=$(sed -E 's/.*paused ([0-9]+) ms.*/\1/' <<<"$line")
 	say "r$VICTIM: link back → serving $((joined_ms - t_heal)) ms; input paused $pause ms"
 	echo "r$VICTIM heal_to_serving_ms=$((joined_ms - t_heal)) pause_ms=$pause" >"$T/figure.txt"

@@ -61,7 +61,7 @@ for V in "${VICTIMS[@]}"; do
 	line=$(joined_line || true)
 	say "router: ${line:-<no line>}"
 	if [[ -n $line ]]; then
-		joined_ms=$(python3 -c 'import sys,datetime; ts=sys.argv[1].split()[0]; print(int(datetime.datetime.fromisoformat(ts.replace("Z","+00:00")).timestamp()*1000))' "$line")
+		joined_ms=$(log_ms "$line")
 		pause=$(sed -E 's/.*paused ([0-9]+) ms.*/\1/' <<<"$line")
 		conns=$(sed -E 's/.*part of ([0-9]+) open.*/\1/' <<<"$line")
 		say "r$V: restart → serving $((joined_ms - t_restart)) ms; input paused $pause ms; joined $conns open connection(s)"

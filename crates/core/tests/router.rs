@@ -2720,6 +2720,37 @@ fn a_down_replicas_server_is_stale_only_while_another_serves() {
     assert!(r.stale_in(replica(2)).is_empty(), "it serves");
 }
 
+/// An agent ends every server it orders: while its replica serves one
+/// service, none of its servers is called stale, even where it is down.
+#[test]
+fn no_server_is_stale_while_its_replica_serves_another_service() {
+    let mut c = Config {
+        sequencer: true,
+        ..Default::default()
+    };
+    for (name, port) in [("t", PORT), ("u", PORT + 1)] {
+        c.services.push(Service {
+            name: name.into(),
+            vip: VIP,
+            ports: vec![port],
+            replicas: (1..=3).map(replica).collect(),
+            voting: Default::default(),
+            stateless: false,
+        });
+    }
+    let mut r = Router::new(c, [9; 16]);
+    assert_eq!(r.replica_failed(t(1), replica(3)), 2);
+    assert_eq!(
+        r.stale_in(replica(3)),
+        vec!["t".to_string(), "u".to_string()]
+    );
+    assert_eq!(
+        r.enable_replica(replica(3), Some("u")),
+        vec!["u".to_string()]
+    );
+    assert!(r.stale_in(replica(3)).is_empty(), "it serves u");
+}
+
 /// A joiner whose SYN-ACK offers a smaller MSS than the client was told
 /// (1440) would get segments it cannot take (the router does not split
 /// them): it is refused, and the join fails saying why.

@@ -257,7 +257,16 @@ impl Router {
     /// could join, and another replica serves (the group's state lives
     /// on). Such a server must start afresh to come back. Where no other
     /// replica serves, its state may be all the service has left: none.
+    /// None either while the replica serves any service: its agent ends
+    /// every server it orders, and would end that service's too.
     pub fn stale_in(&self, addr: Ipv4Addr) -> Vec<String> {
+        let serves_one = self.config.services.iter().enumerate().any(|(svc, s)| {
+            (0..s.replicas.len())
+                .any(|i| s.replicas[i] == addr && self.in_service(ServiceId(svc), ReplicaId(i)))
+        });
+        if serves_one {
+            return Vec::new();
+        }
         let names = self.joinable(addr);
         self.config
             .services

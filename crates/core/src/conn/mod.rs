@@ -198,17 +198,17 @@ pub struct Conn {
     probe_passed_at: Option<Instant>,
     /// When the last challenge ACK went to the client (RFC 5961 §7).
     challenge_at: Option<Instant>,
-    /// The window scale the client announced in its SYN (`None`: none, or
-    /// not known, for a connection adopted after a takeover). A replica
-    /// that joins the open connection gets it in its SYN.
     /// When every replica was last asked where its output ends, for a
     /// join ([`Conn::join_rest_probe`]).
+    rest_probe_at: Option<Instant>,
     /// Why the joiner's leg was refused (its options), for the join's log.
     join_refusal: Option<String>,
     /// Segments held during a join's pause are being released
     /// ([`Conn::set_releasing`]).
     releasing: bool,
-    rest_probe_at: Option<Instant>,
+    /// The window scale the client announced in its SYN (`None`: none, or
+    /// not known, for a connection adopted after a takeover). A replica
+    /// that joins the open connection gets it in its SYN.
     client_wscale: Option<u8>,
     /// The service's input is paused (a replica joins): the client is told
     /// a zero window.

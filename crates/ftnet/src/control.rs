@@ -636,7 +636,8 @@ fn serve(
                     order_lost(router, replica, peer, &reason);
                     if shims > 0 {
                         // A server that lost the order keeps running, out of
-                        // the group: it starts afresh and joins.
+                        // the group: it is stale (ended by an agent with
+                        // --end-stale-servers; a fresh one joins).
                         restart_stale(router, reg, replica, id, shims);
                     }
                 }
@@ -746,7 +747,6 @@ fn serve(
     }
 }
 
-/// The replica's server lost the input order: it leaves the group now.
 /// Ask the agent of `replica` (session `id`) to end its `count` servers
 /// where they are stale (`Router::stale_in`): one log line says why.
 fn restart_stale(
@@ -770,6 +770,7 @@ fn restart_stale(
     }
 }
 
+/// The replica's server lost the input order: it leaves the group now.
 fn order_lost(router: &dyn RouterHandle, replica: Ipv4Addr, peer: SocketAddr, reason: &str) {
     let n = router.replica_failed(replica);
     warn!(

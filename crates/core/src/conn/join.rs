@@ -341,13 +341,13 @@ impl Conn {
         self.legs.iter().any(|l| l.addr == addr && l.live())
     }
 
-    /// Whether `replica` joined and is open here (`Some(false)`: joining,
-    /// `None`: not a joining leg, or it left).
     /// Why the last joining leg was refused, if it was.
     pub(crate) fn join_refusal(&self) -> Option<&str> {
         self.join_refusal.as_deref()
     }
 
+    /// Whether `replica` joined and is open here (`Some(false)`: joining,
+    /// `None`: not a joining leg, or it left).
     pub(crate) fn join_state(&self, replica: ReplicaId) -> Option<bool> {
         self.legs
             .iter()

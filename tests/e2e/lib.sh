@@ -101,6 +101,10 @@ e2e_on_exit() {
 	set +e
 	trap - EXIT INT TERM
 	if [[ -n $WATCHER_PID ]]; then kill "$WATCHER_PID" 2>/dev/null; wait "$WATCHER_PID" 2>/dev/null; fi
+	if [[ -f $T/watchers.pid ]]; then
+		local w
+		for w in $(cat "$T/watchers.pid"); do kill "$w" 2>/dev/null; done
+	fi
 	# FTNET_E2E_EVIDENCE=always keeps the evidence of a passing test too.
 	if { ((rc != 0)) || [[ -n ${FTNET_E2E_EVIDENCE:-} ]]; } && ((LAB_STARTED)); then collect_evidence; fi
 	if ((LAB_STARTED)); then
@@ -146,6 +150,46 @@ collect_evidence() {
 		date -u
 	} >"$dest/README"
 	say "evidence in $dest"
+}
+
+# live_evidence TAG — the kernel's view of every lab namespace while the load still runs (a
+# connection's state is gone once its client exits): TCP sockets with timers and counters
+# (`ss -tinpo`), link counters (a TUN queue nobody reads shows as TX drops), the SNMP counters
+# (forwarding drops) and the routing rules. Appended to $T/live-evidence.txt, which a failed
+# test's artifacts keep.
+live_evidence() {
+	{
+		echo "==== $1 at $(date -u +%FT%T.%3NZ)"
+		local ns
+		for ns in $(ip netns list | awk '{print $1}' | grep "^ftnet-$LAB-"); do
+			echo "== $ns"
+			ip netns exec "$ns" ss -tinpo state all 2>/dev/null | grep -v 'LISTEN' | head -c 20000
+			ip -n "$ns" -s link 2>/dev/null | head -c 8000
+			ip netns exec "$ns" nstat -az 2>/dev/null | awk '$2 != 0' | head -c 8000
+			if [[ $ns == *-router* ]]; then
+				ip -n "$ns" rule
+				echo "ip_forward=$(ip netns exec "$ns" cat /proc/sys/net/ipv4/ip_forward)"
+			fi
+		done
+		timeout 10 "$FTNET" lab status --name "$LAB" --json 2>&1
+	} >>"$T/live-evidence.txt" 2>&1
+}
+
+# watch_load SECONDS... — in the background: at each SECONDS after now, if $T/load.done does not
+# exist yet (the scenario touches it when its load ends), record live_evidence; so a load that
+# hangs leaves its sockets' state behind before it is killed. Cleanup stops the watcher.
+watch_load() {
+	(
+		local start; start=$(now_ms)
+		for s in "$@"; do
+			while (($(now_ms) - start < s * 1000)); do
+				[[ -e $T/load.done ]] && exit 0
+				sleep 0.2
+			done
+			[[ -e $T/load.done ]] || live_evidence "load still running ${s} s after the watch began"
+		done
+	) &
+	echo $! >>"$T/watchers.pid"
 }
 
 # lab_up ARGS... — `ftnet lab up` for this test's lab, bounded in time.

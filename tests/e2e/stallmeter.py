@@ -30,8 +30,14 @@ def main():
     ap.add_argument("--drain-timeout", type=float, default=30.0, help="seconds to wait for the rest")
     args = ap.parse_args()
 
-    # A deterministic but non-repeating pattern, so reordering or duplication would be caught.
-    pattern = hashlib.sha256(b"ftnet-stallmeter").digest() * (args.chunk // 32 + 2)
+    # A deterministic pattern (a hash, period 32 bytes), so a byte out of place is caught: the
+    # stream's byte at offset o is PATTERN[o % 32]. Bytes are made when the socket takes them
+    # (at most MAX_SEND per call), so a backlog after a stall costs nothing to hold: a queue of
+    # pending bytes copied on every append grows quadratically, and once a catch-up takes longer
+    # than real time the meter stops sending for good.
+    base = hashlib.sha256(b"ftnet-stallmeter").digest()
+    MAX_SEND = 1 << 20
+    stream = base * (MAX_SEND // 32 + 2)
 
     t_connect = time.monotonic()
     sock = socket.create_connection((args.host, args.port), timeout=10)
@@ -46,7 +52,7 @@ def main():
     interval = args.interval_ms / 1000.0
     sent_hash, recv_hash = hashlib.sha256(), hashlib.sha256()
     sent = received = 0
-    pending = b""
+    due = 0  # bytes the steady source has produced so far (sent + backlog)
     next_send = t0
     send_end = t0 + args.duration
     last_rx = None
@@ -65,21 +71,22 @@ def main():
         while not eof:
             now = time.monotonic()
             if now < send_end:
-                # Queue as many chunks as are due (catch up after a stall, like a steady source).
-                while next_send <= now and now < send_end:
-                    off = (sent + len(pending)) % 32
-                    pending += pattern[off:off + args.chunk]
-                    next_send += interval
-            elif not half_closed and not pending:
+                # Every chunk that is due (catch up after a stall, like a steady source).
+                if next_send <= now:
+                    k = int((now - next_send) / interval) + 1
+                    due += k * args.chunk
+                    next_send += k * interval
+            elif not half_closed and sent == due:
                 sock.shutdown(socket.SHUT_WR)
                 half_closed = True
                 drain_deadline = now + args.drain_timeout
-            if pending:
+            if sent < due:
+                off = sent % 32
+                chunk = stream[off:off + min(due - sent, MAX_SEND)]
                 try:
-                    n = sock.send(pending)
-                    sent_hash.update(pending[:n])
+                    n = sock.send(chunk)
+                    sent_hash.update(chunk[:n])
                     sent += n
-                    pending = pending[n:]
                     if blocked_since is not None:
                         send_blocked_max = max(send_blocked_max, now - blocked_since)
                         blocked_since = None

@@ -108,6 +108,8 @@ takeovers() { # in the background, during the load: TAKEOVERS in a row
 		sleep "$(python3 -c "print($GAP_MS / 1000)")"
 	done
 	echo done >"$T/takeovers.done"
+	# A load that should end soon after the last takeover but hangs leaves its state behind.
+	watch_load 15 45
 }
 
 t_load=$(now_ms)
@@ -119,6 +121,7 @@ get)
 	rc=0
 	code=$(timeout 900 "$FTNET" lab exec --name "$LAB" client -- \
 		curl -sS --max-time 880 --limit-rate "${RATE}M" -o "$out" -w '%{http_code}' "http://$VIP:$PORT/big.bin" 2>"$T/client.err") || rc=$?
+	touch "$T/load.done"
 	wait "$WATCHER_PID" || true
 	WATCHER_PID=
 	[[ -s $T/client.err ]] && say "client stderr: $(head -c 2000 "$T/client.err")"
@@ -133,6 +136,7 @@ put)
 	code=$(timeout 900 "$FTNET" lab exec --name "$LAB" client -- \
 		curl -sS --max-time 880 --limit-rate "${RATE}M" -T "$big" -o "$T/response.txt" -w '%{http_code}' \
 		"http://$VIP:$PORT/upload/x.bin" 2>"$T/client.err") || rc=$?
+	touch "$T/load.done"
 	wait "$WATCHER_PID" || true
 	WATCHER_PID=
 	[[ -s $T/client.err ]] && say "client stderr: $(head -c 2000 "$T/client.err")"
@@ -154,6 +158,7 @@ redis)
 	rc=0
 	timeout 900 "$FTNET" lab exec --name "$LAB" client -- \
 		redis-benchmark -h "$VIP" -p "$PORT" -c 20 -n "$REQS" -t set,get,incr,lpush -q >"$T/bench.out" 2>&1 || rc=$?
+	touch "$T/load.done"
 	wait "$WATCHER_PID" || true
 	WATCHER_PID=
 	tr '\r' '\n' <"$T/bench.out" | grep -v 'rps=' | grep -v '^ *$' | sed 's/^/    /' || true
@@ -182,6 +187,7 @@ stall)
 	meter=$!
 	takeovers
 	wait "$meter" || rc=$?
+	touch "$T/load.done"
 	[[ -s $T/stall.err ]] && say "stallmeter stderr: $(head -c 2000 "$T/stall.err")"
 	check_eq "stallmeter exit status (echo stream intact)" 0 "$rc"
 	python3 - "$T/stall.json" "$T/figures" "$E2E_TEST" <<'PY' | tee -a "$T/stalls.txt"
@@ -207,6 +213,7 @@ connect)
 	sleep 1
 	touch "$T/storm.stop"
 	wait "$storm" || rc=$?
+	touch "$T/load.done"
 	[[ -s $T/storm.err ]] && say "connstorm stderr: $(head -c 2000 "$T/storm.err")"
 	say "connections across the takeovers: $(cat "$T/storm.json")"
 	check_eq "connstorm exit status (every connection set up and echoed)" 0 "$rc"

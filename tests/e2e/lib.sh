@@ -164,6 +164,11 @@ live_evidence() {
 		for ns in $(ip netns list | awk '{print $1}' | grep "^ftnet-$LAB-"); do
 			echo "== $ns"
 			ip netns exec "$ns" ss -tinpo state all 2>/dev/null | grep -v 'LISTEN' | head -c 20000
+			# The processes there: state and CPU (a client stuck in its own loop shows here).
+			local p
+			for p in $(ip netns pids "$ns" 2>/dev/null); do
+				ps -o pid=,stat=,pcpu=,etime=,args= -p "$p" 2>/dev/null | cut -c1-200
+			done
 			ip -n "$ns" -s link 2>/dev/null | head -c 8000
 			ip netns exec "$ns" nstat -az 2>/dev/null | awk '$2 != 0' | head -c 8000
 			if [[ $ns == *-router* ]]; then

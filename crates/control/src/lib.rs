@@ -325,6 +325,7 @@ pub fn addressees(msg: &AgentMsg) -> Option<Vec<Ipv4Addr>> {
         AgentMsg::OutOfService { .. } => None,
         AgentMsg::Checkpoint { donor, joiner, .. } => Some(vec![*donor, *joiner]),
         AgentMsg::JoinEnded { replicas, .. } => Some(replicas.clone()),
+        AgentMsg::Restart { replica, .. } => Some(vec![*replica]),
     }
 }
 
@@ -360,6 +361,9 @@ pub fn to_agent(msg: &AgentMsg) -> Msg {
         AgentMsg::JoinEnded { join, ok, .. } => Msg::JoinEnded {
             join: *join,
             ok: *ok,
+        },
+        AgentMsg::Restart { reason, .. } => Msg::Restart {
+            reason: reason.clone(),
         },
     }
 }

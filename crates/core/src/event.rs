@@ -258,6 +258,14 @@ pub enum AgentMsg {
         ok: bool,
         replicas: Vec<Ipv4Addr>,
     },
+    /// The servers following the order on `replica` are stale
+    /// ([`crate::Router::stale_in`]): it was taken out of a stateful
+    /// service while another replica serves, so they miss input from now
+    /// on (or a join left one with a state that is not the group's). Only
+    /// a fresh server can come back (it joins); its agent ends them where
+    /// it is allowed to (`--end-stale-servers`), and their supervisor
+    /// starts them again.
+    Restart { replica: Ipv4Addr, reason: String },
 }
 
 /// One input event of the sequencer.

@@ -2720,6 +2720,103 @@ fn a_down_replicas_server_is_stale_only_while_another_serves() {
     assert!(r.stale_in(replica(2)).is_empty(), "it serves");
 }
 
+/// The restart requests (`AgentMsg::Restart`) among the agents' messages.
+fn restarts(r: &mut Router) -> Vec<Ipv4Addr> {
+    agent_msgs(r)
+        .into_iter()
+        .filter_map(|m| match m {
+            AgentMsg::Restart { replica, .. } => Some(replica),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A replica taken out while its agent stays connected (here: its server
+/// lost the order; the same path takes one out for a stall, a reset or a
+/// divergence) has servers that miss input from then on: its agent is
+/// told at once, so that a fresh server can join. Not for a service's
+/// last replica (never taken out), nor for a stateless service (nothing
+/// to miss: its replicas come back by the health check).
+#[test]
+fn a_replica_taken_out_has_its_stale_servers_restarted() {
+    let mut c = Config {
+        sequencer: true,
+        ..Default::default()
+    };
+    for (name, port, stateless) in [("t", PORT, false), ("web", PORT + 1, true)] {
+        c.services.push(Service {
+            name: name.into(),
+            vip: VIP,
+            ports: vec![port],
+            replicas: (1..=2).map(replica).collect(),
+            voting: Default::default(),
+            stateless,
+        });
+    }
+    let mut r = Router::new(c, [9; 16]);
+    assert_eq!(r.replica_failed(t(1), replica(2)), 2);
+    let why: Vec<String> = agent_msgs(&mut r)
+        .into_iter()
+        .filter_map(|m| match m {
+            AgentMsg::Restart { replica: a, reason } if a == replica(2) => Some(reason),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(why.len(), 1, "once, for the stateful service: {why:?}");
+    assert!(
+        why[0].contains("out of service in t ") && why[0].contains("OrderLost"),
+        "{why:?}"
+    );
+    // The last replica in service is never taken out: nothing to restart.
+    assert_eq!(r.replica_failed(t(2), replica(1)), 0);
+    assert!(restarts(&mut r).is_empty());
+    // Only stateless services: no request.
+    let mut c = Config {
+        sequencer: true,
+        ..Default::default()
+    };
+    c.services.push(Service {
+        name: "web".into(),
+        vip: VIP,
+        ports: vec![PORT],
+        replicas: (1..=2).map(replica).collect(),
+        voting: Default::default(),
+        stateless: true,
+    });
+    let mut r = Router::new(c, [9; 16]);
+    assert_eq!(r.replica_failed(t(1), replica(2)), 1);
+    assert!(restarts(&mut r).is_empty());
+}
+
+/// A join that fails after the joiner took the state leaves its server
+/// with a state that is not the group's ("digest differs"): asking that
+/// server again can only fail ("already took input"), so its agent is
+/// told to restart it, and a fresh server joins. A join that fails
+/// before the joiner was touched (the donor's fault) does not restart it.
+#[test]
+fn a_joiner_left_with_a_foreign_state_is_restarted() {
+    let (mut r, risn, isns) = quiet_service_without_replica_3();
+    let id = start_join(&mut r, risn, &isns);
+    r.checkpoint_taken(t(20), id, Ok("d1".into()));
+    r.state_restored(t(30), id, Ok("stale".into()));
+    drain(&mut r);
+    assert_eq!(restarts(&mut r), vec![replica(3)]);
+
+    let (mut r, risn, isns) = quiet_service_without_replica_3();
+    let id = start_join(&mut r, risn, &isns);
+    r.checkpoint_taken(t(20), id, Err("the checkpoint command failed".into()));
+    drain(&mut r);
+    let ev = log_events(&mut r);
+    assert!(
+        ev.iter().any(|e| matches!(e, Event::JoinFailed { .. })),
+        "{ev:?}"
+    );
+    assert!(
+        restarts(&mut r).is_empty(),
+        "the joiner's server is untouched"
+    );
+}
+
 /// An agent ends every server it orders: while its replica serves one
 /// service, none of its servers is called stale, even where it is down.
 #[test]

@@ -180,6 +180,20 @@ impl Registry {
     /// Route a core message to the agents it is for (records, the
     /// sequencer's order, who is out of service).
     pub fn route(&self, ev: &AgentMsg) -> Routed {
+        if let AgentMsg::Restart { replica, reason } = ev {
+            let n = self
+                .ordered_servers
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get(replica)
+                .copied()
+                .unwrap_or(0);
+            if n == 0 {
+                // No server follows the order there: nothing is stale.
+                return Routed::Yes;
+            }
+            warn!(%replica, "{reason}: its agent is told to end its {n} server(s) (with --end-stale-servers it does, and their supervisor starts them afresh); a fresh server joins with the group's state");
+        }
         let msg = ftnet_control::to_agent(ev);
         let Some(replicas) = ftnet_control::addressees(ev) else {
             // Every agent keeps the whole set, for the next router.
@@ -633,13 +647,10 @@ fn serve(
                     return Ok(());
                 }
                 RouterEvent::OrderLost { replica, reason } => {
+                    // A server that lost the order keeps running, out of
+                    // the group: it is stale, and the core says so as it
+                    // marks the replica down (`AgentMsg::Restart`).
                     order_lost(router, replica, peer, &reason);
-                    if shims > 0 {
-                        // A server that lost the order keeps running, out of
-                        // the group: it is stale (ended by an agent with
-                        // --end-stale-servers; a fresh one joins).
-                        restart_stale(router, reg, replica, id, shims);
-                    }
                 }
                 RouterEvent::State {
                     replica,
@@ -930,6 +941,37 @@ mod tests {
         );
         assert!(reg.overflowed(R, 7), "its session is told to end it");
         assert_eq!(reg.status()["dropped_records"], 1);
+    }
+
+    /// The core's restart request reaches the replica's agent only where
+    /// servers follow the order through it (otherwise nothing is stale),
+    /// and never another agent.
+    #[test]
+    fn a_restart_request_reaches_an_agent_with_ordered_servers() {
+        let reg = Registry::default();
+        let other = Ipv4Addr::new(198, 18, 12, 2);
+        let (tx, rx) = mpsc::sync_channel(8);
+        let (tx2, rx2) = mpsc::sync_channel(8);
+        reg.lock().insert(R, agent(tx, 1));
+        reg.lock().insert(other, agent(tx2, 2));
+        let ask = AgentMsg::Restart {
+            replica: R,
+            reason: "taken out".into(),
+        };
+        reg.route(&ask);
+        assert_eq!(
+            rx.try_iter().count(),
+            0,
+            "no server follows the order there"
+        );
+        reg.ordered_servers.lock().unwrap().insert(R, 2);
+        reg.route(&ask);
+        let got: Vec<Msg> = rx.try_iter().collect();
+        assert!(
+            matches!(&got[..], [Msg::Restart { reason }] if reason == "taken out"),
+            "{got:?}"
+        );
+        assert_eq!(rx2.try_iter().count(), 0, "not another replica's agent");
     }
 
     /// A record writer that cannot write (the agent does not read: the

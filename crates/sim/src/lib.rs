@@ -1240,9 +1240,13 @@ impl Sim {
                                 });
                         }
                     }
+                    // The simulated agents end no server (as an agent
+                    // without --end-stale-servers): a joiner comes when
+                    // the join plan brings one.
                     AgentMsg::OutOfService { .. }
                     | AgentMsg::Checkpoint { .. }
-                    | AgentMsg::JoinEnded { .. } => {}
+                    | AgentMsg::JoinEnded { .. }
+                    | AgentMsg::Restart { .. } => {}
                 }
                 self.log(format!("{:>10} AGENTS {:?}", self.now, m));
                 self.join_agent_msg(&m)?;

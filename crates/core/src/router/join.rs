@@ -74,6 +74,9 @@ pub(super) struct Join {
     pub(super) seq: u64,
     pub(super) donor_digest: Option<String>,
     pub(super) joiner_digest: Option<String>,
+    /// The joiner's agent answered the state (restored, or refused): its
+    /// server may hold a state that is not the group's from here on.
+    pub(super) joiner_touched: bool,
     /// The connections the joiner joins.
     pub(super) conns: Vec<ConnKey>,
     pub(super) held: VecDeque<Packet>,
@@ -178,6 +181,7 @@ impl Router {
             seq: 0,
             donor_digest: None,
             joiner_digest: None,
+            joiner_touched: false,
             conns: Vec::new(),
             held: VecDeque::new(),
             held_bytes: 0,
@@ -296,6 +300,9 @@ impl Router {
         else {
             return;
         };
+        if !donor {
+            j.joiner_touched = true;
+        }
         match result {
             Err(e) => {
                 let who = if donor { "the donor" } else { "the joiner" };
@@ -641,6 +648,13 @@ impl Router {
                         since: now,
                     };
                 }
+                // A joiner that took the state (or refused it, or joined
+                // connections) may hold one that is not the group's: only
+                // a fresh server can try again.
+                let stale = (j.joiner_touched || j.phase == JoinPhase::Legs)
+                    .then(|| self.stale_in(addr))
+                    .filter(|s| !s.is_empty());
+                let why = format!("its join to {name} failed ({reason})");
                 self.out.event(Event::JoinFailed {
                     service: name,
                     replica: addr,
@@ -648,6 +662,9 @@ impl Router {
                     pause_ms,
                     retry_in_ms: retry.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
                 });
+                if let Some(services) = stale {
+                    self.restart_stale(addr, &services, &why);
+                }
             }
         }
         let mut replicas = vec![addr];

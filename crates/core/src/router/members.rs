@@ -35,7 +35,25 @@ impl Router {
             });
             self.evict_everywhere(now, svc, replica, EvictReason::ReplicaDown);
             self.announce_out_of_service();
+            let addr = self.config.services[svc.0].replicas[replica.0];
+            let stale = self.stale_in(addr);
+            if !stale.is_empty() {
+                let why = format!("it was taken out ({reason:?})");
+                self.restart_stale(addr, &stale, &why);
+            }
         }
+    }
+
+    /// Tell the agent of `addr` that the servers following the order
+    /// there are stale in `services` (see `AgentMsg::Restart`).
+    pub(super) fn restart_stale(&mut self, addr: Ipv4Addr, services: &[String], why: &str) {
+        self.out.agent(AgentMsg::Restart {
+            replica: addr,
+            reason: format!(
+                "replica {addr} is out of service in {} while another replica serves: {why}; its servers following the order miss input from now on",
+                services.join(", ")
+            ),
+        });
     }
 
     /// Gets new connections (the agent's registration aside).

@@ -48,10 +48,10 @@ in_ns() { local who=$1; shift; "$FTNET" lab exec --name "$LAB" "$who" -- "$@"; }
 # e2e_init TESTNAME N FAULT — parse arguments, pick seed and victim, install the cleanup trap.
 e2e_init() {
 	E2E_TEST=$1
-	N=${2:?usage: $0 N none|kill|cut}
-	FAULT=${3:?usage: $0 N none|kill|cut}
+	N=${2:?usage: $0 N none|kill|cut|hang}
+	FAULT=${3:?usage: $0 N none|kill|cut|hang}
 	[[ $N =~ ^[1-9]$ ]] || die "N must be 1..9, got '$N'"
-	case $FAULT in none | kill | cut) ;; *) die "FAULT must be none|kill|cut, got '$FAULT'" ;; esac
+	case $FAULT in none | kill | cut | hang) ;; *) die "FAULT must be none|kill|cut|hang, got '$FAULT'" ;; esac
 	[[ ${FTNET_E2E_SHIM:-0} == 1 ]] && E2E_TEST="shim-$E2E_TEST"
 	[[ ${FTNET_E2E_VOTE:-0} == 1 ]] && E2E_TEST="vote-$E2E_TEST"
 	E2E_TEST="$E2E_TEST/n$N-$FAULT"

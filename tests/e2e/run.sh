@@ -52,7 +52,8 @@
 #   group's state, proven by digests, and takes part in the 20 connections open before it came),
 #   join-outlive/n3-kill (r1, r2, r3 replaced in turn: the 20 connections outlive every replica),
 #   join-cut/n3-cut (a replica whose link was cut for 5 s: its stale server is ended, its supervisor
-#   starts a fresh one, and it joins by itself),
+#   starts a fresh one, and it joins by itself), join-hang/n3-hang (a replica whose server hangs
+#   (SIGSTOP) is taken out, the router has its agent end the hung server, and the fresh one joins),
 #   heal/n3-kill, heal/n3-cut (a stateless service takes a restarted replica, or a host that
 #   came back, back by itself).
 #
@@ -62,7 +63,7 @@
 #   --quick    smaller transfers (10-20 MB, 20k requests, 500 connections)
 #   --figures  also write the stall figures to tests/e2e/results/stalls-<date>.txt
 #   --only     run only tests whose id (e.g. "redis/n2-kill") matches the extended regex
-# A single test: tests/e2e/scenarios/<scenario>.sh N none|kill|cut
+# A single test: tests/e2e/scenarios/<scenario>.sh N none|kill|cut|hang
 # Needs root. Uses $FTNET or target/release/ftnet. Exit status non-zero if any test failed.
 set -euo pipefail
 
@@ -105,7 +106,7 @@ for id in operator/n2-none spoof/n3-none impostor/n3-none redis-order/n3-none re
 	takeover-stall/n3-kill takeover-get/n3-kill takeover-put/n3-kill takeover-synack/n3-kill \
 	takeover-redis/n3-kill takeover-connect/n3-kill takeover-stall/n3-cut \
 	rejoin/n3-cut rejoin-takeover/n3-kill server-reset/n1-none server-reset/n3-none \
-	attack-client/n3-none membership/n4-none heal/n3-kill heal/n3-cut join/n3-kill join-outlive/n3-kill join-cut/n3-cut; do
+	attack-client/n3-none membership/n4-none heal/n3-kill heal/n3-cut join/n3-kill join-outlive/n3-kill join-cut/n3-cut join-hang/n3-hang; do
 	[[ -z $only || $id =~ $only ]] && tests+=("$id")
 done
 if ((list)); then printf '%s\n' "${tests[@]}"; exit 0; fi

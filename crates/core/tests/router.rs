@@ -1478,6 +1478,110 @@ fn a_rebuilt_connection_passes_probes_to_a_silent_client() {
     );
 }
 
+/// After a takeover, before the client spoke, the new router cannot know
+/// what the client holds: segments of the replica ahead may have died in
+/// the router before, so the client may lack bytes below even the slowest
+/// replica's position. An ACK the router makes in the client's name then
+/// (a keep-alive to a replica that is behind) must be one no replica takes:
+/// taken, it acknowledges bytes the client lacks, every replica drops
+/// them, and the connection hangs with a hole nobody fills (the e2e
+/// takeover-get hang). And the probe of the replica ahead, above the
+/// slowest position, reaches the client, which answers and so tells.
+#[test]
+fn before_the_client_speaks_no_replica_takes_an_ack_in_its_name() {
+    use ftnet_core::{ConnKey, ConnRecord, ReplicaSetup};
+    let mut r = router(2);
+    let key = ConnKey {
+        client: CLIENT,
+        cport: CPORT,
+        vip: VIP,
+        vport: PORT,
+    };
+    let (risn, isns) = (7_000_000u32, [1_000_000u32, 2_000_000]);
+    // r1 sent 50 000 bytes, r2 40 000; the client holds 30 000 (what the
+    // router that died still carried of r1's never reached it).
+    let sent = [50_000u32, 40_000];
+    let rec = ConnRecord {
+        key,
+        client_isn: CISN,
+        router_isn: risn,
+        wscale_out: 0,
+        ts_base: None,
+        client_mss: 1460,
+        mss_out: 1460,
+        replicas: (0..2u8)
+            .map(|i| ReplicaSetup {
+                addr: replica(i + 1),
+                isn: isns[usize::from(i)],
+                wscale: 0,
+            })
+            .collect(),
+        accepted: true,
+        input_end: Some(86),
+    };
+    for i in 0..2u8 {
+        r.adopt(t(0), replica(i + 1), &rec);
+    }
+    drain(&mut r);
+    for i in 0..2usize {
+        let a = Repr::new(
+            PORT,
+            CPORT,
+            SeqNum(isns[i]).add(1 + sent[i]),
+            SeqNum(CISN).add(1 + 86),
+            flags::ACK,
+            64,
+        );
+        r.handle_packet(t(1), seg(replica(i as u8 + 1), CLIENT, a, b""));
+    }
+    drain(&mut r);
+    assert_eq!(r.status().rebuilding, 0, "rebuilt");
+    // Both stand still (r2 is behind: it owes output and is probed).
+    let rcv_nxt = SeqNum(CISN).add(1 + 86);
+    let mut probed = 0;
+    for ms in (50..6_000).step_by(50) {
+        r.handle_timeout(t(ms));
+        for o in drain(&mut r) {
+            let Some(i) = (1..=2u8).position(|k| o.dst == replica(k)) else {
+                continue;
+            };
+            if o.r.flags & flags::ACK == 0 || o.r.flags & flags::RST != 0 {
+                continue;
+            }
+            probed += 1;
+            // Linux takes the ACK of a segment that ends at or after
+            // RCV.WUP (at most a window below RCV.NXT).
+            let end = o.r.seq.add(o.payload.len() as u32);
+            let taken = !end.is_before(rcv_nxt.sub(1 << 20));
+            let client_holds = SeqNum(isns[i]).add(1 + 30_000);
+            assert!(
+                !taken || !o.r.ack.is_after(client_holds),
+                "at {ms} ms: a segment to r{} that it takes acknowledges {} byte(s), the client holds 30000",
+                i + 1,
+                o.r.ack.diff(SeqNum(isns[i]).add(1))
+            );
+        }
+    }
+    assert!(probed > 0, "r2, behind, is probed");
+    // r1's persist probe at its SND.UNA − 1, above r2's position: the
+    // client gets it.
+    let probe = Repr::new(
+        PORT,
+        CPORT,
+        SeqNum(isns[0]).add(45_000),
+        SeqNum(CISN).add(1 + 86),
+        flags::ACK,
+        64,
+    );
+    r.handle_packet(t(6_100), seg(replica(1), CLIENT, probe, b""));
+    assert!(
+        drain(&mut r)
+            .iter()
+            .any(|o| o.dst == CLIENT && o.r.seq == SeqNum(risn).add(45_000)),
+        "r1's probe reaches the client"
+    );
+}
+
 // ----------------------------------------------------------------------
 // A hostile client (issue 13, item 3): nothing a client sends may evict a
 // healthy replica service-wide, kill a live connection blindly, or stall
@@ -2817,6 +2921,57 @@ fn a_joiner_left_with_a_foreign_state_is_restarted() {
     );
 }
 
+/// Readmission only with proof of state, by any path: where a down
+/// replica missed input that lives on in another (a service it could
+/// join), `replica enable` must not take the operator's word for its
+/// state (`enable_needs_join` says where; the driver starts a join there
+/// when the servers follow the order). A draining replica never left the
+/// order, and a stateless service has no state to miss.
+#[test]
+fn enable_needs_a_join_where_a_replica_missed_input() {
+    let mut c = Config {
+        sequencer: true,
+        ..Default::default()
+    };
+    for (name, port, stateless) in [("t", PORT, false), ("web", PORT + 1, true)] {
+        c.services.push(Service {
+            name: name.into(),
+            vip: VIP,
+            ports: vec![port],
+            replicas: (1..=3).map(replica).collect(),
+            voting: Default::default(),
+            stateless,
+        });
+    }
+    let mut r = Router::new(c, [9; 16]);
+    assert!(r.enable_needs_join(replica(3), None).is_empty(), "serving");
+    assert_eq!(r.replica_failed(t(1), replica(3)), 2);
+    assert_eq!(r.enable_needs_join(replica(3), None), vec!["t".to_string()]);
+    assert_eq!(
+        r.enable_needs_join(replica(3), Some("t")),
+        vec!["t".to_string()]
+    );
+    assert!(r.enable_needs_join(replica(3), Some("web")).is_empty());
+    r.drain_replica(t(2), "t", replica(2)).unwrap();
+    assert!(
+        r.enable_needs_join(replica(2), Some("t")).is_empty(),
+        "draining: never out of the order"
+    );
+    // Without the sequencer nothing follows an order: nothing to join.
+    let mut c = Config::default();
+    c.services.push(Service {
+        name: "t".into(),
+        vip: VIP,
+        ports: vec![PORT],
+        replicas: (1..=3).map(replica).collect(),
+        voting: Default::default(),
+        stateless: false,
+    });
+    let mut r = Router::new(c, [9; 16]);
+    assert_eq!(r.replica_failed(t(1), replica(3)), 1);
+    assert!(r.enable_needs_join(replica(3), None).is_empty());
+}
+
 /// An agent ends every server it orders: while its replica serves one
 /// service, none of its servers is called stale, even where it is down.
 #[test]
@@ -2825,22 +2980,21 @@ fn no_server_is_stale_while_its_replica_serves_another_service() {
         sequencer: true,
         ..Default::default()
     };
-    for (name, port) in [("t", PORT), ("u", PORT + 1)] {
+    // u is stateless: `replica enable` brings a down replica back there
+    // (in t it would take a join).
+    for (name, port, stateless) in [("t", PORT, false), ("u", PORT + 1, true)] {
         c.services.push(Service {
             name: name.into(),
             vip: VIP,
             ports: vec![port],
             replicas: (1..=3).map(replica).collect(),
             voting: Default::default(),
-            stateless: false,
+            stateless,
         });
     }
     let mut r = Router::new(c, [9; 16]);
     assert_eq!(r.replica_failed(t(1), replica(3)), 2);
-    assert_eq!(
-        r.stale_in(replica(3)),
-        vec!["t".to_string(), "u".to_string()]
-    );
+    assert_eq!(r.stale_in(replica(3)), vec!["t".to_string()]);
     assert_eq!(
         r.enable_replica(replica(3), Some("u")),
         vec!["u".to_string()]

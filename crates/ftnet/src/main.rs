@@ -41,7 +41,7 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum ReplicaCmd {
-    /// Serve new connections with this replica again, from down or draining (connections it left stay without it).
+    /// Serve new connections with this replica again, from down or draining (connections it left stay without it); a down replica of a service whose servers follow the input order comes back by a join instead (it missed input).
     Enable(ReplicaArgs),
     /// Make an address a replica of a running service: new connections use it (the config file is not changed).
     Add(ReplicaArgs),

@@ -1004,7 +1004,8 @@ fn admin_request(shared: &Shared, req: &str) -> serde_json::Value {
                 return serde_json::json!({"ok": false, "error": format!("{addr:?} is not an IPv4 address")});
             };
             let service = rest.first().copied();
-            let back = {
+            let now = shared.now();
+            let (back, joins) = {
                 let mut r = shared.lock();
                 let known = r
                     .config()
@@ -1014,14 +1015,57 @@ fn admin_request(shared: &Shared, req: &str) -> serde_json::Value {
                 if !known {
                     return serde_json::json!({"ok": false, "error": format!("no service{} lists replica {addr}", service.map(|n| format!(" named {n:?}")).unwrap_or_default())});
                 }
-                r.enable_replica(addr, service)
+                let follows = |replicas: &[std::net::Ipv4Addr]| {
+                    shared
+                        .registry
+                        .get()
+                        .is_some_and(|g| g.follows_order(replicas))
+                };
+                let (enable, must_join) = enable_plan(&r, addr, service, follows);
+                let mut back = Vec::new();
+                for name in &enable {
+                    back.extend(r.enable_replica(addr, Some(name)));
+                }
+                let joins: Vec<(String, Result<u64, String>)> = must_join
+                    .into_iter()
+                    .map(|name| {
+                        let res = r.join_replica(now, &name, addr).map_err(|e| e.to_string());
+                        (name, res)
+                    })
+                    .collect();
+                (back, joins)
             };
             shared.kick();
-            if back.is_empty() {
-                serde_json::json!({"ok": true, "enabled_in": back, "note": format!("replica {addr} was not out of service")})
-            } else {
+            if !back.is_empty() {
                 warn!(replica = %addr, services = %back.join(", "), "operator brought the replica back into service (`ftnet replica enable`); its server must hold the group's state");
-                serde_json::json!({"ok": true, "enabled_in": back})
+            }
+            for (name, res) in &joins {
+                match res {
+                    Ok(join) => {
+                        warn!(replica = %addr, service = %name, join, "operator asked the replica back (`ftnet replica enable`): it missed input while out, so it joins with the group's state (proof: equal digests) instead")
+                    }
+                    Err(e) => {
+                        warn!(replica = %addr, service = %name, "operator asked the replica back (`ftnet replica enable`): it missed input while out and can only come back by a join, which cannot start: {e}")
+                    }
+                }
+            }
+            let joining: Vec<serde_json::Value> = joins
+                .iter()
+                .map(|(name, res)| match res {
+                    Ok(j) => serde_json::json!({"service": name, "join": j}),
+                    Err(e) => serde_json::json!({"service": name, "error": e}),
+                })
+                .collect();
+            let failed: Vec<String> = joins
+                .iter()
+                .filter_map(|(name, res)| res.as_ref().err().map(|e| format!("{name}: {e}")))
+                .collect();
+            if back.is_empty() && joins.is_empty() {
+                serde_json::json!({"ok": true, "enabled_in": back, "note": format!("replica {addr} was not out of service")})
+            } else if back.is_empty() && !failed.is_empty() && failed.len() == joins.len() {
+                serde_json::json!({"ok": false, "error": format!("replica {addr} missed input while out; it comes back only by a join (with the group's state, proven), which cannot start: {}", failed.join("; "))})
+            } else {
+                serde_json::json!({"ok": true, "enabled_in": back, "joining": joining})
             }
         }
         ["replica", "join", addr, rest @ ..] if rest.len() <= 1 => {
@@ -1099,6 +1143,40 @@ fn admin_request(shared: &Shared, req: &str) -> serde_json::Value {
 /// the connections opened after — both need state transfer, not built yet.
 /// Refused there with the reason; `remove` (and `enable` of a replica whose
 /// state was restored) still work.
+/// `replica enable ADDR [SERVICE]`: the services where the operator's word
+/// brings the replica back, and those where it comes back only by a join:
+/// it is down there, missed input that lives on in another replica, and
+/// the service's servers follow the input order (`follows`: `ftnet run`,
+/// whose state a join can transfer and prove). Readmission only with
+/// proof of state: a server there cannot hold the group's state again
+/// unless it was brought to it.
+fn enable_plan(
+    r: &Router,
+    addr: std::net::Ipv4Addr,
+    service: Option<&str>,
+    follows: impl Fn(&[std::net::Ipv4Addr]) -> bool,
+) -> (Vec<String>, Vec<String>) {
+    let needs = r.enable_needs_join(addr, service);
+    r.config()
+        .services
+        .iter()
+        .filter(|s| s.replicas.contains(&addr) && service.is_none_or(|n| n == s.name))
+        .map(|s| {
+            (
+                s.name.clone(),
+                needs.contains(&s.name) && follows(&s.replicas),
+            )
+        })
+        .fold((Vec::new(), Vec::new()), |(mut e, mut j), (name, join)| {
+            if join {
+                j.push(name);
+            } else {
+                e.push(name);
+            }
+            (e, j)
+        })
+}
+
 fn stateful_guard(shared: &Shared, service: &str, verb: &str) -> Result<(), String> {
     let Some(reg) = shared.registry.get() else {
         return Ok(());
@@ -1201,6 +1279,47 @@ mod tests {
     use super::*;
     use ftnet_core::{Config, Packet};
     use ftnet_io::MemDevice;
+
+    /// `replica enable` of a down replica: a join where its servers follow
+    /// the order (they missed input), the operator's word elsewhere (plain
+    /// servers: the documented way back), and never a join for a service
+    /// it is not down in.
+    #[test]
+    fn enable_joins_where_servers_follow_the_order() {
+        let r1: std::net::Ipv4Addr = "198.18.11.2".parse().unwrap();
+        let r2: std::net::Ipv4Addr = "198.18.12.2".parse().unwrap();
+        let mut core = Config {
+            sequencer: true,
+            ..Default::default()
+        };
+        for (name, port) in [("kv", 6379), ("web", 80)] {
+            core.services.push(ftnet_core::Service {
+                name: name.into(),
+                vip: "198.19.0.1".parse().unwrap(),
+                ports: vec![port],
+                replicas: vec![r1, r2],
+                voting: Default::default(),
+                stateless: false,
+            });
+        }
+        let mut r = Router::new(core, [7; 16]);
+        assert_eq!(r.replica_failed(ftnet_core::Instant::from_micros(1), r2), 2);
+        let ordered = |reps: &[std::net::Ipv4Addr]| reps.len() == 2;
+        assert_eq!(
+            enable_plan(&r, r2, None, ordered),
+            (vec![], vec!["kv".to_string(), "web".to_string()])
+        );
+        assert_eq!(
+            enable_plan(&r, r2, Some("web"), |_| false),
+            (vec!["web".to_string()], vec![]),
+            "plain servers: the operator's word"
+        );
+        assert_eq!(
+            enable_plan(&r, r1, None, ordered),
+            (vec!["kv".to_string(), "web".to_string()], vec![]),
+            "not down: nothing to join"
+        );
+    }
 
     fn shared() -> Shared {
         let cfg = crate::config::parse("t.toml", "[[service]]\nname = \"a\"\nvip = \"198.19.0.1\"\nports = [7]\nreplicas = [\"198.18.11.2\"]\n")

@@ -64,7 +64,19 @@ pub fn request(socket: &Path, req: &str) -> anyhow::Result<()> {
             "removed from service {service}: left {} connection(s) at once; stays in {} as their last replica until they end",
             v["left_connections"], v["stays_last_replica_in"]
         ),
-        _ => println!("back in service in: {}", list.join(", ")),
+        _ => {
+            if !list.is_empty() {
+                println!("back in service in: {}", list.join(", "));
+            }
+            for j in v["joining"].as_array().into_iter().flatten() {
+                let name = j["service"].as_str().unwrap_or("?");
+                match (j["join"].as_u64(), j["error"].as_str()) {
+                    (Some(id), _) => println!("joining {name} (join {id}): it missed input while out, so it comes back with the group's state, proven; `ftnet status` and the router's log say when it serves"),
+                    (_, Some(e)) => println!("not back in {name}: it missed input while out and comes back only by a join, which cannot start: {e}"),
+                    _ => {}
+                }
+            }
+        }
     }
     Ok(())
 }

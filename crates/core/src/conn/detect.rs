@@ -234,9 +234,24 @@ impl Conn {
     /// A keep-alive to open leg `i`, whose position is known: one garbage
     /// octet one below what it acknowledged. It answers with a pure ACK
     /// carrying its SND.NXT.
+    ///
+    /// Until the client of an adopted connection has spoken, what it holds
+    /// is not known (`client_ack` is the slowest replica's position, a
+    /// guess: the leader's segments that were in the router that died never
+    /// reached the client). A keep-alive ending at RCV.NXT is acceptable to
+    /// Linux, which then takes its ACK: one beyond what the client holds
+    /// makes every replica drop bytes the client still lacks, and the
+    /// connection hangs with a hole nobody fills. Then the octet lies 2^30
+    /// back, wholly before anything the replica could take (RFC 9293
+    /// §3.10.7.4): it is answered at once (a segment with data is not
+    /// rate-limited) and its ACK is never looked at.
     pub(super) fn keepalive(&mut self, ctx: &mut Ctx, i: usize) {
         let l = &self.legs[i];
-        let seq = l.ack.sub(1);
+        let seq = if self.client_seen {
+            l.ack.sub(1)
+        } else {
+            l.ack.sub(1 << 30)
+        };
         let (ack_c, ack) = l.ack_for(self.client_ack);
         let mut r = Repr::new(
             self.key.cport,
@@ -252,7 +267,9 @@ impl Conn {
         ctx.tx
             .push_back(Packet::plain(r.emit_ipv4(self.key.client, l.addr, &[0])));
         ctx.counters.packets_out += 1;
-        self.legs[i].ack_out = Some(ack_c);
+        if self.client_seen {
+            self.legs[i].ack_out = Some(ack_c);
+        }
     }
 }
 

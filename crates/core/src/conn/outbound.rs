@@ -207,7 +207,13 @@ impl Conn {
         let mut last = self.legs[i].challenge_at;
         if may_challenge(ctx, &mut last) {
             self.legs[i].challenge_at = last;
-            self.send_ack_to(ctx, i);
+            if self.client_seen {
+                self.send_ack_to(ctx, i);
+            } else {
+                // What the client holds is not known: no ACK the replica
+                // would take (see `keepalive`).
+                self.keepalive(ctx, i);
+            }
         }
         false
     }
@@ -295,8 +301,16 @@ impl Conn {
         // window, which reaches every replica.
         // (On a rebuilt connection the client may not have spoken yet: its
         // window update went to the router that died, and this probe is
-        // what makes it speak.)
-        if self.legs[i].off_seq(seg).add(1) == self.client_ack.min(self.legs[i].hi)
+        // what makes it speak. What it acknowledged is not known then, so
+        // a probe is any pure ACK below what the replica sent: a replica
+        // further ahead than the slowest probes above `client_ack`.)
+        let s = self.legs[i].off_seq(seg);
+        let probe = if self.client_seen {
+            s.add(1) == self.client_ack.min(self.legs[i].hi)
+        } else {
+            s.is_before(self.legs[i].hi)
+        };
+        if probe
             && !self.recovering()
             && self.phase == Phase::Established
             && self

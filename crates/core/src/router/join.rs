@@ -271,18 +271,9 @@ impl Router {
         if serves_one {
             return Vec::new();
         }
-        let names = self.joinable(addr);
-        self.config
-            .services
-            .iter()
-            .enumerate()
-            .filter(|(_, s)| names.contains(&s.name))
-            .filter(|&(svc, s)| {
-                (0..s.replicas.len())
-                    .any(|i| s.replicas[i] != addr && self.in_service(ServiceId(svc), ReplicaId(i)))
-            })
-            .map(|(_, s)| s.name.clone())
-            .collect()
+        // Down where another serves: where it could only come back by a
+        // join.
+        self.enable_needs_join(addr, None)
     }
 
     fn state_report(

@@ -235,6 +235,11 @@ impl Router {
     /// the operator): nothing here can check that. Connections it left stay
     /// without it; new ones use it. A removed replica comes back with
     /// [`Router::add_replica`] instead. Returns the services it came back in.
+    ///
+    /// Where the servers follow the sequencer's order (`ftnet run`) the
+    /// driver does not take the operator's word for a down replica that
+    /// missed input ([`Router::enable_needs_join`]): it starts a join,
+    /// which proves the state, instead.
     pub fn enable_replica(&mut self, addr: Ipv4Addr, service: Option<&str>) -> Vec<String> {
         let mut back = Vec::new();
         for (svc, s) in self.config.services.iter().enumerate() {
@@ -258,6 +263,30 @@ impl Router {
             self.announce_out_of_service();
         }
         back
+    }
+
+    /// The services (all that list `addr`, or only `service`) in which
+    /// `replica enable` cannot readmit replica `addr`: it is down there,
+    /// the service can be joined ([`Router::joinable`]), and another
+    /// replica serves, so the group's state lives on without it. It comes
+    /// back there only by a join ([`Router::join_replica`]).
+    pub fn enable_needs_join(&self, addr: Ipv4Addr, service: Option<&str>) -> Vec<String> {
+        let names = self.joinable(addr);
+        self.config
+            .services
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| names.contains(&s.name) && service.is_none_or(|n| n == s.name))
+            .filter(|&(svc, _)| self.another_serves(ServiceId(svc), addr))
+            .map(|(_, s)| s.name.clone())
+            .collect()
+    }
+
+    /// A replica other than `addr` serves service `svc`: the group's state
+    /// lives on without `addr`.
+    pub(super) fn another_serves(&self, svc: ServiceId, addr: Ipv4Addr) -> bool {
+        let s = &self.config.services[svc.0];
+        (0..s.replicas.len()).any(|i| s.replicas[i] != addr && self.in_service(svc, ReplicaId(i)))
     }
 
     /// The service named `name`, and replica `addr`'s slot in it.

@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# A replica whose server hangs is taken out and comes back by itself with the group's state
+# (issue 15: process failures heal with no operator action): Redis × 3 under
+# `ftnet run --supervise`, agents with `--end-stale-servers`, 20 long-lived connections of writers
+# (INCR/APPEND/LPUSH, every reply checked) plus a new short connection every 100 ms (joinload.py).
+#
+#  client ──veth── router (ftnet, sequencer) ──veth── r1, r2, r3 (redis under `ftnet run --supervise`)
+#  (joinload)                                         the victim's redis-server stopped (SIGSTOP)
+#
+# The victim's redis-server is stopped with SIGSTOP while the writes go on: its kernel still
+# acknowledges, its agent stays connected, only its replies stop. The router's failure detection
+# takes it out (stalled: no progress while the others progress) and, since its servers miss input
+# from then on while the others serve, tells its agent at once to end them; the agent kills the
+# hung server, its supervisor starts a fresh one, which joins with the group's state (checkpoint,
+# restore, equal digests) and into every open connection. Without the router's request the hung
+# server would stay stopped, the replica out, for good.
+# Pass: the router logs the replica taken out, its server stale, and the join (one line each);
+# the hung process is gone; 0 client errors, every counter exact; DEBUG DIGEST equal on all three
+# afterwards; the victim serves new connections.
+# Figures: server hung → taken out; server hung → serving again.
+set -euo pipefail
+# shellcheck source=tests/e2e/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
+e2e_init join-hang "$@"
+[[ $FAULT == hang && $N == 3 ]] || die "join-hang runs with 3 replicas and a hung server"
+REDIS_PORT=6379
+lab_up --port "$REDIS_PORT" --supervise --failure-ms 300
+LOG=/run/ftnet/lab/$LAB/router.log
+VADDR=$(replica_ip "$VICTIM")
+state_of() { # state_of ADDR → "state alive connections"
+	lab status --name "$LAB" --json | python3 -c "import json,sys; d=json.load(sys.stdin); r=[r for r in d['status']['services'][0]['replicas'] if r['addr'] == sys.argv[1]][0]; print(f\"{r['state']} {r['alive']} {r['connections']}\")" "$1"
+}
+server_pid() { # the victim's redis-server
+	local p
+	for p in $(ip netns pids "ftnet-$LAB-r$VICTIM" 2>/dev/null); do
+		[[ $(cat "/proc/$p/comm" 2>/dev/null) == redis-server ]] && { echo "$p"; return 0; }
+	done
+	return 1
+}
+
+timeout 300 "$FTNET" lab exec --name "$LAB" client -- \
+	python3 "$E2E_DIR/joinload.py" --host "$VIP" --port "$REDIS_PORT" --conns 20 --duration 20 \
+	--short-ms 100 >"$T/load.json" 2>"$T/load.err" &
+load=$!
+
+sleep 3
+pid=$(server_pid) || die "no redis-server in r$VICTIM"
+kill -STOP "$pid"
+t_hang=$(now_ms)
+say "FAULT injected: r$VICTIM's redis-server (pid $pid) stopped with SIGSTOP under writes; its kernel and agent stay up"
+down_line() { grep -m1 "replica $VADDR declared down" "$LOG"; }
+check "router took r$VICTIM out" wait_for 20 down_line
+line=$(down_line || true)
+say "router: ${line:-<no line>}"
+[[ -n $line ]] && down_ms=$(log_ms "$line")
+stale_line() { grep -m1 "replica $VADDR is out of service.*input" "$LOG"; }
+check "router found r$VICTIM's server stale and had its agent end it" wait_for 10 stale_line
+say "router: $(stale_line || true)"
+check "the hung server (pid $pid) was ended" wait_for 10 bash -c "! kill -0 $pid 2>/dev/null"
+kill -CONT "$pid" 2>/dev/null || true
+joined_line() { grep -m1 "replica $VADDR JOINED" "$LOG"; }
+check "r$VICTIM joined by itself with the group's state" wait_for 60 joined_line
+line=$(joined_line || true)
+say "router: ${line:-<no line>}"
+if [[ -n $line && -n ${down_ms:-} ]]; then
+	joined_ms=$(log_ms "$line")
+	pause=$(sed -E 's/.*paused ([0-9]+) ms.*/\1/' <<<"$line")
+	say "r$VICTIM: server hung → taken out $((down_ms - t_hang)) ms, → serving $((joined_ms - t_hang)) ms; input paused $pause ms"
+	echo "r$VICTIM hang_to_down_ms=$((down_ms - t_hang)) hang_to_serving_ms=$((joined_ms - t_hang)) pause_ms=$pause" >"$T/figure.txt"
+fi
+check "the supervisor started a fresh server" grep -q "starting it again" "/run/ftnet/lab/$LAB/r$VICTIM/server.log"
+{ grep -E "could NOT join" "$LOG" || true; } | head -5 | while read -r l; do say "router: $l"; done
+
+rc=0
+wait "$load" || rc=$?
+say "load: $(cat "$T/load.json" 2>/dev/null)"
+[[ -s $T/load.err ]] && say "load stderr: $(head -c 1000 "$T/load.err")"
+check_eq "writers: exit status (0 errors, every counter exact)" 0 "$rc"
+errors=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['errors'])" "$T/load.json" 2>/dev/null || echo "?")
+check_eq "client errors" 0 "$errors"
+
+all=(1 2 3)
+settle "${all[@]}"
+same_digests "after the join" "${all[@]}"
+busy() { in_ns client redis-cli -h "$VIP" -p "$REDIS_PORT" INCR probe >/dev/null && [[ $(state_of "$VADDR") == serving\ True* ]]; }
+check "r$VICTIM serving and alive" wait_for 5 busy
+say "r$VICTIM: $(state_of "$VADDR")"
+check_eq "r$VICTIM joined once" 1 "$(grep -c "replica $VADDR JOINED" "$LOG")"
+e2e_finish

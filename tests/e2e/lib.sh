@@ -197,6 +197,18 @@ watch_load() {
 	echo $! >>"$T/watchers.pid"
 }
 
+# joinload_finish PID — wait for joinload.py (its output in $T/load.json and $T/load.err) and
+# check it: exit status 0 (no error, every counter exact) and no client error.
+joinload_finish() {
+	local rc=0 errors
+	wait "$1" || rc=$?
+	say "load: $(cat "$T/load.json" 2>/dev/null)"
+	[[ -s $T/load.err ]] && say "load stderr: $(head -c 1000 "$T/load.err")"
+	check_eq "writers: exit status (0 errors, every counter exact)" 0 "$rc"
+	errors=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['errors'])" "$T/load.json" 2>/dev/null || echo "?")
+	check_eq "client errors" 0 "$errors"
+}
+
 # lab_up ARGS... — `ftnet lab up` for this test's lab, bounded in time.
 lab_up() {
 	local extra=()

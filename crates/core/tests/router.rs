@@ -1407,23 +1407,19 @@ fn a_lost_host_never_takes_a_connections_last_replica() {
     );
 }
 
-/// After a takeover a download can sit in zero-window persist: the
-/// client's window update went to the router that died, so the client has
-/// nothing more to say. The replicas' persist probes must reach it even
-/// though the new router has not heard from it yet, or the transfer stops
-/// until the server times out.
-#[test]
-fn a_rebuilt_connection_passes_probes_to_a_silent_client() {
+/// A takeover: the router adopts a connection of replicas 1 and 2 (router
+/// ISN `risn`, replica ISNs `isns`, the client's 86 bytes taken by both)
+/// from their agents' records, and each answers the position probe: it
+/// sent `sent[i]` bytes. The connection is rebuilt; the client has not
+/// spoken yet.
+fn rebuild_two(r: &mut Router, risn: u32, isns: [u32; 2], sent: [u32; 2]) {
     use ftnet_core::{ConnKey, ConnRecord, ReplicaSetup};
-    let mut r = router(2);
     let key = ConnKey {
         client: CLIENT,
         cport: CPORT,
         vip: VIP,
         vport: PORT,
     };
-    let (risn, isns) = (7_000_000u32, [1_000_000u32, 2_000_000]);
-    let sent = 50_000u32; // server bytes every replica sent (and the client acknowledged)
     let rec = ConnRecord {
         key,
         client_isn: CISN,
@@ -1445,21 +1441,34 @@ fn a_rebuilt_connection_passes_probes_to_a_silent_client() {
     for i in 0..2u8 {
         r.adopt(t(0), replica(i + 1), &rec);
     }
-    drain(&mut r); // the position probes
-                   // Each replica answers with its position: SND.NXT, RCV.NXT.
-    for i in 0..2u8 {
+    drain(r); // the position probes
+              // Each replica answers with its position: SND.NXT, RCV.NXT.
+    for i in 0..2usize {
         let a = Repr::new(
             PORT,
             CPORT,
-            SeqNum(isns[i as usize]).add(1 + sent),
+            SeqNum(isns[i]).add(1 + sent[i]),
             SeqNum(CISN).add(1 + 86),
             flags::ACK,
             64,
         );
-        r.handle_packet(t(1), seg(replica(i + 1), CLIENT, a, b""));
+        r.handle_packet(t(1), seg(replica(i as u8 + 1), CLIENT, a, b""));
     }
-    drain(&mut r);
+    drain(r);
     assert_eq!(r.status().rebuilding, 0, "rebuilt");
+}
+
+/// After a takeover a download can sit in zero-window persist: the
+/// client's window update went to the router that died, so the client has
+/// nothing more to say. The replicas' persist probes must reach it even
+/// though the new router has not heard from it yet, or the transfer stops
+/// until the server times out.
+#[test]
+fn a_rebuilt_connection_passes_probes_to_a_silent_client() {
+    let mut r = router(2);
+    let (risn, isns) = (7_000_000u32, [1_000_000u32, 2_000_000]);
+    let sent = 50_000u32; // server bytes every replica sent (and the client acknowledged)
+    rebuild_two(&mut r, risn, isns, [sent, sent]);
     // A persist probe from r1 at SND.UNA − 1: it reaches the client.
     let probe = Repr::new(
         PORT,
@@ -1489,53 +1498,11 @@ fn a_rebuilt_connection_passes_probes_to_a_silent_client() {
 /// slowest position, reaches the client, which answers and so tells.
 #[test]
 fn before_the_client_speaks_no_replica_takes_an_ack_in_its_name() {
-    use ftnet_core::{ConnKey, ConnRecord, ReplicaSetup};
     let mut r = router(2);
-    let key = ConnKey {
-        client: CLIENT,
-        cport: CPORT,
-        vip: VIP,
-        vport: PORT,
-    };
     let (risn, isns) = (7_000_000u32, [1_000_000u32, 2_000_000]);
     // r1 sent 50 000 bytes, r2 40 000; the client holds 30 000 (what the
     // router that died still carried of r1's never reached it).
-    let sent = [50_000u32, 40_000];
-    let rec = ConnRecord {
-        key,
-        client_isn: CISN,
-        router_isn: risn,
-        wscale_out: 0,
-        ts_base: None,
-        client_mss: 1460,
-        mss_out: 1460,
-        replicas: (0..2u8)
-            .map(|i| ReplicaSetup {
-                addr: replica(i + 1),
-                isn: isns[usize::from(i)],
-                wscale: 0,
-            })
-            .collect(),
-        accepted: true,
-        input_end: Some(86),
-    };
-    for i in 0..2u8 {
-        r.adopt(t(0), replica(i + 1), &rec);
-    }
-    drain(&mut r);
-    for i in 0..2usize {
-        let a = Repr::new(
-            PORT,
-            CPORT,
-            SeqNum(isns[i]).add(1 + sent[i]),
-            SeqNum(CISN).add(1 + 86),
-            flags::ACK,
-            64,
-        );
-        r.handle_packet(t(1), seg(replica(i as u8 + 1), CLIENT, a, b""));
-    }
-    drain(&mut r);
-    assert_eq!(r.status().rebuilding, 0, "rebuilt");
+    rebuild_two(&mut r, risn, isns, [50_000, 40_000]);
     // Both stand still (r2 is behind: it owes output and is probed).
     let rcv_nxt = SeqNum(CISN).add(1 + 86);
     let mut probed = 0;

@@ -58,13 +58,7 @@ fi
 check "the supervisor started a fresh server" grep -q "starting it again" "/run/ftnet/lab/$LAB/r$VICTIM/server.log"
 { grep -E "could NOT join" "$LOG" || true; } | head -5 | while read -r l; do say "router: $l"; done
 
-rc=0
-wait "$load" || rc=$?
-say "load: $(cat "$T/load.json" 2>/dev/null)"
-[[ -s $T/load.err ]] && say "load stderr: $(head -c 1000 "$T/load.err")"
-check_eq "writers: exit status (0 errors, every counter exact)" 0 "$rc"
-errors=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['errors'])" "$T/load.json" 2>/dev/null || echo "?")
-check_eq "client errors" 0 "$errors"
+joinload_finish "$load"
 if [[ -n ${joined_ms:-} && -n ${pause:-} ]]; then
 	rate=$(python3 "$E2E_DIR/joinrate.py" "$T/load.json" "$joined_ms" "$pause" 2>&1 || true)
 	say "r$VICTIM join: $rate"

@@ -197,6 +197,28 @@ watch_load() {
 	echo $! >>"$T/watchers.pid"
 }
 
+# stale_server_rejoins — a replica ($VICTIM, address $VADDR) whose server went stale comes back by
+# itself: the router ($LOG) logs the server stale (its agent is told to end it), the supervisor
+# starts a fresh one, and it joins. Sets joined_ms (the JOINED line's time) and pause (ms the input
+# was paused), empty if it did not join.
+stale_server_rejoins() {
+	local line
+	stale_line() { grep -m1 "replica $VADDR is out of service.*input" "$LOG"; }
+	check "router found r$VICTIM's server stale and had its agent end it" wait_for 10 stale_line
+	say "router: $(stale_line || true)"
+	joined_line() { grep -m1 "replica $VADDR JOINED" "$LOG"; }
+	check "r$VICTIM joined by itself with the group's state" wait_for 60 joined_line
+	line=$(joined_line || true)
+	say "router: ${line:-<no line>}"
+	joined_ms= pause=
+	if [[ -n $line ]]; then
+		joined_ms=$(log_ms "$line")
+		pause=$(sed -E 's/.*paused ([0-9]+) ms.*/\1/' <<<"$line")
+	fi
+	check "the supervisor started a fresh server" grep -q "starting it again" "/run/ftnet/lab/$LAB/r$VICTIM/server.log"
+	{ grep -E "could NOT join" "$LOG" || true; } | head -5 | while read -r l; do say "router: $l"; done
+}
+
 # joinload_finish PID — wait for joinload.py (its output in $T/load.json and $T/load.err) and
 # check it: exit status 0 (no error, every counter exact) and no client error.
 joinload_finish() {

@@ -2791,6 +2791,26 @@ fn a_down_replicas_server_is_stale_only_while_another_serves() {
     assert!(r.stale_in(replica(2)).is_empty(), "it serves");
 }
 
+/// A router with the sequencer and two services on one VIP, each with
+/// replicas 1..=n: `(name, stateless)` for each, on PORT and PORT + 1.
+fn two_services(n: u8, services: [(&str, bool); 2]) -> Router {
+    let mut c = Config {
+        sequencer: true,
+        ..Default::default()
+    };
+    for ((name, stateless), port) in services.into_iter().zip([PORT, PORT + 1]) {
+        c.services.push(Service {
+            name: name.into(),
+            vip: VIP,
+            ports: vec![port],
+            replicas: (1..=n).map(replica).collect(),
+            voting: Default::default(),
+            stateless,
+        });
+    }
+    Router::new(c, [9; 16])
+}
+
 /// The restart requests (`AgentMsg::Restart`) among the agents' messages.
 fn restarts(r: &mut Router) -> Vec<Ipv4Addr> {
     agent_msgs(r)
@@ -2810,21 +2830,7 @@ fn restarts(r: &mut Router) -> Vec<Ipv4Addr> {
 /// to miss: its replicas come back by the health check).
 #[test]
 fn a_replica_taken_out_has_its_stale_servers_restarted() {
-    let mut c = Config {
-        sequencer: true,
-        ..Default::default()
-    };
-    for (name, port, stateless) in [("t", PORT, false), ("web", PORT + 1, true)] {
-        c.services.push(Service {
-            name: name.into(),
-            vip: VIP,
-            ports: vec![port],
-            replicas: (1..=2).map(replica).collect(),
-            voting: Default::default(),
-            stateless,
-        });
-    }
-    let mut r = Router::new(c, [9; 16]);
+    let mut r = two_services(2, [("t", false), ("web", true)]);
     assert_eq!(r.replica_failed(t(1), replica(2)), 2);
     let why: Vec<String> = agent_msgs(&mut r)
         .into_iter()
@@ -2896,21 +2902,7 @@ fn a_joiner_left_with_a_foreign_state_is_restarted() {
 /// order, and a stateless service has no state to miss.
 #[test]
 fn enable_needs_a_join_where_a_replica_missed_input() {
-    let mut c = Config {
-        sequencer: true,
-        ..Default::default()
-    };
-    for (name, port, stateless) in [("t", PORT, false), ("web", PORT + 1, true)] {
-        c.services.push(Service {
-            name: name.into(),
-            vip: VIP,
-            ports: vec![port],
-            replicas: (1..=3).map(replica).collect(),
-            voting: Default::default(),
-            stateless,
-        });
-    }
-    let mut r = Router::new(c, [9; 16]);
+    let mut r = two_services(3, [("t", false), ("web", true)]);
     assert!(r.enable_needs_join(replica(3), None).is_empty(), "serving");
     assert_eq!(r.replica_failed(t(1), replica(3)), 2);
     assert_eq!(r.enable_needs_join(replica(3), None), vec!["t".to_string()]);
@@ -2943,23 +2935,9 @@ fn enable_needs_a_join_where_a_replica_missed_input() {
 /// service, none of its servers is called stale, even where it is down.
 #[test]
 fn no_server_is_stale_while_its_replica_serves_another_service() {
-    let mut c = Config {
-        sequencer: true,
-        ..Default::default()
-    };
     // u is stateless: `replica enable` brings a down replica back there
     // (in t it would take a join).
-    for (name, port, stateless) in [("t", PORT, false), ("u", PORT + 1, true)] {
-        c.services.push(Service {
-            name: name.into(),
-            vip: VIP,
-            ports: vec![port],
-            replicas: (1..=3).map(replica).collect(),
-            voting: Default::default(),
-            stateless,
-        });
-    }
-    let mut r = Router::new(c, [9; 16]);
+    let mut r = two_services(3, [("t", false), ("u", true)]);
     assert_eq!(r.replica_failed(t(1), replica(3)), 2);
     assert_eq!(r.stale_in(replica(3)), vec!["t".to_string()]);
     assert_eq!(

@@ -1157,24 +1157,14 @@ fn enable_plan(
     follows: impl Fn(&[std::net::Ipv4Addr]) -> bool,
 ) -> (Vec<String>, Vec<String>) {
     let needs = r.enable_needs_join(addr, service);
-    r.config()
+    let (enable, join): (Vec<_>, Vec<_>) = r
+        .config()
         .services
         .iter()
         .filter(|s| s.replicas.contains(&addr) && service.is_none_or(|n| n == s.name))
-        .map(|s| {
-            (
-                s.name.clone(),
-                needs.contains(&s.name) && follows(&s.replicas),
-            )
-        })
-        .fold((Vec::new(), Vec::new()), |(mut e, mut j), (name, join)| {
-            if join {
-                j.push(name);
-            } else {
-                e.push(name);
-            }
-            (e, j)
-        })
+        .partition(|s| !(needs.contains(&s.name) && follows(&s.replicas)));
+    let names = |v: Vec<&ftnet_core::Service>| v.into_iter().map(|s| s.name.clone()).collect();
+    (names(enable), names(join))
 }
 
 fn stateful_guard(shared: &Shared, service: &str, verb: &str) -> Result<(), String> {

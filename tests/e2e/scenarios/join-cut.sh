@@ -42,21 +42,11 @@ sleep "$CUT_S"
 t_heal=$(now_ms)
 lab heal --name "$LAB" "$VICTIM" >>"$T/fault.out" 2>&1
 say "r$VICTIM's link restored"
-stale_line() { grep -m1 "replica $VADDR is out of service.*missed input" "$LOG"; }
-check "router found r$VICTIM's server stale and had its agent end it" wait_for 10 stale_line
-say "router: $(stale_line || true)"
-joined_line() { grep -m1 "replica $VADDR JOINED" "$LOG"; }
-check "r$VICTIM joined by itself with the group's state" wait_for 60 joined_line
-line=$(joined_line || true)
-say "router: ${line:-<no line>}"
-if [[ -n $line ]]; then
-	joined_ms=$(log_ms "$line")
-	pause=$(sed -E 's/.*paused ([0-9]+) ms.*/\1/' <<<"$line")
+stale_server_rejoins
+if [[ -n $joined_ms ]]; then
 	say "r$VICTIM: link back → serving $((joined_ms - t_heal)) ms; input paused $pause ms"
 	echo "r$VICTIM heal_to_serving_ms=$((joined_ms - t_heal)) pause_ms=$pause" >"$T/figure.txt"
 fi
-check "the supervisor started a fresh server" grep -q "starting it again" "/run/ftnet/lab/$LAB/r$VICTIM/server.log"
-{ grep -E "could NOT join" "$LOG" || true; } | head -5 | while read -r l; do say "router: $l"; done
 
 joinload_finish "$load"
 if [[ -n ${joined_ms:-} && -n ${pause:-} ]]; then

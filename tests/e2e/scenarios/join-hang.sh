@@ -53,23 +53,13 @@ check "router took r$VICTIM out" wait_for 20 down_line
 line=$(down_line || true)
 say "router: ${line:-<no line>}"
 [[ -n $line ]] && down_ms=$(log_ms "$line")
-stale_line() { grep -m1 "replica $VADDR is out of service.*input" "$LOG"; }
-check "router found r$VICTIM's server stale and had its agent end it" wait_for 10 stale_line
-say "router: $(stale_line || true)"
 check "the hung server (pid $pid) was ended" wait_for 10 bash -c "! kill -0 $pid 2>/dev/null"
 kill -CONT "$pid" 2>/dev/null || true
-joined_line() { grep -m1 "replica $VADDR JOINED" "$LOG"; }
-check "r$VICTIM joined by itself with the group's state" wait_for 60 joined_line
-line=$(joined_line || true)
-say "router: ${line:-<no line>}"
-if [[ -n $line && -n ${down_ms:-} ]]; then
-	joined_ms=$(log_ms "$line")
-	pause=$(sed -E 's/.*paused ([0-9]+) ms.*/\1/' <<<"$line")
+stale_server_rejoins
+if [[ -n $joined_ms && -n ${down_ms:-} ]]; then
 	say "r$VICTIM: server hung → taken out $((down_ms - t_hang)) ms, → serving $((joined_ms - t_hang)) ms; input paused $pause ms"
 	echo "r$VICTIM hang_to_down_ms=$((down_ms - t_hang)) hang_to_serving_ms=$((joined_ms - t_hang)) pause_ms=$pause" >"$T/figure.txt"
 fi
-check "the supervisor started a fresh server" grep -q "starting it again" "/run/ftnet/lab/$LAB/r$VICTIM/server.log"
-{ grep -E "could NOT join" "$LOG" || true; } | head -5 | while read -r l; do say "router: $l"; done
 
 joinload_finish "$load"
 

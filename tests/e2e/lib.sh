@@ -197,6 +197,21 @@ watch_load() {
 	echo $! >>"$T/watchers.pid"
 }
 
+# rejoined_serves — after a join of $VICTIM (address $VADDR, Redis on $REDIS_PORT): the three
+# replicas settle with equal digests, the victim serves new connections, and it joined once.
+rejoined_serves() {
+	local all=(1 2 3)
+	settle "${all[@]}"
+	same_digests "after the join" "${all[@]}"
+	member_state() { # the victim's "state alive connections" in the router's status
+		lab status --name "$LAB" --json | python3 -c "import json,sys; d=json.load(sys.stdin); r=[r for r in d['status']['services'][0]['replicas'] if r['addr'] == sys.argv[1]][0]; print(f\"{r['state']} {r['alive']} {r['connections']}\")" "$VADDR"
+	}
+	busy() { in_ns client redis-cli -h "$VIP" -p "$REDIS_PORT" INCR probe >/dev/null && [[ $(member_state) == serving\ True* ]]; }
+	check "r$VICTIM serving and alive" wait_for 5 busy
+	say "r$VICTIM: $(member_state)"
+	check_eq "r$VICTIM joined once" 1 "$(grep -c "replica $VADDR JOINED" "$LOG")"
+}
+
 # stale_server_rejoins — a replica ($VICTIM, address $VADDR) whose server went stale comes back by
 # itself: the router ($LOG) logs the server stale (its agent is told to end it), the supervisor
 # starts a fresh one, and it joins. Sets joined_ms (the JOINED line's time) and pause (ms the input

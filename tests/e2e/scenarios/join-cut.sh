@@ -25,9 +25,6 @@ REDIS_PORT=6379
 lab_up --port "$REDIS_PORT" --supervise --failure-ms 1000
 LOG=/run/ftnet/lab/$LAB/router.log
 VADDR=$(replica_ip "$VICTIM")
-state_of() { # state_of ADDR → "state alive connections"
-	lab status --name "$LAB" --json | python3 -c "import json,sys; d=json.load(sys.stdin); r=[r for r in d['status']['services'][0]['replicas'] if r['addr'] == sys.argv[1]][0]; print(f\"{r['state']} {r['alive']} {r['connections']}\")" "$1"
-}
 
 timeout 300 "$FTNET" lab exec --name "$LAB" client -- \
 	python3 "$E2E_DIR/joinload.py" --host "$VIP" --port "$REDIS_PORT" --conns 20 --duration 22 \
@@ -55,11 +52,5 @@ if [[ -n ${joined_ms:-} && -n ${pause:-} ]]; then
 	echo "r$VICTIM $rate" >>"$T/figure.txt"
 fi
 
-all=(1 2 3)
-settle "${all[@]}"
-same_digests "after the join" "${all[@]}"
-busy() { in_ns client redis-cli -h "$VIP" -p "$REDIS_PORT" INCR probe >/dev/null && [[ $(state_of "$VADDR") == serving\ True* ]]; }
-check "r$VICTIM serving and alive" wait_for 5 busy
-say "r$VICTIM: $(state_of "$VADDR")"
-check_eq "r$VICTIM joined once" 1 "$(grep -c "replica $VADDR JOINED" "$LOG")"
+rejoined_serves
 e2e_finish

@@ -27,9 +27,6 @@ REDIS_PORT=6379
 lab_up --port "$REDIS_PORT" --supervise --failure-ms 300
 LOG=/run/ftnet/lab/$LAB/router.log
 VADDR=$(replica_ip "$VICTIM")
-state_of() { # state_of ADDR → "state alive connections"
-	lab status --name "$LAB" --json | python3 -c "import json,sys; d=json.load(sys.stdin); r=[r for r in d['status']['services'][0]['replicas'] if r['addr'] == sys.argv[1]][0]; print(f\"{r['state']} {r['alive']} {r['connections']}\")" "$1"
-}
 server_pid() { # the victim's redis-server
 	local p
 	for p in $(ip netns pids "ftnet-$LAB-r$VICTIM" 2>/dev/null); do
@@ -63,11 +60,5 @@ fi
 
 joinload_finish "$load"
 
-all=(1 2 3)
-settle "${all[@]}"
-same_digests "after the join" "${all[@]}"
-busy() { in_ns client redis-cli -h "$VIP" -p "$REDIS_PORT" INCR probe >/dev/null && [[ $(state_of "$VADDR") == serving\ True* ]]; }
-check "r$VICTIM serving and alive" wait_for 5 busy
-say "r$VICTIM: $(state_of "$VADDR")"
-check_eq "r$VICTIM joined once" 1 "$(grep -c "replica $VADDR JOINED" "$LOG")"
+rejoined_serves
 e2e_finish

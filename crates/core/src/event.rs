@@ -47,6 +47,10 @@ pub enum EvictReason {
     /// It tried to join the service with the group's state and failed
     /// (`Event::JoinFailed` says why).
     JoinFailed,
+    /// An operator added it to a service whose servers keep their state
+    /// (`replica add` under the sequencer): it serves once it joined with
+    /// the group's state.
+    NotJoined,
 }
 
 /// One replica out of service for one service (named by its VIP and first
@@ -106,8 +110,14 @@ pub enum Event {
         down_ms: u64,
     },
     /// An operator made a replica a member of the service
-    /// ([`crate::Router::add_replica`]): new connections use it.
-    ReplicaAdded { service: String, replica: Ipv4Addr },
+    /// ([`crate::Router::add_replica`]): new connections use it (with
+    /// `joins`, [`crate::Router::add_replica_to_join`], once it joined).
+    ReplicaAdded {
+        service: String,
+        replica: Ipv4Addr,
+        /// It serves only after a join (`Router::add_replica_to_join`).
+        joins: bool,
+    },
     /// An operator drains a replica ([`crate::Router::drain_replica`]):
     /// no new connections; it is still in `connections`.
     ReplicaDraining {

@@ -3274,3 +3274,51 @@ fn a_retransmission_passes_the_pause_and_new_bytes_wait() {
     assert_eq!(to, vec![replica(1), replica(2)], "repeated bytes pass");
     assert!(input_ends(&mut r).is_empty(), "no new input event");
 }
+
+/// `replica add` to a service whose servers follow the input order: the
+/// replica is a member out of service (`NotJoined`) until it joined with
+/// the group's state — it gets no new connection on the operator's word
+/// alone — and its agent is told to end a server running there (it holds
+/// a state that is not the group's). The same for a removed replica added
+/// back.
+#[test]
+fn a_replica_added_to_an_ordered_service_serves_only_after_a_join() {
+    let mut r = two_services(2, [("t", false), ("web", true)]);
+    r.add_replica_to_join(t(1), "t", replica(3)).unwrap();
+    let st = &r.status().services[0].replicas[2];
+    assert_eq!(st.state, ftnet_core::MemberState::Down);
+    assert!(!st.alive);
+    assert_eq!(
+        st.down.as_ref().map(|d| d.reason),
+        Some(EvictReason::NotJoined)
+    );
+    assert_eq!(restarts(&mut r), vec![replica(3)]);
+    assert_eq!(r.joinable(replica(3)), vec!["t".to_string()]);
+    assert_eq!(r.enable_needs_join(replica(3), None), vec!["t".to_string()]);
+    log_events(&mut r);
+    // A new connection: a SYN to replicas 1 and 2 only.
+    handshake(&mut r, 2);
+    // Its join can start (the join's own tests take it from there).
+    assert!(r.join_replica(t(2), "t", replica(3)).is_ok());
+
+    // Removed, then added back: out of service again until a join. (Its
+    // agent's servers are ended only where the replica serves no other
+    // service: `Router::stale_in`.)
+    let mut r = two_services(3, [("t", false), ("web", true)]);
+    r.remove_replica(t(1), "t", replica(3)).unwrap();
+    r.remove_replica(t(1), "web", replica(3)).unwrap();
+    assert!(
+        restarts(&mut r).is_empty(),
+        "removed: nobody to restart yet"
+    );
+    r.add_replica_to_join(t(2), "t", replica(3)).unwrap();
+    assert_eq!(
+        r.status().services[0].replicas[2].state,
+        ftnet_core::MemberState::Down
+    );
+    assert_eq!(restarts(&mut r), vec![replica(3)]);
+    assert!(matches!(
+        r.add_replica_to_join(t(3), "t", replica(3)),
+        Err(ftnet_core::MembershipError::AlreadyMember { .. })
+    ));
+}

@@ -116,9 +116,13 @@ example restarted from a copy of a healthy replica's data).
 
 `add` makes a new address a replica of a running service (its replies are routed to the
 router, its agent may register); it gets new connections only, and its server must hold the
-service's state (a stateless server, or one restored from a healthy replica). `drain` stops
-new connections to a replica and lets its connections finish; `remove` takes it out of every
-connection at once (never a connection's last replica, never the service's last serving
+service's state (a stateless server, or one restored from a healthy replica). Where the
+service's servers follow the input order (`ftnet run`), `add` instead makes it a member out of
+service: its agent ends a server already running there (--end-stale-servers), and the fresh
+one joins with the group's state (see `join`) before it serves. `drain` stops new connections
+to a replica and lets its connections finish; under the input order the other replicas hold
+every connection and the state, so it hands over and leaves at once. `remove` takes it out of
+every connection at once (never a connection's last replica, never the service's last serving
 replica). None of these change the config file: write the change there too.
 
 `join` brings a down replica of a stateful service back with the group's state, proven: the

@@ -696,8 +696,19 @@ fn log_event(ev: &Event) {
         } => {
             warn!("service {service}: replica {replica} answers again (stateless service, health check): back in service after {down_ms} ms out ({}); new connections use it", why(was))
         }
-        Event::ReplicaAdded { service, replica } => {
+        Event::ReplicaAdded {
+            service,
+            replica,
+            joins: false,
+        } => {
             warn!("service {service}: replica {replica} added (operator: `ftnet replica add`); new connections use it, open ones go on without it")
+        }
+        Event::ReplicaAdded {
+            service,
+            replica,
+            joins: true,
+        } => {
+            warn!("service {service}: replica {replica} added (operator: `ftnet replica add`), out of service until it joined with the group's state (its servers follow the input order)")
         }
         Event::ReplicaDraining {
             service,
@@ -970,11 +981,8 @@ fn reload(shared: &Shared, path: &Path, file: &ftnet_core::Config) {
             .find(|(n, _)| *n == ns.name)
             .map_or(&[][..], |(_, m)| &m[..]);
         for &a in ns.replicas.iter().filter(|a| !now.contains(a)) {
-            if let Err(e) = stateful_guard(shared, &ns.name, "add") {
-                error!("SIGHUP: service {}: adding replica {a}: {e}", ns.name);
-                continue;
-            }
-            match add_replica(shared, &ns.name, a) {
+            let ordered = follows_order(shared, &ns.name);
+            match add_replica(shared, &ns.name, a, ordered) {
                 Ok(_) => added += 1,
                 Err(e) => error!("SIGHUP: service {}: adding replica {a}: {e}", ns.name),
             }
@@ -1100,13 +1108,27 @@ fn admin_request(shared: &Shared, req: &str) -> serde_json::Value {
                     Err(e) => return serde_json::json!({"ok": false, "error": e}),
                 },
             };
-            if *verb != "remove" {
-                if let Err(e) = stateful_guard(shared, &service, verb) {
-                    return serde_json::json!({"ok": false, "error": e});
-                }
-            }
+            let ordered = follows_order(shared, &service);
             let res = match *verb {
-                "add" => add_replica(shared, &service, addr),
+                "add" => add_replica(shared, &service, addr, ordered),
+                "drain" if ordered => {
+                    // Every replica holds every connection and, under the
+                    // sequencer, the same state: no connection needs this
+                    // one to finish. Kept on, it could not follow the
+                    // order (it would miss the new connections' input), so
+                    // it hands over now and leaves, like `remove`.
+                    let now = shared.now();
+                    let res = shared.lock().remove_replica(now, &service, addr);
+                    match res {
+                        Ok((left, kept)) => {
+                            warn!(replica = %addr, service = %service, left_connections = left, "operator drained the replica (`ftnet replica drain`): the service's servers follow the input order, so the other replicas hold every connection and the group's state; it left its {left} connection(s) at once and is removed (`replica add` brings it back by a join)");
+                            Ok(
+                                serde_json::json!({"ok": true, "service": service, "connections": left, "left_connections": left, "stays_last_replica_in": kept, "removed": true, "note": "the service's servers follow the input order: the other replicas hold every connection and the group's state, so the replica handed its connections over at once and left (`replica add` brings it back with the group's state, by a join)"}),
+                            )
+                        }
+                        Err(e) => Err(e.to_string()),
+                    }
+                }
                 "remove" => {
                     let now = shared.now();
                     shared
@@ -1136,13 +1158,6 @@ fn admin_request(shared: &Shared, req: &str) -> serde_json::Value {
     }
 }
 
-/// `add` and `drain` need every replica of a service to see the same
-/// input: under the sequencer (servers run by `ftnet run`, their state in
-/// the servers) a joiner would miss the state and the input of the
-/// connections open before it, and a draining replica the input order of
-/// the connections opened after — both need state transfer, not built yet.
-/// Refused there with the reason; `remove` (and `enable` of a replica whose
-/// state was restored) still work.
 /// `replica enable ADDR [SERVICE]`: the services where the operator's word
 /// brings the replica back, and those where it comes back only by a join:
 /// it is down there, missed input that lives on in another replica, and
@@ -1167,9 +1182,13 @@ fn enable_plan(
     (names(enable), names(join))
 }
 
-fn stateful_guard(shared: &Shared, service: &str, verb: &str) -> Result<(), String> {
+/// Whether service `service`'s servers follow the input order (`ftnet run`,
+/// their agents said so): their state is in the servers, so a replica
+/// added there serves only after a join, and one drained there leaves at
+/// once (it could not follow the order without the new connections).
+fn follows_order(shared: &Shared, service: &str) -> bool {
     let Some(reg) = shared.registry.get() else {
-        return Ok(());
+        return false;
     };
     let replicas: Vec<std::net::Ipv4Addr> = shared
         .lock()
@@ -1179,10 +1198,7 @@ fn stateful_guard(shared: &Shared, service: &str, verb: &str) -> Result<(), Stri
         .find(|s| s.name == service)
         .map(|s| s.replicas.clone())
         .unwrap_or_default();
-    if reg.follows_order(&replicas) {
-        return Err(format!("service {service}'s servers follow the input order (`ftnet run`): their state is in the servers, and a replica cannot {verb} without state transfer, which is done only by a join for now — use `replica remove`; a down replica whose server was restarted fresh comes back with the group's state by `replica join` (automatic when its server reconnects to its agent)"));
-    }
-    Ok(())
+    reg.follows_order(&replicas)
 }
 
 /// The one service a request about `addr` can mean when it names none:
@@ -1214,10 +1230,16 @@ fn only_service(shared: &Shared, addr: std::net::Ipv4Addr, add: bool) -> Result<
 /// `replica add`: checked by the core first, then the replica's replies
 /// are routed into the TUN (its rules recorded before they are installed),
 /// then it becomes a member. Nothing is changed when a step fails.
+/// Where the service's servers follow the input order (`ordered`), the
+/// replica is added out of service and joins with the group's state
+/// (proven by its digest) before it serves, with a fresh server: one
+/// running there now holds a state (and connections) that are not the
+/// group's, so the core asks its agent to end it (`AgentMsg::Restart`).
 fn add_replica(
     shared: &Shared,
     service: &str,
     addr: std::net::Ipv4Addr,
+    ordered: bool,
 ) -> Result<serde_json::Value, String> {
     let ports = {
         let r = shared.lock();
@@ -1249,12 +1271,23 @@ fn add_replica(
             .insert(addr);
     }
     let now = shared.now();
+    if !ordered {
+        shared
+            .lock()
+            .add_replica(now, service, addr)
+            .map_err(|e| e.to_string())?;
+        return Ok(
+            serde_json::json!({"ok": true, "service": service, "note": "new connections use it (with agents, once its agent registered); its server must hold the service's state"}),
+        );
+    }
     shared
         .lock()
-        .add_replica(now, service, addr)
+        .add_replica_to_join(now, service, addr)
         .map_err(|e| e.to_string())?;
+    shared.kick();
+    warn!(replica = %addr, service = %service, "operator added the replica (`ftnet replica add`): the service's servers follow the input order, so it serves only after joining with the group's state (proof: equal digests); a server already running there is ended by its agent (with --end-stale-servers) and the fresh one joins when it connects");
     Ok(
-        serde_json::json!({"ok": true, "service": service, "note": "new connections use it (with agents, once its agent registered); its server must hold the service's state"}),
+        serde_json::json!({"ok": true, "service": service, "joining": true, "note": "added out of service: it serves only after a join with the group's state. A server of it already following the order is ended by its agent (started with --end-stale-servers; its supervisor starts it again); a fresh server joins as soon as it connects to its agent. `ftnet status` and the router's log say when it serves"}),
     )
 }
 

@@ -49,12 +49,6 @@ for r in "${live[@]}"; do
 	check "r$r server log shows the shim ordering its input" grep -q "input follows the router's order" "$(replica_dir "$r")/server.log"
 	check "r$r shim never fell back to the kernel's order" bash -c "! grep -q 'replicas may diverge' '$(replica_dir "$r")/server.log'"
 done
-# Servers that keep their state under the input order: a replica can neither drain nor join
-# without state transfer (not built): the router refuses, says why, and changes nothing.
-SOCK=/run/ftnet/lab/$LAB/router.sock
-check "drain refused for a service under the input order, with the reason" bash -c "! timeout 20 '$FTNET' replica drain '$(replica_ip "${live[0]}")' --socket '$SOCK' 2>'$T/drain.err' && grep -q 'without state transfer' '$T/drain.err'"
-check "the refused drain changed nothing" bash -c "'$FTNET' lab status --name '$LAB' | grep -Eq '^ +$(replica_ip "${live[0]}") +alive'"
-
 if [[ $FAULT == none ]]; then
 	# The control: the same APPEND load and loss without the shim.
 	timeout 120 "$FTNET" lab down --name "$LAB" >/dev/null 2>&1

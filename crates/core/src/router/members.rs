@@ -322,6 +322,49 @@ impl Router {
         name: &str,
         addr: Ipv4Addr,
     ) -> Result<(), MembershipError> {
+        self.add_member(now, name, addr, Member::Serving)
+    }
+
+    /// [`Router::add_replica`] for a service whose servers keep their
+    /// state and follow the input order: the replica becomes a member that
+    /// is out of service ([`EvictReason::NotJoined`]) and serves only once
+    /// it joined with the group's state ([`Router::join_replica`], which
+    /// the driver starts when a fresh server of the replica connects to
+    /// its agent; its agent is asked to end a server running there now,
+    /// [`AgentMsg::Restart`]). An added server's state is unknown: it
+    /// never serves on the operator's word alone.
+    pub fn add_replica_to_join(
+        &mut self,
+        now: Instant,
+        name: &str,
+        addr: Ipv4Addr,
+    ) -> Result<(), MembershipError> {
+        let down = Member::Down {
+            reason: EvictReason::NotJoined,
+            since: now,
+        };
+        self.add_member(now, name, addr, down)?;
+        // A server of it that already follows the order holds a state (and
+        // maybe connections of an earlier membership) that are not the
+        // group's: only a fresh one can join.
+        if self.stale_in(addr).iter().any(|s| s == name) {
+            self.out.agent(AgentMsg::Restart {
+                replica: addr,
+                reason: format!(
+                    "replica {addr} was added to {name}, whose servers follow the input order: a server of it running before the add holds a state that is not the group's; a fresh one joins with the group's state"
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    fn add_member(
+        &mut self,
+        now: Instant,
+        name: &str,
+        addr: Ipv4Addr,
+        m: Member,
+    ) -> Result<(), MembershipError> {
         self.last_now = self.last_now.max(now);
         let (svc, slot) = self.add_slot(name, addr)?;
         let r = match slot {
@@ -329,17 +372,18 @@ impl Router {
             None => {
                 let s = &mut self.config.services[svc.0];
                 s.replicas.push(addr);
-                self.health[svc.0].push(Member::Serving);
+                self.health[svc.0].push(m);
                 ReplicaId(s.replicas.len() - 1)
             }
         };
-        self.health[svc.0][r.0] = Member::Serving;
+        self.health[svc.0][r.0] = m;
         for p in self.config.services[svc.0].ports.clone() {
             self.by_replica.insert((addr, p), (svc, r));
         }
         self.out.event(Event::ReplicaAdded {
             service: name.to_string(),
             replica: addr,
+            joins: m != Member::Serving,
         });
         self.announce_out_of_service();
         Ok(())

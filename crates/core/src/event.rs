@@ -109,6 +109,14 @@ pub enum Event {
         was: EvictReason,
         down_ms: u64,
     },
+    /// A service new in the configuration (SIGHUP) runs from now on
+    /// ([`crate::Router::add_service`]).
+    ServiceAdded {
+        service: String,
+        vip: Ipv4Addr,
+        ports: Vec<u16>,
+        replicas: Vec<Ipv4Addr>,
+    },
     /// An operator made a replica a member of the service
     /// ([`crate::Router::add_replica`]): new connections use it (with
     /// `joins`, [`crate::Router::add_replica_to_join`], once it joined).

@@ -102,6 +102,14 @@ pub enum MembershipError {
         "replica {replica} of service {service} was removed: `replica add` makes it a member again"
     )]
     Removed { service: String, replica: String },
+    #[error("a service named {0:?} runs already")]
+    ServiceExists(String),
+    #[error("{vip}:{port} is already service {other}'s")]
+    VipTaken {
+        vip: String,
+        port: u16,
+        other: String,
+    },
     #[error("replica {replica} cannot join service {service}: {why}")]
     CannotJoin {
         service: String,

@@ -3322,3 +3322,58 @@ fn a_replica_added_to_an_ordered_service_serves_only_after_a_join() {
         Err(ftnet_core::MembershipError::AlreadyMember { .. })
     ));
 }
+
+/// SIGHUP with a `[[service]]` new in the file: the router takes it as if
+/// configured from the start — a SYN to its VIP and port reaches its
+/// replicas — and refuses, changing nothing, a name, VIP port or replica
+/// port a running service holds.
+#[test]
+fn a_service_added_at_run_time_takes_connections() {
+    let mut r = router(2);
+    let svc = |name: &str, port: u16, replicas: Vec<Ipv4Addr>| Service {
+        name: name.into(),
+        vip: VIP,
+        ports: vec![port],
+        replicas,
+        voting: Default::default(),
+        stateless: false,
+    };
+    let mut syn = Repr::new(CPORT, PORT + 1, SeqNum(CISN), SeqNum(0), flags::SYN, 64240);
+    syn.mss = Some(1460);
+    r.handle_packet(t(0), seg(CLIENT, VIP, syn.clone(), b""));
+    assert!(
+        drain(&mut r).iter().all(|o| o.dst == CLIENT),
+        "no service on PORT + 1 yet: nothing to a replica"
+    );
+    assert!(matches!(
+        r.add_service(t(1), svc("t", PORT + 1, vec![replica(3)])),
+        Err(ftnet_core::MembershipError::ServiceExists(_))
+    ));
+    assert!(matches!(
+        r.add_service(t(1), svc("u", PORT, vec![replica(3)])),
+        Err(ftnet_core::MembershipError::VipTaken { .. })
+    ));
+    let mut other_vip = svc("u", PORT, vec![replica(1)]);
+    other_vip.vip = Ipv4Addr::new(198, 19, 0, 99);
+    assert!(matches!(
+        r.add_service(t(1), other_vip),
+        Err(ftnet_core::MembershipError::PortTaken { .. })
+    ));
+    assert_eq!(r.status().services.len(), 1, "refused: nothing changed");
+    r.add_service(t(2), svc("u", PORT + 1, vec![replica(2), replica(3)]))
+        .unwrap();
+    assert!(log_events(&mut r)
+        .iter()
+        .any(|e| matches!(e, Event::ServiceAdded { service, .. } if service == "u")));
+    r.handle_packet(t(3), seg(CLIENT, VIP, syn, b""));
+    let out = drain(&mut r);
+    let to: Vec<Ipv4Addr> = out.iter().map(|o| o.dst).collect();
+    assert_eq!(to, vec![replica(2), replica(3)]);
+    assert!(out.iter().all(|o| o.r.dst_port == PORT + 1));
+    let st = r.status();
+    assert_eq!(st.services.len(), 2);
+    assert_eq!(st.services[1].name, "u");
+    // The first service's connections are not touched: its handshake
+    // still goes to its two replicas.
+    handshake(&mut r, 2);
+}

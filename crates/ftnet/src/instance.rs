@@ -158,6 +158,17 @@ impl Instance {
         Ok(())
     }
 
+    /// The interface a replica's rules bind it to and the ports they
+    /// steer (`None`: no rules for it).
+    pub fn replica_ports(&self, replica: std::net::Ipv4Addr) -> Option<(String, Vec<u16>)> {
+        self.routing.as_ref()?.replica_ports(replica)
+    }
+
+    /// Whether packets to `vip` are steered into the TUN.
+    pub fn steers_vip(&self, vip: std::net::Ipv4Addr) -> bool {
+        self.routing.as_ref().is_some_and(|r| r.steers_vip(vip))
+    }
+
     /// Remove the routing now (the locks stay held until drop).
     pub fn remove_routing(&mut self) {
         if let Some(r) = self.routing.take() {

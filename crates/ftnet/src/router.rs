@@ -717,6 +717,16 @@ fn log_event(ev: &Event) {
         } => {
             warn!("service {service}: replica {replica} draining (operator: `ftnet replica drain`): no new connections; {connections} open connection(s) finish with it")
         }
+        Event::ServiceAdded {
+            service,
+            vip,
+            ports,
+            replicas,
+        } => {
+            let ports: Vec<String> = ports.iter().map(u16::to_string).collect();
+            let replicas: Vec<String> = replicas.iter().map(ToString::to_string).collect();
+            warn!("service {service} added (SIGHUP): {vip} port(s) {} on replicas {}; new connections use it (with agents, each replica once its agent registered)", ports.join(", "), replicas.join(", "))
+        }
         Event::ReplicaDrained { service, replica } => {
             warn!("service {service}: replica {replica} drained: its last connection ended (it gets none until `ftnet replica enable`; `ftnet replica remove` takes it out)")
         }
@@ -918,11 +928,15 @@ impl StatusSocket {
 /// the file does not list are removed, listed addresses that are not
 /// members (new, or removed before) are added, as `ftnet replica
 /// add|remove` would; a listed replica that is down or draining stays so
-/// (a reload readmits nobody). Everything else (services added or removed,
-/// a service's VIP, ports, voting, statelessness, timeouts, limits, the
-/// router's own settings) needs a restart: each difference is logged as not
-/// applied. A file that does not validate changes nothing. `file` is the
-/// configuration the router started with (what a restart would change).
+/// (a reload readmits nobody). A service new in the file starts (its VIP
+/// and replies routed into the TUN first), as if it had been there from
+/// the start; the connections of the others are not touched. Everything
+/// else (a service gone from the file, a service's VIP, ports, voting,
+/// statelessness, timeouts, limits, the router's own settings) needs a
+/// restart: each difference is logged as not applied. A file that does not
+/// validate changes nothing. `file` is the configuration the router
+/// started with (for the settings that only a restart applies); services
+/// are compared with the running ones.
 fn reload(shared: &Shared, path: &Path, file: &ftnet_core::Config) {
     let new = match crate::config::load(path) {
         Ok(c) => c,
@@ -931,7 +945,7 @@ fn reload(shared: &Shared, path: &Path, file: &ftnet_core::Config) {
             return;
         }
     };
-    let (mut added, mut removed, mut skipped) = (0, 0, 0);
+    let (mut added, mut removed, mut skipped, mut services) = (0, 0, 0, 0);
     let mut not_applied = |what: String| {
         skipped += 1;
         warn!("SIGHUP: {what}: needs a restart, not applied");
@@ -942,7 +956,8 @@ fn reload(shared: &Shared, path: &Path, file: &ftnet_core::Config) {
     if new.core.limits != file.limits {
         not_applied("[limits] changed".into());
     }
-    for s in &file.services {
+    let running = shared.lock().config().services.clone();
+    for s in &running {
         if !new.core.services.iter().any(|n| n.name == s.name) {
             not_applied(format!("service {} is no longer in the file", s.name));
         }
@@ -964,8 +979,14 @@ fn reload(shared: &Shared, path: &Path, file: &ftnet_core::Config) {
         })
         .collect();
     for ns in &new.core.services {
-        let Some(old) = file.services.iter().find(|s| s.name == ns.name) else {
-            not_applied(format!("service {} is new", ns.name));
+        let Some(old) = running.iter().find(|s| s.name == ns.name) else {
+            match add_service(shared, ns) {
+                Ok(()) => services += 1,
+                Err(e) => error!(
+                    "SIGHUP: service {} (new in the file) not started: {e}",
+                    ns.name
+                ),
+            }
             continue;
         };
         if (old.vip, &old.ports, old.voting, old.stateless)
@@ -997,9 +1018,75 @@ fn reload(shared: &Shared, path: &Path, file: &ftnet_core::Config) {
     }
     shared.kick();
     info!(
-        "SIGHUP: reloaded {}: {added} replica(s) added, {removed} removed, {skipped} change(s) not applied",
+        "SIGHUP: reloaded {}: {added} replica(s) added, {removed} removed, {skipped} change(s) not applied, {services} service(s) added",
         path.display()
     );
+}
+
+/// A service new in the file on SIGHUP: checked by the core first, then
+/// its VIP and its replicas' replies on its ports are routed into the TUN
+/// (recorded before they are installed), then it runs. A failed step
+/// leaves the service out (rules already installed for it stay, recorded,
+/// and route nothing the core takes).
+fn add_service(shared: &Shared, s: &ftnet_core::Service) -> Result<(), String> {
+    shared
+        .lock()
+        .check_add_service(s)
+        .map_err(|e| e.to_string())?;
+    {
+        let mut inst = shared.instance.lock().unwrap_or_else(|p| p.into_inner());
+        if !inst.steers_vip(s.vip) {
+            let table = inst.table();
+            inst.add_replica(&ftnet_io::ReplicaRules::vip(table, s.vip))
+                .map_err(|e| format!("routing {} into the TUN: {e:#}", s.vip))?;
+        }
+    }
+    for &r in &s.replicas {
+        route_replica(shared, r, &s.ports)?;
+    }
+    let now = shared.now();
+    shared
+        .lock()
+        .add_service(now, s.clone())
+        .map_err(|e| e.to_string())
+}
+
+/// Route replica `addr`'s replies on `ports` into the TUN: all its rules
+/// if it has none yet, else the ports it lacks.
+fn route_replica(shared: &Shared, addr: std::net::Ipv4Addr, ports: &[u16]) -> Result<(), String> {
+    let mut inst = shared.instance.lock().unwrap_or_else(|p| p.into_inner());
+    let table = inst.table();
+    let rr = match inst.replica_ports(addr) {
+        None => {
+            let binding = ftnet_io::Binding::resolve(&shared.tun, addr)
+                .map_err(|e| format!("routing to replica {addr}: {e}"))?;
+            ftnet_io::ReplicaRules::new(table, binding, ports, &inst.devs())
+        }
+        Some((dev, have)) => {
+            let lacking: Vec<u16> = ports
+                .iter()
+                .copied()
+                .filter(|p| !have.contains(p))
+                .collect();
+            if lacking.is_empty() {
+                return Ok(());
+            }
+            let binding = ftnet_io::Binding {
+                replica: addr,
+                dev,
+                via: None,
+            };
+            ftnet_io::ReplicaRules::more_ports(table, binding, &lacking)
+        }
+    };
+    inst.add_replica(&rr)
+        .map_err(|e| format!("routing replica {addr}'s replies into the TUN: {e:#}"))?;
+    shared
+        .known
+        .write()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(addr);
+    Ok(())
 }
 
 /// One operator request from the status socket (root only: the socket is
@@ -1251,25 +1338,7 @@ fn add_replica(
             .map(|s| s.ports.clone())
             .unwrap_or_default()
     };
-    let routed = shared
-        .known
-        .read()
-        .unwrap_or_else(|p| p.into_inner())
-        .contains(&addr);
-    if !routed {
-        let mut inst = shared.instance.lock().unwrap_or_else(|p| p.into_inner());
-        let binding = ftnet_io::Binding::resolve(&shared.tun, addr)
-            .map_err(|e| format!("routing to replica {addr}: {e}"))?;
-        let table = inst.table();
-        let rr = ftnet_io::ReplicaRules::new(table, binding, &ports, &inst.devs());
-        inst.add_replica(&rr)
-            .map_err(|e| format!("routing replica {addr}'s replies into the TUN: {e:#}"))?;
-        shared
-            .known
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(addr);
-    }
+    route_replica(shared, addr, &ports)?;
     let now = shared.now();
     if !ordered {
         shared

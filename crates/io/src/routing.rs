@@ -102,7 +102,8 @@ impl Binding {
 /// [`Plan`] (see [`Routing::add_replica`]).
 #[derive(Debug, Clone)]
 pub struct ReplicaRules {
-    pub binding: Binding,
+    /// The replica they route (none: a VIP's rule).
+    pub binding: Option<Binding>,
     rules: Vec<Vec<String>>,
 }
 
@@ -148,7 +149,64 @@ impl ReplicaRules {
             "from", &from, "iif", &dev, "goto", &anchor, "pref", &t,
         ]));
         rules.push(strings(&["from", &from, "blackhole", "pref", &t]));
-        ReplicaRules { binding, rules }
+        ReplicaRules {
+            binding: Some(binding),
+            rules,
+        }
+    }
+
+    /// Packets to `vip`, a VIP new at run time (a service added on
+    /// SIGHUP), go to the table.
+    pub fn vip(table: u32, vip: Ipv4Addr) -> ReplicaRules {
+        let t = table.to_string();
+        ReplicaRules {
+            binding: None,
+            rules: vec![strings(&[
+                "to",
+                &format!("{vip}/32"),
+                "lookup",
+                &t,
+                "pref",
+                &t,
+            ])],
+        }
+    }
+
+    /// A replica whose rules are installed serves more `ports` (a service
+    /// added at run time): its replies on them from its own interface go
+    /// to the table. The kernel evaluates one priority's rules in the
+    /// order they were added, so appended after the replica's skip rule
+    /// (`goto` the anchor) they would never match; they take the priority
+    /// just before (`table - 1`) instead. Each matches only this replica's
+    /// TCP replies on its own interface from one of `ports`: nothing of
+    /// anyone else's.
+    pub fn more_ports(table: u32, binding: Binding, ports: &[u16]) -> ReplicaRules {
+        let t = table.to_string();
+        let before = table.saturating_sub(1).to_string();
+        let from = binding.replica.to_string();
+        let rules = ports
+            .iter()
+            .map(|p| {
+                strings(&[
+                    "from",
+                    &from,
+                    "iif",
+                    &binding.dev,
+                    "ipproto",
+                    "tcp",
+                    "sport",
+                    &p.to_string(),
+                    "lookup",
+                    &t,
+                    "pref",
+                    &before,
+                ])
+            })
+            .collect();
+        ReplicaRules {
+            binding: Some(binding),
+            rules,
+        }
     }
 
     /// The record lines (as [`Plan::record`]): written before installing.
@@ -344,12 +402,13 @@ impl Routing {
     /// Add the rules of a replica added at run time (after the installed
     /// ones; removed with them). On error the ones added are removed again.
     pub fn add_replica(&mut self, rr: &ReplicaRules) -> Result<(), Error> {
-        let b = &rr.binding;
-        let via = b.via.map(|v| format!(" via {v}")).unwrap_or_default();
-        info!(
-            replica = %b.replica, dev = %b.dev,
-            "replica {} (added) bound to {}{via}", b.replica, b.dev
-        );
+        if let Some(b) = &rr.binding {
+            let via = b.via.map(|v| format!(" via {v}")).unwrap_or_default();
+            info!(
+                replica = %b.replica, dev = %b.dev,
+                "replica {} (added) bound to {}{via}", b.replica, b.dev
+            );
+        }
         let mut done = 0;
         for rule in &rr.rules {
             let mut args = strings(&["rule", "add"]);
@@ -367,6 +426,35 @@ impl Routing {
         }
         self.rules.extend(rr.rules.iter().cloned());
         Ok(())
+    }
+
+    /// The interface replica `replica` is bound to and the ports its
+    /// replies are steered on, as installed (`None`: no rules for it).
+    pub fn replica_ports(&self, replica: Ipv4Addr) -> Option<(String, Vec<u16>)> {
+        let from = replica.to_string();
+        let mut dev = None;
+        let mut ports = Vec::new();
+        for r in &self.rules {
+            if r.first().map(String::as_str) != Some("from") || r.get(1) != Some(&from) {
+                continue;
+            }
+            let after = |k: &str| r.iter().position(|w| w == k).and_then(|i| r.get(i + 1));
+            if let Some(d) = after("iif") {
+                dev = Some(d.clone());
+            }
+            if let Some(p) = after("sport").and_then(|p| p.parse().ok()) {
+                ports.push(p);
+            }
+        }
+        dev.map(|d| (d, ports))
+    }
+
+    /// Whether packets to `vip` are steered into the table.
+    pub fn steers_vip(&self, vip: Ipv4Addr) -> bool {
+        let to = format!("{vip}/32");
+        self.rules
+            .iter()
+            .any(|r| r.first().map(String::as_str) == Some("to") && r.get(1) == Some(&to))
     }
 
     /// Install forwarding sysctls, the table's routes and the rules of
@@ -482,13 +570,13 @@ pub fn remove_recorded(lines: &[String]) -> usize {
     n
 }
 
-/// Rules at priority `table` or `table + 1` (ours), as `ip rule show`
-/// prints them: after a dead router's record was removed, any left belong
-/// to someone else (or to a router of an older version, which kept no
-/// record) and are left alone.
+/// Rules at priority `table - 1` (ports added at run time), `table` or
+/// `table + 1` (ours), as `ip rule show` prints them: after a dead router's
+/// record was removed, any left belong to someone else (or to a router of
+/// an older version, which kept no record) and are left alone.
 pub fn rules_at(table: u32) -> Vec<String> {
     let mut out = Vec::new();
-    for pref in [table, table.saturating_add(1)] {
+    for pref in [table.saturating_sub(1), table, table.saturating_add(1)] {
         if let Ok(s) = ip(&["rule", "show", "pref", &pref.to_string()]) {
             out.extend(
                 s.lines()
@@ -523,6 +611,36 @@ mod tests {
             dev: dev.into(),
             via: None,
         }
+    }
+
+    /// A replica with installed rules gains a port (a service added at run
+    /// time): the kernel evaluates one priority's rules in the order they
+    /// were added, so the new steering rule takes the priority before the
+    /// replica's skip rule, and matches only its TCP replies on that port
+    /// from its own interface.
+    #[test]
+    fn more_ports_come_before_the_replicas_skip_rule() {
+        let rr = ReplicaRules::more_ports(7000, bind([198, 18, 11, 2], "r1"), &[7001, 7002]);
+        assert_eq!(
+            rr.rules,
+            [7001, 7002]
+                .iter()
+                .map(|p| strings(&[
+                    "from",
+                    "198.18.11.2",
+                    "iif",
+                    "r1",
+                    "ipproto",
+                    "tcp",
+                    "sport",
+                    &p.to_string(),
+                    "lookup",
+                    "7000",
+                    "pref",
+                    "6999"
+                ]))
+                .collect::<Vec<_>>()
+        );
     }
 
     #[test]

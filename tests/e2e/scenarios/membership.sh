@@ -13,10 +13,11 @@
 #   9 s  removes r1       → the streams go on with r2 alone (draining, never removed from
 #                           under a connection), new connections with r4 alone
 #  11 s  SIGHUP, the file listing r2, r3, r4 → r3 is added back; then a broken file: no change
+#  12 s  SIGHUP, the file with a second service (echo on port 7001 by r2 and r3) → it starts
 # and tries what must be refused (removing the last serving replica, adding a member twice,
 # draining an unknown address). Pass: every stream intact, every short connection answered, no
 # client reset; each change logged on one line; status shows each replica's state; r4 served
-# new connections; r2 is announced drained once the streams end.
+# new connections; the new service echoes; r2 is announced drained once the streams end.
 set -euo pipefail
 # shellcheck source=tests/e2e/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
@@ -89,9 +90,29 @@ check "SIGHUP: the reload adds r3 back, removes nobody" wait_for 3 grep -q "SIGH
 r3_serving() { [[ $(state_of "$R3") == serving* ]]; }
 check "status: r3 serving again after the reload" wait_for 2 r3_serving
 check_eq "status: r2 still draining after the reload" draining "$(state_of "$R2" | cut -d' ' -f1)"
+cp "$CFG" "$T/ftnet.toml.now"
 echo "this is not toml [" >>"$CFG"
 kill -HUP "$RPID"
 check "SIGHUP with a broken file: nothing changed, and said why" wait_for 3 grep -q "SIGHUP: .*nothing changed" "$LOG"
+
+# 12 s: a service new in the file starts on SIGHUP: echo on port 7001 of the same VIP, served by
+# r2 and r3 (a second socat each) — replicas whose replies on 7000 are routed already, so their
+# rules for 7001 must come before their skip rule. The streams on 7000 go on untouched.
+for r in 2 3; do
+	timeout 30 "$FTNET" lab exec --name "$LAB" "r$r" -- socat -t 10 TCP-LISTEN:7001,fork,reuseaddr EXEC:cat \
+		>"$T/echo2-r$r.log" 2>&1 &
+done
+cp "$T/ftnet.toml.now" "$CFG"
+printf '\n[[service]]\nname = "echo2"\nvip = "%s"\nports = [7001]\nreplicas = ["%s", "%s"]\n' "$VIP" "$R2" "$R3" >>"$CFG"
+sleep 0.3
+kill -HUP "$RPID"
+check "SIGHUP: the reload starts service echo2, changes nothing else" wait_for 3 grep -q "SIGHUP: reloaded .*: 0 replica(s) added, 0 removed, 0 change(s) not applied, 1 service(s) added" "$LOG"
+check "service echo2 added: one log line" grep -q "service echo2 added (SIGHUP)" "$LOG"
+echo2() { [[ $(echo "hello-7001" | timeout 5 "$FTNET" lab exec --name "$LAB" client -- socat -t 2 - "TCP:$VIP:7001" 2>/dev/null) == hello-7001 ]]; }
+check "a client is echoed by the new service (VIP:7001)" wait_for 5 echo2
+kill -HUP "$RPID"
+check "SIGHUP again with the same file: nothing to do" wait_for 3 grep -q "SIGHUP: reloaded .*: 0 replica(s) added, 0 removed, 0 change(s) not applied, 0 service(s) added" "$LOG"
+check "the router still steers r2's and r3's replies on 7001 (echo again)" echo2
 cp "$T/ftnet.toml.orig" "$CFG"
 
 for m in 1 2 3; do

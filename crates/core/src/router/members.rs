@@ -389,6 +389,68 @@ impl Router {
         Ok(())
     }
 
+    /// Operator action (SIGHUP: a `[[service]]` new in the file): the
+    /// router takes service `s` as if it had been in its configuration
+    /// from the start — its replicas serving (with agents, once each
+    /// registered), its own input order. Connections of the other services
+    /// are not touched. Refused, changing nothing, when its name, one of
+    /// its VIP's ports or one of its replicas' ports is taken by a running
+    /// service (a removed replica's port is free).
+    pub fn add_service(
+        &mut self,
+        now: Instant,
+        s: crate::config::Service,
+    ) -> Result<(), MembershipError> {
+        self.last_now = self.last_now.max(now);
+        self.check_add_service(&s)?;
+        let svc = ServiceId(self.config.services.len());
+        for &p in &s.ports {
+            self.by_vip.insert((s.vip, p), svc);
+            for (ri, &r) in s.replicas.iter().enumerate() {
+                self.by_replica.insert((r, p), (svc, ReplicaId(ri)));
+            }
+        }
+        self.health.push(vec![Member::Serving; s.replicas.len()]);
+        self.order.push(SvcOrder::default());
+        self.out.event(Event::ServiceAdded {
+            service: s.name.clone(),
+            vip: s.vip,
+            ports: s.ports.clone(),
+            replicas: s.replicas.clone(),
+        });
+        self.config.services.push(s);
+        self.announce_out_of_service();
+        Ok(())
+    }
+
+    /// Whether [`Router::add_service`] would take `s`, changing nothing.
+    pub fn check_add_service(&self, s: &crate::config::Service) -> Result<(), MembershipError> {
+        if self.config.services.iter().any(|o| o.name == s.name) {
+            return Err(MembershipError::ServiceExists(s.name.clone()));
+        }
+        for &p in &s.ports {
+            if let Some(other) = self.by_vip.get(&(s.vip, p)) {
+                return Err(MembershipError::VipTaken {
+                    vip: s.vip.to_string(),
+                    port: p,
+                    other: self.config.services[other.0].name.clone(),
+                });
+            }
+            for &r in &s.replicas {
+                if let Some(&(other, ri)) = self.by_replica.get(&(r, p)) {
+                    if !matches!(self.health[other.0][ri.0], Member::Removed { .. }) {
+                        return Err(MembershipError::PortTaken {
+                            replica: r.to_string(),
+                            port: p,
+                            other: self.config.services[other.0].name.clone(),
+                        });
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Whether [`Router::add_replica`] would take `addr` into service
     /// `name`, changing nothing (a driver checks before it routes the
     /// replica's replies to the router).

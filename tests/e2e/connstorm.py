@@ -11,7 +11,10 @@ the client had to send again: Linux's first SYN retransmission is at 1 s).
 
 Usage: connstorm.py --host H --port P [--duration 20] [--inflight 4]
                     [--timeout 20] [--max 20000] [--stop-file PATH]
+                    [--http PATH --expect FILE]
 --stop-file: start no new connection once PATH exists (DURATION stays the bound).
+--http: each connection is an HTTP/1.0 GET of PATH instead (no half-close; the
+server closes after its reply), which must be "200" with FILE's bytes as its body.
 """
 
 import argparse
@@ -25,8 +28,9 @@ import time
 
 
 class Conn:
-    def __init__(self, host, port, now):
-        self.msg = os.urandom(24).hex().encode() + b"\n"
+    def __init__(self, host, port, now, request=None):
+        self.http = request is not None
+        self.msg = request if self.http else os.urandom(24).hex().encode() + b"\n"
         self.got = b""
         self.t0 = now
         self.connect_ms = None
@@ -45,7 +49,16 @@ def main():
     ap.add_argument("--timeout", type=float, default=20.0)
     ap.add_argument("--max", type=int, default=20000)
     ap.add_argument("--stop-file")
+    ap.add_argument("--http", metavar="PATH")
+    ap.add_argument("--expect", metavar="FILE")
     a = ap.parse_args()
+    request = None
+    if a.http is not None:
+        if a.expect is None:
+            ap.error("--http needs --expect")
+        request = f"GET {a.http} HTTP/1.0\r\nHost: {a.host}\r\n\r\n".encode()
+        with open(a.expect, "rb") as f:
+            body = f.read()
 
     sel = selectors.DefaultSelector()
     start = time.monotonic()
@@ -69,7 +82,7 @@ def main():
         stopped = a.stop_file is not None and os.path.exists(a.stop_file)
         starting = now - start < a.duration and total < a.max and not stopped
         while starting and len(live) < a.inflight:
-            c = Conn(a.host, a.port, now)
+            c = Conn(a.host, a.port, now, request)
             sel.register(c.sock, selectors.EVENT_WRITE, c)
             live.add(c)
             total += 1
@@ -85,8 +98,9 @@ def main():
                     continue
                 c.connect_ms = (time.monotonic() - c.t0) * 1000
                 connect_ms.append(c.connect_ms)
-                c.sock.sendall(c.msg)  # 49 bytes into an empty send buffer
-                c.sock.shutdown(socket.SHUT_WR)
+                c.sock.sendall(c.msg)  # < 100 bytes into an empty send buffer
+                if not c.http:
+                    c.sock.shutdown(socket.SHUT_WR)
                 c.sent = True
                 sel.modify(c.sock, selectors.EVENT_READ, c)
                 continue
@@ -97,8 +111,17 @@ def main():
                 continue
             if b:
                 c.got += b
-                if len(c.got) > len(c.msg):
+                if not c.http and len(c.got) > len(c.msg):
                     finish(c, "echo longer than the message")
+            elif c.http:
+                head, _, got = c.got.partition(b"\r\n\r\n")
+                status = head.split(b"\r\n", 1)[0]
+                if not status.startswith(b"HTTP/1.1 200") and not status.startswith(b"HTTP/1.0 200"):
+                    finish(c, f"HTTP status {status[:40]!r}")
+                elif got != body:
+                    finish(c, f"body wrong: {len(got)} of {len(body)} bytes")
+                else:
+                    finish(c)
             elif c.got == c.msg:
                 finish(c)
             else:

@@ -360,6 +360,9 @@ dir=${1%/} port=$2 big=$3 direct=$4
 mkdir -p "$dir/www" "$dir/tmp/body" "$dir/tmp/proxy" "$dir/tmp/fastcgi" "$dir/tmp/uwsgi" "$dir/tmp/scgi"
 if [ "$big" != - ]; then
 	ln -f "$big" "$dir/www/big.bin" 2>/dev/null || cp -p "$big" "$dir/www/big.bin"
+	# A small page: the first 64 KiB of it (the same on every replica).
+	head -c 65536 "$big" >"$dir/www/small.bin"
+	touch -r "$big" "$dir/www/small.bin"
 fi
 extra=""
 [ "$direct" = 1 ] && extra="listen $((port + 1));"

@@ -56,8 +56,8 @@
 #   (SIGSTOP) is taken out, the router has its agent end the hung server, and the fresh one joins),
 #   join-ops/n4-none (Redis under `ftnet run --supervise`: replicas added, drained, added back and
 #   reloaded by SIGHUP under writers; each one serves only after joining with the group's state),
-#   heal/n3-kill, heal/n3-cut (a stateless service takes a restarted replica, or a host that
-#   came back, back by itself).
+#   heal/n3-kill, heal/n3-cut, heal-nginx/n3-kill (a stateless service, socat or nginx, takes a
+#   restarted replica, or a host that came back, back by itself).
 #
 # Usage: tests/e2e/run.sh [--quick] [--figures] [--only REGEX] [--seed S] [--list]
 # A failed test runs once more (FTNET_E2E_RETRIES=0: not); passing then, it is listed as FLAKY
@@ -108,7 +108,7 @@ for id in operator/n2-none spoof/n3-none impostor/n3-none redis-order/n3-none re
 	takeover-stall/n3-kill takeover-get/n3-kill takeover-put/n3-kill takeover-synack/n3-kill \
 	takeover-redis/n3-kill takeover-connect/n3-kill takeover-stall/n3-cut \
 	rejoin/n3-cut rejoin-takeover/n3-kill server-reset/n1-none server-reset/n3-none \
-	attack-client/n3-none membership/n4-none heal/n3-kill heal/n3-cut join/n3-kill join-outlive/n3-kill join-cut/n3-cut join-hang/n3-hang join-ops/n4-none; do
+	attack-client/n3-none membership/n4-none heal/n3-kill heal/n3-cut heal-nginx/n3-kill join/n3-kill join-outlive/n3-kill join-cut/n3-cut join-hang/n3-hang join-ops/n4-none; do
 	[[ -z $only || $id =~ $only ]] && tests+=("$id")
 done
 if ((list)); then printf '%s\n' "${tests[@]}"; exit 0; fi

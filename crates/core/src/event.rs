@@ -117,6 +117,10 @@ pub enum Event {
         ports: Vec<u16>,
         replicas: Vec<Ipv4Addr>,
     },
+    /// A service gone from the configuration (SIGHUP) takes no new
+    /// connections; its `connections` open ones finish
+    /// ([`crate::Router::remove_service`]).
+    ServiceRemoved { service: String, connections: usize },
     /// An operator made a replica a member of the service
     /// ([`crate::Router::add_replica`]): new connections use it (with
     /// `joins`, [`crate::Router::add_replica_to_join`], once it joined).

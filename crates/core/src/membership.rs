@@ -102,6 +102,13 @@ pub enum MembershipError {
         "replica {replica} of service {service} was removed: `replica add` makes it a member again"
     )]
     Removed { service: String, replica: String },
+    #[error("replica {replica} port {port} still carries {connections} connection(s) of removed service {other} (open, or closed and in their quiet period): try again once they are gone")]
+    PortBusy {
+        replica: String,
+        port: u16,
+        other: String,
+        connections: usize,
+    },
     #[error("a service named {0:?} runs already")]
     ServiceExists(String),
     #[error("{vip}:{port} is already service {other}'s")]

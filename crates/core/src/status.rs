@@ -49,6 +49,10 @@ pub struct ServiceStatus {
     pub ports: Vec<u16>,
     pub replicas: Vec<ReplicaStatus>,
     pub connections: usize,
+    /// Removed at run time (SIGHUP): no new connections; shown while its
+    /// open ones finish.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub removed: bool,
 }
 
 /// One replica's leg of a connection in [`ConnSample`]: stream offsets

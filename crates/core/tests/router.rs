@@ -40,6 +40,7 @@ fn router_of(n: u8, stateless: bool) -> Router {
     Router::new(c, [9; 16])
 }
 
+#[derive(Debug)]
 struct Out {
     src: Ipv4Addr,
     dst: Ipv4Addr,
@@ -3376,4 +3377,69 @@ fn a_service_added_at_run_time_takes_connections() {
     // The first service's connections are not touched: its handshake
     // still goes to its two replicas.
     handshake(&mut r, 2);
+}
+
+/// SIGHUP with a `[[service]]` gone from the file: the service takes no
+/// new connection (a SYN is refused as by a closed port, nothing reaches
+/// a replica), its open connection goes on to the end, and its name, VIP
+/// port and — once that connection is gone — its replicas' ports are free
+/// for a service added again.
+#[test]
+fn a_service_removed_at_run_time_lets_its_connections_finish() {
+    let mut r = router(2);
+    handshake(&mut r, 2);
+    assert_eq!(r.remove_service(t(3), "t"), Ok(1));
+    assert!(log_events(&mut r)
+        .iter()
+        .any(|e| matches!(e, Event::ServiceRemoved { service, connections: 1 } if service == "t")));
+    let st = r.status();
+    assert!(st.services[0].removed && st.services[0].connections == 1);
+    // The open connection: the client's bytes still reach both replicas.
+    client_data(&mut r, t(4), b"PING\r\n");
+    let out = drain(&mut r);
+    let to: Vec<Ipv4Addr> = out
+        .iter()
+        .filter(|o| o.payload == b"PING\r\n")
+        .map(|o| o.dst)
+        .collect();
+    assert_eq!(to, vec![replica(1), replica(2)], "{out:?}");
+    // A new connection: refused, nothing to a replica.
+    assert_eq!(syn_targets(&mut r, t(5), CPORT + 1), Vec::<Ipv4Addr>::new());
+    let mut syn = Repr::new(CPORT + 2, PORT, SeqNum(CISN), SeqNum(0), flags::SYN, 64240);
+    syn.mss = Some(1460);
+    r.handle_packet(t(5), seg(CLIENT, VIP, syn, b""));
+    let out = drain(&mut r);
+    assert!(
+        out.len() == 1 && out[0].dst == CLIENT && out[0].r.flags & flags::RST != 0,
+        "{out:?}"
+    );
+    assert!(matches!(
+        r.remove_service(t(6), "t"),
+        Err(ftnet_core::MembershipError::NoService(_))
+    ));
+    assert!(matches!(
+        r.add_replica(t(6), "t", replica(3)),
+        Err(ftnet_core::MembershipError::NoService(_))
+    ));
+    // Added again while its connection is open: its replicas' ports are
+    // still that connection's.
+    let again = Service {
+        name: "t".into(),
+        vip: VIP,
+        ports: vec![PORT],
+        replicas: vec![replica(1), replica(2)],
+        voting: Default::default(),
+        stateless: false,
+    };
+    assert!(matches!(
+        r.add_service(t(7), again.clone()),
+        Err(ftnet_core::MembershipError::PortBusy { connections: 1, .. })
+    ));
+    // With other replicas it starts at once (the name and the VIP port
+    // are free), and takes new connections.
+    let mut other = again.clone();
+    other.replicas = vec![replica(3)];
+    r.add_service(t(8), other).unwrap();
+    assert_eq!(syn_targets(&mut r, t(9), CPORT + 3), vec![replica(3)]);
+    assert_eq!(r.live_services().len(), 1);
 }

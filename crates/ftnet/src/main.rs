@@ -70,7 +70,7 @@ struct ReplicaArgs {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Run the router: open the TUN, install policy routing, forward until SIGINT/SIGTERM (SIGHUP reloads replicas and adds services).
+    /// Run the router: open the TUN, install policy routing, forward until SIGINT/SIGTERM (SIGHUP reloads replicas and services).
     #[command(after_help = ROUTER_HELP)]
     Router {
         /// Configuration file (TOML; format below).
@@ -260,11 +260,11 @@ One router per TUN and per table in a network namespace: it first takes exclusiv
 the running router's pid, if another holds either, or if another process holds the TUN open. The
 table's lock file records what was installed; after a crash the next router removes exactly that.
 SIGINT and SIGTERM stop the router. SIGHUP (`systemctl reload`) reads the config file again and
-applies the replicas added to or removed from a service (like `ftnet replica add|remove`) and
-starts the services new in the file (connections of the others untouched); any other change (a
-service gone from the file, a service's vip, ports, vote or stateless setting, [timeouts],
-[limits], [router]) needs a restart and is logged as not applied; a file that does not validate
-changes nothing.
+applies the replicas added to or removed from a service (like `ftnet replica add|remove`),
+starts the services new in the file and retires those gone from it (no new connections; open
+ones finish), connections of the others untouched; any other change (a service's vip, ports,
+vote or stateless setting, [timeouts], [limits], [router]) needs a restart and is logged as not
+applied; a file that does not validate changes nothing.
 
 Example:
   ftnet router --config /etc/ftnet/ftnet.toml --log-level debug"#;

@@ -727,6 +727,12 @@ fn log_event(ev: &Event) {
             let replicas: Vec<String> = replicas.iter().map(ToString::to_string).collect();
             warn!("service {service} added (SIGHUP): {vip} port(s) {} on replicas {}; new connections use it (with agents, each replica once its agent registered)", ports.join(", "), replicas.join(", "))
         }
+        Event::ServiceRemoved {
+            service,
+            connections,
+        } => {
+            warn!("service {service} removed (SIGHUP: gone from the file): no new connections (its VIP ports answer as closed ones); its {connections} open connection(s) finish")
+        }
         Event::ReplicaDrained { service, replica } => {
             warn!("service {service}: replica {replica} drained: its last connection ended (it gets none until `ftnet replica enable`; `ftnet replica remove` takes it out)")
         }
@@ -930,8 +936,9 @@ impl StatusSocket {
 /// add|remove` would; a listed replica that is down or draining stays so
 /// (a reload readmits nobody). A service new in the file starts (its VIP
 /// and replies routed into the TUN first), as if it had been there from
-/// the start; the connections of the others are not touched. Everything
-/// else (a service gone from the file, a service's VIP, ports, voting,
+/// the start; one gone from the file takes no new connections and its
+/// open ones finish; the connections of the others are not touched.
+/// Everything else (a service's VIP, ports, voting,
 /// statelessness, timeouts, limits, the router's own settings) needs a
 /// restart: each difference is logged as not applied. A file that does not
 /// validate changes nothing. `file` is the configuration the router
@@ -956,10 +963,20 @@ fn reload(shared: &Shared, path: &Path, file: &ftnet_core::Config) {
     if new.core.limits != file.limits {
         not_applied("[limits] changed".into());
     }
-    let running = shared.lock().config().services.clone();
+    let running: Vec<ftnet_core::Service> =
+        shared.lock().live_services().into_iter().cloned().collect();
+    let mut gone = 0;
     for s in &running {
         if !new.core.services.iter().any(|n| n.name == s.name) {
-            not_applied(format!("service {} is no longer in the file", s.name));
+            let t = shared.now();
+            let res = shared.lock().remove_service(t, &s.name);
+            match res {
+                Ok(_) => gone += 1,
+                Err(e) => error!(
+                    "SIGHUP: service {} (gone from the file) not removed: {e}",
+                    s.name
+                ),
+            }
         }
     }
     // The members now (not removed), per service, as the router has them.
@@ -968,6 +985,7 @@ fn reload(shared: &Shared, path: &Path, file: &ftnet_core::Config) {
         .status()
         .services
         .iter()
+        .filter(|s| !s.removed)
         .map(|s| {
             let m = s
                 .replicas
@@ -1018,7 +1036,7 @@ fn reload(shared: &Shared, path: &Path, file: &ftnet_core::Config) {
     }
     shared.kick();
     info!(
-        "SIGHUP: reloaded {}: {added} replica(s) added, {removed} removed, {skipped} change(s) not applied, {services} service(s) added",
+        "SIGHUP: reloaded {}: {added} replica(s) added, {removed} removed, {skipped} change(s) not applied, {services} service(s) added, {gone} service(s) removed",
         path.display()
     );
 }

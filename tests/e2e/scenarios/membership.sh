@@ -14,6 +14,7 @@
 #                           under a connection), new connections with r4 alone
 #  11 s  SIGHUP, the file listing r2, r3, r4 → r3 is added back; then a broken file: no change
 #  12 s  SIGHUP, the file with a second service (echo on port 7001 by r2 and r3) → it starts
+#  13 s  SIGHUP, the file without it → new connections refused, one opened before goes on
 # and tries what must be refused (removing the last serving replica, adding a member twice,
 # draining an unknown address). Pass: every stream intact, every short connection answered, no
 # client reset; each change logged on one line; status shows each replica's state; r4 served
@@ -113,6 +114,25 @@ check "a client is echoed by the new service (VIP:7001)" wait_for 5 echo2
 kill -HUP "$RPID"
 check "SIGHUP again with the same file: nothing to do" wait_for 3 grep -q "SIGHUP: reloaded .*: 0 replica(s) added, 0 removed, 0 change(s) not applied, 0 service(s) added" "$LOG"
 check "the router still steers r2's and r3's replies on 7001 (echo again)" echo2
+
+# 13 s: the service gone from the file on SIGHUP: no new connection (refused at once, as by a
+# closed port), while one opened before goes on to its end.
+timeout 60 "$FTNET" lab exec --name "$LAB" client -- python3 "$E2E_DIR/holdconn.py" --host "$VIP" \
+	--port 7001 --ready-file "$T/hold.ready" --release-file "$T/hold.release" --max 30 \
+	>"$T/hold.json" 2>"$T/hold.err" &
+hold=$!
+check "a connection to echo2 is open" wait_for 5 test -s "$T/hold.ready"
+cp "$T/ftnet.toml.now" "$CFG"
+kill -HUP "$RPID"
+check "SIGHUP: the reload removes service echo2, changes nothing else" wait_for 3 grep -q "SIGHUP: reloaded .*: 0 replica(s) added, 0 removed, 0 change(s) not applied, 0 service(s) added, 1 service(s) removed" "$LOG"
+check "service echo2 removed: one log line, with its open connection" grep -q "service echo2 removed (SIGHUP.*its 1 open connection(s) finish" "$LOG"
+refused() { ! echo x | timeout 5 "$FTNET" lab exec --name "$LAB" client -- socat -t 2 - "TCP:$VIP:7001" 2>"$T/refused.err" && grep -qi "refused" "$T/refused.err"; }
+check "a new connection to the removed service is refused" refused
+touch "$T/hold.release"
+rc=0
+wait "$hold" || rc=$?
+say "held connection: $(cat "$T/hold.json")"
+check_eq "the connection opened before the removal echoed to its end" 0 "$rc"
 cp "$T/ftnet.toml.orig" "$CFG"
 
 for m in 1 2 3; do

@@ -243,7 +243,10 @@ impl Router {
         }
         let mut v = Vec::new();
         for (svc, s) in self.config.services.iter().enumerate() {
-            if s.stateless || !matches!(s.voting, crate::config::Voting::Off) {
+            if s.stateless
+                || !matches!(s.voting, crate::config::Voting::Off)
+                || self.retired.contains(&ServiceId(svc))
+            {
                 continue;
             }
             for (i, r) in s.replicas.iter().enumerate() {
@@ -594,7 +597,7 @@ impl Router {
 
     /// The join ends: the joiner serves (`Ok`) or stays out (`Err`); the
     /// service's input resumes, the held segments first, in their order.
-    fn end_join(&mut self, now: Instant, id: u64, result: Result<(), String>) {
+    pub(super) fn end_join(&mut self, now: Instant, id: u64, result: Result<(), String>) {
         let Some(i) = self.joins.iter().position(|j| j.id == id) else {
             return;
         };

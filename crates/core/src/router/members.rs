@@ -243,7 +243,7 @@ impl Router {
     pub fn enable_replica(&mut self, addr: Ipv4Addr, service: Option<&str>) -> Vec<String> {
         let mut back = Vec::new();
         for (svc, s) in self.config.services.iter().enumerate() {
-            if service.is_some_and(|n| n != s.name) {
+            if service.is_some_and(|n| n != s.name) || self.retired.contains(&ServiceId(svc)) {
                 continue;
             }
             for (i, r) in s.replicas.iter().enumerate() {
@@ -299,7 +299,8 @@ impl Router {
             .config
             .services
             .iter()
-            .position(|s| s.name == name)
+            .enumerate()
+            .position(|(i, s)| s.name == name && !self.retired.contains(&ServiceId(i)))
             .ok_or_else(|| MembershipError::NoService(name.to_string()))?;
         let slot = self.config.services[svc]
             .replicas
@@ -423,9 +424,70 @@ impl Router {
         Ok(())
     }
 
+    /// Operator action (SIGHUP: a `[[service]]` gone from the file): the
+    /// service takes no new connection from now on (a SYN to its VIP port
+    /// is answered as by a closed port), and its open connections finish
+    /// as they would have. Returns how many are open. Its name, VIP ports
+    /// and (once its connections ended) its replicas' ports are free for
+    /// [`Router::add_service`].
+    pub fn remove_service(&mut self, now: Instant, name: &str) -> Result<usize, MembershipError> {
+        self.last_now = self.last_now.max(now);
+        let svc = self
+            .config
+            .services
+            .iter()
+            .enumerate()
+            .position(|(i, s)| s.name == name && !self.retired.contains(&ServiceId(i)))
+            .map(ServiceId)
+            .ok_or_else(|| MembershipError::NoService(name.to_string()))?;
+        self.by_vip.retain(|_, v| *v != svc);
+        self.retired.insert(svc);
+        self.probe_next.retain(|(s, _), _| *s != svc);
+        self.join_retry.retain(|(s, _), _| *s != svc);
+        let joins: Vec<u64> = self
+            .joins
+            .iter()
+            .filter(|j| j.svc == svc)
+            .map(|j| j.id)
+            .collect();
+        for id in joins {
+            self.end_join(now, id, Err("its service was removed".into()));
+        }
+        // Open ones: those closed and in their quiet period are over.
+        let connections = self
+            .conns_of(svc)
+            .iter()
+            .filter(|k| self.conns.get(k).is_some_and(|c| !c.is_closed()))
+            .count();
+        self.out.event(Event::ServiceRemoved {
+            service: name.to_string(),
+            connections,
+        });
+        Ok(connections)
+    }
+
+    /// The services that run (all configured ones but those removed at
+    /// run time).
+    pub fn live_services(&self) -> Vec<&crate::config::Service> {
+        self.config
+            .services
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !self.retired.contains(&ServiceId(*i)))
+            .map(|(_, s)| s)
+            .collect()
+    }
+
     /// Whether [`Router::add_service`] would take `s`, changing nothing.
     pub fn check_add_service(&self, s: &crate::config::Service) -> Result<(), MembershipError> {
-        if self.config.services.iter().any(|o| o.name == s.name) {
+        let live = |i: &ServiceId| !self.retired.contains(i);
+        if self
+            .config
+            .services
+            .iter()
+            .enumerate()
+            .any(|(i, o)| o.name == s.name && live(&ServiceId(i)))
+        {
             return Err(MembershipError::ServiceExists(s.name.clone()));
         }
         for &p in &s.ports {
@@ -438,7 +500,19 @@ impl Router {
             }
             for &r in &s.replicas {
                 if let Some(&(other, ri)) = self.by_replica.get(&(r, p)) {
-                    if !matches!(self.health[other.0][ri.0], Member::Removed { .. }) {
+                    if self.retired.contains(&other) {
+                        // Its replies still map to the removed service's
+                        // open connections until they end.
+                        let open = self.conns_of(other).len();
+                        if open > 0 {
+                            return Err(MembershipError::PortBusy {
+                                replica: r.to_string(),
+                                port: p,
+                                other: self.config.services[other.0].name.clone(),
+                                connections: open,
+                            });
+                        }
+                    } else if !matches!(self.health[other.0][ri.0], Member::Removed { .. }) {
                         return Err(MembershipError::PortTaken {
                             replica: r.to_string(),
                             port: p,

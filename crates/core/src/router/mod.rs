@@ -99,6 +99,10 @@ pub struct Router {
     join_ids: u64,
     /// Failed joins the router tries again: when, and attempts so far.
     join_retry: HashMap<(ServiceId, ReplicaId), (Instant, u32)>,
+    /// Services removed at run time ([`Router::remove_service`]): no new
+    /// connections; their open ones finish. The slot stays, so that
+    /// `ServiceId`s never move.
+    retired: std::collections::HashSet<ServiceId>,
 }
 
 impl Router {
@@ -146,6 +150,7 @@ impl Router {
             joins: Vec::new(),
             join_ids: 0,
             join_retry: HashMap::new(),
+            retired: std::collections::HashSet::new(),
             config,
         }
     }
@@ -209,6 +214,23 @@ impl Router {
         }
         if let Some(&svc) = self.by_vip.get(&(dst, seg.dport)) {
             return self.on_client(now, svc, pkt, &seg);
+        }
+        if !self.retired.is_empty() {
+            // A removed service's open connections finish; a new SYN is
+            // answered as by a closed port (below).
+            let key = ConnKey {
+                client: src,
+                cport: seg.sport,
+                vip: dst,
+                vport: seg.dport,
+            };
+            let new_syn = seg.has(flags::SYN) && !seg.has(flags::ACK);
+            if let Some(c) = self.conns.get(&key) {
+                if !(new_syn && c.is_closed()) {
+                    let svc = c.service();
+                    return self.on_client(now, svc, pkt, &seg);
+                }
+            }
         }
         if let Some(&(svc, replica)) = self.by_replica.get(&(src, seg.sport)) {
             return self.on_replica(now, svc, replica, pkt, &seg);
@@ -684,12 +706,18 @@ impl Router {
                     r.lag_in_bytes = r.lag_in_bytes.max(inn);
                 }
             }
+            let removed = self.retired.contains(&ServiceId(si));
+            if removed && n == 0 {
+                // Gone: nothing of it is left to show.
+                continue;
+            }
             services.push(ServiceStatus {
                 name: s.name.clone(),
                 vip: s.vip,
                 ports: s.ports.clone(),
                 replicas,
                 connections: n,
+                removed,
             });
         }
         let mut keys: Vec<&ConnKey> = self.conns.keys().collect();

@@ -218,7 +218,9 @@ pub enum Msg {
     },
     /// Donor's agent → router → joiner's agent: the next piece of the
     /// checkpointed state (hex, at most [`STATE_CHUNK`] bytes before
-    /// encoding), in order; the last carries the state's digest.
+    /// encoding), in order, the last one marked; then, from the donor's
+    /// agent to the router only, a piece with no data and the state's
+    /// digest (computed while the joiner restores).
     State {
         join: u64,
         data: String,

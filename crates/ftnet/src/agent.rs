@@ -657,13 +657,21 @@ struct Job {
     phase: Phase,
 }
 
+/// The donor's checkpoint, in the order its parts are ready.
+enum Checkpoint {
+    Bytes(Vec<u8>),
+    Digest(String),
+}
+
 enum Phase {
     /// Donor: until the server applied event `seq`.
     Applying {
         seq: u64,
     },
-    /// Donor: the checkpoint runs.
-    Checkpointing(std::sync::mpsc::Receiver<Result<crate::state::Snapshot, String>>),
+    /// Donor: the checkpoint runs: the saved bytes come first (sent at
+    /// once, so that the joiner restores while the digest is computed),
+    /// then the digest.
+    Checkpointing(std::sync::mpsc::Receiver<Result<Checkpoint, String>>),
     /// Joiner: the state arrives (`fresh`: the server took no input yet).
     Receiving {
         buf: Vec<u8>,
@@ -726,6 +734,9 @@ impl Job {
         let Phase::Receiving { buf, complete, .. } = &mut self.phase else {
             return;
         };
+        if *complete {
+            return;
+        }
         match ftnet_control::state_unhex(data) {
             Some(b) => buf.extend_from_slice(&b),
             None => return self.fail("a state piece is not hex".into(), out),
@@ -777,29 +788,49 @@ impl Job {
                     {
                         let (tx, rx) = std::sync::mpsc::channel();
                         std::thread::spawn(move || {
-                            let r = crate::state::redis_checkpoint(port, STATE_IO_TIMEOUT)
-                                .map_err(|e| e.to_string());
-                            let _ = tx.send(r);
+                            match crate::state::redis_save(port, STATE_IO_TIMEOUT) {
+                                Ok((bytes, saved)) => {
+                                    let _ = tx.send(Ok(Checkpoint::Bytes(bytes)));
+                                    let d = saved.digest().map_err(|e| e.to_string());
+                                    let _ = tx.send(d.map(Checkpoint::Digest));
+                                }
+                                Err(e) => {
+                                    let _ = tx.send(Err(e.to_string()));
+                                }
+                            }
                         });
                         self.phase = Phase::Checkpointing(rx);
                     }
                 }
             }
             Phase::Checkpointing(rx) => match rx.try_recv() {
-                Ok(Ok(snap)) => {
-                    info!(join = self.join, bytes = snap.bytes.len(), digest = %snap.digest, ms = now - self.started, "donor: checkpoint taken; sending it");
-                    let n = snap.bytes.len().div_ceil(ftnet_control::STATE_CHUNK).max(1);
+                Ok(Ok(Checkpoint::Bytes(bytes))) => {
+                    info!(
+                        join = self.join,
+                        bytes = bytes.len(),
+                        ms = now - self.started,
+                        "donor: checkpoint saved; sending it while its digest is computed"
+                    );
+                    let n = bytes.len().div_ceil(ftnet_control::STATE_CHUNK).max(1);
                     for i in 0..n {
                         let lo = i * ftnet_control::STATE_CHUNK;
-                        let hi = (lo + ftnet_control::STATE_CHUNK).min(snap.bytes.len());
-                        let last = i + 1 == n;
+                        let hi = (lo + ftnet_control::STATE_CHUNK).min(bytes.len());
                         out.push(Msg::State {
                             join: self.join,
-                            data: ftnet_control::state_hex(&snap.bytes[lo..hi]),
-                            last,
-                            digest: last.then(|| snap.digest.clone()),
+                            data: ftnet_control::state_hex(&bytes[lo..hi]),
+                            last: i + 1 == n,
+                            digest: None,
                         });
                     }
+                }
+                Ok(Ok(Checkpoint::Digest(digest))) => {
+                    info!(join = self.join, %digest, ms = now - self.started, "donor: checkpoint's digest computed");
+                    out.push(Msg::State {
+                        join: self.join,
+                        data: String::new(),
+                        last: true,
+                        digest: Some(digest),
+                    });
                     self.phase = Phase::Done;
                 }
                 Ok(Err(e)) => self.fail(format!("checkpoint: {e}"), out),

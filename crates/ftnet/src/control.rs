@@ -660,24 +660,27 @@ fn serve(
                     digest,
                 } => match router.join_parties(join) {
                     Some((donor, joiner)) if donor == replica => {
-                        let msg = Msg::State {
-                            join,
-                            data,
-                            last,
-                            digest: digest.clone(),
-                        };
-                        if !reg.send_to(joiner, msg) {
+                        // The bytes go on to the joiner (the last piece
+                        // marked), then, in a piece of its own, the digest
+                        // the donor computed meanwhile.
+                        let sent = data.is_empty()
+                            || reg.send_to(
+                                joiner,
+                                Msg::State {
+                                    join,
+                                    data,
+                                    last,
+                                    digest: None,
+                                },
+                            );
+                        if !sent {
                             router.join_report(
                                 join,
                                 true,
                                 Err(format!("the joiner {joiner}'s agent cannot take the state")),
                             );
-                        } else if last {
-                            router.join_report(
-                                join,
-                                true,
-                                digest.ok_or_else(|| "the donor sent no digest".to_string()),
-                            );
+                        } else if let Some(d) = digest {
+                            router.join_report(join, true, Ok(d));
                         }
                     }
                     _ => {

@@ -81,13 +81,14 @@ fn failed(msg: impl Into<String>) -> StateError {
 ///    [`at_rest`]. This is checked before `SAVE` so that a busy server does
 ///    not pay for a useless save.
 /// 2. `SAVE` (blocking, in the foreground: nothing runs meanwhile).
-/// 3. `MULTI` / `CLIENT LIST` / `DEBUG DIGEST` / `INFO persistence` / `EXEC`,
+/// 3. `CONFIG GET dir` and `CONFIG GET dbfilename` (before the `SAVE`),
+///    read that file whole, and check it is a complete RDB file (magic, end
+///    marker, CRC-64).
+/// 4. `MULTI` / `CLIENT LIST` / `DEBUG DIGEST` / `INFO persistence` / `EXEC`,
 ///    one atomic step: the clients are checked again, and
 ///    `rdb_changes_since_last_save` must be 0, which proves that the digest
 ///    describes exactly the dataset the `SAVE` wrote (nothing was written
 ///    between the two, not even by an exempt loopback client).
-/// 4. `CONFIG GET dir` and `CONFIG GET dbfilename`, read that file whole,
-///    and check it is a complete RDB file (magic, end marker, CRC-64).
 pub fn redis_checkpoint(port: u16, timeout: Duration) -> Result<Snapshot, StateError> {
     checkpoint_with(port, timeout, is_local_addr)
 }
@@ -134,6 +135,81 @@ fn checkpoint_with(
     timeout: Duration,
     exempt: impl Fn(&str) -> bool,
 ) -> Result<Snapshot, StateError> {
+    let (bytes, saved) = save_with(port, timeout, &exempt)?;
+    let digest = saved.digest_with(&exempt)?;
+    Ok(Snapshot { bytes, digest })
+}
+
+/// [`redis_checkpoint`] in two halves, so that the state can travel (and
+/// be restored) while its digest is computed: `DEBUG DIGEST` reads every
+/// key (about 3 s for a million), as long as the `SAVE` and the reload
+/// together. This half: steps 1 to 3 (the saved file's bytes); then
+/// [`Saved::digest`] is step 4, on the same connection: it proves that the
+/// digest describes exactly the dataset the `SAVE` wrote.
+pub fn redis_save(port: u16, timeout: Duration) -> Result<(Vec<u8>, Saved), StateError> {
+    save_with(port, timeout, &is_local_addr)
+}
+
+/// The connection of a [`redis_save`], for its digest.
+pub struct Saved {
+    c: Conn,
+    own_id: u64,
+}
+
+impl Saved {
+    /// Step 4 of [`redis_checkpoint`]: the digest of the dataset the `SAVE`
+    /// wrote, or why it cannot be proven to be that.
+    pub fn digest(self) -> Result<String, StateError> {
+        self.digest_with(&is_local_addr)
+    }
+
+    fn digest_with(mut self, exempt: &dyn Fn(&str) -> bool) -> Result<String, StateError> {
+        let c = &mut self.c;
+        c.send(&[b"MULTI"]);
+        c.send(&[b"CLIENT", b"LIST"]);
+        c.send(&[b"DEBUG", b"DIGEST"]);
+        c.send(&[b"INFO", b"persistence"]);
+        c.send(&[b"EXEC"]);
+        c.flush("MULTI")?;
+        // Read all five replies before judging any, as a queued command that
+        // Redis refuses (DEBUG disabled, say) only shows in its own reply.
+        let mut queued = Vec::with_capacity(4);
+        for _ in 0..4 {
+            queued.push(c.recv("MULTI")?);
+        }
+        let exec = c.recv("EXEC")?;
+        for r in queued {
+            match r {
+                Reply::Status(_) => {}
+                other => return Err(unexpected("MULTI", &other)),
+            }
+        }
+        let items = match exec {
+            Reply::Array(Some(items)) if items.len() == 3 => items,
+            other => return Err(unexpected("EXEC", &other)),
+        };
+        let mut items = items.into_iter();
+        let (list, digest, info) = match (items.next(), items.next(), items.next()) {
+            (Some(a), Some(b), Some(c)) => (a, b, c),
+            _ => return Err(failed("EXEC: fewer than 3 replies")),
+        };
+        at_rest(&list.text("CLIENT LIST")?, self.own_id, exempt)?;
+        let digest = parse_digest(digest)?;
+        let changes = changes_since_save(&info.text("INFO persistence")?)?;
+        if changes != 0 {
+            return Err(StateError::NotAtRest(format!(
+                "{changes} write(s) between SAVE and DEBUG DIGEST"
+            )));
+        }
+        Ok(digest)
+    }
+}
+
+fn save_with(
+    port: u16,
+    timeout: Duration,
+    exempt: &dyn Fn(&str) -> bool,
+) -> Result<(Vec<u8>, Saved), StateError> {
     let mut c = Conn::connect(port, timeout)?;
     let own_id = match c.command(&[b"CLIENT", b"ID"], "CLIENT ID")? {
         Reply::Int(id) => u64::try_from(id).map_err(|_| failed(format!("CLIENT ID: {id}")))?,
@@ -142,51 +218,14 @@ fn checkpoint_with(
     let list = c
         .command(&[b"CLIENT", b"LIST"], "CLIENT LIST")?
         .text("CLIENT LIST")?;
-    at_rest(&list, own_id, &exempt)?;
+    at_rest(&list, own_id, exempt)?;
     let path = c.rdb_path()?;
 
     c.command(&[b"SAVE"], "SAVE")?.expect_ok("SAVE")?;
 
-    c.send(&[b"MULTI"]);
-    c.send(&[b"CLIENT", b"LIST"]);
-    c.send(&[b"DEBUG", b"DIGEST"]);
-    c.send(&[b"INFO", b"persistence"]);
-    c.send(&[b"EXEC"]);
-    c.flush("MULTI")?;
-    // Read all five replies before judging any, as a queued command that
-    // Redis refuses (DEBUG disabled, say) only shows in its own reply.
-    let mut queued = Vec::with_capacity(4);
-    for _ in 0..4 {
-        queued.push(c.recv("MULTI")?);
-    }
-    let exec = c.recv("EXEC")?;
-    for r in queued {
-        match r {
-            Reply::Status(_) => {}
-            other => return Err(unexpected("MULTI", &other)),
-        }
-    }
-    let items = match exec {
-        Reply::Array(Some(items)) if items.len() == 3 => items,
-        other => return Err(unexpected("EXEC", &other)),
-    };
-    let mut items = items.into_iter();
-    let (list, digest, info) = match (items.next(), items.next(), items.next()) {
-        (Some(a), Some(b), Some(c)) => (a, b, c),
-        _ => return Err(failed("EXEC: fewer than 3 replies")),
-    };
-    at_rest(&list.text("CLIENT LIST")?, own_id, &exempt)?;
-    let digest = parse_digest(digest)?;
-    let changes = changes_since_save(&info.text("INFO persistence")?)?;
-    if changes != 0 {
-        return Err(StateError::NotAtRest(format!(
-            "{changes} write(s) between SAVE and DEBUG DIGEST"
-        )));
-    }
-
     let bytes = fs::read(&path).map_err(|e| failed(format!("reading {}: {e}", path.display())))?;
     rdb_verify(&bytes)?;
-    Ok(Snapshot { bytes, digest })
+    Ok((bytes, Saved { c, own_id }))
 }
 
 /// The exemption of [`redis_checkpoint`]: a client whose `addr` (as Redis

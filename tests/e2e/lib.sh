@@ -234,6 +234,15 @@ stale_server_rejoins() {
 	{ grep -E "could NOT join" "$LOG" || true; } | head -5 | while read -r l; do say "router: $l"; done
 }
 
+# sighup_replicas ADDR... — the lab's config file ($CFG) lists these replicas from now on, and the
+# router ($RPID) is told to read it again (SIGHUP).
+sighup_replicas() {
+	local list
+	list=$(printf '"%s", ' "$@")
+	sed -i "s/^replicas = .*/replicas = [${list%, }]/" "$CFG"
+	kill -HUP "$RPID"
+}
+
 # joinload_finish PID — wait for joinload.py (its output in $T/load.json and $T/load.err) and
 # check it: exit status 0 (no error, every counter exact) and no client error.
 joinload_finish() {

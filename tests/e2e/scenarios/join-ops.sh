@@ -103,16 +103,14 @@ joins_after "$R2" "add r2 back" "$t0" "$before"
 
 # SIGHUP: the file becomes the truth (r1 out, then in again).
 cp "$CFG" "$T/ftnet.toml.orig"
-sed -i "s/^replicas = .*/replicas = [\"$R2\", \"$R3\", \"$R4\"]/" "$CFG"
-kill -HUP "$RPID"
+sighup_replicas "$R2" "$R3" "$R4"
 check "SIGHUP: the reload removes r1" wait_for 3 grep -q "SIGHUP: reloaded .*: 0 replica(s) added, 1 removed, 0 change(s) not applied" "$LOG"
 r1_removed() { [[ $(state_of "$R1") == removed* ]]; }
 check "r1 removed after the reload" wait_for 3 r1_removed
 sleep 1
 before=$(joins_of "$R1")
 t0=$(now_ms)
-sed -i "s/^replicas = .*/replicas = [\"$R1\", \"$R2\", \"$R3\", \"$R4\"]/" "$CFG"
-kill -HUP "$RPID"
+sighup_replicas "$R1" "$R2" "$R3" "$R4"
 check "SIGHUP: the reload adds r1 back" wait_for 3 grep -q "SIGHUP: reloaded .*: 1 replica(s) added, 0 removed, 0 change(s) not applied" "$LOG"
 joins_after "$R1" "SIGHUP add r1" "$t0" "$before"
 cp "$T/ftnet.toml.orig" "$CFG"

@@ -85,8 +85,7 @@ sleep 1.5
 CFG=/run/ftnet/lab/$LAB/ftnet.toml
 RPID=$(cat "/run/ftnet/lab/$LAB/router.pid")
 cp "$CFG" "$T/ftnet.toml.orig"
-sed -i "s/^replicas = .*/replicas = [\"$R2\", \"$R3\", \"$R4\"]/" "$CFG"
-kill -HUP "$RPID"
+sighup_replicas "$R2" "$R3" "$R4"
 check "SIGHUP: the reload adds r3 back, removes nobody" wait_for 3 grep -q "SIGHUP: reloaded .*: 1 replica(s) added, 0 removed, 0 change(s) not applied" "$LOG"
 r3_serving() { [[ $(state_of "$R3") == serving* ]]; }
 check "status: r3 serving again after the reload" wait_for 2 r3_serving

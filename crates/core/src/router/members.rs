@@ -289,19 +289,24 @@ impl Router {
         (0..s.replicas.len()).any(|i| s.replicas[i] != addr && self.in_service(svc, ReplicaId(i)))
     }
 
+    /// The running service named `name` (not one removed at run time).
+    fn live_service(&self, name: &str) -> Result<ServiceId, MembershipError> {
+        self.config
+            .services
+            .iter()
+            .enumerate()
+            .position(|(i, s)| s.name == name && !self.retired.contains(&ServiceId(i)))
+            .map(ServiceId)
+            .ok_or_else(|| MembershipError::NoService(name.to_string()))
+    }
+
     /// The service named `name`, and replica `addr`'s slot in it.
     pub(super) fn find_member(
         &self,
         name: &str,
         addr: Ipv4Addr,
     ) -> Result<(ServiceId, Option<ReplicaId>), MembershipError> {
-        let svc = self
-            .config
-            .services
-            .iter()
-            .enumerate()
-            .position(|(i, s)| s.name == name && !self.retired.contains(&ServiceId(i)))
-            .ok_or_else(|| MembershipError::NoService(name.to_string()))?;
+        let svc = self.live_service(name)?.0;
         let slot = self.config.services[svc]
             .replicas
             .iter()
@@ -432,14 +437,7 @@ impl Router {
     /// [`Router::add_service`].
     pub fn remove_service(&mut self, now: Instant, name: &str) -> Result<usize, MembershipError> {
         self.last_now = self.last_now.max(now);
-        let svc = self
-            .config
-            .services
-            .iter()
-            .enumerate()
-            .position(|(i, s)| s.name == name && !self.retired.contains(&ServiceId(i)))
-            .map(ServiceId)
-            .ok_or_else(|| MembershipError::NoService(name.to_string()))?;
+        let svc = self.live_service(name)?;
         self.by_vip.retain(|_, v| *v != svc);
         self.retired.insert(svc);
         self.probe_next.retain(|(s, _), _| *s != svc);

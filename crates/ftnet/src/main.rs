@@ -78,7 +78,7 @@ enum Cmd {
         config: PathBuf,
         /// Log filter: error, warn, info, debug, trace, or a tracing directive such as
         /// "ftnet=debug,ftnet_core=trace". RUST_LOG overrides it.
-        #[arg(long, default_value = "info", value_name = "LEVEL")]
+        #[arg(long, default_value = "info", value_name = "LEVEL", value_parser = log_filter)]
         log_level: String,
     },
     /// Validate a configuration file and print what it configures; exit 1 with file:line:col on error.
@@ -169,7 +169,7 @@ Examples:
         #[arg(long)]
         end_stale_servers: bool,
         /// Log filter (as for `router`).
-        #[arg(long, default_value = "info", value_name = "LEVEL")]
+        #[arg(long, default_value = "info", value_name = "LEVEL", value_parser = log_filter)]
         log_level: String,
     },
     /// Start a server under the determinism shim: it gets its input in the router's order.
@@ -217,7 +217,7 @@ const ROUTER_HELP: &str = r#"Configuration format (every key but the [[service]]
   syn_retries = 1                            # unanswered client SYNs before a replica is dropped
   idle_s = 600
   handshake_s = 20
-  time_wait_ms = 2000
+  time_wait_ms = 60000                       # a closed connection's quiet period (TIME_WAIT)
   [control]                                  # optional: agents on the replica hosts
   listen = "0.0.0.0:7400"                    # where `ftnet agent --router` connects
   secret_file = "/etc/ftnet/secret"          # shared with the agents, at least 16 bytes
@@ -342,6 +342,27 @@ fn abort_on_panic() {
         report(info);
         std::process::abort();
     }));
+}
+
+/// `--log-level`: a level, or tracing directives (`target=level`, comma
+/// separated). A bare word that is no level (`infoo`) would parse as a
+/// target name and silence every log: refused instead, with the choices.
+fn log_filter(s: &str) -> Result<String, String> {
+    const LEVELS: [&str; 6] = ["off", "error", "warn", "info", "debug", "trace"];
+    let help = "use error, warn, info, debug, trace or off, or directives such as ftnet=debug,ftnet_core=trace";
+    for d in s.split(',') {
+        let d = d.trim();
+        let level = match d.rsplit_once('=') {
+            Some((target, level)) if !target.is_empty() => level,
+            Some(_) => return Err(format!("{d:?} names no target: {help}")),
+            None => d,
+        };
+        if !LEVELS.contains(&level.to_ascii_lowercase().as_str()) {
+            return Err(format!("{level:?} is not a log level: {help}"));
+        }
+    }
+    tracing_subscriber::EnvFilter::try_new(s).map_err(|e| format!("{e}: {help}"))?;
+    Ok(s.to_string())
 }
 
 fn init_logging(level: &str) {
@@ -487,4 +508,44 @@ fn status_socket(socket: Option<PathBuf>, config: Option<PathBuf>) -> anyhow::Re
         }
         (None, None) => PathBuf::from("/run/ftnet/ftnet0.sock"),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A mistyped level is refused with the choices, where tracing would
+    /// take it for a target name and silence every log.
+    #[test]
+    fn a_mistyped_log_level_is_refused() {
+        for ok in [
+            "info",
+            "DEBUG",
+            "off",
+            "ftnet=debug,ftnet_core=trace",
+            "warn,ftnet=info",
+        ] {
+            assert_eq!(log_filter(ok).as_deref(), Ok(ok), "{ok}");
+        }
+        for bad in ["infoo", "ftnet=verbose", "=debug", "info,debg", ""] {
+            let e = log_filter(bad).unwrap_err();
+            assert!(
+                e.contains("use error, warn, info, debug, trace or off"),
+                "{bad}: {e}"
+            );
+        }
+        let args = [
+            "ftnet",
+            "router",
+            "--config",
+            "x.toml",
+            "--log-level",
+            "infoo",
+        ];
+        let Err(e) = Cli::try_parse_from(args) else {
+            panic!("--log-level infoo accepted");
+        };
+        let e = e.to_string();
+        assert!(e.contains("\"infoo\" is not a log level"), "{e}");
+    }
 }

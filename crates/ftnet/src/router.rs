@@ -842,6 +842,8 @@ fn log_event(ev: &Event) {
 fn refresh_status(router: &Router, shared: &Shared) {
     let mut doc = serde_json::json!({
         "uptime_s": shared.started.elapsed().as_secs_f64(),
+        // The router's clock, which the states' `since_ms` are on.
+        "now_ms": shared.now().as_millis(),
         "tun": shared.tun,
         "pid": std::process::id(),
         "status": router.status(),

@@ -100,6 +100,32 @@ fn u(v: &Value) -> u64 {
     v.as_u64().unwrap_or(0)
 }
 
+/// A replica's membership for the table: alive (serving), awaiting its
+/// agent, draining, joining, removed, or down with the verdict's reason;
+/// with how long it has been so where the router says since when.
+fn member_state(r: &Value, now_ms: Option<u64>) -> String {
+    let alive = r["alive"].as_bool().unwrap_or(false);
+    let state = match r["state"].as_str() {
+        _ if alive => return "alive".into(),
+        Some("serving") => return "awaiting its agent".into(),
+        Some("down") => format!(
+            "down: {}",
+            r["down"]["reason"]
+                .as_str()
+                .unwrap_or("?")
+                .replace('_', " ")
+        ),
+        Some(s) => s.to_string(),
+        None => "?".into(),
+    };
+    match (r["since_ms"].as_u64(), now_ms) {
+        (Some(since), Some(now)) if now >= since => {
+            format!("{state}, {:.1} s", (now - since) as f64 / 1000.0)
+        }
+        _ => state,
+    }
+}
+
 /// Human-readable table of a snapshot.
 pub fn render(v: &Value) -> String {
     use std::fmt::Write;
@@ -125,30 +151,28 @@ pub fn render(v: &Value) -> String {
             .unwrap_or_default();
         let _ = writeln!(
             o,
-            "\nservice {}  vip {}  ports {}  connections {}",
+            "\nservice {}  vip {}  ports {}  connections {}{}",
             s["name"].as_str().unwrap_or("?"),
             s["vip"].as_str().unwrap_or("?"),
             ports.join(","),
-            u(&s["connections"])
+            u(&s["connections"]),
+            if s["removed"].as_bool() == Some(true) {
+                "  REMOVED (gone from the config file): no new connections; these finish"
+            } else {
+                ""
+            }
         );
         let _ = writeln!(
             o,
-            "  {:<16} {:<8} {:>11} {:>14} {:>13}",
+            "  {:<16} {:<34} {:>11} {:>14} {:>13}",
             "replica", "state", "connections", "lag out bytes", "lag in bytes"
         );
         for r in s["replicas"].as_array().cloned().unwrap_or_default() {
             let _ = writeln!(
                 o,
-                "  {:<16} {:<8} {:>11} {:>14} {:>13}",
+                "  {:<16} {:<34} {:>11} {:>14} {:>13}",
                 r["addr"].as_str().unwrap_or("?"),
-                match (r["state"].as_str(), r["alive"].as_bool().unwrap_or(false)) {
-                    (_, true) => "alive",
-                    (Some("serving"), false) => "awaiting",
-                    (Some("draining"), _) => "draining",
-                    (Some("removed"), _) => "removed",
-                    (Some("joining"), _) => "joining",
-                    _ => "evicted",
-                },
+                member_state(&r, v["now_ms"].as_u64()),
                 u(&r["connections"]),
                 u(&r["lag_out_bytes"]),
                 u(&r["lag_in_bytes"]),

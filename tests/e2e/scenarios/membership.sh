@@ -127,6 +127,8 @@ check "SIGHUP: the reload removes service echo2, changes nothing else" wait_for 
 check "service echo2 removed: one log line, with its open connection" grep -q "service echo2 removed (SIGHUP.*its 1 open connection(s) finish" "$LOG"
 refused() { ! echo x | timeout 5 "$FTNET" lab exec --name "$LAB" client -- socat -t 2 - "TCP:$VIP:7001" 2>"$T/refused.err" && grep -qi "refused" "$T/refused.err"; }
 check "a new connection to the removed service is refused" refused
+removed_shown() { lab status --name "$LAB" | grep -q "^service echo2 .*REMOVED"; }
+check "status shows echo2 removed while its connection is open" wait_for 3 removed_shown
 touch "$T/hold.release"
 rc=0
 wait "$hold" || rc=$?

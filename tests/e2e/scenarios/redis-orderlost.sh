@@ -52,7 +52,7 @@ check "router log: r$VICTIM taken out because its server lost the order" test -n
 check "router log: r$VICTIM declared down (order_lost)" grep -q "replica $vip_of_victim declared down (order_lost)" "$d/router.log"
 timeout 20 "$FTNET" lab status --name "$LAB" >"$T/status.txt" 2>&1 || true
 cat "$T/status.txt" | grep -E "^ +198\.18\." | head -n "$N" | while read -r l; do say "status: $l"; done
-check "status: r$VICTIM is not alive" grep -Eq "^ +$vip_of_victim +evicted" "$T/status.txt"
+check "status: r$VICTIM down, the order lost" grep -Eq "^ +$vip_of_victim +down: order lost, [0-9.]+ s" "$T/status.txt"
 for r in "${SURVIVORS[@]}"; do
 	check "status: r$r alive" grep -Eq "^ +$(replica_ip "$r") +alive" "$T/status.txt"
 done

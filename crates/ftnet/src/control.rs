@@ -162,8 +162,9 @@ impl Registry {
     }
 
     /// Whether any of these replicas' servers follow the input order (their
-    /// agents said so): such a service's state is in its servers, and a
-    /// replica can neither join nor drain without state transfer.
+    /// agents said so): such a service's state is in its servers, so a
+    /// replica comes into it only by a join (state transfer, proven), and
+    /// one drained from it leaves at once.
     pub fn follows_order(&self, replicas: &[Ipv4Addr]) -> bool {
         let m = self
             .ordered_servers

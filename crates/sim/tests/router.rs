@@ -814,11 +814,12 @@ fn membership_join_and_refusals() {
     assert!(member_events(&r).is_empty(), "{:?}", r.events);
 }
 
-/// Why the binary refuses `drain` and `add` for servers that follow the
-/// input order (`stateful_guard`): the sequencer numbers input per service
-/// but sends each event only to the replicas of its connection, so a
-/// replica drained while a connection it is in still gets input misses the
-/// numbers of a connection opened meanwhile, and its shim would find a
+/// Why the binary does not keep a drained replica of servers that follow
+/// the input order (there `drain` hands over and leaves at once, and `add`
+/// goes through a join: `admin_request`): the sequencer numbers input per
+/// service but sends each event only to the replicas of its connection, so
+/// a replica drained while a connection it is in still gets input misses
+/// the numbers of a connection opened meanwhile, and its shim would find a
 /// hole. The simulation catches it (invariant 6); membership plans that
 /// drain or add run without the sequencer.
 #[test]

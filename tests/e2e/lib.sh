@@ -158,6 +158,7 @@ collect_evidence() {
 # (forwarding drops) and the routing rules. Appended to $T/live-evidence.txt, which a failed
 # test's artifacts keep.
 live_evidence() {
+	local out=${2:-$T/live-evidence.txt}
 	{
 		echo "==== $1 at $(date -u +%FT%T.%3NZ)"
 		local ns
@@ -177,7 +178,31 @@ live_evidence() {
 			fi
 		done
 		timeout 10 "$FTNET" lab status --name "$LAB" --json 2>&1
-	} >>"$T/live-evidence.txt" 2>&1
+	} >>"$out" 2>&1
+}
+
+# watch_stalls — in the background until cleanup: every second, the kernel's view of the lab
+# (live_evidence) into a ring of the last four; when the router evicts a replica as stalled
+# (10 s without progress), the ring — taken while the replica was stuck — goes to
+# $T/live-evidence.txt, once. A stuck replica is ended by its agent right after the eviction,
+# so the state of its sockets must be taken before.
+watch_stalls() {
+	local log=$1
+	(
+		local i=0 f
+		while :; do
+			if grep -q "evicted (stalled)" "$log" 2>/dev/null; then
+				for f in $(ls -tr "$T"/stall-ring.* 2>/dev/null); do cat "$f" >>"$T/live-evidence.txt"; done
+				rm -f "$T"/stall-ring.*
+				exit 0
+			fi
+			rm -f "$T/stall-ring.$((i % 4))"
+			live_evidence "stall watch $i" "$T/stall-ring.$((i % 4))"
+			i=$((i + 1))
+			sleep 1
+		done
+	) &
+	echo $! >>"$T/watchers.pid"
 }
 
 # watch_load SECONDS... — in the background: at each SECONDS after now, if $T/load.done does not

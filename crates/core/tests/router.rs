@@ -3443,3 +3443,45 @@ fn a_service_removed_at_run_time_lets_its_connections_finish() {
     assert_eq!(syn_targets(&mut r, t(9), CPORT + 3), vec![replica(3)]);
     assert_eq!(r.live_services().len(), 1);
 }
+
+/// Two replicas of an ordered service lost together both come back: the
+/// second one's join, refused while the first one's runs (one join at a
+/// time per service), is tried again by the router itself once the service
+/// is free, without an operator or a new registration.
+#[test]
+fn a_join_refused_while_another_runs_starts_after_it() {
+    let mut r = sequencer_router(4);
+    r.host_lost(t(1), replica(3));
+    r.host_lost(t(1), replica(4));
+    log_events(&mut r);
+    let id = r.join_replica(t(10), "t", replica(3)).expect("join");
+    let busy = r.join_replica(t(10), "t", replica(4));
+    assert!(
+        matches!(&busy, Err(ftnet_core::MembershipError::CannotJoin { why, .. }) if why.contains("joins after it")),
+        "{busy:?}"
+    );
+    r.handle_timeout(t(12));
+    r.checkpoint_taken(t(20), id, Ok("d1".into()));
+    // While the first join runs, the second waits (no second JoinStarted).
+    r.handle_timeout(t(400));
+    let ev = log_events(&mut r);
+    assert!(
+        !ev.iter()
+            .any(|e| matches!(e, Event::JoinStarted { replica: a, .. } if *a == replica(4))),
+        "{ev:?}"
+    );
+    r.state_restored(t(500), id, Ok("d1".into()));
+    let ev = log_events(&mut r);
+    assert!(
+        ev.iter()
+            .any(|e| matches!(e, Event::Joined { replica: a, .. } if *a == replica(3))),
+        "{ev:?}"
+    );
+    r.handle_timeout(t(800));
+    let ev = log_events(&mut r);
+    assert!(
+        ev.iter()
+            .any(|e| matches!(e, Event::JoinStarted { replica: a, .. } if *a == replica(4))),
+        "the second join starts by itself: {ev:?}"
+    );
+}

@@ -29,6 +29,7 @@ e2e_init join-ops "$@"
 REDIS_PORT=6379
 lab_up --port "$REDIS_PORT" --supervise --spares 1 --failure-ms 1000
 LOG=/run/ftnet/lab/$LAB/router.log
+watch_stalls "$LOG"
 SOCK=/run/ftnet/lab/$LAB/router.sock
 CFG=/run/ftnet/lab/$LAB/ftnet.toml
 RPID=$(cat "/run/ftnet/lab/$LAB/router.pid")

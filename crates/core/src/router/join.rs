@@ -43,6 +43,9 @@ pub const JOIN_LEGS_MAX: core::time::Duration = core::time::Duration::from_secs(
 /// not at rest in time), 2 s, then 4 s apart.
 pub const JOIN_ATTEMPTS: u32 = 3;
 const JOIN_RETRY_FIRST: core::time::Duration = core::time::Duration::from_secs(2);
+/// How soon a join refused because its service was busy (another join, an
+/// order takeover) is tried again.
+const JOIN_BUSY_RETRY: core::time::Duration = core::time::Duration::from_millis(250);
 /// How often the router checks whether the paused service is quiet.
 const JOIN_CHECK: core::time::Duration = core::time::Duration::from_millis(2);
 /// How often an unanswered SYN to the joiner is repeated.
@@ -141,15 +144,22 @@ impl Router {
         if self.agents.as_ref().is_some_and(|a| !a.contains(&addr)) {
             return Err(cannot("its agent has not registered with this router"));
         }
-        if self.joins.iter().any(|j| j.svc == svc) {
-            return Err(cannot(
-                "another replica is joining the service; try again after it",
-            ));
-        }
-        if self.order[svc.0].waiting.is_some() {
-            return Err(cannot(
-                "the input order is being taken over from the agents; try again in a moment",
-            ));
+        // Busy: one join at a time per service, none while the order is
+        // taken over. The router tries again by itself (every
+        // JOIN_BUSY_RETRY while the replica stays down), so that two
+        // replicas lost together both come back without an operator.
+        let busy = if self.joins.iter().any(|j| j.svc == svc) {
+            Some("another replica is joining the service; this one joins after it")
+        } else if self.order[svc.0].waiting.is_some() {
+            Some("the input order is being taken over from the agents; the join starts once it is")
+        } else {
+            None
+        };
+        if let Some(why) = busy {
+            let tries = self.join_retry.get(&(svc, r)).map_or(0, |x| x.1);
+            self.join_retry
+                .insert((svc, r), (now + JOIN_BUSY_RETRY, tries));
+            return Err(cannot(why));
         }
         let donor = (0..self.health[svc.0].len())
             .map(ReplicaId)
@@ -391,7 +401,14 @@ impl Router {
             } else {
                 Err(MembershipError::NoService(String::new()))
             };
-            if res.is_err() {
+            // Refused for good, unless the service was busy (the refusal
+            // armed the next attempt itself).
+            if res.is_err()
+                && self
+                    .join_retry
+                    .get(&(svc, r))
+                    .is_some_and(|x| x.0 == Instant::from_micros(u64::MAX))
+            {
                 self.join_retry.remove(&(svc, r));
             }
         }

@@ -162,6 +162,21 @@ pub enum Event {
         agreeing: usize,
         live: usize,
     },
+    /// A service that does not vote: replica `replica`'s reply bytes up to
+    /// server-stream `offset` (bytes after the SYN, modulo 2^32) hash
+    /// otherwise than other live replicas' (`conn/check.rs`). The client
+    /// got the first copy of each byte, which may be either. `agreeing`
+    /// of `live` replicas gave the most common value; with a majority
+    /// (`evicted`) this replica was taken out (of the service if it is
+    /// stateful, of the connection otherwise); without one nobody was.
+    OutputDiffers {
+        conn: String,
+        replica: Ipv4Addr,
+        offset: u32,
+        agreeing: usize,
+        live: usize,
+        evicted: bool,
+    },
     /// Every connection adopted from the agents' records since the first
     /// record came is rebuilt (or left the table), `after_ms` after it.
     TableRebuilt { connections: u64, after_ms: u64 },

@@ -137,9 +137,13 @@ pub struct Counters {
     /// did not confirm in time); such a connection may not survive a
     /// takeover that comes before its record arrives.
     pub synacks_uncommitted: u64,
-    /// Output voting: replicas found sending bytes that differ from the
-    /// majority's.
+    /// Replies that differ between replicas: found by output voting, or
+    /// after the fact where a service does not vote (one per differing
+    /// replica and point of the stream).
     pub divergences: u64,
+    /// Points of a server stream where replicas' hashes were to be compared
+    /// but were dropped unchecked (a replica more than 256 points behind).
+    pub unchecked_points: u64,
     /// Output voting: payload bytes a majority agreed on before they went
     /// to a client.
     pub voted_bytes: u64,

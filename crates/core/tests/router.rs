@@ -3485,3 +3485,93 @@ fn a_join_refused_while_another_runs_starts_after_it() {
         "the second join starts by itself: {ev:?}"
     );
 }
+
+/// A service that does not vote compares the later copies after the fact:
+/// replica 3's reply differs from what replicas 1 and 2 sent, so it is
+/// counted, logged with the offset, and taken out of the service (a
+/// stateful one: its state differs). A replica that cut the same bytes into
+/// other segments is not a difference.
+#[test]
+fn without_voting_a_minority_reply_is_found_and_taken_out() {
+    let mut r = router(3);
+    let (risn, isns) = handshake(&mut r, 3);
+    client_bytes(&mut r, t(1), risn, 0, b"GET k\r\n");
+    drain(&mut r);
+    // One reply of 6000 bytes (two blocks): replica 1 in one segment,
+    // replica 2 in three, replica 3 with one byte changed past the first
+    // block.
+    let reply: Vec<u8> = (0..6000u32).map(|x| (x % 253) as u8).collect();
+    from_replica(&mut r, t(2), &isns, 1, (1, 8, 7000), &reply);
+    for (a, b) in [(0usize, 100usize), (100, 4200), (4200, 6000)] {
+        from_replica(
+            &mut r,
+            t(2),
+            &isns,
+            2,
+            (1 + a as u32, 8, 7000),
+            &reply[a..b],
+        );
+    }
+    assert_eq!(r.counters().divergences, 0, "same bytes, other cuts");
+    assert!(log_events(&mut r).is_empty());
+    let mut bad = reply.clone();
+    bad[5000] ^= 0x20;
+    from_replica(&mut r, t(3), &isns, 3, (1, 8, 7000), &bad);
+    assert_eq!(r.counters().divergences, 1);
+    let ev = log_events(&mut r);
+    assert!(
+        ev.iter().any(|e| matches!(e, Event::OutputDiffers { replica: a, offset: 6000, agreeing: 2, live: 3, evicted: true, .. } if *a == replica(3))),
+        "{ev:?}"
+    );
+    assert!(
+        ev.iter().any(|e| matches!(e, Event::Evicted { replica: a, reason: EvictReason::Diverged, .. } if *a == replica(3))),
+        "{ev:?}"
+    );
+    let st = r.status();
+    assert_eq!(
+        st.services[0].replicas[2].state,
+        ftnet_core::MemberState::Down
+    );
+    assert!(st.services[0].replicas[0].alive && st.services[0].replicas[1].alive);
+}
+
+/// Two replicas that differ: nobody can be blamed. Counted and reported once
+/// per connection; both stay.
+#[test]
+fn without_voting_two_replicas_that_differ_are_reported_not_evicted() {
+    let mut r = router(2);
+    let (risn, isns) = handshake(&mut r, 2);
+    client_bytes(&mut r, t(1), risn, 0, b"TIME\r\n");
+    drain(&mut r);
+    from_replica(&mut r, t(2), &isns, 1, (1, 7, 7000), b":1000\r\n");
+    from_replica(&mut r, t(2), &isns, 2, (1, 7, 7000), b":1001\r\n");
+    assert_eq!(r.counters().divergences, 1);
+    let ev = log_events(&mut r);
+    let diff: Vec<_> = ev
+        .iter()
+        .filter(|e| {
+            matches!(
+                e,
+                Event::OutputDiffers {
+                    evicted: false,
+                    live: 2,
+                    offset: 7,
+                    ..
+                }
+            )
+        })
+        .collect();
+    assert_eq!(diff.len(), 2, "both named: {ev:?}");
+    assert!(
+        !ev.iter().any(|e| matches!(e, Event::Evicted { .. })),
+        "{ev:?}"
+    );
+    // The next difference is counted, not logged again.
+    from_replica(&mut r, t(3), &isns, 1, (8, 7, 7001), b"+a\r\n");
+    from_replica(&mut r, t(3), &isns, 2, (8, 7, 7001), b"+b\r\n");
+    assert_eq!(r.counters().divergences, 2);
+    assert!(!log_events(&mut r)
+        .iter()
+        .any(|e| matches!(e, Event::OutputDiffers { .. })));
+    assert!(r.status().services[0].replicas.iter().all(|x| x.alive));
+}

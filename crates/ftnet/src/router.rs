@@ -793,6 +793,26 @@ fn log_event(ev: &Event) {
                 warn!("connection {conn}: replica {replica} diverged at reply byte {offset}: no majority among {live} live replicas; vote_tie applied ({agreeing} replica(s) on the side kept)")
             }
         }
+        Event::OutputDiffers {
+            conn,
+            replica,
+            offset,
+            agreeing,
+            live,
+            evicted: true,
+        } => {
+            warn!("connection {conn}: replica {replica}'s reply differs from what {agreeing} of {live} live replicas sent, in the bytes before reply byte {offset} (the service does not vote: the client got the first copy of each byte); taken out (a server that runs nondeterministically, or a replica whose state diverged)")
+        }
+        Event::OutputDiffers {
+            conn,
+            replica,
+            offset,
+            agreeing,
+            live,
+            evicted: false,
+        } => {
+            warn!("connection {conn}: replica {replica}'s reply differs from the other replicas' in the bytes before reply byte {offset}, and no majority of the {live} live replicas agrees ({agreeing} at most): nobody can be blamed, nobody is taken out; the client got the first copy of each byte. The replicas do not run the same: a stateful server run without `ftnet run`, or one that answers with the time or randomness")
+        }
         Event::JoinStarted {
             service,
             replica,

@@ -63,5 +63,15 @@ if [[ $FAULT == none ]]; then
 	say "control without the shim: exit $rc, $errs error line(s), digests ${ds[*]}"
 	check "without the shim the replicas diverge (distinct digests: $distinct) or the client gets spliced replies (errors: $errs)" \
 		test "$distinct" -gt 1 -o "$errs" -gt 0
+	# The service does not vote, yet the router compares the later copies of each reply: APPEND
+	# answers the value's new length, which differs where the replicas applied the appends in
+	# other orders. Found, logged with the connection and the offset, counted.
+	log=/run/ftnet/lab/$LAB/router.log
+	line=$(grep -m1 "reply differs" "$log" || true)
+	say "router: ${line:-<no line>}"
+	check "without the shim the router reports replies that differ (vote = off)" test -n "$line"
+	ndiv=$(timeout 10 "$FTNET" lab status --name "$LAB" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["status"]["counters"]["divergences"])')
+	say "divergences counted: $ndiv"
+	check "the divergences are counted" test "$ndiv" -gt 0
 fi
 e2e_finish

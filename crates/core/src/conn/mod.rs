@@ -10,6 +10,7 @@
 //! otherwise, every `SeqNum` kept here is in client-visible space.
 
 mod challenge;
+mod check;
 mod close;
 mod detect;
 mod handshake;
@@ -25,6 +26,8 @@ mod voting;
 
 use challenge::may_challenge;
 pub use challenge::ChallengeBudget;
+use check::Check;
+pub(crate) use check::CheckMode;
 pub(crate) use join::Quiet;
 use leg::{Leg, LegState};
 pub(crate) use lifecycle::SynOnKey;
@@ -187,6 +190,9 @@ pub struct Conn {
     mss_out: u16,
     /// Output voting state, for services that vote.
     vote: Option<Box<VoteState>>,
+    /// Later copies compared after the fact, for services that do not vote
+    /// (`check.rs`).
+    check: Option<Box<Check>>,
     /// Adopted from the agents' records by a router that took over
     /// (position probes were sent): rebuilding or rebuilt.
     adoption: Option<Adoption>,
@@ -272,6 +278,7 @@ impl Conn {
             releasing: false,
             join_refusal: None,
             paused: false,
+            check: None,
             vote: match voting {
                 Voting::Off => None,
                 Voting::Majority { tie } => Some(Box::new(VoteState {
@@ -285,6 +292,15 @@ impl Conn {
                 })),
             },
         }
+    }
+
+    /// Compare the replicas' later copies after the fact (`None`: not; a
+    /// connection that votes compares before it sends).
+    pub(crate) fn set_check(&mut self, mode: Option<CheckMode>) {
+        self.check = match mode {
+            Some(m) if self.vote.is_none() => Some(Box::new(Check::new(m, self.router_isn.add(1)))),
+            _ => None,
+        };
     }
 
     pub(crate) fn live_legs(&self) -> usize {

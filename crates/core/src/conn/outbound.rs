@@ -351,6 +351,14 @@ impl Conn {
             self.vote_data(ctx, i, &pkt, seg, s);
             return;
         }
+        if self.check.is_some() && seg.payload_len > 0 {
+            self.check_output(ctx, i, s, seg.at.payload(&pkt));
+            if !self.legs[i].live() {
+                // Its bytes differ from the majority's: evicted, and
+                // nothing of it goes to the client.
+                return;
+            }
+        }
         let e = s.add(seg.payload_len);
         let prev_hi = self.legs[i].hi;
         let end = e.add(seg.has(flags::FIN) as u32);

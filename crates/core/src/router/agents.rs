@@ -36,8 +36,9 @@ impl Router {
                 if self.conns.len() >= self.config.limits.max_connections {
                     return Adopted::Refused;
                 }
-                self.conns
-                    .insert(key, Conn::adopted(key, svc, now, from, rec));
+                let mut c = Conn::adopted(key, svc, now, from, rec);
+                c.set_check(self.check_mode(svc));
+                self.conns.insert(key, c);
                 true
             }
         };

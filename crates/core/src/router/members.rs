@@ -75,6 +75,21 @@ impl Router {
 
     /// Serves new connections: up, and (with `require_agents`) its
     /// agent registered with this router.
+    /// How a connection of `svc` compares its replicas' later copies: a
+    /// service that does not vote compares after the fact (`conn/check.rs`);
+    /// a difference takes a stateful service's replica out of the service,
+    /// a stateless one's out of the connection.
+    pub(super) fn check_mode(&self, svc: ServiceId) -> Option<crate::conn::CheckMode> {
+        let s = &self.config.services[svc.0];
+        match s.voting {
+            crate::config::Voting::Off if s.stateless => {
+                Some(crate::conn::CheckMode::EvictConnection)
+            }
+            crate::config::Voting::Off => Some(crate::conn::CheckMode::Evict),
+            _ => None,
+        }
+    }
+
     pub(super) fn in_service(&self, svc: ServiceId, replica: ReplicaId) -> bool {
         self.up(svc, replica)
             && self

@@ -409,6 +409,7 @@ impl Router {
         let ts_base = mod32(self.keyed(&key, 1));
         let voting = self.config.services[svc.0].voting;
         let mut c = Conn::new(key, svc, now, seg, isn, ts_base, voting);
+        c.set_check(self.check_mode(svc));
         let addrs = &self.config.services[svc.0].replicas;
         for r in live {
             c.add_leg(r, addrs[r.0], now);

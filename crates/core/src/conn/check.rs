@@ -1,0 +1,463 @@
+//! Divergence detection without voting (`vote = "off"`, issue: divergence
+//! is always detected). The client gets the first copy of each reply byte
+//! at once; the later copies are compared after the fact, cheaply: each
+//! live replica's stream is hashed in fixed blocks of [`BLOCK`] bytes of
+//! the server stream (and at the end of each of its segments, so that a
+//! short reply is compared too, not only once 4 KiB accumulated), and the
+//! hashes the replicas give for the same point of the stream are compared.
+//! A point is kept until every live replica gave its hash there or went
+//! past it (a replica that cut its segments elsewhere gives the block
+//! boundaries only).
+//!
+//! On a difference: counted (`divergences`) and logged with the connection
+//! and the stream offset (`Event::OutputDiffers`). Where a majority of the
+//! live replicas agree, the others are taken out — of the whole service
+//! for a stateful one (a server whose replies differ holds another state;
+//! every connection of it is suspect), of the connection for a stateless
+//! one (its replies may differ where servers legitimately differ, an HTTP
+//! `Date:` a second apart). With no majority (two replicas, or three that
+//! all differ) nobody can be blamed: logged, counted, nobody evicted.
+//!
+//! Bounded: at most [`MAX_POINTS`] points per connection; past that the
+//! oldest is dropped unchecked (counted: `unchecked_points`). A replica's
+//! hash restarts at the next block boundary after a hole in what it sent
+//! (a segment lost on its way to the router is not retransmitted once the
+//! client acknowledged it from another replica), and a replica that joins
+//! the connection, or one adopted after a takeover, starts there too.
+
+use super::{Conn, Ctx};
+use crate::event::{Event, EvictReason};
+use crate::ids::LegId;
+use ftnet_wire::SeqNum;
+use std::collections::VecDeque;
+
+/// Bytes of the server stream per block (the unit a replica's hash
+/// restarts at).
+pub(super) const BLOCK: u32 = 4096;
+/// Comparison points kept per connection.
+pub(super) const MAX_POINTS: usize = 256;
+
+/// What a difference does (see the module's documentation).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CheckMode {
+    /// A stateful service: a majority takes the others out of the service.
+    Evict,
+    /// A stateless service: a majority takes the others out of the
+    /// connection.
+    EvictConnection,
+}
+
+/// A streaming 64-bit hash, 8 bytes per step; its value can be taken at
+/// any byte without ending it. Not cryptographic: it catches replicas that
+/// differ by accident (a server run nondeterministically), not an attacker
+/// (the replicas are the operator's own).
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct StreamHash {
+    h: u64,
+    tail: u64,
+    ntail: u32,
+}
+
+const K: u64 = 0x517c_c1b7_2722_0a95;
+
+impl StreamHash {
+    fn step(h: u64, w: u64) -> u64 {
+        // Each step is a bijection of `h` for a given word and of the word
+        // for a given `h`: two streams that differ in one word always end
+        // in different values.
+        (h.rotate_left(5) ^ w).wrapping_mul(K)
+    }
+
+    pub(super) fn update(&mut self, mut b: &[u8]) {
+        while self.ntail > 0 && !b.is_empty() {
+            self.tail |= u64::from(b[0]) << (8 * self.ntail);
+            self.ntail += 1;
+            b = &b[1..];
+            if self.ntail == 8 {
+                self.h = Self::step(self.h, self.tail);
+                self.tail = 0;
+                self.ntail = 0;
+            }
+        }
+        if b.is_empty() {
+            // All of it went into the tail, which is still short.
+            return;
+        }
+        let mut words = b.chunks_exact(8);
+        for w in &mut words {
+            let mut a = [0u8; 8];
+            a.copy_from_slice(w);
+            self.h = Self::step(self.h, u64::from_le_bytes(a));
+        }
+        for (k, &x) in words.remainder().iter().enumerate() {
+            self.tail |= u64::from(x) << (8 * k);
+        }
+        self.ntail = u32::try_from(words.remainder().len()).unwrap_or(0);
+    }
+
+    /// The value of what was hashed so far (the hash goes on).
+    pub(super) fn value(&self) -> u64 {
+        // The tail's length is part of the value: "a" and "a\0" differ.
+        let mut x = Self::step(self.h, self.tail ^ (u64::from(self.ntail) << 59));
+        // fmix64 (MurmurHash3): every input bit reaches every output bit.
+        x ^= x >> 33;
+        x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
+        x ^= x >> 33;
+        x = x.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+        x ^ (x >> 33)
+    }
+}
+
+/// One replica's hashing.
+#[derive(Debug, Clone, Copy, Default)]
+struct LegHash {
+    /// Next byte to hash (client space); `None` before its first segment.
+    at: Option<SeqNum>,
+    /// `h` covers the bytes from the start of `at`'s block to `at` (else it
+    /// waits for a segment that covers the block boundary `at`).
+    ok: bool,
+    h: StreamHash,
+}
+
+/// A point of the server stream where hashes are compared.
+#[derive(Debug)]
+struct Point {
+    pos: SeqNum,
+    /// Per leg: its hash of the bytes from the block's start to `pos`.
+    hashes: Vec<Option<u64>>,
+    /// Its difference was decided (logged, acted on).
+    decided: bool,
+}
+
+/// The comparison state of one connection.
+#[derive(Debug)]
+pub(crate) struct Check {
+    mode: CheckMode,
+    /// The server stream's first byte (client space): blocks start at it.
+    base: SeqNum,
+    legs: Vec<LegHash>,
+    /// Sorted by position.
+    points: VecDeque<Point>,
+    /// A difference with no majority was reported on this connection (the
+    /// next ones are counted, not logged again).
+    reported: bool,
+}
+
+impl Check {
+    pub(super) fn new(mode: CheckMode, base: SeqNum) -> Check {
+        Check {
+            mode,
+            base,
+            legs: Vec::new(),
+            points: VecDeque::new(),
+            reported: false,
+        }
+    }
+
+    fn offset(&self, s: SeqNum) -> u32 {
+        s.0.wrapping_sub(self.base.0)
+    }
+
+    fn boundary(&self, s: SeqNum) -> bool {
+        self.offset(s) % BLOCK == 0
+    }
+
+    /// The first block boundary at or after `s`.
+    fn next_boundary(&self, s: SeqNum) -> SeqNum {
+        let r = self.offset(s) % BLOCK;
+        if r == 0 {
+            s
+        } else {
+            s.add(BLOCK - r)
+        }
+    }
+
+    /// Leg `i` sent `data` at `s` (client space): hash what is new, and
+    /// return the points it gave a hash at.
+    fn hash(&mut self, i: usize, s: SeqNum, data: &[u8]) -> Vec<(SeqNum, u64)> {
+        if self.legs.len() <= i {
+            self.legs.resize(i + 1, LegHash::default());
+        }
+        let e = s.add(u32::try_from(data.len()).unwrap_or(u32::MAX));
+        let mut lh = self.legs[i];
+        let at = match lh.at {
+            None => {
+                // Its first bytes: from the stream's start, or from the
+                // next block boundary (a leg that joined mid-stream).
+                let b = self.next_boundary(s);
+                lh.ok = b == s;
+                b
+            }
+            Some(a) if s.is_after(a) => {
+                // A hole: what it sent before `s` never reached the router.
+                let b = self.next_boundary(s);
+                lh.ok = b == s;
+                lh.h = StreamHash::default();
+                b
+            }
+            Some(a) => a,
+        };
+        let mut out = Vec::new();
+        if !lh.ok {
+            if !(at.is_before(e) && !at.is_before(s)) {
+                lh.at = Some(at);
+                self.legs[i] = lh;
+                return out;
+            }
+            lh.ok = true;
+            lh.h = StreamHash::default();
+        }
+        if !at.is_before(e) {
+            // Nothing new (a repeat).
+            lh.at = Some(at);
+            self.legs[i] = lh;
+            return out;
+        }
+        let mut pos = at;
+        let mut rest = &data[usize::try_from(at.diff(s)).unwrap_or(0)..];
+        while !rest.is_empty() {
+            let to_boundary = BLOCK - self.offset(pos) % BLOCK;
+            let n = rest.len().min(to_boundary as usize);
+            lh.h.update(&rest[..n]);
+            pos = pos.add(u32::try_from(n).unwrap_or(0));
+            rest = &rest[n..];
+            if self.boundary(pos) {
+                out.push((pos, lh.h.value()));
+                lh.h = StreamHash::default();
+            }
+        }
+        if !self.boundary(pos) {
+            out.push((pos, lh.h.value()));
+        }
+        lh.at = Some(pos);
+        self.legs[i] = lh;
+        out
+    }
+
+    /// Record leg `i`'s hash `h` at `pos`; `Some(point index)` if the point
+    /// now has hashes to compare.
+    fn record(&mut self, i: usize, pos: SeqNum, h: u64, unchecked: &mut u64) -> Option<usize> {
+        let at = self.points.iter().rposition(|p| !pos.is_before(p.pos));
+        let idx = match at {
+            Some(k) if self.points[k].pos == pos => k,
+            _ => {
+                let k = at.map_or(0, |k| k + 1);
+                self.points.insert(
+                    k,
+                    Point {
+                        pos,
+                        hashes: Vec::new(),
+                        decided: false,
+                    },
+                );
+                k
+            }
+        };
+        let p = &mut self.points[idx];
+        if p.hashes.len() <= i {
+            p.hashes.resize(i + 1, None);
+        }
+        p.hashes[i] = Some(h);
+        let n = p.hashes.iter().flatten().count();
+        let idx = if self.points.len() > MAX_POINTS {
+            self.points.pop_front();
+            *unchecked += 1;
+            idx.checked_sub(1)?
+        } else {
+            idx
+        };
+        (n >= 2).then_some(idx)
+    }
+}
+
+impl Conn {
+    /// Compare later copies without voting (see the module). `s`: where
+    /// `data` starts in client space; called for every data segment of
+    /// open leg `i` of a connection that does not vote.
+    pub(super) fn check_output(&mut self, ctx: &mut Ctx, i: usize, s: SeqNum, data: &[u8]) {
+        let Some(c) = self.check.as_mut() else {
+            return;
+        };
+        if data.is_empty() || self.legs.len() < 2 {
+            return;
+        }
+        let got = c.hash(i, s, data);
+        let mut to_judge = Vec::new();
+        for (pos, h) in got {
+            if let Some(k) = c.record(i, pos, h, &mut ctx.counters.unchecked_points) {
+                to_judge.push(c.points[k].pos);
+            }
+        }
+        for pos in to_judge {
+            self.judge(ctx, pos, false);
+        }
+        self.prune_points(ctx);
+    }
+
+    /// The hashes at `pos` differ? Decide once a majority or every live
+    /// leg spoke, or (`last`) the point is about to be forgotten.
+    fn judge(&mut self, ctx: &mut Ctx, pos: SeqNum, last: bool) {
+        let live: Vec<usize> = (0..self.legs.len())
+            .filter(|&j| self.legs[j].live())
+            .collect();
+        let Some(c) = self.check.as_ref() else { return };
+        let Some(p) = c.points.iter().find(|p| p.pos == pos) else {
+            return;
+        };
+        if p.decided {
+            return;
+        }
+        let given: Vec<(usize, u64)> = live
+            .iter()
+            .filter_map(|&j| p.hashes.get(j).copied().flatten().map(|h| (j, h)))
+            .collect();
+        let first = given.first().map(|g| g.1);
+        if given.iter().all(|g| Some(g.1) == first) {
+            return;
+        }
+        // They differ. The value most legs gave, and how many.
+        let (best, agreeing) = given
+            .iter()
+            .map(|&(_, h)| (h, given.iter().filter(|g| g.1 == h).count()))
+            .max_by_key(|x| x.1)
+            .unwrap_or((0, 0));
+        let majority = agreeing * 2 > live.len();
+        if !majority && given.len() < live.len() && !last {
+            // The legs yet to speak may make a majority.
+            return;
+        }
+        let (mode, reported) = (c.mode, c.reported);
+        let offset = self.check.as_ref().map_or(0, |c| c.offset(pos));
+        if let Some(p) = self
+            .check
+            .as_mut()
+            .and_then(|c| c.points.iter_mut().find(|p| p.pos == pos))
+        {
+            p.decided = true;
+        }
+        ctx.counters.divergences += 1;
+        let differing: Vec<usize> = given
+            .iter()
+            .filter(|g| !majority || g.1 != best)
+            .map(|g| g.0)
+            .collect();
+        let quiet = !majority && reported;
+        if let Some(c) = self.check.as_mut() {
+            c.reported |= !majority;
+        }
+        for &j in differing.iter().filter(|_| !quiet) {
+            ctx.out.event(Event::OutputDiffers {
+                conn: self.key.to_string(),
+                replica: self.legs[j].addr,
+                offset,
+                agreeing,
+                live: live.len(),
+                evicted: majority,
+            });
+        }
+        if majority {
+            for j in differing {
+                self.evict(
+                    ctx,
+                    LegId(j),
+                    EvictReason::Diverged,
+                    mode == CheckMode::Evict,
+                );
+            }
+            self.settle(ctx);
+        }
+    }
+
+    /// Forget the points every live leg gave a hash at or went past (one
+    /// whose hashes differ is decided first).
+    fn prune_points(&mut self, ctx: &mut Ctx) {
+        loop {
+            let live: Vec<usize> = (0..self.legs.len())
+                .filter(|&j| self.legs[j].live())
+                .collect();
+            let Some(c) = self.check.as_ref() else { return };
+            let Some(p) = c.points.front() else { return };
+            let done = live.iter().all(|&j| {
+                p.hashes.get(j).copied().flatten().is_some()
+                    || c.legs
+                        .get(j)
+                        .and_then(|l| l.at)
+                        .is_some_and(|a| a.is_after(p.pos))
+            });
+            if !done {
+                return;
+            }
+            let mut vals = p.hashes.iter().flatten();
+            let differ = vals.next().is_some_and(|a| vals.any(|b| b != a));
+            let pos = p.pos;
+            if differ && !p.decided {
+                self.judge(ctx, pos, true);
+            }
+            if let Some(c) = self.check.as_mut() {
+                c.points.pop_front();
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_hash_does_not_depend_on_how_the_bytes_are_cut() {
+        let data: Vec<u8> = (0..1000u32).map(|x| (x * 7 % 251) as u8).collect();
+        let mut a = StreamHash::default();
+        a.update(&data);
+        for cut in [1, 3, 7, 8, 9, 500, 999] {
+            let mut b = StreamHash::default();
+            b.update(&data[..cut]);
+            let _ = b.value();
+            b.update(&data[cut..]);
+            assert_eq!(a.value(), b.value(), "cut at {cut}");
+        }
+        // Byte by byte, and in odd pieces.
+        let mut b = StreamHash::default();
+        for x in &data {
+            b.update(std::slice::from_ref(x));
+        }
+        assert_eq!(a.value(), b.value(), "byte by byte");
+        let mut b = StreamHash::default();
+        let mut at = 0;
+        for n in (1..).map(|k| k % 11 + 1) {
+            let e = (at + n).min(data.len());
+            b.update(&data[at..e]);
+            at = e;
+            if at == data.len() {
+                break;
+            }
+        }
+        assert_eq!(a.value(), b.value(), "odd pieces");
+        let mut c = StreamHash::default();
+        let mut d = data.clone();
+        d[500] ^= 1;
+        c.update(&d);
+        assert_ne!(a.value(), c.value());
+        let (mut x, mut y) = (StreamHash::default(), StreamHash::default());
+        x.update(b"a");
+        y.update(b"a\0");
+        assert_ne!(x.value(), y.value());
+    }
+
+    #[test]
+    fn points_fall_at_block_boundaries_and_segment_ends() {
+        let mut c = Check::new(CheckMode::Evict, SeqNum(1000));
+        let got = c.hash(0, SeqNum(1000), &[1u8; 5000]);
+        let pos: Vec<u32> = got.iter().map(|g| g.0 .0 - 1000).collect();
+        assert_eq!(pos, vec![4096, 5000]);
+        // Leg 1 cut the same bytes otherwise: the boundary's hash agrees.
+        let a = c.hash(1, SeqNum(1000), &[1u8; 4000]);
+        let b = c.hash(1, SeqNum(5000), &[1u8; 1000]);
+        assert_eq!(a[0].0 .0 - 1000, 4000);
+        assert_eq!(b[0], got[0]);
+        assert_eq!(b[1], got[1]);
+        // A leg whose first bytes are mid-block starts at the next boundary.
+        let j = c.hash(2, SeqNum(3000), &[1u8; 3000]);
+        assert_eq!(j, vec![got[1]]);
+    }
+}

@@ -3575,3 +3575,63 @@ fn without_voting_two_replicas_that_differ_are_reported_not_evicted() {
         .any(|e| matches!(e, Event::OutputDiffers { .. })));
     assert!(r.status().services[0].replicas.iter().all(|x| x.alive));
 }
+
+/// Output voting with two replicas: one's server dies and its kernel closes
+/// the socket (a FIN) where the other sends on. No majority can form, but
+/// this is a crash, not a divergence: the replica that closed early leaves
+/// the connection (as without voting, §III-D), the other's bytes are
+/// decided and reach the client. (The tie policy used to keep the replica
+/// listed first, the dead one, and evict the live one: the connection
+/// ended with the crash.)
+#[test]
+fn a_vote_between_a_fin_and_more_bytes_takes_the_fin_for_a_crash() {
+    let mut c = Config::default();
+    c.services.push(Service {
+        name: "t".into(),
+        vip: VIP,
+        ports: vec![PORT],
+        replicas: vec![replica(1), replica(2)],
+        voting: ftnet_core::Voting::Majority {
+            tie: ftnet_core::Tie::First,
+        },
+        stateless: false,
+    });
+    let mut r = Router::new(c, [9; 16]);
+    let (risn, isns) = handshake(&mut r, 2);
+    client_bytes(&mut r, t(1), risn, 0, b"GET k\r\n");
+    drain(&mut r);
+    for i in 1..=2u8 {
+        from_replica(&mut r, t(2), &isns, i, (1, 8, 7000), b"+OK\r\n");
+    }
+    let out = drain(&mut r);
+    assert!(out
+        .iter()
+        .any(|o| o.dst == CLIENT && o.payload == b"+OK\r\n"));
+    let mut fin = Repr::new(
+        PORT,
+        CPORT,
+        SeqNum(isns[0]).add(6),
+        SeqNum(CISN).add(8),
+        flags::ACK | flags::FIN,
+        500,
+    );
+    fin.timestamps = Some((7001, 1001));
+    r.handle_packet(t(3), seg(replica(1), CLIENT, fin, b""));
+    from_replica(&mut r, t(3), &isns, 2, (6, 8, 7001), b"+MORE\r\n");
+    let ev = log_events(&mut r);
+    assert!(
+        ev.iter().any(|e| matches!(e, Event::Evicted { replica: a, reason: EvictReason::Fin, .. } if *a == replica(1))),
+        "{ev:?}"
+    );
+    assert!(
+        !ev.iter()
+            .any(|e| matches!(e, Event::Diverged { .. } | Event::ConnectionLost { .. })),
+        "{ev:?}"
+    );
+    let out = drain(&mut r);
+    assert!(
+        out.iter()
+            .any(|o| o.dst == CLIENT && o.payload == b"+MORE\r\n"),
+        "{out:?}"
+    );
+}

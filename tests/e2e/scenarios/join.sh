@@ -32,6 +32,7 @@ KEYS=${FTNET_E2E_JOIN_KEYS:-0}
 REDIS_PORT=6379
 lab_up --port "$REDIS_PORT" --shim --failure-ms 1000
 LOG=/run/ftnet/lab/$LAB/router.log
+watch_stalls "$LOG"
 state_of() { # state_of ADDR → "state alive connections"
 	lab status --name "$LAB" --json | python3 -c "import json,sys; d=json.load(sys.stdin); r=[r for r in d['status']['services'][0]['replicas'] if r['addr'] == sys.argv[1]][0]; print(f\"{r['state']} {r['alive']} {r['connections']}\")" "$1"
 }

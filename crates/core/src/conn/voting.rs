@@ -261,6 +261,8 @@ impl Conn {
                     fin: self.legs[k].fin == Some(v.seen[k]) && !v.seen[k].is_before(decided),
                 })
                 .collect();
+            // Replicas whose offer here is their FIN alone.
+            let fin_here: Vec<bool> = offers.iter().map(|o| o.fin && o.bytes.is_empty()).collect();
             match vote::decide(&offers, quorum) {
                 Outcome::Wait => break,
                 Outcome::Decide {
@@ -283,6 +285,21 @@ impl Conn {
                     let agreeing = live.len() - diverged.len();
                     for (o, at) in diverged {
                         self.diverge(ctx, live[o], decided.add(len32(at)), agreeing, true);
+                    }
+                }
+                Outcome::Split { groups }
+                    if fin_here.iter().any(|&f| f) && !fin_here.iter().all(|&f| f) =>
+                {
+                    // No majority between a FIN and more bytes: a replica
+                    // whose side closed where another sends on stopped
+                    // early — its server died and its kernel closed the
+                    // socket (§III-D, as without voting). It leaves this
+                    // connection (not blamed, not divergent: a crash is
+                    // seen service-wide by failure detection), and the
+                    // rest vote on.
+                    let _ = groups;
+                    for (o, _) in fin_here.iter().enumerate().filter(|(_, &f)| f) {
+                        self.evict(ctx, LegId(live[o]), EvictReason::Fin, false);
                     }
                 }
                 Outcome::Split { groups } => match v.tie {

@@ -96,6 +96,9 @@ pub enum Event {
         service: String,
         replica: Ipv4Addr,
         reason: EvictReason,
+        /// The open connections it was taken out of (each also an
+        /// `Evicted` with reason `ReplicaDown`).
+        connections: usize,
     },
     /// An operator brought a replica that was out of service back
     /// ([`crate::Router::enable_replica`]): new connections use it again.

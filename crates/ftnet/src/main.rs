@@ -80,6 +80,11 @@ enum Cmd {
         /// "ftnet=debug,ftnet_core=trace". RUST_LOG overrides it.
         #[arg(long, default_value = "info", value_name = "LEVEL", value_parser = log_filter)]
         log_level: String,
+        /// Log lines as text, or as one JSON object per line (timestamp, level, target,
+        /// fields.message and each named field: replica, service, reason, connections, ...) for a
+        /// log collector.
+        #[arg(long, value_enum, default_value = "text", value_name = "FORMAT")]
+        log_format: LogFormat,
     },
     /// Validate a configuration file and print what it configures; exit 1 with file:line:col on error.
     #[command(
@@ -171,6 +176,9 @@ Examples:
         /// Log filter (as for `router`).
         #[arg(long, default_value = "info", value_name = "LEVEL", value_parser = log_filter)]
         log_level: String,
+        /// Log format (as for `router`).
+        #[arg(long, value_enum, default_value = "text", value_name = "FORMAT")]
+        log_format: LogFormat,
     },
     /// Start a server under the determinism shim: it gets its input in the router's order.
     #[command(after_help = RUN_HELP)]
@@ -365,7 +373,16 @@ fn log_filter(s: &str) -> Result<String, String> {
     Ok(s.to_string())
 }
 
-fn init_logging(level: &str) {
+/// `--log-format`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum LogFormat {
+    /// One line of text per event (the default).
+    Text,
+    /// One JSON object per line (tracing-subscriber's json format).
+    Json,
+}
+
+fn init_logging(level: &str, format: LogFormat) {
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_default_env()
         .or_else(|_| EnvFilter::try_new(level))
@@ -373,17 +390,23 @@ fn init_logging(level: &str) {
     use std::io::IsTerminal;
     // Colour codes only help a human at a terminal; in router.log they are noise.
     let ansi = std::io::stderr().is_terminal();
-    tracing_subscriber::fmt()
+    let b = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_ansi(ansi)
-        .with_writer(std::io::stderr)
-        .init();
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => b.with_ansi(ansi).init(),
+        LogFormat::Json => b.json().with_current_span(false).init(),
+    }
 }
 
 fn dispatch(cli: Cli) -> anyhow::Result<i32> {
     match cli.cmd {
-        Cmd::Router { config, log_level } => {
-            init_logging(&log_level);
+        Cmd::Router {
+            config,
+            log_level,
+            log_format,
+        } => {
+            init_logging(&log_level, log_format);
             let cfg = config::load(&config)?;
             router::run(cfg, &config)?;
             Ok(0)
@@ -396,8 +419,9 @@ fn dispatch(cli: Cli) -> anyhow::Result<i32> {
             shim_socket,
             end_stale_servers,
             log_level,
+            log_format,
         } => {
-            init_logging(&log_level);
+            init_logging(&log_level, log_format);
             let secret = config::read_secret(&secret_file).map_err(anyhow::Error::msg)?;
             let host = host.unwrap_or_else(sys::hostname);
             agent::run(agent::AgentArgs {

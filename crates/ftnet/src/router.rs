@@ -22,7 +22,7 @@ use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
-use tracing::{error, info, warn};
+use tracing::{debug, error, info, warn};
 
 /// Packets read per wake-up before the replies are flushed: enough to
 /// amortise the poll and the lock, few enough to keep latency of the first
@@ -536,6 +536,7 @@ fn event_loop(
                 shared.now(),
             );
             if main && last_status.elapsed() >= STATUS_EVERY {
+                flush_evict_bursts();
                 refresh_status(&r, shared);
                 last_status = std::time::Instant::now();
             }
@@ -647,6 +648,60 @@ fn pump<D: Device>(
     n
 }
 
+/// How long a burst of per-connection evictions of one replica for one
+/// reason lasts (a crash resets every connection within milliseconds).
+const EVICT_BURST: Duration = Duration::from_secs(1);
+
+/// Bursts of per-connection evictions in progress: (replica, reason) →
+/// (when the first was logged, how many more since).
+static EVICT_BURSTS: std::sync::Mutex<
+    Vec<((std::net::Ipv4Addr, String), (std::time::Instant, u64))>,
+> = std::sync::Mutex::new(Vec::new());
+
+/// A per-connection eviction of `replica` for `reason`: is it the first of
+/// a burst (logged at warn level; the others are counted and summed up)?
+fn evict_burst_starts(replica: std::net::Ipv4Addr, reason: &str) -> bool {
+    flush_evict_bursts();
+    let mut b = EVICT_BURSTS.lock().unwrap_or_else(|p| p.into_inner());
+    match b.iter_mut().find(|(k, _)| k.0 == replica && k.1 == reason) {
+        Some((_, (_, more))) => {
+            *more += 1;
+            false
+        }
+        None => {
+            b.push((
+                (replica, reason.to_string()),
+                (std::time::Instant::now(), 0),
+            ));
+            true
+        }
+    }
+}
+
+/// End the bursts older than `EVICT_BURST`: one line each for the
+/// evictions after its first.
+fn flush_evict_bursts() {
+    let mut b = EVICT_BURSTS.lock().unwrap_or_else(|p| p.into_inner());
+    if b.is_empty() {
+        return;
+    }
+    b.retain(|((replica, reason), (first, more))| {
+        if first.elapsed() < EVICT_BURST {
+            return true;
+        }
+        if *more > 0 {
+            warn!(
+                replica = %replica,
+                reason = %reason,
+                connections = *more + 1,
+                "replica {replica} evicted ({reason}) from {more} more connection(s) within {} ms of the first (each at debug level)",
+                EVICT_BURST.as_millis()
+            );
+        }
+        false
+    });
+}
+
 fn log_event(ev: &Event) {
     // The reason's snake_case wire name ("stalled", "no_syn_ack"), the same
     // word `ftnet status --json` and the docs use.
@@ -670,18 +725,35 @@ fn log_event(ev: &Event) {
             } else {
                 format!(" [{detail}]")
             };
-            warn!(
-                "connection {conn}: replica {replica} evicted ({}){detail}; {remaining} replica(s) remain",
-                why(reason)
-            )
+            let w = why(reason);
+            // One replica failure is one line: a consequence of a
+            // service-wide verdict (the replica is down, or removed) is
+            // counted in that verdict's own line, and a burst of
+            // per-connection verdicts (a crash resets every connection at
+            // once) is its first line plus one summary (`EvictBursts`). Each
+            // connection's line is kept at debug level.
+            let service_wide = matches!(
+                reason,
+                ftnet_core::EvictReason::ReplicaDown | ftnet_core::EvictReason::Removed
+            );
+            if !service_wide && evict_burst_starts(*replica, &w) {
+                warn!(
+                    "connection {conn}: replica {replica} evicted ({w}){detail}; {remaining} replica(s) remain"
+                )
+            } else {
+                debug!(
+                    "connection {conn}: replica {replica} evicted ({w}){detail}; {remaining} replica(s) remain"
+                )
+            }
         }
         Event::ReplicaDown {
             service,
             replica,
             reason,
+            connections,
         } => {
             warn!(
-                "service {service}: replica {replica} declared down ({}); new connections skip it",
+                "service {service}: replica {replica} declared down ({}); taken out of its {connections} open connection(s) (each at debug level); new connections skip it",
                 why(reason)
             )
         }

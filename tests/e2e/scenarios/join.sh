@@ -55,6 +55,12 @@ for V in "${VICTIMS[@]}"; do
 	check "lab kill r$V" lab kill --name "$LAB" "$V"
 	check "router declared r$V down" wait_for 5 bash -c "grep -q 'replica $VADDR declared down' '$LOG'"
 	sleep 2
+	# One crash is a handful of lines, not one per connection (each is at debug level): the
+	# first connection's verdict, the replica declared down with the number of connections it
+	# left, one summary of the other connections' verdicts.
+	n=$(grep -E " WARN .*(replica $VADDR evicted|replica $VADDR declared down)" "$LOG" | wc -l)
+	say "r$V's crash: $n warning line(s) about its evictions"
+	check "r$V's crash logged in at most 4 lines (not one per connection)" test "$n" -le 4
 	t_restart=$(now_ms)
 	check "lab restart r$V (fresh, empty)" lab restart --name "$LAB" "$V"
 	joined_line() { grep -m1 "replica $VADDR JOINED" "$LOG"; }

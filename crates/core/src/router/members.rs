@@ -27,13 +27,14 @@ impl Router {
             if self.config.services[svc.0].stateless {
                 self.probe_next.insert((svc, replica), now + PROBE_EVERY);
             }
+            let connections = self.evict_everywhere(now, svc, replica, EvictReason::ReplicaDown);
             let s = &self.config.services[svc.0];
             self.out.event(Event::ReplicaDown {
                 service: s.name.clone(),
                 replica: s.replicas[replica.0],
                 reason,
+                connections,
             });
-            self.evict_everywhere(now, svc, replica, EvictReason::ReplicaDown);
             self.announce_out_of_service();
             let addr = self.config.services[svc.0].replicas[replica.0];
             let stale = self.stale_in(addr);
@@ -703,17 +704,20 @@ impl Router {
         svc: ServiceId,
         r: ReplicaId,
         reason: EvictReason,
-    ) {
+    ) -> usize {
         let keys: Vec<ConnKey> = self
             .conns
             .iter()
             .filter(|(_, c)| c.service() == svc)
             .map(|(k, _)| *k)
             .collect();
+        let mut left = 0;
         for k in keys {
+            left += usize::from(self.conns.get(&k).is_some_and(|c| c.has_live(r)));
             self.on_conn(now, k, |c, ctx| c.evict_replica(ctx, r, reason));
             self.after(now, k);
         }
+        left
     }
 
     /// Connections replica `r` of `svc` is a live part of, closed ones in

@@ -58,6 +58,10 @@ drop_reasons! {
     /// not registered with this (just started) router: dropped, the client
     /// retransmits it.
     AwaitingAgents => "awaiting_agents",
+    /// A SYN while the router drains before it stops (`ftnet drain`): no
+    /// new connection; the client retransmits its SYN, which a standby
+    /// router that took the addresses over answers.
+    Draining => "draining",
     /// Output voting: a replica segment beyond a hole in what that replica
     /// sent (it will be sent again).
     VoteOutOfOrder => "vote_out_of_order",

@@ -3635,3 +3635,30 @@ fn a_vote_between_a_fin_and_more_bytes_takes_the_fin_for_a_crash() {
         "{out:?}"
     );
 }
+
+/// A draining router (`ftnet drain`) takes no new connection — the SYN is
+/// dropped, counted, and nothing reaches a replica — while an open one goes
+/// on; `open_connections` is what the drain waits for. Draining off takes
+/// new connections again.
+#[test]
+fn a_draining_router_takes_no_new_connection_and_serves_the_open_ones() {
+    let mut r = router(2);
+    let (risn, _isns) = handshake(&mut r, 2);
+    assert_eq!(r.open_connections(), 1);
+    r.set_draining(true);
+    let mut syn = Repr::new(CPORT + 1, PORT, SeqNum(CISN), SeqNum(0), flags::SYN, 64240);
+    syn.mss = Some(1460);
+    r.handle_packet(t(1), seg(CLIENT, VIP, syn.clone(), b""));
+    assert!(drain(&mut r).is_empty(), "nothing to the replicas, no RST");
+    assert_eq!(dropped(&r, "draining"), 1);
+    assert_eq!(r.connections(), 1);
+    let out = client_bytes(&mut r, t(2), risn, 0, b"still here");
+    assert_eq!(
+        out.len(),
+        2,
+        "the open connection's bytes reach both replicas"
+    );
+    r.set_draining(false);
+    r.handle_packet(t(3), seg(CLIENT, VIP, syn, b""));
+    assert_eq!(drain(&mut r).len(), 2, "a SYN to each replica again");
+}

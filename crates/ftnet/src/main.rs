@@ -111,6 +111,28 @@ Examples:
         #[arg(long)]
         json: bool,
     },
+    /// Stop the router gracefully: no new connections; it exits when the last one closes or at the deadline.
+    #[command(after_help = "\
+New clients' SYNs are dropped (not refused): a client retries, and once this router exits a
+standby router (keepalived moves the addresses) answers the retry. Open connections go on; the
+router stops when the last one has closed (its post-close quiet period not waited for), or at
+the deadline — a standby router then adopts the open ones from the agents' records; without one
+they break. `ftnet status` shows the drain; asking again moves the deadline.
+
+Examples:
+  ftnet drain                      # deadline 300 s
+  ftnet drain --deadline 30 --config /etc/ftnet/ftnet.toml")]
+    Drain {
+        /// Seconds until the router stops even with connections open (1 to 86400).
+        #[arg(long, default_value_t = 300, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..=86_400))]
+        deadline: u64,
+        /// Status socket of the router [default: status_socket from --config, else /run/ftnet/ftnet0.sock].
+        #[arg(long, value_name = "PATH")]
+        socket: Option<PathBuf>,
+        /// Take the socket path from this configuration file.
+        #[arg(long, value_name = "FILE", conflicts_with = "socket")]
+        config: Option<PathBuf>,
+    },
     /// Change a running service's replicas: join, enable, add, drain, remove (operator actions).
     #[command(after_help = "\
 A replica leaves the group when it crashes, resets, stalls, diverges, loses the input order
@@ -498,6 +520,15 @@ fn dispatch(cli: Cli) -> anyhow::Result<i32> {
         } => {
             let path = status_socket(socket, config)?;
             status::show(&path, json)?;
+            Ok(0)
+        }
+        Cmd::Drain {
+            deadline,
+            socket,
+            config,
+        } => {
+            let path = status_socket(socket, config)?;
+            status::request(&path, &format!("drain {deadline}"))?;
             Ok(0)
         }
         Cmd::Replica { cmd } => {

@@ -181,6 +181,7 @@ pub fn run(cfg: FileConfig, path: &Path) -> anyhow::Result<()> {
                 .flat_map(|s| s.replicas.iter().copied())
                 .collect(),
         )),
+        drain: Mutex::new(None),
     });
     if let Some(f) = cfg.fault {
         warn!(replica = %f.drop_data_to, every = f.every, "[fault] test hook active: dropping every n-th data packet to this replica");
@@ -263,6 +264,8 @@ struct Shared {
     /// Every replica address of every service, for the agents' admission
     /// (a replica added at run time may register).
     known: Arc<std::sync::RwLock<std::collections::HashSet<std::net::Ipv4Addr>>>,
+    /// Draining before a stop (`ftnet drain`): since when, and the deadline.
+    drain: Mutex<Option<(std::time::Instant, std::time::Instant)>>,
 }
 
 impl RouterHandle for Shared {
@@ -537,6 +540,7 @@ fn event_loop(
             );
             if main && last_status.elapsed() >= STATUS_EVERY {
                 flush_evict_bursts();
+                drain_done(&r, shared);
                 refresh_status(&r, shared);
                 last_status = std::time::Instant::now();
             }
@@ -931,6 +935,33 @@ fn log_event(ev: &Event) {
     }
 }
 
+/// A draining router stops once its last connection closed, or at the
+/// deadline (the open ones then go on under a standby router, which adopts
+/// them from the agents' records, or break without one).
+fn drain_done(router: &Router, shared: &Shared) {
+    let Some((since, deadline)) = *shared.drain.lock().unwrap_or_else(|p| p.into_inner()) else {
+        return;
+    };
+    if sys::stop_requested() {
+        return;
+    }
+    let open = router.open_connections();
+    if open == 0 {
+        info!(
+            after_ms = u64::try_from(since.elapsed().as_millis()).unwrap_or(u64::MAX),
+            "drained: the last connection closed {:.1} s after the drain began; stopping",
+            since.elapsed().as_secs_f64()
+        );
+        sys::request_stop();
+    } else if std::time::Instant::now() >= deadline {
+        warn!(
+            connections = open,
+            "drain deadline passed with {open} connection(s) open; stopping (a standby router adopts them from the agents' records; without one they break)"
+        );
+        sys::request_stop();
+    }
+}
+
 fn refresh_status(router: &Router, shared: &Shared) {
     let mut doc = serde_json::json!({
         "uptime_s": shared.started.elapsed().as_secs_f64(),
@@ -940,6 +971,13 @@ fn refresh_status(router: &Router, shared: &Shared) {
         "pid": std::process::id(),
         "status": router.status(),
     });
+    if let Some((since, deadline)) = *shared.drain.lock().unwrap_or_else(|p| p.into_inner()) {
+        doc["draining"] = serde_json::json!({
+            "since_s": since.elapsed().as_secs_f64(),
+            "deadline_in_s": deadline.saturating_duration_since(std::time::Instant::now()).as_secs_f64(),
+            "open_connections": router.open_connections(),
+        });
+    }
     if let Some(reg) = shared.registry.get() {
         doc["control"] = reg.status();
     }
@@ -1206,6 +1244,31 @@ fn route_replica(shared: &Shared, addr: std::net::Ipv4Addr, ports: &[u16]) -> Re
 fn admin_request(shared: &Shared, req: &str) -> serde_json::Value {
     let words: Vec<&str> = req.split_whitespace().collect();
     match words.as_slice() {
+        ["drain", secs] => {
+            let Some(secs) = secs
+                .parse::<u64>()
+                .ok()
+                .filter(|&s| (1..=86_400).contains(&s))
+            else {
+                return serde_json::json!({"ok": false, "error": format!("{secs:?} is not a deadline in seconds (1 to 86400)")});
+            };
+            let now = std::time::Instant::now();
+            let open = {
+                let mut r = shared.lock();
+                r.set_draining(true);
+                r.open_connections()
+            };
+            let mut d = shared.drain.lock().unwrap_or_else(|p| p.into_inner());
+            let since = d.map_or(now, |x| x.0);
+            *d = Some((since, now + Duration::from_secs(secs)));
+            warn!(
+                connections = open,
+                deadline_s = secs,
+                "draining (operator: `ftnet drain`): no new connections — their SYNs are dropped, so that clients retry and reach a standby router once it took the addresses over; {open} connection(s) open go on; the router stops when the last one closes, or in {secs} s"
+            );
+            serde_json::json!({"ok": true, "open_connections": open, "deadline_s": secs,
+                "note": format!("draining: no new connections; {open} connection(s) open; the router stops when the last one closes, or in {secs} s (`ftnet status` shows the drain)")})
+        }
         ["replica", "enable", addr, rest @ ..] if rest.len() <= 1 => {
             let Ok(addr) = addr.parse::<std::net::Ipv4Addr>() else {
                 return serde_json::json!({"ok": false, "error": format!("{addr:?} is not an IPv4 address")});
@@ -1546,6 +1609,7 @@ mod tests {
                     .0
             }),
             known: Arc::default(),
+            drain: Mutex::new(None),
         }
     }
 

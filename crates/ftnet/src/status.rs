@@ -140,6 +140,15 @@ pub fn render(v: &Value) -> String {
         u(&st["connections"]),
         u(&st["half_open"]),
     );
+    if let Some(d) = v.get("draining").filter(|d| d.is_object()) {
+        let _ = writeln!(
+            o,
+            "DRAINING for {:.1} s (`ftnet drain`): no new connections; stops when its {} open connection(s) closed, or in {:.1} s",
+            d["since_s"].as_f64().unwrap_or(0.0),
+            u(&d["open_connections"]),
+            d["deadline_in_s"].as_f64().unwrap_or(0.0),
+        );
+    }
     let services = st["services"].as_array().cloned().unwrap_or_default();
     if services.is_empty() {
         let _ = writeln!(o, "(the router reports no per-service state yet)");

@@ -103,6 +103,8 @@ pub struct Router {
     /// connections; their open ones finish. The slot stays, so that
     /// `ServiceId`s never move.
     retired: std::collections::HashSet<ServiceId>,
+    /// Draining before a stop ([`Router::set_draining`]).
+    draining: bool,
 }
 
 impl Router {
@@ -151,6 +153,7 @@ impl Router {
             join_ids: 0,
             join_retry: HashMap::new(),
             retired: std::collections::HashSet::new(),
+            draining: false,
             config,
         }
     }
@@ -348,6 +351,9 @@ impl Router {
         pkt: Packet,
         seg: &Seg,
     ) -> Result<(), DropReason> {
+        if self.draining {
+            return Err(DropReason::Draining);
+        }
         let live: Vec<ReplicaId> = (0..self.health[svc.0].len())
             .map(ReplicaId)
             .filter(|&r| self.in_service(svc, r))
@@ -668,6 +674,28 @@ impl Router {
     /// Connections in the table.
     pub fn connections(&self) -> usize {
         self.conns.len()
+    }
+
+    /// Connections not yet closed (those in their post-close quiet period
+    /// left out): what a draining router waits for.
+    pub fn open_connections(&self) -> usize {
+        self.conns
+            .values()
+            .filter(|c| c.closed_since().is_none())
+            .count()
+    }
+
+    /// Drain before a stop (`true`): new connections are refused — their
+    /// SYNs dropped, so that a client retries and finds a standby router
+    /// that took the addresses over — while the open ones go on. `false`
+    /// takes new connections again.
+    pub fn set_draining(&mut self, on: bool) {
+        self.draining = on;
+    }
+
+    /// See [`Router::set_draining`].
+    pub fn draining(&self) -> bool {
+        self.draining
     }
 
     /// A snapshot of services, replicas, connections and counters.

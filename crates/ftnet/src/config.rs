@@ -31,6 +31,9 @@ pub struct FileConfig {
     pub table: u32,
     pub mtu: u32,
     pub status_socket: PathBuf,
+    /// `metrics_listen`: where `/metrics` (Prometheus) and `/healthz` are
+    /// served over HTTP; `None` = not served.
+    pub metrics_listen: Option<std::net::SocketAddr>,
     /// Data-plane threads, one TUN queue each: 1, or an even number split
     /// evenly between the two directions. Default: the number of CPUs
     /// rounded down to even, at most 8 (1 on a single CPU).
@@ -145,6 +148,7 @@ struct RawRouter {
     table: Option<Spanned<u32>>,
     mtu: Option<Spanned<u32>>,
     status_socket: Option<Spanned<String>>,
+    metrics_listen: Option<Spanned<String>>,
     threads: Option<Spanned<u32>>,
     busy_poll_us: Option<Spanned<u64>>,
 }
@@ -262,6 +266,16 @@ pub fn parse(file: &str, text: &str) -> Result<FileConfig, ConfigError> {
         }
         Some(s) => PathBuf::from(s.into_inner()),
         None => PathBuf::from(format!("/run/ftnet/{tun}.sock")),
+    };
+
+    let metrics_listen = match router.metrics_listen {
+        Some(m) => Some(m.get_ref().parse::<std::net::SocketAddr>().map_err(|_| {
+            err(
+                Some(m.span()),
+                format!("metrics_listen = {:?} is not an address and port — use e.g. \"127.0.0.1:9100\" (HTTP: /metrics for Prometheus, /healthz)", m.get_ref()),
+            )
+        })?),
+        None => None,
     };
 
     let threads = match router.threads {
@@ -568,6 +582,7 @@ pub fn parse(file: &str, text: &str) -> Result<FileConfig, ConfigError> {
         table,
         mtu,
         status_socket,
+        metrics_listen,
         threads,
         busy_poll,
         core: ftnet_core::Config {
@@ -677,7 +692,7 @@ pub fn render_lab(
         }
     }
     format!(
-        "# written by `ftnet lab up`\n[router]\ntun = \"ftnet0\"\ntable = 7000\nstatus_socket = \"{}\"\n{threads}\n[timeouts]\nfailure_detection_ms = {failure_ms}\n\n[[service]]\nname = \"lab\"\nvip = \"{vip}\"\nports = [{}]\nreplicas = [{}]\n{}",
+        "# written by `ftnet lab up`\n[router]\ntun = \"ftnet0\"\ntable = 7000\nstatus_socket = \"{}\"\nmetrics_listen = \"127.0.0.1:9100\"\n{threads}\n[timeouts]\nfailure_detection_ms = {failure_ms}\n\n[[service]]\nname = \"lab\"\nvip = \"{vip}\"\nports = [{}]\nreplicas = [{}]\n{}",
         socket.display(),
         q(&ports.iter().map(|p| p.to_string()).collect::<Vec<_>>()),
         q(&replicas.iter().map(|r| format!("\"{r}\"")).collect::<Vec<_>>()),

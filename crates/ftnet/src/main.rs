@@ -6,6 +6,7 @@ mod config;
 mod control;
 mod instance;
 mod lab;
+mod metrics;
 mod router;
 mod run;
 mod state;
@@ -236,6 +237,8 @@ const ROUTER_HELP: &str = r#"Configuration format (every key but the [[service]]
   table = 7000                               # policy routing table, also the rules' priority
   mtu = 1500
   status_socket = "/run/ftnet/ftnet0.sock"   # default /run/ftnet/<tun>.sock
+  metrics_listen = "127.0.0.1:9100"          # HTTP /metrics (Prometheus, OpenMetrics text) and
+                                             # /healthz (503 once the data plane stalls 2 s); default: off
   threads = 2                                # 1, or even: half read client packets, half replies (default: CPUs, ≤ 8)
   busy_poll_us = 0                           # keep polling this long after a packet instead of sleeping:
                                              # lower latency for a CPU per thread while traffic flows
@@ -477,6 +480,9 @@ fn dispatch(cli: Cli) -> anyhow::Result<i32> {
                 cfg.table,
                 cfg.status_socket.display()
             );
+            if let Some(m) = cfg.metrics_listen {
+                println!("  metrics: http://{m}/metrics, http://{m}/healthz");
+            }
             let t = &cfg.core.timeouts;
             println!(
                 "  failure detection {:?}, syn retries {}, idle {:?}, handshake {:?}, time-wait {:?}",

@@ -187,6 +187,9 @@ pub fn run(cfg: FileConfig, path: &Path) -> anyhow::Result<()> {
         warn!(replica = %f.drop_data_to, every = f.every, "[fault] test hook active: dropping every n-th data packet to this replica");
     }
     socket.serve_admin(shared.clone());
+    if let Some(addr) = cfg.metrics_listen {
+        crate::metrics::serve(addr, shared.snapshot.clone())?;
+    }
     {
         let (sh, path, start) = (shared.clone(), path.to_path_buf(), cfg.core.clone());
         sys::on_sighup(Box::new(move || reload(&sh, &path, &start)));
@@ -707,6 +710,7 @@ fn flush_evict_bursts() {
 }
 
 fn log_event(ev: &Event) {
+    crate::metrics::observe(ev);
     // The reason's snake_case wire name ("stalled", "no_syn_ack"), the same
     // word `ftnet status --json` and the docs use.
     let why = |r: &ftnet_core::EvictReason| {
@@ -981,6 +985,7 @@ fn refresh_status(router: &Router, shared: &Shared) {
     if let Some(reg) = shared.registry.get() {
         doc["control"] = reg.status();
     }
+    crate::metrics::refreshed();
     let snapshot = &shared.snapshot;
     let text = doc.to_string();
     match snapshot.lock() {

@@ -61,6 +61,12 @@ for V in "${VICTIMS[@]}"; do
 	n=$(grep -E " WARN .*(replica $VADDR evicted|replica $VADDR declared down)" "$LOG" | wc -l)
 	say "r$V's crash: $n warning line(s) about its evictions"
 	check "r$V's crash logged in at most 4 lines (not one per connection)" test "$n" -le 4
+	# The metrics endpoint (lab: metrics_listen 127.0.0.1:9100 in the router's namespace).
+	metrics() { ip netns exec "ftnet-$LAB-router" curl -sS --max-time 5 "http://127.0.0.1:9100/$1"; }
+	metrics metrics >"$T/metrics.down" 2>&1 || true
+	check "metrics: r$V not up" grep -q "^ftnet_replica_up{service=\"lab\",replica=\"$VADDR\"} 0$" "$T/metrics.down"
+	check "metrics: r$V's evictions counted" grep -Eq "^ftnet_evictions_total\{replica=\"$VADDR\",reason=\"[a-z_]+\"\} [1-9]" "$T/metrics.down"
+	check "healthz: the data plane makes progress" bash -c "ip netns exec 'ftnet-$LAB-router' curl -sS --max-time 5 -f http://127.0.0.1:9100/healthz >/dev/null"
 	t_restart=$(now_ms)
 	check "lab restart r$V (fresh, empty)" lab restart --name "$LAB" "$V"
 	joined_line() { grep -m1 "replica $VADDR JOINED" "$LOG"; }
@@ -100,4 +106,11 @@ for V in "${VICTIMS[@]}"; do
 	check_eq "r$V joined once" 1 "$(grep -c "replica $VADDR JOINED" "$LOG")"
 done
 check "no join failed" bash -c "! grep -q 'could NOT join' '$LOG'"
+metrics metrics >"$T/metrics.end" 2>&1 || true
+for V in "${VICTIMS[@]}"; do
+	VADDR=$(replica_ip "$V")
+	check "metrics: r$V up again" grep -q "^ftnet_replica_up{service=\"lab\",replica=\"$VADDR\"} 1$" "$T/metrics.end"
+	check "metrics: r$V's join counted" grep -q "^ftnet_joins_total{service=\"lab\",replica=\"$VADDR\",result=\"joined\"} 1$" "$T/metrics.end"
+done
+check "metrics: the join pauses in the histogram" grep -Eq "^ftnet_join_pause_milliseconds_count [1-9]" "$T/metrics.end"
 e2e_finish

@@ -1,0 +1,486 @@
+//! `metrics_listen`: an HTTP listener with `/metrics` (OpenMetrics text, which
+//! Prometheus scrapes, encoded by the `prometheus-client` crate) and
+//! `/healthz` (for keepalived's `vrrp_script` or a load balancer's check).
+//!
+//! The figures come from the status snapshot the first data-plane thread
+//! refreshes every 250 ms (router-wide counters, drops by reason, each
+//! replica's state, lag and connections, the agents), plus what the router's
+//! events tell as they are logged (`observe`): evictions per replica and
+//! reason, joins and their pauses, takeover rebuild times. A scrape never
+//! takes the data plane's lock.
+//!
+//! `/healthz` answers 200 while the data plane makes progress (its loop
+//! refreshed the snapshot within the last 2 s) and 503 otherwise.
+//!
+//! Hostile peers: one request at a time, at most 8 KiB of request read,
+//! 2 s to send it, only `GET`; anything else gets 400/404/405.
+
+use ftnet_core::Event;
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+use serde_json::Value;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+use tracing::{info, warn};
+
+type Labels = Vec<(String, String)>;
+
+/// What the events add up to (kept across scrapes).
+struct FromEvents {
+    evictions: Family<Labels, Counter>,
+    joins: Family<Labels, Counter>,
+    join_pause: Histogram,
+    rebuild: Histogram,
+    divergences: Family<Labels, Counter>,
+}
+
+fn from_events() -> &'static FromEvents {
+    static M: OnceLock<FromEvents> = OnceLock::new();
+    M.get_or_init(|| FromEvents {
+        evictions: Family::default(),
+        joins: Family::default(),
+        // Milliseconds: 1 ms to ~65 s.
+        join_pause: Histogram::new(exponential_buckets(1.0, 2.0, 17)),
+        rebuild: Histogram::new(exponential_buckets(1.0, 2.0, 17)),
+        divergences: Family::default(),
+    })
+}
+
+fn labels(kv: &[(&str, String)]) -> Labels {
+    kv.iter().map(|(k, v)| (k.to_string(), v.clone())).collect()
+}
+
+/// Count what `ev` tells (called for every event as it is logged).
+pub fn observe(ev: &Event) {
+    let m = from_events();
+    let name = |r: &ftnet_core::EvictReason| {
+        serde_json::to_value(r)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_else(|| format!("{r:?}"))
+    };
+    match ev {
+        Event::Evicted {
+            replica, reason, ..
+        } => {
+            m.evictions
+                .get_or_create(&labels(&[
+                    ("replica", replica.to_string()),
+                    ("reason", name(reason)),
+                ]))
+                .inc();
+        }
+        Event::Joined {
+            service,
+            replica,
+            pause_ms,
+            ..
+        } => {
+            m.joins
+                .get_or_create(&labels(&[
+                    ("service", service.clone()),
+                    ("replica", replica.to_string()),
+                    ("result", "joined".into()),
+                ]))
+                .inc();
+            m.join_pause.observe(*pause_ms as f64);
+        }
+        Event::JoinFailed {
+            service,
+            replica,
+            pause_ms,
+            ..
+        } => {
+            m.joins
+                .get_or_create(&labels(&[
+                    ("service", service.clone()),
+                    ("replica", replica.to_string()),
+                    ("result", "failed".into()),
+                ]))
+                .inc();
+            m.join_pause.observe(*pause_ms as f64);
+        }
+        Event::TableRebuilt { after_ms, .. } => m.rebuild.observe(*after_ms as f64),
+        Event::Diverged { replica, .. } | Event::OutputDiffers { replica, .. } => {
+            m.divergences
+                .get_or_create(&labels(&[("replica", replica.to_string())]))
+                .inc();
+        }
+        _ => {}
+    }
+}
+
+/// When the data plane last refreshed the status snapshot (µs on
+/// `origin()`).
+static REFRESHED_US: AtomicU64 = AtomicU64::new(0);
+
+fn origin() -> Instant {
+    static O: OnceLock<Instant> = OnceLock::new();
+    *O.get_or_init(Instant::now)
+}
+
+/// The data plane refreshed the snapshot (it makes progress).
+pub fn refreshed() {
+    let us = u64::try_from(origin().elapsed().as_micros()).unwrap_or(u64::MAX);
+    REFRESHED_US.store(us.max(1), Ordering::Relaxed);
+}
+
+/// How long since the data plane last refreshed the snapshot (`None`: never).
+fn since_refresh() -> Option<Duration> {
+    let us = REFRESHED_US.load(Ordering::Relaxed);
+    (us > 0).then(|| origin().elapsed().saturating_sub(Duration::from_micros(us)))
+}
+
+/// `/healthz` fails once the data plane made no progress for this long.
+const STALLED_AFTER: Duration = Duration::from_secs(2);
+
+// A float in the snapshot (uptime) becomes whole units; Rust's float to
+// integer cast saturates, nothing wraps.
+#[allow(clippy::cast_possible_truncation)]
+fn num(v: &Value) -> u64 {
+    v.as_u64()
+        .or_else(|| v.as_f64().map(|f| f.max(0.0) as u64))
+        .unwrap_or(0)
+}
+
+fn counter(r: &mut Registry, name: &str, help: &str, v: u64) {
+    let c: Counter = Counter::default();
+    c.inc_by(v);
+    r.register(name, help, c);
+}
+
+fn gauge(r: &mut Registry, name: &str, help: &str, v: i64) {
+    let g: Gauge = Gauge::default();
+    g.set(v);
+    r.register(name, help, g);
+}
+
+/// The OpenMetrics text of the snapshot `doc` (the status socket's JSON)
+/// and of the events so far.
+pub fn render(doc: &Value) -> String {
+    let mut r = Registry::default();
+    let st = &doc["status"];
+    gauge(
+        &mut r,
+        "ftnet_connections",
+        "Connections in the router's table",
+        num(&st["connections"]) as i64,
+    );
+    gauge(
+        &mut r,
+        "ftnet_half_open",
+        "Connections in their handshake",
+        num(&st["half_open"]) as i64,
+    );
+    gauge(
+        &mut r,
+        "ftnet_rebuilding",
+        "Connections adopted after a takeover, not rebuilt yet",
+        num(&st["rebuilding"]) as i64,
+    );
+    gauge(
+        &mut r,
+        "ftnet_draining",
+        "1 while the router drains before a stop (ftnet drain)",
+        i64::from(doc.get("draining").is_some_and(Value::is_object)),
+    );
+    gauge(
+        &mut r,
+        "ftnet_up_seconds",
+        "Seconds since the router started",
+        num(&doc["uptime_s"]) as i64,
+    );
+    if let Some(c) = st["counters"].as_object() {
+        for (k, v) in c {
+            if let Some(n) = v.as_u64() {
+                counter(
+                    &mut r,
+                    &format!("ftnet_{k}"),
+                    &format!("Router counter {k} (ftnet status)"),
+                    n,
+                );
+            }
+        }
+    }
+    let drops: Family<Labels, Counter> = Family::default();
+    for d in st["drops"].as_array().into_iter().flatten() {
+        if let (Some(reason), Some(n)) = (d[0].as_str(), d[1].as_u64()) {
+            drops
+                .get_or_create(&labels(&[("reason", reason.into())]))
+                .inc_by(n);
+        }
+    }
+    r.register("ftnet_drops", "Packets dropped, by reason", drops);
+    let up: Family<Labels, Gauge> = Family::default();
+    let state: Family<Labels, Gauge> = Family::default();
+    let conns: Family<Labels, Gauge> = Family::default();
+    let lag_in: Family<Labels, Gauge> = Family::default();
+    let lag_out: Family<Labels, Gauge> = Family::default();
+    let svc_conns: Family<Labels, Gauge> = Family::default();
+    for s in st["services"].as_array().into_iter().flatten() {
+        let service = s["name"].as_str().unwrap_or("?").to_string();
+        svc_conns
+            .get_or_create(&labels(&[("service", service.clone())]))
+            .set(num(&s["connections"]) as i64);
+        for rp in s["replicas"].as_array().into_iter().flatten() {
+            let replica = rp["addr"].as_str().unwrap_or("?").to_string();
+            let l = labels(&[("service", service.clone()), ("replica", replica.clone())]);
+            let st_name = rp["state"].as_str().unwrap_or("unknown").to_string();
+            let serving = st_name == "serving" && rp["alive"].as_bool() == Some(true);
+            up.get_or_create(&l).set(i64::from(serving));
+            let mut ls = l.clone();
+            ls.push(("state".into(), st_name));
+            state.get_or_create(&ls).set(1);
+            conns.get_or_create(&l).set(num(&rp["connections"]) as i64);
+            lag_in
+                .get_or_create(&l)
+                .set(num(&rp["lag_in_bytes"]) as i64);
+            lag_out
+                .get_or_create(&l)
+                .set(num(&rp["lag_out_bytes"]) as i64);
+        }
+    }
+    r.register(
+        "ftnet_service_connections",
+        "Open connections per service",
+        svc_conns,
+    );
+    r.register(
+        "ftnet_replica_up",
+        "1 while the replica serves and its agent (if any) is there",
+        up,
+    );
+    r.register(
+        "ftnet_replica_state",
+        "The replica's membership state (the label that is 1)",
+        state,
+    );
+    r.register(
+        "ftnet_replica_connections",
+        "Connections the replica is part of",
+        conns,
+    );
+    r.register(
+        "ftnet_replica_lag_in_bytes",
+        "Client bytes the replica has not acknowledged that another has",
+        lag_in,
+    );
+    r.register(
+        "ftnet_replica_lag_out_bytes",
+        "Reply bytes the replica is behind the furthest one",
+        lag_out,
+    );
+    if let Some(c) = doc.get("control").filter(|c| c.is_object()) {
+        let n = c["agents"].as_array().map_or(0, |a| {
+            a.iter().filter(|x| x["state"] == "registered").count()
+        });
+        gauge(
+            &mut r,
+            "ftnet_agents",
+            "Agents registered with the router",
+            n as i64,
+        );
+        counter(
+            &mut r,
+            "ftnet_dropped_records",
+            "Connection records an agent could not take",
+            num(&c["dropped_records"]),
+        );
+        gauge(
+            &mut r,
+            "ftnet_pending_commits",
+            "SYN-ACKs waiting for their record at the agents",
+            num(&c["pending_commits"]) as i64,
+        );
+    }
+    let m = from_events();
+    r.register(
+        "ftnet_evictions",
+        "Replicas taken out of connections, by replica and reason",
+        m.evictions.clone(),
+    );
+    r.register(
+        "ftnet_replica_divergences",
+        "Replies found to differ, by replica",
+        m.divergences.clone(),
+    );
+    r.register(
+        "ftnet_joins",
+        "Joins by service, replica and result",
+        m.joins.clone(),
+    );
+    r.register(
+        "ftnet_join_pause_milliseconds",
+        "How long a join held the service's input",
+        m.join_pause.clone(),
+    );
+    r.register(
+        "ftnet_takeover_rebuild_milliseconds",
+        "After a takeover: first record to every adopted connection rebuilt",
+        m.rebuild.clone(),
+    );
+    let mut out = String::new();
+    if encode(&mut out, &r).is_err() {
+        out = "# EOF\n".into();
+    }
+    out
+}
+
+/// Serve `/metrics` and `/healthz` on `addr` from a thread of its own.
+pub fn serve(addr: SocketAddr, snapshot: Arc<Mutex<String>>) -> anyhow::Result<()> {
+    let l = TcpListener::bind(addr)
+        .map_err(|e| anyhow::anyhow!("metrics_listen {addr}: cannot listen: {e}"))?;
+    info!(listen = %addr, "metrics: http://{addr}/metrics (Prometheus), http://{addr}/healthz");
+    std::thread::Builder::new()
+        .name("metrics".into())
+        .spawn(move || {
+            for s in l.incoming() {
+                match s {
+                    Ok(s) => {
+                        let _ = answer(s, &snapshot);
+                    }
+                    Err(e) => {
+                        warn!("metrics listener: accept: {e}");
+                        std::thread::sleep(Duration::from_millis(100));
+                    }
+                }
+            }
+        })?;
+    Ok(())
+}
+
+/// Read one request (bounded) and answer it.
+fn answer(mut s: TcpStream, snapshot: &Mutex<String>) -> std::io::Result<()> {
+    s.set_read_timeout(Some(Duration::from_secs(2)))?;
+    s.set_write_timeout(Some(Duration::from_secs(2)))?;
+    let mut buf = Vec::with_capacity(1024);
+    let mut chunk = [0u8; 1024];
+    while !buf.windows(4).any(|w| w == b"\r\n\r\n") && !buf.windows(2).any(|w| w == b"\n\n") {
+        if buf.len() >= 8192 {
+            return reply(
+                &mut s,
+                "431 Request Header Fields Too Large",
+                "text/plain",
+                "request too large\n",
+            );
+        }
+        let n = s.read(&mut chunk)?;
+        if n == 0 {
+            break;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+    let head = String::from_utf8_lossy(&buf);
+    let mut first = head.lines().next().unwrap_or("").split_whitespace();
+    let (method, path) = (first.next().unwrap_or(""), first.next().unwrap_or(""));
+    if method.is_empty() {
+        return reply(&mut s, "400 Bad Request", "text/plain", "bad request\n");
+    }
+    if method != "GET" && method != "HEAD" {
+        return reply(&mut s, "405 Method Not Allowed", "text/plain", "only GET\n");
+    }
+    let path = path.split('?').next().unwrap_or("");
+    match path {
+        "/metrics" => {
+            let text = snapshot.lock().map(|t| t.clone()).unwrap_or_default();
+            let doc: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+            let body = render(&doc);
+            reply(
+                &mut s,
+                "200 OK",
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                &body,
+            )
+        }
+        "/healthz" => match since_refresh() {
+            Some(d) if d < STALLED_AFTER => reply(
+                &mut s,
+                "200 OK",
+                "text/plain",
+                "ok: the data plane makes progress\n",
+            ),
+            Some(d) => reply(
+                &mut s,
+                "503 Service Unavailable",
+                "text/plain",
+                &format!(
+                    "the data plane made no progress for {:.1} s\n",
+                    d.as_secs_f64()
+                ),
+            ),
+            None => reply(
+                &mut s,
+                "503 Service Unavailable",
+                "text/plain",
+                "the data plane has not started\n",
+            ),
+        },
+        _ => reply(
+            &mut s,
+            "404 Not Found",
+            "text/plain",
+            "not found: /metrics or /healthz\n",
+        ),
+    }
+}
+
+fn reply(s: &mut TcpStream, status: &str, ctype: &str, body: &str) -> std::io::Result<()> {
+    let head = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    s.write_all(head.as_bytes())?;
+    s.write_all(body.as_bytes())?;
+    s.flush()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_snapshot_renders_as_openmetrics() {
+        let doc = serde_json::json!({
+            "uptime_s": 12.5,
+            "status": {
+                "connections": 3, "half_open": 1, "rebuilding": 0,
+                "counters": {"packets_in": 10, "divergences": 2},
+                "drops": [["truncated", 4], ["draining", 1]],
+                "services": [{"name": "redis", "connections": 3, "replicas": [
+                    {"addr": "198.18.11.2", "state": "serving", "alive": true, "connections": 3, "lag_in_bytes": 0, "lag_out_bytes": 5},
+                    {"addr": "198.18.12.2", "state": "down", "alive": false, "connections": 0, "lag_in_bytes": 0, "lag_out_bytes": 0}
+                ]}]
+            },
+            "control": {"agents": [{"replica": "198.18.11.2", "state": "registered"}], "dropped_records": 0, "pending_commits": 0}
+        });
+        observe(&Event::Evicted {
+            conn: "c".into(),
+            replica: "198.18.12.2".parse().unwrap(),
+            reason: ftnet_core::EvictReason::Stalled,
+            remaining: 1,
+            detail: String::new(),
+        });
+        let t = render(&doc);
+        for want in [
+            "ftnet_connections 3\n",
+            "ftnet_packets_in_total 10\n",
+            "ftnet_drops_total{reason=\"truncated\"} 4\n",
+            "ftnet_replica_up{service=\"redis\",replica=\"198.18.11.2\"} 1\n",
+            "ftnet_replica_up{service=\"redis\",replica=\"198.18.12.2\"} 0\n",
+            "ftnet_replica_state{service=\"redis\",replica=\"198.18.12.2\",state=\"down\"} 1\n",
+            "ftnet_agents 1\n",
+            "ftnet_evictions_total{replica=\"198.18.12.2\",reason=\"stalled\"} 1\n",
+            "# TYPE ftnet_join_pause_milliseconds histogram\n",
+            "# EOF\n",
+        ] {
+            assert!(t.contains(want), "{want:?} missing in:\n{t}");
+        }
+    }
+}

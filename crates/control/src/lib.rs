@@ -62,6 +62,9 @@ pub const VERSION: u32 = 7;
 /// report is ~10 KB per service port).
 pub const MAX_FRAME: usize = 256 * 1024;
 
+/// Longest host name an agent may announce (a DNS name is at most 253).
+pub const MAX_HOST: usize = 255;
+
 /// Connection records per `Records` message: each is under 300 bytes of
 /// JSON, so a message stays well inside [`MAX_FRAME`].
 pub const RECORDS_PER_MSG: usize = 128;
@@ -654,10 +657,19 @@ impl RouterSession {
                 if version != VERSION {
                     return self.reject(format!("protocol version {version}, router speaks {VERSION} — run the same ftnet version on router and agents"), out);
                 }
+                // What an unauthenticated peer says is never echoed or
+                // logged at length: a host name is at most MAX_HOST
+                // printable characters, a nonce 16 to 64 bytes.
+                if host.len() > MAX_HOST || host.chars().any(char::is_control) {
+                    return self.reject(
+                        format!("a host name of {} bytes that is not one (at most {MAX_HOST} printable characters)", host.len()),
+                        out,
+                    );
+                }
                 if let Err(reason) = admit(replica, false) {
                     return self.reject(reason, out);
                 }
-                if unhex(&nonce).is_none_or(|n| n.len() < 16) {
+                if unhex(&nonce).is_none_or(|n| n.len() < 16 || n.len() > 64) {
                     return self.reject("malformed nonce".into(), out);
                 }
                 self.state = RState::AwaitAuth {
@@ -1245,6 +1257,32 @@ mod tests {
         let ev = fresh.handle(m, 1, &mut out);
         assert!(!matches!(ev, Some(AgentEvent::Restart { .. })), "{ev:?}");
         assert!(!fresh.is_live());
+    }
+
+    /// An unauthenticated peer that announces a 200 kB "host name" (or one
+    /// with control characters: a forged log line) is refused with a short
+    /// reason that repeats none of it, before the challenge.
+    #[test]
+    fn a_hello_with_a_huge_or_forged_host_is_refused_without_echo() {
+        for host in ["x".repeat(200_000), "h\n2026-01-01 WARN forged".to_string()] {
+            let (_, hello) = AgentSession::new(b"s3cret", R, &host, [1; 16], 0);
+            let mut r = RouterSession::new(b"s3cret", [2; 16], Heartbeats::default(), 0);
+            let mut out = Vec::new();
+            let ev = r.handle(hello, 0, |x| x == R, &mut out);
+            let Some(RouterEvent::Rejected { reason }) = ev else {
+                panic!("{ev:?}");
+            };
+            assert!(reason.len() < 120, "{} bytes", reason.len());
+            assert!(
+                !reason.contains("xxxx") && !reason.contains("forged"),
+                "{reason}"
+            );
+            assert!(
+                matches!(&out[..], [Msg::Reject { reason: r }] if r.len() < 120),
+                "{out:?}"
+            );
+            assert!(r.is_closed());
+        }
     }
 
     #[test]

@@ -365,13 +365,32 @@ pub fn start(
         .name("control".into())
         .spawn(move || {
             let mut session = 0u64;
+            let active = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+            let mut refused = 0u64;
             for conn in listener.incoming() {
                 let Ok(stream) = conn else { continue };
+                if active.load(std::sync::atomic::Ordering::Acquire) >= MAX_CONTROL_CONNECTIONS {
+                    // A flood of connections (authenticated or not) costs
+                    // no thread beyond the cap; one line per power of two.
+                    refused += 1;
+                    if refused.is_power_of_two() {
+                        let peer = stream.peer_addr().map(|p| p.to_string()).unwrap_or_default();
+                        warn!(refused, peer = %peer, "control: {MAX_CONTROL_CONNECTIONS} connections open already; closing new ones at once ({refused} so far, the last from {peer})");
+                    }
+                    drop(stream);
+                    continue;
+                }
+                active.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
                 session += 1;
-                let (reg, secret, known, router) =
-                    (reg.clone(), secret.clone(), known.clone(), router.clone());
+                let (reg, secret, known, router, mine) = (
+                    reg.clone(),
+                    secret.clone(),
+                    known.clone(),
+                    router.clone(),
+                    active.clone(),
+                );
                 let id = session;
-                let _ = std::thread::Builder::new()
+                let spawned = std::thread::Builder::new()
                     .name(format!("agent{id}"))
                     .spawn(move || {
                         if let Err(e) =
@@ -379,12 +398,20 @@ pub fn start(
                         {
                             warn!("control connection {id}: {e:#}");
                         }
+                        mine.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
                     });
+                if spawned.is_err() {
+                    active.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+                }
             }
         })
         .context("starting the control thread")?;
     Ok(registry)
 }
+
+/// Control connections served at once (agents, and peers still proving
+/// the secret, which get at most `dead_after` or 1 s to do so).
+const MAX_CONTROL_CONNECTIONS: usize = 256;
 
 fn serve(
     mut stream: TcpStream,

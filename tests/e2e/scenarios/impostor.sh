@@ -6,6 +6,8 @@
 #   (2) a second agent with the right secret on r2's own address (r2's namespace) tries to take
 #       over from r2's live agent, then falls silent.
 #   (3) SIGHUP is sent to r1's agent.
+#   (4) 400 unauthenticated connections to the control port from the client side, each with a
+#       200 kB hello.
 # Pass: (1) and (2) refused and logged with the reason; r2's real agent stays registered, r2
 # stays alive (a registered intruder falling silent would have it marked down); r1's agent
 # survives SIGHUP, logs it as ignored and stays registered; a fresh connection is served by all
@@ -70,6 +72,61 @@ check "r1's agent survived SIGHUP" test -d "/proc/$apid"
 check "r1's agent logged SIGHUP as ignored" grep -q "SIGHUP: reload not supported yet, ignored" "$DIR/r1/agent.log"
 r1_agent=$(status_json | python3 -c "import json,sys; d=json.load(sys.stdin); print([a['state'] for a in d['control']['agents'] if a['replica'] == '$(replica_ip 1)'])")
 check_eq "r1's agent still registered" "['registered']" "$r1_agent"
+
+# (4) The control port under an unauthenticated flood from the client side: 400 connections held
+# open, each sending a 200 kB hello. The router serves at most 256 at once (closing the others at
+# once, in one log line per power of two), each unauthenticated one for at most ~1 s, and echoes
+# or logs none of the junk; the agents stay registered.
+rpid=$(status_json | python3 -c 'import json,sys; print(json.load(sys.stdin)["pid"])')
+threads() { ls "/proc/$rpid/task" | wc -l; }
+t_before=$(threads)
+cat >"$T/flood.py" <<'PY'
+import json, socket, struct, sys, time
+host, n = sys.argv[1], int(sys.argv[2])
+hello = json.dumps({"type": "hello", "version": 7, "replica": "198.18.12.2",
+                    "host": "x" * 200000, "nonce": "00" * 16}).encode()
+socks, back = [], 0
+for i in range(n):
+    try:
+        s = socket.create_connection((host, 7400), timeout=2)
+        s.settimeout(0.2)
+        socks.append(s)
+    except OSError:
+        pass
+open(sys.argv[3], "w").close()
+# One in four then sends the hello; the others say nothing and hold their session until the
+# router's timeout.
+for i, s in enumerate(socks):
+    if i % 4 == 0:
+        try:
+            s.sendall(struct.pack(">I", len(hello)) + hello)
+        except OSError:
+            pass
+time.sleep(1.5)
+for s in socks:
+    try:
+        back = max(back, len(s.recv(1 << 20)))
+    except OSError:
+        pass
+print(json.dumps({"opened": len(socks), "longest_answer": back}))
+time.sleep(0.5)
+PY
+timeout 60 "$FTNET" lab exec --name "$LAB" client -- python3 "$T/flood.py" 198.18.1.1 400 "$T/flood.open" >"$T/flood.json" 2>"$T/flood.err" &
+FLOOD_PID=$!
+wait_for 10 test -e "$T/flood.open" || true
+t_peak=$(threads)
+wait "$FLOOD_PID" || true
+say "flood: $(cat "$T/flood.json" "$T/flood.err" | head -c 300); router threads $t_before before, $t_peak during"
+check "the router's threads stay bounded under the flood ($t_peak ≤ $t_before + 256 + 8)" test "$t_peak" -le $((t_before + 264))
+longest=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["longest_answer"])' "$T/flood.json" 2>/dev/null || echo 999999)
+check "no answer echoes the 200 kB hello (longest answer: $longest bytes)" test "$longest" -lt 1000
+check "no log line repeats it" bash -c "! grep -q xxxxxxxxxxxxxxxx '$LOG'"
+check "no log line over 2 kB (longest: $(wc -L <"$LOG"))" test "$(wc -L <"$LOG")" -le 2048
+check "the connections over the cap were closed at once, and logged" grep -q "connections open already; closing new ones at once" "$LOG"
+agents_ok() { [[ $(status_json | python3 -c "import json,sys; d=json.load(sys.stdin); print(sum(a['state'] == 'registered' for a in d['control']['agents']))") == 3 ]]; }
+check "the three agents are still registered" agents_ok
+settled() { (($(threads) <= t_before + 4)); }
+check "the flood's threads are gone within 5 s" wait_for 5 settled
 
 # A fresh connection is served by all three replicas.
 timeout 20 "$FTNET" lab exec --name "$LAB" client -- python3 "$E2E_DIR/holdconn.py" --host "$VIP" \

@@ -47,18 +47,36 @@ pub(crate) enum CheckMode {
     EvictConnection,
 }
 
-/// A streaming 64-bit hash, 8 bytes per step; its value can be taken at
-/// any byte without ending it. Not cryptographic: it catches replicas that
-/// differ by accident (a server run nondeterministically), not an attacker
-/// (the replicas are the operator's own).
-#[derive(Debug, Clone, Copy, Default)]
+/// A streaming 64-bit hash: four independent lanes of 8 bytes per step
+/// (32 bytes per round, so that the multiplications overlap); its value can
+/// be taken at any byte without ending it. Not cryptographic: it catches
+/// replicas that differ by accident (a server run nondeterministically),
+/// not an attacker (the replicas are the operator's own).
+#[derive(Debug, Clone, Copy)]
 pub(super) struct StreamHash {
-    h: u64,
-    tail: u64,
-    ntail: u32,
+    lanes: [u64; 4],
+    /// Bytes not yet a whole round.
+    buf: [u8; 32],
+    nbuf: u32,
 }
 
 const K: u64 = 0x517c_c1b7_2722_0a95;
+
+impl Default for StreamHash {
+    fn default() -> Self {
+        StreamHash {
+            // Distinct starts: a word moved to another lane changes the value.
+            lanes: [
+                0x243f_6a88_85a3_08d3,
+                0x1319_8a2e_0370_7344,
+                0xa409_3822_299f_31d0,
+                0x082e_fa98_ec4e_6c89,
+            ],
+            buf: [0; 32],
+            nbuf: 0,
+        }
+    }
+}
 
 impl StreamHash {
     fn step(h: u64, w: u64) -> u64 {
@@ -68,37 +86,57 @@ impl StreamHash {
         (h.rotate_left(5) ^ w).wrapping_mul(K)
     }
 
+    fn word(b: &[u8]) -> u64 {
+        let mut a = [0u8; 8];
+        a.copy_from_slice(&b[..8]);
+        u64::from_le_bytes(a)
+    }
+
+    fn round(&mut self, r: &[u8]) {
+        for (i, lane) in self.lanes.iter_mut().enumerate() {
+            *lane = Self::step(*lane, Self::word(&r[8 * i..]));
+        }
+    }
+
     pub(super) fn update(&mut self, mut b: &[u8]) {
-        while self.ntail > 0 && !b.is_empty() {
-            self.tail |= u64::from(b[0]) << (8 * self.ntail);
-            self.ntail += 1;
-            b = &b[1..];
-            if self.ntail == 8 {
-                self.h = Self::step(self.h, self.tail);
-                self.tail = 0;
-                self.ntail = 0;
+        if self.nbuf > 0 {
+            let at = self.nbuf as usize;
+            let take = b.len().min(32 - at);
+            self.buf[at..at + take].copy_from_slice(&b[..take]);
+            self.nbuf += u32::try_from(take).unwrap_or(0);
+            b = &b[take..];
+            if self.nbuf < 32 {
+                // All of it went into the buffer, which is still short.
+                return;
             }
+            let r = self.buf;
+            self.round(&r);
+            self.nbuf = 0;
         }
-        if b.is_empty() {
-            // All of it went into the tail, which is still short.
-            return;
+        let mut rounds = b.chunks_exact(32);
+        for r in &mut rounds {
+            self.round(r);
         }
-        let mut words = b.chunks_exact(8);
-        for w in &mut words {
-            let mut a = [0u8; 8];
-            a.copy_from_slice(w);
-            self.h = Self::step(self.h, u64::from_le_bytes(a));
-        }
-        for (k, &x) in words.remainder().iter().enumerate() {
-            self.tail |= u64::from(x) << (8 * k);
-        }
-        self.ntail = u32::try_from(words.remainder().len()).unwrap_or(0);
+        let rest = rounds.remainder();
+        self.buf[..rest.len()].copy_from_slice(rest);
+        self.nbuf = u32::try_from(rest.len()).unwrap_or(0);
     }
 
     /// The value of what was hashed so far (the hash goes on).
     pub(super) fn value(&self) -> u64 {
-        // The tail's length is part of the value: "a" and "a\0" differ.
-        let mut x = Self::step(self.h, self.tail ^ (u64::from(self.ntail) << 59));
+        let mut x = self.lanes[0];
+        for &l in &self.lanes[1..] {
+            x = Self::step(x, l);
+        }
+        // The buffered bytes, zero-padded, and their count: "a" and "a\0"
+        // differ.
+        let mut pad = [0u8; 32];
+        let n = self.nbuf as usize;
+        pad[..n].copy_from_slice(&self.buf[..n]);
+        for w in pad[..n.div_ceil(8) * 8].chunks_exact(8) {
+            x = Self::step(x, Self::word(w));
+        }
+        x = Self::step(x, u64::from(self.nbuf));
         // fmix64 (MurmurHash3): every input bit reaches every output bit.
         x ^= x >> 33;
         x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
@@ -409,7 +447,7 @@ mod tests {
         let data: Vec<u8> = (0..1000u32).map(|x| (x * 7 % 251) as u8).collect();
         let mut a = StreamHash::default();
         a.update(&data);
-        for cut in [1, 3, 7, 8, 9, 500, 999] {
+        for cut in [1, 3, 7, 8, 9, 31, 32, 33, 64, 500, 999] {
             let mut b = StreamHash::default();
             b.update(&data[..cut]);
             let _ = b.value();
@@ -442,6 +480,14 @@ mod tests {
         x.update(b"a");
         y.update(b"a\0");
         assert_ne!(x.value(), y.value());
+        // Two words of a round swapped.
+        let mut e = data.clone();
+        let (w0, w1) = (e[..8].to_vec(), e[8..16].to_vec());
+        e[..8].copy_from_slice(&w1);
+        e[8..16].copy_from_slice(&w0);
+        let mut z = StreamHash::default();
+        z.update(&e);
+        assert_ne!(a.value(), z.value());
     }
 
     #[test]

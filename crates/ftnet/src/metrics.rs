@@ -82,27 +82,23 @@ pub fn observe(ev: &Event) {
             replica,
             pause_ms,
             ..
-        } => {
-            m.joins
-                .get_or_create(&labels(&[
-                    ("service", service.clone()),
-                    ("replica", replica.to_string()),
-                    ("result", "joined".into()),
-                ]))
-                .inc();
-            m.join_pause.observe(*pause_ms as f64);
         }
-        Event::JoinFailed {
+        | Event::JoinFailed {
             service,
             replica,
             pause_ms,
             ..
         } => {
+            let result = if matches!(ev, Event::Joined { .. }) {
+                "joined"
+            } else {
+                "failed"
+            };
             m.joins
                 .get_or_create(&labels(&[
                     ("service", service.clone()),
                     ("replica", replica.to_string()),
-                    ("result", "failed".into()),
+                    ("result", result.into()),
                 ]))
                 .inc();
             m.join_pause.observe(*pause_ms as f64);

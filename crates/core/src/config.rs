@@ -22,6 +22,29 @@ pub struct Service {
     /// A service whose replicas keep state (the default) never readmits a
     /// replica by itself: its server missed input while it was out.
     pub stateless: bool,
+    /// When the client is acknowledged (see [`Ack`]).
+    pub ack: Ack,
+}
+
+/// When the router acknowledges the client's bytes (FT-TCP §4.4's ack
+/// strategies).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Ack {
+    /// Once every live replica acknowledged them (COSCANet-FT §III-C): the
+    /// slowest replica sets the client's pace, and the router keeps no
+    /// copy of client bytes.
+    #[default]
+    All,
+    /// Once the router's input log holds them and `replicas` live replicas
+    /// (at least one; all, if fewer are live) acknowledged them: two
+    /// hosts or more hold every acknowledged byte. The router keeps each
+    /// connection's bytes until every live replica has them and sends a
+    /// lagging replica what it lacks itself (the client will not: it saw
+    /// them acknowledged). A slow or lossy replica no longer slows the
+    /// client; it falls behind by at most the log's bound
+    /// ([`Limits::log_per_connection`]), then the client waits for it.
+    Log { replicas: u8 },
 }
 
 /// How the replicas' replies become the client's stream.
@@ -104,6 +127,11 @@ pub struct Limits {
     /// Half-open connections; past this the oldest half-open one is
     /// dropped to make room (SYN flood defence, see ARCHITECTURE.md).
     pub max_half_open: usize,
+    /// Client bytes one connection's input log may hold (`Ack::Log`).
+    pub log_per_connection: usize,
+    /// Client bytes every input log together may hold; beyond it new
+    /// bytes are not logged and wait for every replica (`Ack::All`).
+    pub log_total: usize,
 }
 
 impl Default for Limits {
@@ -111,6 +139,8 @@ impl Default for Limits {
         Limits {
             max_connections: 65536,
             max_half_open: 8192,
+            log_per_connection: 4 << 20,
+            log_total: 256 << 20,
         }
     }
 }

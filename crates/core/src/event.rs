@@ -51,6 +51,12 @@ pub enum EvictReason {
     /// (`replica add` under the sequencer): it serves once it joined with
     /// the group's state.
     NotJoined,
+    /// After a router takeover, on a connection of a service that
+    /// acknowledges clients from the input log (`Ack::Log`): it is behind
+    /// another replica, and the bytes it lacks may have been acknowledged
+    /// to the client from the log that died with the old router. Nobody
+    /// can send them again, so it leaves this connection (only this one).
+    LogLost,
 }
 
 /// One replica out of service for one service (named by its VIP and first

@@ -159,6 +159,14 @@ pub struct Counters {
     /// Client segments held while their service was paused for a join
     /// (released in order when the join ended).
     pub held_for_join: u64,
+    /// Client bytes the input logs hold now (`Ack::Log`): a gauge.
+    pub log_bytes: u64,
+    /// Client bytes the router sent a lagging replica from an input log
+    /// (the client will not send them again: they were acknowledged).
+    pub log_resent_bytes: u64,
+    /// Client segments not (wholly) logged because a log was at its bound
+    /// (per connection or router-wide): their bytes wait for every replica.
+    pub log_full: u64,
     /// Drops by reason, indexed like [`DropReason::ALL`].
     #[serde(skip)]
     pub drops: [u64; DropReason::COUNT],

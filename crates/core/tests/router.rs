@@ -36,6 +36,7 @@ fn router_of(n: u8, stateless: bool) -> Router {
         replicas: (1..=n).map(replica).collect(),
         voting: Default::default(),
         stateless,
+        ack: ftnet_core::Ack::All,
     });
     Router::new(c, [9; 16])
 }
@@ -406,6 +407,7 @@ fn syn_flood_keeps_table_bounded() {
         replicas: vec![replica(1)],
         voting: Default::default(),
         stateless: false,
+        ack: ftnet_core::Ack::All,
     });
     c.limits.max_half_open = 100;
     c.limits.max_connections = 150;
@@ -788,6 +790,7 @@ fn closed_connections_give_way_when_the_table_is_full() {
         replicas: vec![replica(1)],
         voting: Default::default(),
         stateless: false,
+        ack: ftnet_core::Ack::All,
     });
     c.limits.max_connections = 1;
     c.limits.max_half_open = 1;
@@ -895,6 +898,7 @@ fn several_services_are_kept_apart() {
         replicas: vec![replica(1), replica(2)],
         voting: Default::default(),
         stateless: false,
+        ack: ftnet_core::Ack::All,
     });
     // Same replica hosts, another VIP and port.
     c.services.push(Service {
@@ -904,6 +908,7 @@ fn several_services_are_kept_apart() {
         replicas: vec![replica(2), replica(3)],
         voting: Default::default(),
         stateless: false,
+        ack: ftnet_core::Ack::All,
     });
     let mut r = Router::new(c, [5; 16]);
     let syn_a = Repr::new(CPORT, PORT, SeqNum(1), SeqNum(0), flags::SYN, 1000);
@@ -1227,6 +1232,7 @@ fn synack_waits_for_the_record_to_be_stored() {
         replicas: (1..=2).map(replica).collect(),
         voting: Default::default(),
         stateless: false,
+        ack: ftnet_core::Ack::All,
     });
     c.timeouts.record_commit = Some(std::time::Duration::from_millis(50));
     let mut r = Router::new(c, [9; 16]);
@@ -1970,6 +1976,7 @@ fn sequencer_router(n: u8) -> Router {
         replicas: (1..=n).map(replica).collect(),
         voting: Default::default(),
         stateless: false,
+        ack: ftnet_core::Ack::All,
     });
     Router::new(c, [9; 16])
 }
@@ -2807,6 +2814,7 @@ fn two_services(n: u8, services: [(&str, bool); 2]) -> Router {
             replicas: (1..=n).map(replica).collect(),
             voting: Default::default(),
             stateless,
+            ack: ftnet_core::Ack::All,
         });
     }
     Router::new(c, [9; 16])
@@ -2860,6 +2868,7 @@ fn a_replica_taken_out_has_its_stale_servers_restarted() {
         replicas: (1..=2).map(replica).collect(),
         voting: Default::default(),
         stateless: true,
+        ack: ftnet_core::Ack::All,
     });
     let mut r = Router::new(c, [9; 16]);
     assert_eq!(r.replica_failed(t(1), replica(2)), 1);
@@ -2926,6 +2935,7 @@ fn enable_needs_a_join_where_a_replica_missed_input() {
         replicas: (1..=3).map(replica).collect(),
         voting: Default::default(),
         stateless: false,
+        ack: ftnet_core::Ack::All,
     });
     let mut r = Router::new(c, [9; 16]);
     assert_eq!(r.replica_failed(t(1), replica(3)), 1);
@@ -3338,6 +3348,7 @@ fn a_service_added_at_run_time_takes_connections() {
         replicas,
         voting: Default::default(),
         stateless: false,
+        ack: ftnet_core::Ack::All,
     };
     let mut syn = Repr::new(CPORT, PORT + 1, SeqNum(CISN), SeqNum(0), flags::SYN, 64240);
     syn.mss = Some(1460);
@@ -3430,6 +3441,7 @@ fn a_service_removed_at_run_time_lets_its_connections_finish() {
         replicas: vec![replica(1), replica(2)],
         voting: Default::default(),
         stateless: false,
+        ack: ftnet_core::Ack::All,
     };
     assert!(matches!(
         r.add_service(t(7), again.clone()),
@@ -3595,6 +3607,7 @@ fn a_vote_between_a_fin_and_more_bytes_takes_the_fin_for_a_crash() {
             tie: ftnet_core::Tie::First,
         },
         stateless: false,
+        ack: ftnet_core::Ack::All,
     });
     let mut r = Router::new(c, [9; 16]);
     let (risn, isns) = handshake(&mut r, 2);
@@ -3661,4 +3674,278 @@ fn a_draining_router_takes_no_new_connection_and_serves_the_open_ones() {
     r.set_draining(false);
     r.handle_packet(t(3), seg(CLIENT, VIP, syn, b""));
     assert_eq!(drain(&mut r).len(), 2, "a SYN to each replica again");
+}
+
+/// `n` replicas of service "t" that acknowledge the client from the
+/// router's input log once `k` replicas have its bytes (`Ack::Log`), each
+/// connection's log holding at most `cap` bytes.
+fn router_log(n: u8, k: u8, cap: usize) -> Router {
+    let mut c = Config::default();
+    c.services.push(Service {
+        name: "t".into(),
+        vip: VIP,
+        ports: vec![PORT],
+        replicas: (1..=n).map(replica).collect(),
+        voting: Default::default(),
+        stateless: false,
+        ack: ftnet_core::Ack::Log { replicas: k },
+    });
+    c.limits.log_per_connection = cap;
+    Router::new(c, [9; 16])
+}
+
+/// A client segment at stream offset `off` (bytes after its SYN), with
+/// the client's ACK of the router's SYN.
+fn client_at(risn: u32, off: u32, fl: u8, payload: &[u8]) -> Packet {
+    let mut d = Repr::new(
+        CPORT,
+        PORT,
+        SeqNum(CISN).add(1 + off),
+        SeqNum(risn).add(1),
+        flags::ACK | fl,
+        502,
+    );
+    d.timestamps = Some((1002 + off, 0));
+    seg(CLIENT, VIP, d, payload)
+}
+
+/// The client bytes (and FIN) segments to replica `i` carried, by their
+/// stream offset.
+fn to_replica(out: &[Out], i: u8) -> Vec<(u32, Vec<u8>, bool)> {
+    out.iter()
+        .filter(|o| o.dst == replica(i) && o.r.flags & flags::RST == 0)
+        .filter(|o| !o.payload.is_empty() || o.r.flags & flags::FIN != 0)
+        .map(|o| {
+            (
+                o.r.seq.diff(SeqNum(CISN).add(1)) as u32,
+                o.payload.clone(),
+                o.r.flags & flags::FIN != 0,
+            )
+        })
+        .collect()
+}
+
+/// Run the router's timers until it sends replica `i` client bytes or a
+/// FIN, at most until `by`; what it sent then.
+fn until_sent(r: &mut Router, i: u8, by: Instant) -> Vec<Out> {
+    while let Some(due) = r.poll_timeout().filter(|d| *d <= by) {
+        r.handle_timeout(due);
+        let out = drain(r);
+        if !to_replica(&out, i).is_empty() {
+            return out;
+        }
+    }
+    Vec::new()
+}
+
+#[test]
+fn with_an_input_log_the_first_replica_acknowledges_and_the_router_repairs_a_replica_that_lost_a_segment(
+) {
+    let mut r = router_log(3, 1, 1 << 20);
+    let (risn, isns) = handshake(&mut r, 3);
+    r.handle_packet(t(10), client_at(risn, 0, flags::PSH, b"hello"));
+    assert_eq!(drain(&mut r).len(), 3, "to every replica");
+    assert_eq!(r.counters().log_bytes, 5, "the router keeps the bytes");
+    // Replica 1 has them: the client is acknowledged at once, although
+    // replicas 2 and 3 have not answered (with `ack = "all"` it would
+    // wait for the slowest).
+    r.handle_packet(t(11), ack_from(1, isns[0], SeqNum(CISN).add(6), 500));
+    let out = drain(&mut r);
+    assert!(
+        out.iter().any(|o| o.dst == CLIENT && o.r.ack == SeqNum(CISN).add(6)),
+        "the client is acknowledged when the log and one replica hold its bytes: {out:?}"
+    );
+    // Replica 2 has them too; replica 3 lost the segment and is silent.
+    r.handle_packet(t(12), ack_from(2, isns[1], SeqNum(CISN).add(6), 500));
+    drain(&mut r);
+    // Its liveness probe is due (a quarter of the detection time): it
+    // gets the lost bytes from the router, not a keep-alive.
+    let out = until_sent(&mut r, 3, t(40));
+    assert_eq!(
+        to_replica(&out, 3),
+        vec![(0, b"hello".to_vec(), false)],
+        "replica 3 gets the bytes it lacks: {out:?}"
+    );
+    assert!(to_replica(&out, 1).is_empty() && to_replica(&out, 2).is_empty());
+    r.handle_packet(t(41), ack_from(3, isns[2], SeqNum(CISN).add(6), 500));
+    drain(&mut r);
+    assert_eq!(r.counters().log_bytes, 0, "every replica has them: the log lets go");
+    assert_eq!(r.counters().log_resent_bytes, 5);
+    assert!(
+        !log_events(&mut r)
+            .iter()
+            .any(|e| matches!(e, Event::Evicted { .. })),
+        "nobody evicted"
+    );
+}
+
+#[test]
+fn with_an_input_log_a_duplicate_ack_draws_the_lost_segment_and_a_window_update_the_rest() {
+    let mut r = router_log(2, 1, 1 << 20);
+    let (risn, isns) = handshake(&mut r, 2);
+    r.handle_packet(t(10), client_at(risn, 0, flags::PSH, b"aaaa"));
+    r.handle_packet(t(10), client_at(risn, 4, flags::PSH, b"bbbb"));
+    drain(&mut r);
+    r.handle_packet(t(11), ack_from(1, isns[0], SeqNum(CISN).add(9), 500));
+    drain(&mut r);
+    // Replica 2 lost "aaaa": it repeats its ACK of the SYN.
+    r.handle_packet(t(12), ack_from(2, isns[1], SeqNum(CISN).add(1), 500));
+    let out = drain(&mut r);
+    assert_eq!(
+        to_replica(&out, 2),
+        vec![(0, b"aaaabbbb".to_vec(), false)],
+        "one segment at the hole, as much as it holds: {out:?}"
+    );
+    assert!(
+        out.iter()
+            .all(|o| o.dst != CLIENT || o.r.ack == SeqNum(CISN).add(9)),
+        "the client is not asked to repeat: {out:?}"
+    );
+    // It takes it, then closes its window at 4: nothing more fits.
+    r.handle_packet(t(13), ack_from(2, isns[1], SeqNum(CISN).add(5), 0));
+    let out = drain(&mut r);
+    assert!(to_replica(&out, 2).is_empty(), "{out:?}");
+    // The window opens with a duplicate ACK: the router has already sent
+    // "bbbb" once (it was beyond nothing then), so only the silence timer
+    // would repeat it; a fresh client byte beyond its window then is sent
+    // when the window opens.
+    r.handle_packet(t(14), client_at(risn, 8, flags::PSH, b"c"));
+    drain(&mut r);
+    r.handle_packet(t(15), ack_from(2, isns[1], SeqNum(CISN).add(9), 500));
+    let out = drain(&mut r);
+    assert_eq!(to_replica(&out, 2), vec![(8, b"c".to_vec(), false)], "{out:?}");
+}
+
+#[test]
+fn with_an_input_log_a_lagging_replica_holds_the_client_back_only_at_the_logs_bound() {
+    let mut r = router_log(2, 1, 1000);
+    let (risn, isns) = handshake(&mut r, 2);
+    // Replica 2's window is small (2 << 8 bytes): with `ack = "all"` the
+    // client could send no further.
+    r.handle_packet(t(5), ack_from(2, isns[1], SeqNum(CISN).add(1), 2));
+    drain(&mut r);
+    let data = vec![7u8; 1400];
+    r.handle_packet(t(10), client_at(risn, 0, flags::PSH, &data));
+    drain(&mut r);
+    assert_eq!(r.counters().log_bytes, 1000, "at most the bound");
+    assert_eq!(r.counters().log_full, 1);
+    r.handle_packet(t(11), ack_from(1, isns[0], SeqNum(CISN).add(1401), 500));
+    let out = drain(&mut r);
+    let to_client: Vec<&Out> = out.iter().filter(|o| o.dst == CLIENT).collect();
+    assert_eq!(to_client.len(), 1, "{out:?}");
+    let a = &to_client[0].r;
+    assert_eq!(
+        a.ack,
+        SeqNum(CISN).add(1001),
+        "acknowledged only as far as the log holds the bytes"
+    );
+    // The window: no further than the bound beyond the slowest replica
+    // (the group's scale is 8: replica 2 announced 7 + 1).
+    let edge = a.ack.add(u32::from(a.window) << 8);
+    assert!(
+        !edge.is_after(SeqNum(CISN).add(1001)),
+        "window edge {} beyond slowest + bound",
+        edge.diff(SeqNum(CISN).add(1))
+    );
+    // Replica 2 catches up: the whole stream is acknowledged.
+    r.handle_packet(t(12), ack_from(2, isns[1], SeqNum(CISN).add(1401), 500));
+    let out = drain(&mut r);
+    assert!(
+        out.iter().any(|o| o.dst == CLIENT && o.r.ack == SeqNum(CISN).add(1401)),
+        "{out:?}"
+    );
+    assert_eq!(r.counters().log_bytes, 0);
+}
+
+#[test]
+fn with_an_input_log_a_lagging_replica_gets_the_clients_fin_from_the_router() {
+    let mut r = router_log(2, 1, 1 << 20);
+    let (risn, isns) = handshake(&mut r, 2);
+    r.handle_packet(t(10), client_at(risn, 0, flags::PSH | flags::FIN, b"bye"));
+    drain(&mut r);
+    r.handle_packet(t(11), ack_from(1, isns[0], SeqNum(CISN).add(5), 500));
+    let out = drain(&mut r);
+    assert!(
+        out.iter().any(|o| o.dst == CLIENT && o.r.ack == SeqNum(CISN).add(5)),
+        "the FIN is acknowledged with one replica: {out:?}"
+    );
+    let out = until_sent(&mut r, 2, t(40));
+    assert_eq!(
+        to_replica(&out, 2),
+        vec![(0, b"bye".to_vec(), true)],
+        "the bytes and the FIN: {out:?}"
+    );
+}
+
+/// After a takeover, the input log died with the old router: on a
+/// connection of a service that acknowledges from the log, a replica
+/// behind another may lack bytes the client saw acknowledged, which
+/// nobody can send it again. It leaves that connection at once (loudly,
+/// `LogLost`) instead of stalling the order; the furthest stays, and a
+/// service that acknowledges what every replica has keeps both.
+#[test]
+fn after_a_takeover_a_replica_behind_what_the_log_acknowledged_leaves_the_connection() {
+    use ftnet_core::{ConnKey, ConnRecord, ReplicaSetup};
+    for log in [true, false] {
+        let mut r = if log { router_log(2, 1, 1 << 20) } else { router(2) };
+        let (risn, isns) = (7_000_000u32, [1_000_000u32, 2_000_000]);
+        let key = ConnKey {
+            client: CLIENT,
+            cport: CPORT,
+            vip: VIP,
+            vport: PORT,
+        };
+        let rec = ConnRecord {
+            key,
+            client_isn: CISN,
+            router_isn: risn,
+            wscale_out: 0,
+            ts_base: None,
+            client_mss: 1460,
+            mss_out: 1460,
+            replicas: (0..2u8)
+                .map(|i| ReplicaSetup {
+                    addr: replica(i + 1),
+                    isn: isns[usize::from(i)],
+                    wscale: 0,
+                })
+                .collect(),
+            accepted: true,
+            input_end: Some(86),
+        };
+        for i in 0..2u8 {
+            r.adopt(t(0), replica(i + 1), &rec);
+        }
+        drain(&mut r);
+        // r1 has 86 client bytes, r2 only 40.
+        for (i, got) in [(0usize, 86u32), (1, 40)] {
+            let a = Repr::new(
+                PORT,
+                CPORT,
+                SeqNum(isns[i]).add(1),
+                SeqNum(CISN).add(1 + got),
+                flags::ACK,
+                64,
+            );
+            r.handle_packet(t(1), seg(replica(i as u8 + 1), CLIENT, a, b""));
+        }
+        drain(&mut r);
+        assert_eq!(r.status().rebuilding, 0, "rebuilt");
+        let lost: Vec<Ipv4Addr> = log_events(&mut r)
+            .iter()
+            .filter_map(|e| match e {
+                Event::Evicted {
+                    replica,
+                    reason: EvictReason::LogLost,
+                    ..
+                } => Some(*replica),
+                _ => None,
+            })
+            .collect();
+        if log {
+            assert_eq!(lost, vec![replica(2)], "the one behind leaves");
+        } else {
+            assert!(lost.is_empty(), "the client repeats what r2 lacks");
+        }
+    }
 }

@@ -180,6 +180,8 @@ struct RawService {
     vote: Option<Spanned<String>>,
     vote_tie: Option<Spanned<String>>,
     stateless: Option<Spanned<bool>>,
+    ack: Option<Spanned<String>>,
+    ack_replicas: Option<Spanned<u8>>,
 }
 
 /// Read and validate `path`.
@@ -561,6 +563,25 @@ pub fn parse(file: &str, text: &str) -> Result<FileConfig, ConfigError> {
                 return Err(err(Some(span), format!("vote = {other:?} is not a voting mode — use \"off\" (first copy wins) or \"majority\" (bytes go out once most replicas sent the same)")));
             }
         };
+        let ack = match s.ack.as_ref().map(|a| (a.get_ref().as_str(), a.span())) {
+            None | Some(("all", _)) => {
+                if let Some(k) = &s.ack_replicas {
+                    return Err(err(Some(k.span()), format!("ack_replicas needs ack = \"log\" in service {name:?} — add it, or remove ack_replicas")));
+                }
+                ftnet_core::Ack::All
+            }
+            Some(("log", _)) => {
+                let k = s.ack_replicas.as_ref().map_or(1, |k| *k.get_ref());
+                if k == 0 || usize::from(k) > replicas.len() {
+                    let span = s.ack_replicas.as_ref().map(|k| k.span());
+                    return Err(err(span, format!("ack_replicas = {k} in service {name:?} — use 1 to {} (how many replicas must hold a byte, besides the router's log, before the client is acknowledged)", replicas.len())));
+                }
+                ftnet_core::Ack::Log { replicas: k }
+            }
+            Some((other, span)) => {
+                return Err(err(Some(span), format!("ack = {other:?} is not an ack strategy — use \"all\" (the client is acknowledged once every replica has its bytes) or \"log\" (once the router's log and ack_replicas replicas have them)")));
+            }
+        };
         services.push(Service {
             name,
             vip,
@@ -568,6 +589,7 @@ pub fn parse(file: &str, text: &str) -> Result<FileConfig, ConfigError> {
             replicas,
             voting,
             stateless: s.stateless.map(|b| *b.get_ref()).unwrap_or(false),
+            ack,
         });
     }
     // Checked after all services are known: a replica may be listed before
@@ -658,6 +680,8 @@ pub struct LabTuning {
     pub vote: Option<&'static str>,
     /// `stateless = true` for the service.
     pub stateless: bool,
+    /// `ack = "log"` for the service.
+    pub ack_log: bool,
 }
 
 /// Write a lab configuration (used by `ftnet lab up`).
@@ -697,9 +721,10 @@ pub fn render_lab(
         q(&ports.iter().map(|p| p.to_string()).collect::<Vec<_>>()),
         q(&replicas.iter().map(|r| format!("\"{r}\"")).collect::<Vec<_>>()),
         format!(
-            "{}{}",
+            "{}{}{}",
             tuning.vote.unwrap_or(""),
-            if tuning.stateless { "stateless = true\n" } else { "" }
+            if tuning.stateless { "stateless = true\n" } else { "" },
+            if tuning.ack_log { "ack = \"log\"\n" } else { "" }
         ),
     )
 }
@@ -786,11 +811,13 @@ replicas = ["198.18.11.2", "198.18.12.2", "198.18.13.2"]
                 fault_drop: Some((r[1], 7)),
                 vote: Some("vote = \"majority\"\n"),
                 stateless: true,
+                ack_log: true,
             },
             Path::new("/run/x.sock"),
         );
         let c = parse("lab.toml", &t).unwrap();
         assert!(c.core.services[0].stateless);
+        assert_eq!(c.core.services[0].ack, ftnet_core::Ack::Log { replicas: 1 });
         assert_eq!(c.threads, 1);
         assert_eq!(
             c.core.services[0].voting,
@@ -886,6 +913,40 @@ replicas = ["198.18.11.2", "198.18.12.2", "198.18.13.2"]
             &GOOD.replace(r#"["198.18.11.2", "198.18.12.2", "198.18.13.2"]"#, "[]"),
             19,
             "no replicas",
+        );
+    }
+
+    #[test]
+    fn ack_strategy() {
+        let base = r#"replicas = ["198.18.11.2", "198.18.12.2", "198.18.13.2"]"#;
+        let svc = |extra: &str| {
+            parse("t.toml", &GOOD.replace(base, &format!("{base}\n{extra}")))
+                .map(|c| c.core.services[0].ack)
+        };
+        assert_eq!(svc("").unwrap(), ftnet_core::Ack::All);
+        assert_eq!(svc("ack = \"all\"").unwrap(), ftnet_core::Ack::All);
+        assert_eq!(
+            svc("ack = \"log\"").unwrap(),
+            ftnet_core::Ack::Log { replicas: 1 }
+        );
+        assert_eq!(
+            svc("ack = \"log\"\nack_replicas = 2").unwrap(),
+            ftnet_core::Ack::Log { replicas: 2 }
+        );
+        bad(
+            &GOOD.replace(base, &format!("{base}\nack = \"fast\"")),
+            20,
+            "not an ack strategy",
+        );
+        bad(
+            &GOOD.replace(base, &format!("{base}\nack = \"log\"\nack_replicas = 4")),
+            21,
+            "use 1 to 3",
+        );
+        bad(
+            &GOOD.replace(base, &format!("{base}\nack_replicas = 2")),
+            20,
+            "needs ack = \"log\"",
         );
     }
 

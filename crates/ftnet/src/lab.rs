@@ -229,6 +229,11 @@ pub struct UpArgs {
     /// and serves again once it answers.
     #[arg(long)]
     pub stateless: bool,
+    /// When clients are acknowledged: `all` (once every replica has the bytes, the default) or
+    /// `log` (once the router's input log and one replica have them; the router repairs a
+    /// replica that lost a segment itself).
+    #[arg(long, value_name = "MODE", value_parser = ["all", "log"])]
+    pub ack: Option<String>,
     /// Two routers (namespaces router and router2) sharing the gateway addresses through
     /// keepalived's VRRP, joined to clients and replicas by bridges in namespace switch;
     /// implies --agents (a router that takes over rebuilds its table from their records).
@@ -340,6 +345,7 @@ pub fn run(cmd: LabCmd) -> anyhow::Result<i32> {
                 fault_drop: None,
                 spares: 0,
                 stateless: false,
+                ack: None,
                 vote: None,
                 ha: false,
             };
@@ -669,6 +675,7 @@ fn up(lab: &Lab, args: &UpArgs) -> anyhow::Result<()> {
             _ => None,
         },
         stateless: args.stateless,
+        ack_log: args.ack.as_deref() == Some("log"),
     };
     std::fs::write(
         &cfg_path,

@@ -195,6 +195,16 @@ pub fn render(doc: &Value) -> String {
     );
     if let Some(c) = st["counters"].as_object() {
         for (k, v) in c {
+            if k == "log_bytes" {
+                // A level, not a count.
+                gauge(
+                    &mut r,
+                    "ftnet_log_bytes",
+                    "Client bytes the input logs hold (ack = \"log\")",
+                    v.as_i64().unwrap_or(0),
+                );
+                continue;
+            }
             if let Some(n) = v.as_u64() {
                 counter(
                     &mut r,

@@ -1572,6 +1572,7 @@ mod tests {
                 replicas: vec![r1, r2],
                 voting: Default::default(),
                 stateless: false,
+                ack: ftnet_core::Ack::All,
             });
         }
         let mut r = Router::new(core, [7; 16]);

@@ -237,7 +237,14 @@ pub fn render(v: &Value) -> String {
         }
     }
     // Output commit and probes, once they happened.
-    for k in ["synacks_committed", "synacks_uncommitted", "probes_passed"] {
+    for k in [
+        "synacks_committed",
+        "synacks_uncommitted",
+        "probes_passed",
+        "log_bytes",
+        "log_resent_bytes",
+        "log_full",
+    ] {
         if u(&c[k]) > 0 {
             let _ = writeln!(o, "  {k:<20} {}", u(&c[k]));
         }

@@ -589,6 +589,7 @@ impl Sim {
                             .collect(),
                         voting: p.voting,
                         stateless: false,
+                        ack: p.ack,
                     }],
                     timeouts: Timeouts {
                         failure_detection: Duration::from_millis(p.failure_detection_ms),

@@ -2,7 +2,7 @@
 //! settings, workload and crash plan. Everything is data so that a failing
 //! run can be printed and reproduced from its seed alone.
 
-use ftnet_core::{Tie, Voting};
+use ftnet_core::{Ack, Tie, Voting};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
@@ -411,6 +411,9 @@ pub struct Params {
     pub refused_conns: usize,
     /// The service's output voting.
     pub voting: Voting,
+    /// When the client is acknowledged (`Ack::Log`: from the router's
+    /// input log, which repairs a replica that lost a segment itself).
+    pub ack: Ack,
     /// With voting: this replica (the last one) is divergent, see
     /// `HostParams::corrupt_echo_at`.
     pub divergent: Option<usize>,
@@ -458,6 +461,7 @@ impl Params {
             fuzz_packets: 0,
             refused_conns: 0,
             voting: Voting::Off,
+            ack: Ack::All,
             divergent: None,
             takeover: None,
             desync: None,
@@ -654,6 +658,7 @@ impl Params {
             fuzz_packets: 0,
             refused_conns: 0,
             voting,
+            ack: Ack::All,
             divergent,
             takeover,
             desync: None,
@@ -661,6 +666,20 @@ impl Params {
             sequencer: true,
             join: None,
         };
+        {
+            // From a stream of its own: the other parameters of a seed stay
+            // what they were before the input log existed.
+            let mut a = SmallRng::seed_from_u64(seed ^ 0x6163_6b2d_6c6f_6721);
+            // Not with a takeover: the log dies with the router, and a
+            // replica behind what the client was acknowledged leaves the
+            // connection (`EvictReason::LogLost`, a core test).
+            if a.gen_bool(0.4) && p.takeover.is_none() {
+                let k = a.gen_range(1..=replicas);
+                p.ack = Ack::Log {
+                    replicas: u8::try_from(k).unwrap_or(1),
+                };
+            }
+        }
         p.membership = Params::random_membership(seed, &mut p);
         if let Some(m) = &p.membership {
             p.sequencer = !Membership::drains_or_adds(&m.changes);
@@ -902,7 +921,7 @@ impl Params {
             )
         };
         format!(
-            "{:?} N={} conns={}x{}B write<={} close={:?} crash={:?} net=[delay {}..{}us loss {:.3} dup {:.3} reorder {:.3}/{}us] fd={}ms client=[{}] replicas=[{}] inject={:?} fuzz={} refused={} voting={:?} divergent={:?} takeover={:?} desync={:?} membership={} sequencer={} join={}",
+            "{:?} N={} conns={}x{}B write<={} close={:?} crash={:?} net=[delay {}..{}us loss {:.3} dup {:.3} reorder {:.3}/{}us] fd={}ms client=[{}] replicas=[{}] inject={:?} fuzz={} refused={} voting={:?} ack={:?} divergent={:?} takeover={:?} desync={:?} membership={} sequencer={} join={}",
             self.mode,
             self.replicas,
             self.conns,
@@ -923,6 +942,7 @@ impl Params {
             self.fuzz_packets,
             self.refused_conns,
             self.voting,
+            self.ack,
             self.replica
                 .iter()
                 .enumerate()

@@ -228,6 +228,10 @@ impl Conn {
             }
             return;
         }
+        if self.log_resend(ctx, i) {
+            // It lacks logged bytes: they go again, and it answers them.
+            return;
+        }
         self.keepalive(ctx, i);
     }
 

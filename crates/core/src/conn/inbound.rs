@@ -133,6 +133,9 @@ impl Conn {
         self.client_win = seg.window;
         let end = seg.seq.add(seg.payload_len + seg.has(flags::FIN) as u32);
         let data_end = seg.seq.add(seg.payload_len);
+        if seg.payload_len > 0 && self.log.is_some() {
+            self.log_client(ctx, seg.seq, seg.at.payload(&pkt));
+        }
         if ctx.sequencer
             && seg.payload_len > 0
             && !seg.seq.is_after(self.input_hi)
@@ -148,8 +151,10 @@ impl Conn {
             // beyond a hole gets no number; its bytes do once the hole is
             // filled, from the segment that fills it or from a replica's
             // acknowledgment, `number_acked`.)
+            // (With an input log, also what the log holds: the router
+            // sends it to a replica whose window takes it later.)
             let end = match self.min_edge() {
-                Some(e) => data_end.min(e),
+                Some(e) => data_end.min(self.log_reach(e)),
                 None => data_end,
             };
             self.number_to(ctx, end);
@@ -354,6 +359,9 @@ impl Conn {
             }
             ctx.tx.push_back(p);
             ctx.counters.packets_out += 1;
+            if !rst {
+                self.log_forwarded(i, seg.seq, seg.payload_len, seg.has(flags::FIN));
+            }
         }
     }
 }

@@ -263,6 +263,7 @@ impl Conn {
         self.legs[i].hi = self.sent_hi;
         self.legs[i].ack = self.client_hi;
         self.legs[i].edge = self.client_hi;
+        self.legs[i].log_nxt = self.client_hi;
         self.send_join_syn(ctx, i);
         if !self.order_to.contains(&addr) {
             self.order_to.push(addr);

@@ -84,6 +84,13 @@ pub(super) struct Leg {
     /// segment lost on the way). A join waits until every replica answered
     /// a probe at `hi` exactly ([`Conn::join_quiet`]).
     pub(super) nxt_seen: Option<(SeqNum, Instant)>,
+    /// With an input log: the end (client stream, a FIN counted) of what
+    /// the router sent this replica that its window could take, by the
+    /// client's segments or from the log (the router's SND.NXT towards it).
+    pub(super) log_nxt: SeqNum,
+    /// With an input log: the ACK number at which this replica's
+    /// duplicate ACK last drew a retransmission from the log.
+    pub(super) log_dup_at: Option<SeqNum>,
 }
 
 impl Leg {
@@ -148,6 +155,8 @@ impl Conn {
             challenge_at: None,
             joined_at: None,
             out_start: None,
+            log_nxt: self.client_isn.add(1),
+            log_dup_at: None,
         });
         let start = self.router_isn.add(1);
         if let Some(v) = &mut self.vote {

@@ -18,6 +18,7 @@ mod inbound;
 mod join;
 mod leg;
 mod lifecycle;
+mod log;
 mod outbound;
 mod recovery;
 mod timer;
@@ -94,6 +95,9 @@ pub struct Ctx<'a> {
     pub sequencer: bool,
     /// The router-wide challenge-ACK budget (RFC 5961 §7).
     pub challenges: &'a mut ChallengeBudget,
+    /// Client bytes every input log together may hold
+    /// (`Limits::log_total`; `Counters::log_bytes` is what they hold).
+    pub log_total: usize,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -219,6 +223,12 @@ pub struct Conn {
     /// The service's input is paused (a replica joins): the client is told
     /// a zero window.
     paused: bool,
+    /// The input log (`Ack::Log`, `log.rs`); `None`: the client is
+    /// acknowledged for what every replica has.
+    log: Option<Box<log::InLog>>,
+    /// Adopted, of a service that acknowledges from the log: once rebuilt,
+    /// a replica behind the others leaves (`Conn::evict_log_lost`).
+    log_lost: bool,
 }
 
 /// Largest distance two related sequence numbers may have; beyond it a
@@ -278,6 +288,8 @@ impl Conn {
             releasing: false,
             join_refusal: None,
             paused: false,
+            log: None,
+            log_lost: false,
             check: None,
             vote: match voting {
                 Voting::Off => None,
@@ -323,21 +335,21 @@ impl Conn {
     /// Group ACK towards the client: the minimum over live replicas that
     /// answered (COSCANet-FT §III-C: the client is acknowledged only for
     /// what every replica acknowledged).
+    /// With an input log (`Ack::Log`), also what the log and enough
+    /// replicas hold (`log.rs`).
     fn group_ack(&self) -> Option<SeqNum> {
-        self.legs
-            .iter()
-            .filter(|l| l.open())
-            .map(|l| l.ack)
-            .reduce(|a, b| a.min(b))
+        self.all_ack().map(|a| self.log_ack(a))
     }
 
-    /// Group window right edge: the minimum (§III-D).
+    /// Group window right edge: the minimum (§III-D); with an input log,
+    /// what enough replicas take within the log's bound.
     fn group_edge(&self) -> Option<SeqNum> {
         self.legs
             .iter()
             .filter(|l| l.open())
             .map(|l| l.edge)
             .reduce(|a, b| a.min(b))
+            .map(|e| self.log_edge(e))
     }
 
     /// The window field for the client given the group edge and ack.
@@ -505,6 +517,7 @@ pub(super) mod fixture {
                 down: &mut self.down,
                 sequencer: true,
                 challenges: &mut self.challenges,
+                log_total: usize::MAX,
             }
         }
     }

@@ -170,6 +170,14 @@ impl Conn {
                 // (see `cover_acked`).
                 self.number_acked(ctx, a);
             }
+            if self.log.is_some() {
+                if progressed {
+                    self.log_trim(ctx);
+                }
+                // It lacks logged bytes its window now takes, or one was
+                // lost on the way (`log.rs`).
+                self.log_serve(ctx, i, dup);
+            }
             if dup && seg.payload_len == 0 {
                 self.replica_pure_ack(ctx, i, pkt, seg, true);
                 return;

@@ -268,6 +268,7 @@ impl Conn {
             return false;
         }
         self.adoption = Some(Adoption::Rebuilt { at: ctx.now });
+        self.evict_log_lost(ctx);
         if !self.client_seen {
             // The client got at least what the slowest replica sent.
             let lo = self

@@ -38,6 +38,10 @@ impl Router {
                 }
                 let mut c = Conn::adopted(key, svc, now, from, rec);
                 c.set_check(self.check_mode(svc));
+                c.set_ack(
+                    self.config.services[svc.0].ack,
+                    self.config.limits.log_per_connection,
+                );
                 self.conns.insert(key, c);
                 true
             }

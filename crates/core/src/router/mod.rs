@@ -278,6 +278,7 @@ impl Router {
             down: &mut self.down,
             sequencer: self.config.sequencer,
             challenges: &mut self.challenges,
+            log_total: self.config.limits.log_total,
         };
         Some(f(c, &mut ctx))
     }
@@ -416,6 +417,10 @@ impl Router {
         let voting = self.config.services[svc.0].voting;
         let mut c = Conn::new(key, svc, now, seg, isn, ts_base, voting);
         c.set_check(self.check_mode(svc));
+        c.set_ack(
+            self.config.services[svc.0].ack,
+            self.config.limits.log_per_connection,
+        );
         let addrs = &self.config.services[svc.0].replicas;
         for r in live {
             c.add_leg(r, addrs[r.0], now);
@@ -578,6 +583,10 @@ impl Router {
 
     fn remove(&mut self, key: ConnKey) {
         if let Some(mut c) = self.conns.remove(&key) {
+            self.counters.log_bytes = self
+                .counters
+                .log_bytes
+                .saturating_sub(c.log_held() as u64);
             let gone = c.removed(&mut self.out);
             if gone.rebuilding {
                 self.rebuild_dropped += 1;
@@ -794,6 +803,7 @@ mod tests {
             replicas: (1..=n).map(|i| Ipv4Addr::new(10, 0, 1, i)).collect(),
             voting: Default::default(),
             stateless: false,
+            ack: crate::config::Ack::All,
         });
         Router::new(c, [7; 16])
     }

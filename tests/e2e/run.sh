@@ -102,7 +102,7 @@ for sc in "${scenarios[@]}"; do
 done
 [[ -z $only || hygiene/n2-none =~ $only ]] && tests+=(hygiene/n2-none)
 [[ -z $only || agents/n3-cut =~ $only ]] && tests+=(agents/n3-cut)
-for id in operator/n2-none drain/n2-none spoof/n3-none impostor/n3-none redis-order/n3-none redis-order/n3-kill redis-desync/n3-none redis-load/n3-none redis-orderlost/n3-kill asyncio-poll/n3-none asyncio-select/n3-kill asyncio-epoll/n3-kill \
+for id in operator/n2-none drain/n2-none ack-log/n3-none spoof/n3-none impostor/n3-none redis-order/n3-none redis-order/n3-kill redis-desync/n3-none redis-load/n3-none redis-orderlost/n3-kill asyncio-poll/n3-none asyncio-select/n3-kill asyncio-epoll/n3-kill \
 	shim-echo/n3-kill shim-nginx-get/n3-kill shim-nginx-put/n3-cut \
 	vote/n3-none vote/n3-kill vote-echo/n3-cut vote-nginx-get/n3-kill \
 	takeover-stall/n3-kill takeover-get/n3-kill takeover-put/n3-kill takeover-synack/n3-kill \

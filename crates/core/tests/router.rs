@@ -3752,7 +3752,8 @@ fn with_an_input_log_the_first_replica_acknowledges_and_the_router_repairs_a_rep
     r.handle_packet(t(11), ack_from(1, isns[0], SeqNum(CISN).add(6), 500));
     let out = drain(&mut r);
     assert!(
-        out.iter().any(|o| o.dst == CLIENT && o.r.ack == SeqNum(CISN).add(6)),
+        out.iter()
+            .any(|o| o.dst == CLIENT && o.r.ack == SeqNum(CISN).add(6)),
         "the client is acknowledged when the log and one replica hold its bytes: {out:?}"
     );
     // Replica 2 has them too; replica 3 lost the segment and is silent.
@@ -3769,7 +3770,11 @@ fn with_an_input_log_the_first_replica_acknowledges_and_the_router_repairs_a_rep
     assert!(to_replica(&out, 1).is_empty() && to_replica(&out, 2).is_empty());
     r.handle_packet(t(41), ack_from(3, isns[2], SeqNum(CISN).add(6), 500));
     drain(&mut r);
-    assert_eq!(r.counters().log_bytes, 0, "every replica has them: the log lets go");
+    assert_eq!(
+        r.counters().log_bytes,
+        0,
+        "every replica has them: the log lets go"
+    );
     assert_eq!(r.counters().log_resent_bytes, 5);
     assert!(
         !log_events(&mut r)
@@ -3813,7 +3818,11 @@ fn with_an_input_log_a_duplicate_ack_draws_the_lost_segment_and_a_window_update_
     drain(&mut r);
     r.handle_packet(t(15), ack_from(2, isns[1], SeqNum(CISN).add(9), 500));
     let out = drain(&mut r);
-    assert_eq!(to_replica(&out, 2), vec![(8, b"c".to_vec(), false)], "{out:?}");
+    assert_eq!(
+        to_replica(&out, 2),
+        vec![(8, b"c".to_vec(), false)],
+        "{out:?}"
+    );
 }
 
 #[test]
@@ -3851,7 +3860,8 @@ fn with_an_input_log_a_lagging_replica_holds_the_client_back_only_at_the_logs_bo
     r.handle_packet(t(12), ack_from(2, isns[1], SeqNum(CISN).add(1401), 500));
     let out = drain(&mut r);
     assert!(
-        out.iter().any(|o| o.dst == CLIENT && o.r.ack == SeqNum(CISN).add(1401)),
+        out.iter()
+            .any(|o| o.dst == CLIENT && o.r.ack == SeqNum(CISN).add(1401)),
         "{out:?}"
     );
     assert_eq!(r.counters().log_bytes, 0);
@@ -3866,7 +3876,8 @@ fn with_an_input_log_a_lagging_replica_gets_the_clients_fin_from_the_router() {
     r.handle_packet(t(11), ack_from(1, isns[0], SeqNum(CISN).add(5), 500));
     let out = drain(&mut r);
     assert!(
-        out.iter().any(|o| o.dst == CLIENT && o.r.ack == SeqNum(CISN).add(5)),
+        out.iter()
+            .any(|o| o.dst == CLIENT && o.r.ack == SeqNum(CISN).add(5)),
         "the FIN is acknowledged with one replica: {out:?}"
     );
     let out = until_sent(&mut r, 2, t(40));
@@ -3887,7 +3898,11 @@ fn with_an_input_log_a_lagging_replica_gets_the_clients_fin_from_the_router() {
 fn after_a_takeover_a_replica_behind_what_the_log_acknowledged_leaves_the_connection() {
     use ftnet_core::{ConnKey, ConnRecord, ReplicaSetup};
     for log in [true, false] {
-        let mut r = if log { router_log(2, 1, 1 << 20) } else { router(2) };
+        let mut r = if log {
+            router_log(2, 1, 1 << 20)
+        } else {
+            router(2)
+        };
         let (risn, isns) = (7_000_000u32, [1_000_000u32, 2_000_000]);
         let key = ConnKey {
             client: CLIENT,

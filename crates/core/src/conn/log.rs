@@ -90,7 +90,12 @@ impl Conn {
         };
         for i in 0..self.legs.len() {
             if self.legs[i].open() && self.legs[i].ack.is_before(top) {
-                self.evict(ctx, crate::ids::LegId(i), crate::event::EvictReason::LogLost, false);
+                self.evict(
+                    ctx,
+                    crate::ids::LegId(i),
+                    crate::event::EvictReason::LogLost,
+                    false,
+                );
             }
         }
     }
@@ -197,7 +202,8 @@ impl Conn {
             return;
         }
         let skip = usize::try_from(end.diff(seq)).unwrap_or(0);
-        let budget = ctx.log_total.saturating_sub(ctx.counters.log_bytes as usize);
+        let held = usize::try_from(ctx.counters.log_bytes).unwrap_or(usize::MAX);
+        let budget = ctx.log_total.saturating_sub(held);
         let room = log.cap.saturating_sub(log.bytes.len()).min(budget);
         let take = (data.len() - skip).min(room);
         if take < data.len() - skip {
@@ -305,12 +311,10 @@ impl Conn {
                 break;
             }
             let off = usize::try_from(at.diff(log.base)).unwrap_or(0);
-            let payload: Vec<u8> = log
-                .bytes
-                .range(off..off + len as usize)
-                .copied()
-                .collect();
-            let fl = flags::ACK | if len > 0 { flags::PSH } else { 0 } | if fin { flags::FIN } else { 0 };
+            let payload: Vec<u8> = log.bytes.range(off..off + len as usize).copied().collect();
+            let fl = flags::ACK
+                | if len > 0 { flags::PSH } else { 0 }
+                | if fin { flags::FIN } else { 0 };
             let mut r = Repr::new(self.key.cport, self.key.vport, at, ack, fl, self.client_win);
             if self.ts_on {
                 r.timestamps = Some((self.client_tsval, tsecr));

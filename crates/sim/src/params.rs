@@ -679,6 +679,10 @@ impl Params {
                     replicas: u8::try_from(k).unwrap_or(1),
                 };
             }
+            // To tell whether a seed's failure depends on it.
+            if std::env::var("FTNET_SIM_ACK").as_deref() == Ok("all") {
+                p.ack = Ack::All;
+            }
         }
         p.membership = Params::random_membership(seed, &mut p);
         if let Some(m) = &p.membership {

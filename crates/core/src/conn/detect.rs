@@ -147,9 +147,20 @@ impl Conn {
     /// While a suspect leg is silent it is probed every quarter of the
     /// detection time, so that a replica that is merely waiting for a lost
     /// segment answers and is not mistaken for a dead one.
+    ///
+    /// A replica that lacks bytes of the input log is sent them again
+    /// (`log_resend`) once it has made no progress for `LOG_RTO` (at most
+    /// that quarter), heard from or not: its duplicate ACKs are no answer.
     pub(super) fn probe_deadline(&self, i: usize, t: &Timeouts) -> Instant {
         let l = &self.legs[i];
         let since = l.behind_since.unwrap_or(l.seen_at);
+        if self.log_lacks(i) {
+            let last = l
+                .progress_at
+                .max(since)
+                .max(l.probe_at.unwrap_or(Instant::ZERO));
+            return last + super::log::LOG_RTO.min(t.failure_detection / 4);
+        }
         let last = l
             .seen_at
             .max(since)

@@ -34,6 +34,11 @@ use std::collections::VecDeque;
 /// the rest.
 const BURST: usize = 32;
 
+/// A replica that lacks logged bytes and made no progress for this long is
+/// sent them again from what it acknowledged (at most a quarter of the
+/// failure-detection time).
+pub(super) const LOG_RTO: core::time::Duration = core::time::Duration::from_millis(20);
+
 /// A connection's input log.
 #[derive(Debug)]
 pub(super) struct InLog {
@@ -109,13 +114,27 @@ impl Conn {
     /// The `k`-th largest of `f` over the open legs (the smallest, if
     /// fewer are open).
     pub(super) fn kth_open(&self, k: usize, f: impl Fn(&super::Leg) -> SeqNum) -> Option<SeqNum> {
-        let mut v: Vec<SeqNum> = self.legs.iter().filter(|l| l.open()).map(f).collect();
-        if v.is_empty() {
-            return None;
+        // Called for every segment the client is sent: no allocation for
+        // the usual group sizes.
+        const SMALL: usize = 16;
+        let mut small = [SeqNum(0); SMALL];
+        let mut n = 0;
+        let mut big = Vec::new();
+        for l in self.legs.iter().filter(|l| l.open()) {
+            if n < SMALL {
+                small[n] = f(l);
+            } else {
+                if big.is_empty() {
+                    big.extend_from_slice(&small);
+                }
+                big.push(f(l));
+            }
+            n += 1;
         }
+        let v: &mut [SeqNum] = if n > SMALL { &mut big } else { &mut small[..n] };
+        let r = *v.first()?;
         // Ordered by distance from one of them (they lie within 2^30).
-        let r = v[0];
-        v.sort_by_key(|x| core::cmp::Reverse(x.diff(r)));
+        v.sort_unstable_by_key(|x| core::cmp::Reverse(x.diff(r)));
         Some(v[k.clamp(1, v.len()) - 1])
     }
 
@@ -259,6 +278,11 @@ impl Conn {
         self.legs[i].log_nxt = ack;
         self.log_send(ctx, i, ack, end, BURST);
         true
+    }
+
+    /// Open leg `i` lacks bytes the log holds.
+    pub(super) fn log_lacks(&self, i: usize) -> bool {
+        self.log_want(i).is_some()
     }
 
     /// The end (a FIN counted) of what the log can give open leg `i`

@@ -4056,3 +4056,86 @@ fn a_replica_whose_fin_was_lost_before_it_crashed_does_not_hold_the_clients_fin(
         Event::Evicted { replica: a, reason: EvictReason::Stalled, .. } if *a == replica(1)
     )));
 }
+
+/// The client resets while a replica lacks bytes the others took (AR-TCP's
+/// safe delivery, for the client's last words): with an input log that
+/// replica gets them first, then the abort; a replica with every byte is
+/// reset at once. Without it the lagging replica's shim would count the
+/// reset connection's chunks complete with less input than the others had.
+#[test]
+fn with_an_input_log_a_client_reset_reaches_a_lagging_replica_after_its_bytes() {
+    let mut r = router_log(2, 1, 1 << 20);
+    let (risn, isns) = handshake(&mut r, 2);
+    r.handle_packet(t(10), client_at(risn, 0, flags::PSH, b"SET k v"));
+    drain(&mut r);
+    r.handle_packet(t(11), ack_from(1, isns[0], SeqNum(CISN).add(8), 500));
+    drain(&mut r);
+    // Replica 2 lost the segment. The client resets at its SND.NXT.
+    let rst = Repr::new(CPORT, PORT, SeqNum(CISN).add(8), SeqNum(0), flags::RST, 0);
+    r.handle_packet(t(12), seg(CLIENT, VIP, rst, b""));
+    let out = drain(&mut r);
+    let rst_to = |out: &[Out], i: u8| {
+        out.iter()
+            .any(|o| o.dst == replica(i) && o.r.flags & flags::RST != 0)
+    };
+    assert!(
+        rst_to(&out, 1),
+        "replica 1 has every byte: reset at once: {out:?}"
+    );
+    assert_eq!(
+        to_replica(&out, 2),
+        vec![(0, b"SET k v".to_vec(), false)],
+        "replica 2 gets the bytes it lacks first: {out:?}"
+    );
+    assert!(!rst_to(&out, 2), "and not the abort yet");
+    assert_eq!(r.connections(), 1, "the connection stays for it");
+    // A late segment from the client changes nothing.
+    r.handle_packet(t(13), client_at(risn, 7, flags::PSH, b"more"));
+    assert!(to_replica(&drain(&mut r), 2).is_empty());
+    r.handle_packet(t(14), ack_from(2, isns[1], SeqNum(CISN).add(8), 500));
+    let out = drain(&mut r);
+    assert!(
+        rst_to(&out, 2),
+        "replica 2 has them: now the abort: {out:?}"
+    );
+    let rst2 = out
+        .iter()
+        .find(|o| o.dst == replica(2) && o.r.flags & flags::RST != 0)
+        .expect("a RST");
+    assert_eq!(rst2.r.seq, SeqNum(CISN).add(8), "at its RCV.NXT exactly");
+    assert!(
+        out.iter().all(|o| o.dst != CLIENT),
+        "nothing for the client"
+    );
+    assert_eq!(r.connections(), 0);
+    assert!(!log_events(&mut r)
+        .iter()
+        .any(|e| matches!(e, Event::Evicted { .. })));
+}
+
+/// A replica that never takes the bytes the client's reset waits for is
+/// evicted as stalled (loudly), and the connection is gone: the wait is
+/// bounded.
+#[test]
+fn with_an_input_log_a_reset_waits_for_a_silent_replica_no_longer_than_failure_detection() {
+    let mut r = router_log(2, 1, 1 << 20);
+    let (risn, isns) = handshake(&mut r, 2);
+    r.handle_packet(t(10), client_at(risn, 0, flags::PSH, b"SET k v"));
+    r.handle_packet(t(11), ack_from(1, isns[0], SeqNum(CISN).add(8), 500));
+    let rst = Repr::new(CPORT, PORT, SeqNum(CISN).add(8), SeqNum(0), flags::RST, 0);
+    r.handle_packet(t(12), seg(CLIENT, VIP, rst, b""));
+    drain(&mut r);
+    while let Some(due) = r.poll_timeout().filter(|d| *d <= t(5000)) {
+        r.handle_timeout(due);
+        drain(&mut r);
+        if r.connections() == 0 {
+            break;
+        }
+    }
+    assert_eq!(r.connections(), 0, "gone");
+    assert!(log_events(&mut r).iter().any(|e| matches!(
+        e,
+        Event::Evicted { replica: a, reason: EvictReason::Stalled, .. } if *a == replica(2)
+    )));
+    assert_eq!(r.counters().log_bytes, 0, "the log is given back");
+}

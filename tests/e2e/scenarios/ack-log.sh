@@ -8,9 +8,12 @@
 # later connection B asks GET flag (acklag.py says more).
 # With ack = "log": 0 errors, at most 1 % of rounds reordered, round trip p99 below 50 ms, replica 3
 # repaired by the router (bytes sent from the log > 0), nobody evicted, the three digests equal.
-# The control, the same run with ack = "all": the lossy replica holds every client's ACK (the
-# client repairs it after its retransmission timeout), so rounds are reordered. Both sets of
-# figures are printed.
+# Then resetload.py: RESETS clients each SET a key, read the reply and reset the connection (a RST,
+# SO_LINGER 0); replica 3 lost some of those SETs, and the client will not send them again: the
+# router sends them from the log before the abort reaches replica 3; the digests stay equal.
+# The control, the same runs with ack = "all": the lossy replica holds every client's ACK (the
+# client repairs it after its retransmission timeout), so rounds are reordered, and replica 3 never
+# gets the SETs it lost before a reset (its digest is printed). Both sets of figures are printed.
 set -euo pipefail
 # shellcheck source=tests/e2e/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
@@ -19,9 +22,17 @@ e2e_init ack-log "$@"
 
 REDIS_PORT=6379
 ROUNDS=$(quick 200 300)
+RESETS=$(quick 50 100)
 DROP=5
 counter() { lab status --name "$LAB" --json | python3 -c "import json,sys; print(json.load(sys.stdin)['status']['counters'][sys.argv[1]])" "$1"; }
 field() { python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(eval(sys.argv[2], {}, d))" "$@"; }
+run_reset() { # run_reset OUT
+	local rc=0
+	timeout 120 "$FTNET" lab exec --name "$LAB" client -- \
+		python3 "$E2E_DIR/resetload.py" --host "$VIP" --port "$REDIS_PORT" --rounds "$RESETS" --seconds 60 >"$1" 2>"$1.err" || rc=$?
+	say "$(basename "$1"): $(cat "$1") (exit $rc)"
+	return "$rc"
+}
 run_load() { # run_load OUT
 	local rc=0
 	timeout 120 "$FTNET" lab exec --name "$LAB" client -- \
@@ -42,6 +53,11 @@ check "ack=log: round trip p99 below 50 ms ($p99 ms)" python3 -c "import sys; sy
 resent=$(counter log_resent_bytes)
 say "ack=log: bytes the router sent replica $N from the log: $resent; held now: $(counter log_bytes)"
 check "ack=log: the router repaired the lossy replica from its log" test "$resent" -gt 0
+# Clients that reset right after their reply: replica N lost some of their SETs, which the client
+# will not send again; the router sends them from the log before the abort.
+rc=0
+run_reset "$T/reset-log.json" || rc=$?
+check_eq "ack=log: the resetting clients ran without error" 0 "$rc"
 log=/run/ftnet/lab/$LAB/router.log
 check "ack=log: nobody evicted" bash -c "! grep -q 'evicted' '$log'"
 settle $(seq 1 "$N")
@@ -53,6 +69,12 @@ lab_up --port "$REDIS_PORT" --shim --fault-drop "$N:$DROP" --failure-ms 3000
 rc=0
 run_load "$T/all.json" || rc=$?
 check_eq "ack=all: the load ran without error" 0 "$rc"
+rc=0
+run_reset "$T/reset-all.json" || rc=$?
+settle $(seq 1 "$N")
+ds=()
+for ((r = 1; r <= N; r++)); do ds+=("$(digest_of "$r")"); done
+say "ack=all (control): after the resetting clients the digests are ${ds[*]} (replica $N lost SETs the client never sent again: without the log nothing repairs it)"
 reord_all=$(field "$T/all.json" reordered)
 say "figures: ack=log reordered $reord of $ROUNDS, p99 $p99 ms | ack=all reordered $reord_all, p99 $(field "$T/all.json" "rtt_ms['p99']") ms"
 check "ack=all (control): the lossy replica holds the clients back, rounds are reordered ($reord_all)" test "$reord_all" -gt $((ROUNDS / 100))

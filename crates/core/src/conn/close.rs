@@ -139,6 +139,12 @@ impl Conn {
         if self.phase == Phase::Dead || self.is_closed() {
             return;
         }
+        if self.resetting {
+            // The client is gone: nothing for it; a replica evicted or
+            // caught up meanwhile may end the connection.
+            self.reset_caught_up(ctx);
+            return;
+        }
         if self.phase == Phase::Handshake && !self.legs.iter().any(|l| l.state == LegState::SynSent)
         {
             let open = self.legs.iter().any(|l| l.open());

@@ -49,6 +49,12 @@ impl Conn {
 
     /// A segment from the client on an existing connection.
     pub(crate) fn client_segment(&mut self, ctx: &mut Ctx, pkt: Packet, seg: &Seg) {
+        if self.resetting {
+            // The client reset the connection; the replicas still taking
+            // the log's bytes are finished without it.
+            ctx.counters.drop(DropReason::BadState);
+            return;
+        }
         if seg.has(flags::RST) {
             self.client_rst(ctx, pkt, seg);
             return;
@@ -209,6 +215,10 @@ impl Conn {
                 // No replica's SYN-ACK was passed on: reset each at the
                 // client's ISN + 1.
                 self.abort_legs(ctx);
+            } else if self.log_reset(ctx) {
+                // With an input log, a replica that lacks bytes the
+                // others have gets them first, then the abort (`log.rs`).
+                return;
             } else {
                 // A client abort reaches every replica (§III-C).
                 self.fan_out(ctx, pkt, seg);

@@ -135,6 +135,9 @@ impl Conn {
             why,
             forever: false,
         };
+        if self.resetting {
+            return Quiet::Skip;
+        }
         match self.phase {
             Phase::Closed { .. } | Phase::Dead => return Quiet::Skip,
             Phase::Established => {}

@@ -280,6 +280,79 @@ impl Conn {
         true
     }
 
+    /// The client's exact RST, with a log: a replica that lacks bytes the
+    /// log holds would take the abort with less input than the others had
+    /// (its shim counts a reset connection's chunks complete), and its
+    /// server's state would part from theirs. So each replica is reset
+    /// only once it has every logged byte (AR-TCP's safe delivery for the
+    /// client's last words); the connection stays until then, the client
+    /// no longer part of it. `false`: no replica lacks anything, the abort
+    /// goes to every one at once as without a log.
+    pub(super) fn log_reset(&mut self, ctx: &mut Ctx) -> bool {
+        if self.log.is_none() || !(0..self.legs.len()).any(|i| self.log_lacks(i)) {
+            return false;
+        }
+        self.resetting = true;
+        for i in 0..self.legs.len() {
+            if self.log_lacks(i) {
+                let from = self.legs[i].ack;
+                let end = self.log_want(i).unwrap_or(from);
+                self.legs[i].log_nxt = from;
+                self.log_send(ctx, i, from, end, BURST);
+            }
+        }
+        self.reset_caught_up(ctx);
+        true
+    }
+
+    /// While the client's reset waits (`log_reset`): every open replica
+    /// that has every logged byte is reset now; once none is left the
+    /// connection is gone.
+    pub(super) fn reset_caught_up(&mut self, ctx: &mut Ctx) {
+        for i in 0..self.legs.len() {
+            if !self.legs[i].live() || self.log_lacks(i) {
+                continue;
+            }
+            let l = &self.legs[i];
+            let (seq, ack, fl) = if l.open() {
+                // RFC 5961 §3.2 at the replica: exactly its RCV.NXT.
+                (l.ack, l.hi.unshift(l.off), flags::RST | flags::ACK)
+            } else {
+                (self.client_isn.add(1), SeqNum(0), flags::RST)
+            };
+            let r = Repr::new(self.key.cport, self.key.vport, seq, ack, fl, 0);
+            ctx.tx
+                .push_back(Packet::plain(r.emit_ipv4(self.key.client, l.addr, &[])));
+            ctx.counters.packets_out += 1;
+            self.legs[i].state = super::LegState::Evicted;
+        }
+        if self.live_legs() == 0 {
+            self.phase = super::Phase::Dead;
+        }
+    }
+
+    /// A segment from leg `i` while the client's reset waits: only what
+    /// it acknowledged counts (nothing goes to the client).
+    pub(super) fn resetting_segment(&mut self, ctx: &mut Ctx, i: usize, seg: &super::Seg) {
+        if seg.has(flags::RST) {
+            // It let go of the connection itself.
+            self.legs[i].state = super::LegState::Evicted;
+        } else if seg.has(flags::ACK) {
+            let a = seg.ack.min(self.client_hi);
+            let l = &mut self.legs[i];
+            let dup = a == l.ack;
+            if a.is_after(l.ack) {
+                l.ack = a;
+                l.progress_at = ctx.now;
+            }
+            l.edge = a.add(u32::from(seg.window) << l.wscale);
+            l.seen_at = ctx.now;
+            self.log_trim(ctx);
+            self.log_serve(ctx, i, dup);
+        }
+        self.reset_caught_up(ctx);
+    }
+
     /// Open leg `i` lacks bytes the log holds.
     pub(super) fn log_lacks(&self, i: usize) -> bool {
         self.log_want(i).is_some()

@@ -226,6 +226,9 @@ pub struct Conn {
     /// The input log (`Ack::Log`, `log.rs`); `None`: the client is
     /// acknowledged for what every replica has.
     log: Option<Box<log::InLog>>,
+    /// The client reset the connection while a replica lacked logged
+    /// bytes: each gets them, then the abort (`Conn::log_reset`).
+    resetting: bool,
     /// Adopted, of a service that acknowledges from the log: once rebuilt,
     /// a replica behind the others leaves (`Conn::evict_log_lost`).
     log_lost: bool,
@@ -290,6 +293,7 @@ impl Conn {
             paused: false,
             log: None,
             log_lost: false,
+            resetting: false,
             check: None,
             vote: match voting {
                 Voting::Off => None,

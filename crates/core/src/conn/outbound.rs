@@ -84,6 +84,10 @@ impl Conn {
         }
         self.legs[i].seen_at = ctx.now;
         self.last_activity = ctx.now;
+        if self.resetting {
+            self.resetting_segment(ctx, i, seg);
+            return;
+        }
         if self.legs[i].state == LegState::SynSent
             && self.legs[i].joined_at.is_some()
             && seg.has(flags::ACK)

@@ -272,6 +272,14 @@ const ROUTER_HELP: &str = r#"Configuration format (every key but the [[service]]
   stateless = false                          # true: replicas keep no state between connections; one
                                              # that left is probed (SYN every 0.5 s) and serves again
                                              # once its server answers (restart, host back)
+  ack = "all"                                # when the client is acknowledged: "all" = once every
+                                             # live replica has its bytes; "log" = once the router's
+                                             # input log and ack_replicas replicas have them (the
+                                             # router sends a lagging replica what it lacks, and a
+                                             # client's reset only after it; the log is lost with
+                                             # the router: after a takeover a replica behind the
+                                             # others leaves those connections)
+  ack_replicas = 1                           # with ack = "log": 1..N
 
 What the router changes in its network namespace (all undone on exit). <dev> is the interface the
 router reaches the replica by (`ip route get <replica>` at start-up, logged):
@@ -296,7 +304,7 @@ SIGINT and SIGTERM stop the router. SIGHUP (`systemctl reload`) reads the config
 applies the replicas added to or removed from a service (like `ftnet replica add|remove`),
 starts the services new in the file and retires those gone from it (no new connections; open
 ones finish), connections of the others untouched; any other change (a service's vip, ports,
-vote or stateless setting, [timeouts], [limits], [router]) needs a restart and is logged as not
+vote, stateless or ack setting, [timeouts], [limits], [router]) needs a restart and is logged as not
 applied; a file that does not validate changes nothing.
 
 Example:
@@ -509,8 +517,15 @@ fn dispatch(cli: Cli) -> anyhow::Result<i32> {
             for s in &cfg.core.services {
                 let ports: Vec<String> = s.ports.iter().map(|p| p.to_string()).collect();
                 let reps: Vec<String> = s.replicas.iter().map(|r| r.to_string()).collect();
+                let ack = match s.ack {
+                    ftnet_core::Ack::All => String::new(),
+                    ftnet_core::Ack::Log { replicas } => format!(
+                        " (clients acknowledged from the input log and {replicas} replica(s); up to {} KiB per connection)",
+                        cfg.core.limits.log_per_connection >> 10
+                    ),
+                };
                 println!(
-                    "  service {}: {}:{} -> {}",
+                    "  service {}: {}:{} -> {}{ack}",
                     s.name,
                     s.vip,
                     ports.join(","),

@@ -55,7 +55,9 @@ pub enum EvictReason {
     /// acknowledges clients from the input log (`Ack::Log`): it is behind
     /// another replica, and the bytes it lacks may have been acknowledged
     /// to the client from the log that died with the old router. Nobody
-    /// can send them again, so it leaves this connection (only this one).
+    /// can send them again, so it leaves this connection, and a service
+    /// whose servers keep state (its server missed input the others
+    /// applied; it comes back through a join).
     LogLost,
 }
 

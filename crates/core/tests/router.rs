@@ -3910,8 +3910,9 @@ fn with_an_input_log_a_lagging_replica_gets_the_clients_fin_from_the_router() {
 /// connection of a service that acknowledges from the log, a replica
 /// behind another may lack bytes the client saw acknowledged, which
 /// nobody can send it again. It leaves that connection at once (loudly,
-/// `LogLost`) instead of stalling the order; the furthest stays, and a
-/// service that acknowledges what every replica has keeps both.
+/// `LogLost`) instead of stalling the order, and the stateful service; the
+/// furthest stays, and a service that acknowledges what every replica has
+/// keeps both.
 #[test]
 fn after_a_takeover_a_replica_behind_what_the_log_acknowledged_leaves_the_connection() {
     use ftnet_core::{ConnKey, ConnRecord, ReplicaSetup};
@@ -3964,7 +3965,11 @@ fn after_a_takeover_a_replica_behind_what_the_log_acknowledged_leaves_the_connec
         }
         drain(&mut r);
         assert_eq!(r.status().rebuilding, 0, "rebuilt");
-        let lost: Vec<Ipv4Addr> = log_events(&mut r)
+        let evs = log_events(&mut r);
+        let down = evs.iter().any(|e| {
+            matches!(e, Event::ReplicaDown { replica: a, reason: EvictReason::LogLost, .. } if *a == replica(2))
+        });
+        let lost: Vec<Ipv4Addr> = evs
             .iter()
             .filter_map(|e| match e {
                 Event::Evicted {
@@ -3977,6 +3982,9 @@ fn after_a_takeover_a_replica_behind_what_the_log_acknowledged_leaves_the_connec
             .collect();
         if log {
             assert_eq!(lost, vec![replica(2)], "the one behind leaves");
+            // Its server went on without input the other applied: out of
+            // the (stateful) service, until it joins with the group's state.
+            assert!(down, "{evs:?}");
         } else {
             assert!(lost.is_empty(), "the client repeats what r2 lacks");
         }

@@ -67,8 +67,12 @@ impl Conn {
     /// The service's acknowledgment strategy, for a new connection (an
     /// adopted one keeps none: the router that took over has no bytes of
     /// it, and acknowledges what every replica has).
-    pub(crate) fn set_ack(&mut self, ack: Ack, cap: usize) {
-        self.log_lost = self.is_adopted() && matches!(ack, Ack::Log { .. });
+    ///
+    /// `stateful`: the service's servers keep state between connections, so
+    /// a replica that lost input of one connection (`evict_log_lost`) is
+    /// taken out of the whole service.
+    pub(crate) fn set_ack(&mut self, ack: Ack, cap: usize, stateful: bool) {
+        self.log_lost = (self.is_adopted() && matches!(ack, Ack::Log { .. })).then_some(stateful);
         self.log = match ack {
             Ack::Log { replicas } if cap > 0 && !self.is_adopted() => Some(Box::new(InLog {
                 base: self.client_isn.add(1),
@@ -83,13 +87,14 @@ impl Conn {
     /// An adopted connection of a service that acknowledges from the log,
     /// rebuilt: a replica behind another may lack bytes the client was
     /// acknowledged from the old router's log, which nobody can send it
-    /// any more. It leaves this connection (`EvictReason::LogLost`);
+    /// any more. It leaves this connection (`EvictReason::LogLost`), and
+    /// of a stateful service the whole service: its server would go on
+    /// without input the others applied (it comes back through a join);
     /// the furthest stay.
     pub(super) fn evict_log_lost(&mut self, ctx: &mut Ctx) {
-        if !self.log_lost {
+        let Some(service_wide) = self.log_lost.take() else {
             return;
-        }
-        self.log_lost = false;
+        };
         let Some(top) = self.kth_open(1, |l| l.ack) else {
             return;
         };
@@ -99,7 +104,7 @@ impl Conn {
                     ctx,
                     crate::ids::LegId(i),
                     crate::event::EvictReason::LogLost,
-                    false,
+                    service_wide,
                 );
             }
         }

@@ -230,8 +230,9 @@ pub struct Conn {
     /// bytes: each gets them, then the abort (`Conn::log_reset`).
     resetting: bool,
     /// Adopted, of a service that acknowledges from the log: once rebuilt,
-    /// a replica behind the others leaves (`Conn::evict_log_lost`).
-    log_lost: bool,
+    /// a replica behind the others leaves (`Conn::evict_log_lost`), of the
+    /// whole service if `Some(true)` (a stateful one).
+    log_lost: Option<bool>,
 }
 
 /// Largest distance two related sequence numbers may have; beyond it a
@@ -292,7 +293,7 @@ impl Conn {
             join_refusal: None,
             paused: false,
             log: None,
-            log_lost: false,
+            log_lost: None,
             resetting: false,
             check: None,
             vote: match voting {

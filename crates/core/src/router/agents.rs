@@ -41,6 +41,7 @@ impl Router {
                 c.set_ack(
                     self.config.services[svc.0].ack,
                     self.config.limits.log_per_connection,
+                    !self.config.services[svc.0].stateless,
                 );
                 self.conns.insert(key, c);
                 true

@@ -420,6 +420,7 @@ impl Router {
         c.set_ack(
             self.config.services[svc.0].ack,
             self.config.limits.log_per_connection,
+            !self.config.services[svc.0].stateless,
         );
         let addrs = &self.config.services[svc.0].replicas;
         for r in live {

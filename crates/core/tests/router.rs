@@ -1438,36 +1438,8 @@ fn a_lost_host_never_takes_a_connections_last_replica() {
 /// sent `sent[i]` bytes. The connection is rebuilt; the client has not
 /// spoken yet.
 fn rebuild_two(r: &mut Router, risn: u32, isns: [u32; 2], sent: [u32; 2]) {
-    use ftnet_core::{ConnKey, ConnRecord, ReplicaSetup};
-    let key = ConnKey {
-        client: CLIENT,
-        cport: CPORT,
-        vip: VIP,
-        vport: PORT,
-    };
-    let rec = ConnRecord {
-        key,
-        client_isn: CISN,
-        router_isn: risn,
-        wscale_out: 0,
-        ts_base: None,
-        client_mss: 1460,
-        mss_out: 1460,
-        replicas: (0..2u8)
-            .map(|i| ReplicaSetup {
-                addr: replica(i + 1),
-                isn: isns[usize::from(i)],
-                wscale: 0,
-            })
-            .collect(),
-        accepted: true,
-        input_end: Some(86),
-    };
-    for i in 0..2u8 {
-        r.adopt(t(0), replica(i + 1), &rec);
-    }
-    drain(r); // the position probes
-              // Each replica answers with its position: SND.NXT, RCV.NXT.
+    adopt_two(r, risn, isns, 0);
+    // Each replica answers with its position: SND.NXT, RCV.NXT.
     for i in 0..2usize {
         let a = Repr::new(
             PORT,
@@ -3915,7 +3887,6 @@ fn with_an_input_log_a_lagging_replica_gets_the_clients_fin_from_the_router() {
 /// keeps both.
 #[test]
 fn after_a_takeover_a_replica_behind_what_the_log_acknowledged_leaves_the_connection() {
-    use ftnet_core::{ConnKey, ConnRecord, ReplicaSetup};
     for log in [true, false] {
         let mut r = if log {
             router_log(2, 1, 1 << 20)
@@ -3923,34 +3894,7 @@ fn after_a_takeover_a_replica_behind_what_the_log_acknowledged_leaves_the_connec
             router(2)
         };
         let (risn, isns) = (7_000_000u32, [1_000_000u32, 2_000_000]);
-        let key = ConnKey {
-            client: CLIENT,
-            cport: CPORT,
-            vip: VIP,
-            vport: PORT,
-        };
-        let rec = ConnRecord {
-            key,
-            client_isn: CISN,
-            router_isn: risn,
-            wscale_out: 0,
-            ts_base: None,
-            client_mss: 1460,
-            mss_out: 1460,
-            replicas: (0..2u8)
-                .map(|i| ReplicaSetup {
-                    addr: replica(i + 1),
-                    isn: isns[usize::from(i)],
-                    wscale: 0,
-                })
-                .collect(),
-            accepted: true,
-            input_end: Some(86),
-        };
-        for i in 0..2u8 {
-            r.adopt(t(0), replica(i + 1), &rec);
-        }
-        drain(&mut r);
+        adopt_two(&mut r, risn, isns, 0);
         // r1 has 86 client bytes, r2 only 40.
         for (i, got) in [(0usize, 86u32), (1, 40)] {
             let a = Repr::new(

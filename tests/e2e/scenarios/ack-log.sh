@@ -26,20 +26,15 @@ RESETS=$(quick 50 100)
 DROP=5
 counter() { lab status --name "$LAB" --json | python3 -c "import json,sys; print(json.load(sys.stdin)['status']['counters'][sys.argv[1]])" "$1"; }
 field() { python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(eval(sys.argv[2], {}, d))" "$@"; }
-run_reset() { # run_reset OUT
-	local rc=0
+client_py() { # client_py OUT SCRIPT ARGS... — a load script in the client namespace, its JSON line in OUT
+	local out=$1 script=$2 rc=0; shift 2
 	timeout 120 "$FTNET" lab exec --name "$LAB" client -- \
-		python3 "$E2E_DIR/resetload.py" --host "$VIP" --port "$REDIS_PORT" --rounds "$RESETS" --seconds 60 >"$1" 2>"$1.err" || rc=$?
-	say "$(basename "$1"): $(cat "$1") (exit $rc)"
+		python3 "$E2E_DIR/$script" --host "$VIP" --port "$REDIS_PORT" "$@" >"$out" 2>"$out.err" || rc=$?
+	say "$(basename "$out"): $(cat "$out") (exit $rc)"
 	return "$rc"
 }
-run_load() { # run_load OUT
-	local rc=0
-	timeout 120 "$FTNET" lab exec --name "$LAB" client -- \
-		python3 "$E2E_DIR/acklag.py" --host "$VIP" --port "$REDIS_PORT" --rounds "$ROUNDS" --seconds 90 >"$1" 2>"$1.err" || rc=$?
-	say "$(basename "$1"): $(cat "$1") (exit $rc)"
-	return "$rc"
-}
+run_load() { client_py "$1" acklag.py --rounds "$ROUNDS" --seconds 90; }
+run_reset() { client_py "$1" resetload.py --rounds "$RESETS" --seconds 60; }
 
 # ack = "log"
 lab_up --port "$REDIS_PORT" --shim --ack log --fault-drop "$N:$DROP" --failure-ms 3000

@@ -73,18 +73,8 @@ impl Conn {
                     // Data only: a FIN the others did not send is no output
                     // they owe; alone it is the evidence of a crash that the
                     // next bytes from the others will confirm.
-                    // A FIN the other sent right where this one's data
-                    // ends, while this one sent none: the client's FIN
-                    // waits for it (a FIN goes out only where every live
-                    // replica's stream ends), so it owes one. A live
-                    // replica answers the probes and is never evicted for
-                    // it; one that crashed after its FIN was lost on the
-                    // way (its RST then not exact, so not taken) would
-                    // otherwise hold the client's FIN for good.
                     (LegState::Open, LegState::Open) => {
-                        o.ack.is_after(l.ack)
-                            || o.data_hi().is_after(l.data_hi())
-                            || (l.fin.is_none() && o.fin == Some(l.data_hi()))
+                        o.ack.is_after(l.ack) || o.data_hi().is_after(l.data_hi())
                     }
                     _ => false,
                 }

@@ -680,6 +680,57 @@ fn silent_lagging_replica_is_probed_and_kept_while_it_answers() {
     assert!(r.status().services[0].replicas[1].alive);
 }
 
+/// The client's segment is lost before the router: every replica holds
+/// what follows out of order and none can acknowledge it. One replica
+/// answers the probes, one stays silent (a stack that answers out-of-window
+/// segments once a second, or a lost answer): that silence proves nothing
+/// while nobody is ahead of it, so nobody is evicted. Once the client sends
+/// the hole again and the others acknowledge it, the silent one is behind
+/// them and goes at the detection time.
+#[test]
+fn a_client_hole_does_not_convict_a_replica_that_is_slow_to_answer() {
+    let mut r = router(2);
+    let (risn, isns) = handshake(&mut r, 2);
+    // Bytes 0..4 never reach the router; 4..9 do and go to both.
+    let out = client_bytes(&mut r, t(10), risn, 4, b"later");
+    assert_eq!(out.iter().filter(|o| o.payload == b"later").count(), 2);
+    // Replica 1 answers everything with a duplicate ACK; replica 2 never.
+    let mut at = 10;
+    while at < 400 {
+        at += 5;
+        r.handle_timeout(t(at));
+        drain(&mut r);
+        r.handle_packet(t(at), ack_from(1, isns[0], SeqNum(CISN).add(1), 500));
+        drain(&mut r);
+    }
+    assert!(
+        all_alive(&r),
+        "a replica silent at the client's hole was evicted: {:?}",
+        log_events(&mut r)
+    );
+    // The client fills the hole; replica 1 acknowledges all, 2 stays silent.
+    client_bytes(&mut r, t(400), risn, 0, b"ping");
+    r.handle_packet(t(401), ack_from(1, isns[0], SeqNum(CISN).add(10), 500));
+    drain(&mut r);
+    let mut evicted = None;
+    at = 401;
+    while at < 700 && evicted.is_none() {
+        at += 5;
+        r.handle_timeout(t(at));
+        drain(&mut r);
+        evicted = log_events(&mut r).into_iter().find_map(|e| match e {
+            Event::Evicted {
+                replica: a,
+                reason: EvictReason::Stalled,
+                ..
+            } if a == replica(2) => Some(at),
+            _ => None,
+        });
+    }
+    let when = evicted.expect("the silent replica, behind replica 1, is evicted");
+    assert!(when <= 401 + 115, "evicted at {when} ms");
+}
+
 /// ICMP host unreachable from the replica's side of the router (its
 /// gateway address), addressed to the client, quoting a segment the
 /// router sent replica 2: the replica leaves that connection; one
@@ -1854,6 +1905,55 @@ fn adopt_two(r: &mut Router, risn: u32, isns: [u32; 2], wscale: u8) {
         r.adopt(t(0), replica(i + 1), &rec);
     }
     drain(r); // the position probes
+}
+
+/// After a takeover the client waits until every live replica told its
+/// position, and a replica may answer the position probe once a second
+/// (smoltcp, the BSDs), its allowance perhaps spent on the dead router's
+/// last segments: with a detection time of 2.5 s it is asked every 333 ms,
+/// not every 625 ms, so that a round falls soon after its limit lifts.
+#[test]
+fn a_replica_whose_position_a_rebuild_awaits_is_asked_often() {
+    let mut c = Config::default();
+    c.services.push(Service {
+        name: "t".into(),
+        vip: VIP,
+        ports: vec![PORT],
+        replicas: (1..=2).map(replica).collect(),
+        voting: Default::default(),
+        stateless: false,
+        ack: ftnet_core::Ack::All,
+    });
+    c.timeouts.failure_detection = std::time::Duration::from_millis(2500);
+    let mut r = Router::new(c, [9; 16]);
+    let (risn, isns) = (7_000_000u32, [1_000_000u32, 2_000_000]);
+    adopt_two(&mut r, risn, isns, 7);
+    // Replica 1 answers at once; replica 2 stays silent.
+    let mut a = Repr::new(
+        PORT,
+        CPORT,
+        SeqNum(isns[0]).add(1),
+        SeqNum(CISN).add(1 + 86),
+        flags::ACK,
+        500,
+    );
+    a.timestamps = None;
+    r.handle_packet(t(1), seg(replica(1), CLIENT, a, b""));
+    drain(&mut r);
+    let mut rounds = Vec::new();
+    let mut at = 1;
+    while at < 1100 {
+        at += 10;
+        r.handle_timeout(t(at));
+        if drain(&mut r).iter().any(|o| o.dst == replica(2)) {
+            rounds.push(at);
+        }
+    }
+    assert!(
+        rounds.len() >= 3,
+        "probe rounds to the silent replica in 1.1 s: {rounds:?}"
+    );
+    assert!(all_alive(&r), "{:?}", log_events(&mut r));
 }
 
 /// RFC 5961 §4 after a takeover: a SYN with a new ISN on an adopted,

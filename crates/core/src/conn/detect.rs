@@ -9,6 +9,9 @@ use crate::packet::Packet;
 use crate::time::Instant;
 use ftnet_wire::tcp::{flags, Repr};
 
+/// How often a replica is asked its position while a rebuild waits for it.
+const REBUILD_PROBE_EVERY: core::time::Duration = core::time::Duration::from_millis(333);
+
 impl Conn {
     /// Why leg `i` looks dead, for the eviction's log line: how long ago
     /// it was heard from and made progress, and how far it is behind the
@@ -65,6 +68,23 @@ impl Conn {
         if l.state == LegState::Open && self.client_hi.is_after(l.ack) {
             return true;
         }
+        self.behind_another(i)
+    }
+
+    /// Whether another live leg is ahead of leg `i`: acknowledged or sent
+    /// more, or answered the SYN while it did not. Without that, a leg
+    /// that merely has not acknowledged the client's newest bytes may lack
+    /// them for the client's own reason (a segment the client lost before
+    /// the router: every replica holds what follows out of order, and
+    /// none can acknowledge it until the client sends it again), and its
+    /// silence proves no more than the others' answers: a replica
+    /// rate-limiting its answers to out-of-window probes (smoltcp, the
+    /// BSDs: one per second) is not dead.
+    pub(super) fn behind_another(&self, i: usize) -> bool {
+        let l = &self.legs[i];
+        if l.state == LegState::Open && !l.learned {
+            return true;
+        }
         self.legs.iter().enumerate().any(|(j, o)| {
             j != i
                 && o.live()
@@ -116,7 +136,9 @@ impl Conn {
                 .map(|(_, o)| o)
         };
         let silent_from = l.seen_at.max(since);
-        let others_spoke = others().any(|o| o.seen_at > silent_from);
+        // Another replica's answer convicts this one's silence only when
+        // that replica is ahead of it (see `behind_another`).
+        let others_spoke = self.behind_another(i) && others().any(|o| o.seen_at > silent_from);
         let silent = if others_spoke {
             silent_from + t.failure_detection
         } else {
@@ -155,6 +177,15 @@ impl Conn {
             .seen_at
             .max(since)
             .max(l.probe_at.unwrap_or(Instant::ZERO));
+        if l.state == LegState::Open && !l.learned {
+            // A replica whose position a rebuild waits for (the client is
+            // held until every live one told it) may rate-limit its
+            // answers to out-of-window segments (smoltcp and the BSDs: one
+            // per second; an answer to the dead router's last segments may
+            // have used it up): ask often enough that one round falls
+            // after the limit, and a lost answer costs little.
+            return last + (t.failure_detection / 4).min(REBUILD_PROBE_EVERY);
+        }
         last + t.failure_detection / 4
     }
 

@@ -731,6 +731,52 @@ fn a_client_hole_does_not_convict_a_replica_that_is_slow_to_answer() {
     assert!(when <= 401 + 115, "evicted at {when} ms");
 }
 
+/// A replica closed its window (its server stopped reading), then opened
+/// it again, and that window update was lost. The replica will not send it
+/// again (the sender probes a zero window) and a client without a persist
+/// timer never would: the router asks the replica, and passes its answer
+/// on, so the client's window opens.
+#[test]
+fn a_replica_that_shut_the_clients_window_is_asked_for_it_again() {
+    let mut r = router(2);
+    let (_risn, isns) = handshake(&mut r, 2);
+    client_data(&mut r, t(10), b"ping");
+    drain(&mut r);
+    r.handle_packet(t(11), ack_from(1, isns[0], SeqNum(CISN).add(5), 0));
+    r.handle_packet(t(11), ack_from(2, isns[1], SeqNum(CISN).add(5), 500));
+    let out = drain(&mut r);
+    let to_client: Vec<&Out> = out.iter().filter(|o| o.dst == CLIENT).collect();
+    assert!(!to_client.is_empty(), "the ACK reaches the client");
+    assert_eq!(
+        to_client.last().unwrap().r.window,
+        0,
+        "replica 1 shut the window"
+    );
+    // Replica 1's window update is lost. Within the detection time the
+    // router asks it (and only it).
+    let mut asked = None;
+    let mut at = 11;
+    while at < 100 && asked.is_none() {
+        at += 5;
+        r.handle_timeout(t(at));
+        let out = drain(&mut r);
+        assert!(out.iter().all(|o| o.dst != replica(2)), "{out:?}");
+        if out.iter().any(|o| o.dst == replica(1)) {
+            asked = Some(at);
+        }
+    }
+    assert!(asked.is_some(), "replica 1 was never asked for its window");
+    // Its answer carries the open window (beyond the edge the client was
+    // given before): the client hears of it.
+    r.handle_packet(t(at), ack_from(1, isns[0], SeqNum(CISN).add(5), 600));
+    let out = drain(&mut r);
+    assert!(
+        out.iter().any(|o| o.dst == CLIENT && o.r.window > 0),
+        "the window update reaches the client: {out:?}"
+    );
+    assert!(all_alive(&r));
+}
+
 /// ICMP host unreachable from the replica's side of the router (its
 /// gateway address), addressed to the client, quoting a segment the
 /// router sent replica 2: the replica leaves that connection; one

@@ -101,6 +101,24 @@ impl Conn {
         })
     }
 
+    /// Whether open leg `i` keeps the client's window shut: the window the
+    /// router gives the client is zero and this replica's edge is the
+    /// group's. Its window update may have been lost; a replica does not
+    /// send one again (the sender probes, RFC 9293 §3.8.6.1), and a client
+    /// without a persist timer would never ask: the router asks, every
+    /// quarter of the detection time, with a keep-alive the replica answers
+    /// with its window. Its silence convicts nothing (it owes no bytes).
+    pub(super) fn window_shut_by(&self, i: usize) -> bool {
+        let l = &self.legs[i];
+        if !l.live() || l.state != LegState::Open || !l.learned || self.recovering() {
+            return false;
+        }
+        let (Some(ack), Some(edge)) = (self.group_ack(), self.group_edge()) else {
+            return false;
+        };
+        super::translate::window_field(ack, edge, self.ws_out) == 0 && !l.edge.is_after(edge)
+    }
+
     /// Another replica made progress while some reset: those resets were
     /// crashes, not the service's abort (§III-D).
     pub(super) fn confirm_aborts(&mut self, ctx: &mut Ctx) {

@@ -89,7 +89,13 @@ impl Conn {
                 if closed {
                     return None;
                 }
-                self.fail_deadline(i, t).map(|_| self.probe_deadline(i, t))
+                match self.fail_deadline(i, t) {
+                    Some(_) => Some(self.probe_deadline(i, t)),
+                    None => self.window_shut_by(i).then(|| {
+                        let l = &self.legs[i];
+                        l.seen_at.max(l.probe_at.unwrap_or(Instant::ZERO)) + t.failure_detection / 4
+                    }),
+                }
             }
         }
     }

@@ -55,6 +55,11 @@ impl Conn {
     /// it holds client bytes it has not acknowledged. (Position alone is not
     /// enough: a dead replica that was ahead would never look behind.)
     pub(super) fn behind(&self, i: usize) -> bool {
+        self.behind_in_data(i) || self.owes_fin(i)
+    }
+
+    /// `behind` but for an owed FIN: what starts `behind_since`.
+    fn behind_in_data(&self, i: usize) -> bool {
         let l = &self.legs[i];
         if l.state == LegState::Open && !l.learned {
             // It owes the answer to the probe that asks its position.
@@ -99,6 +104,51 @@ impl Conn {
                     _ => false,
                 }
         })
+    }
+
+    /// Whether open leg `i` owes a FIN and has not answered a probe sent
+    /// since it became owed: another live replica's FIN stands right where this
+    /// one's data ends, and the client's FIN waits for it (a FIN goes out
+    /// only where every live replica's stream ends). A replica that
+    /// crashed after its own FIN was lost on the way (its RST then not
+    /// exact, so not taken) would hold the client's FIN for good; it is
+    /// probed and, silent, evicted. One that answers is alive: it is not
+    /// probed again until the FIN's sender is heard again (its FIN
+    /// retransmitted: on an idle connection whose killed replica sent a
+    /// FIN, its healthy peers are asked once per retransmission, not every
+    /// quarter of the detection time for as long as the client stays
+    /// quiet; one that crashed since it last answered is found), and the FIN never
+    /// starts the clock of the no-progress rule (`behind_since`): that
+    /// clock starts when it lacks bytes another has.
+    pub(super) fn owes_fin(&self, i: usize) -> bool {
+        self.fin_owed_since(i).is_some()
+    }
+
+    /// Since when leg `i` owes a FIN (`owes_fin`): when the FIN's sender
+    /// was last heard. Its silence is measured from there, not from its
+    /// last answer (an idle connection: seconds ago).
+    fn fin_owed_since(&self, i: usize) -> Option<Instant> {
+        let l = &self.legs[i];
+        if l.state != LegState::Open || l.fin.is_some() || self.recovering() {
+            return None;
+        }
+        self.legs
+            .iter()
+            .enumerate()
+            .filter(|&(j, o)| {
+                j != i
+                    && o.live()
+                    && o.state == LegState::Open
+                    && o.fin == Some(l.data_hi())
+                    // Not yet answered a probe sent since that replica was
+                    // last heard (its FIN again, unacknowledged: something
+                    // still waits).
+                    && !l
+                        .probe_at
+                        .is_some_and(|p| p >= o.seen_at && l.seen_at >= p)
+            })
+            .map(|(_, o)| o.seen_at)
+            .max()
     }
 
     /// Whether open leg `i` keeps the client's window shut: the window the
@@ -153,10 +203,20 @@ impl Conn {
                 .filter(move |&(j, o)| j != i && o.live())
                 .map(|(_, o)| o)
         };
-        let silent_from = l.seen_at.max(since);
+        let mut silent_from = l.seen_at.max(since);
+        // Owing only a FIN: silent since its sender was last heard (it
+        // spoke then: it waits for the client's ACK of it).
+        let fin_only = !self.behind_in_data(i);
+        if fin_only {
+            if let Some(f) = self.fin_owed_since(i) {
+                silent_from = silent_from.max(f);
+            }
+        }
         // Another replica's answer convicts this one's silence only when
-        // that replica is ahead of it (see `behind_another`).
-        let others_spoke = self.behind_another(i) && others().any(|o| o.seen_at > silent_from);
+        // that replica is ahead of it (see `behind_another`), its FIN
+        // included (`owes_fin`).
+        let others_spoke =
+            fin_only || (self.behind_another(i) && others().any(|o| o.seen_at > silent_from));
         let silent = if others_spoke {
             silent_from + t.failure_detection
         } else {
@@ -164,7 +224,8 @@ impl Conn {
         };
         let stuck_from = l.progress_at.max(since);
         let others_progressed = others().any(|o| o.progress_at > stuck_from);
-        if others_progressed {
+        // An owed FIN alone is judged by silence only (`owes_fin`).
+        if others_progressed && self.behind_in_data(i) {
             let stuck =
                 stuck_from + (t.failure_detection * 10).max(core::time::Duration::from_secs(1));
             if stuck < silent {
@@ -210,7 +271,7 @@ impl Conn {
     /// Note which legs fell behind (or caught up) with this input.
     pub(crate) fn update_behind(&mut self, now: Instant) {
         for i in 0..self.legs.len() {
-            let b = self.legs[i].live() && self.behind(i);
+            let b = self.legs[i].live() && self.behind_in_data(i);
             let l = &mut self.legs[i];
             match (b, l.behind_since) {
                 (true, None) => l.behind_since = Some(now),

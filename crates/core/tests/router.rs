@@ -4288,3 +4288,56 @@ fn an_owed_fin_does_not_start_the_no_progress_clock() {
         "a healthy replica was evicted"
     );
 }
+
+/// A replica retransmits its FIN from LAST-ACK on a connection the router
+/// no longer has (its ACK of the client's FIN was lost, and the connection
+/// was forgotten, or died with the previous router): the router answers as
+/// a stack answers a segment for no connection, a RST at the FIN's ACK
+/// number, so the replica does not hold the socket for minutes. Not before
+/// the replica's agent registered and its records had time to come (a
+/// connection it still serves is adopted from them), and never anything
+/// but a FIN.
+#[test]
+fn a_replicas_fin_for_no_connection_is_answered_with_a_reset() {
+    let mut r = router(2);
+    r.require_agents();
+    let mut fin = Repr::new(
+        PORT,
+        CPORT,
+        SeqNum(5_000),
+        SeqNum(CISN).add(10),
+        flags::ACK | flags::FIN,
+        500,
+    );
+    fin.timestamps = Some((6000, 1001));
+    let fin = seg(replica(1), CLIENT, fin, b"");
+    r.handle_packet(t(10), fin.clone());
+    assert!(drain(&mut r).is_empty(), "its agent has not registered");
+    r.handle_timeout(t(20));
+    r.agent_registered(replica(1));
+    r.handle_packet(t(500), fin.clone());
+    assert!(
+        drain(&mut r).is_empty(),
+        "its records may still be on their way"
+    );
+    r.handle_packet(t(2100), fin);
+    let out = drain(&mut r);
+    assert_eq!(out.len(), 1, "{out:?}");
+    let o = &out[0];
+    assert_eq!((o.src, o.dst), (CLIENT, replica(1)));
+    assert_eq!((o.r.src_port, o.r.dst_port), (CPORT, PORT));
+    assert_eq!(o.r.flags, flags::RST);
+    assert_eq!(o.r.seq, SeqNum(CISN).add(10));
+    // Data or a bare ACK for no connection: nothing.
+    let ack = Repr::new(
+        PORT,
+        CPORT,
+        SeqNum(5_000),
+        SeqNum(CISN).add(10),
+        flags::ACK,
+        500,
+    );
+    r.handle_packet(t(2101), seg(replica(1), CLIENT, ack, b"x"));
+    assert!(drain(&mut r).is_empty());
+    assert_eq!(dropped(&r, "unknown_connection"), 4);
+}

@@ -14,6 +14,7 @@ impl Router {
     /// nothing (an agent that reconnected). `from`: the replica whose agent
     /// sent the record (its part of the record is the one used).
     pub fn adopt(&mut self, now: Instant, from: Ipv4Addr, rec: &ConnRecord) -> Adopted {
+        self.agent_since.entry(from).or_insert(now);
         let Some(&svc) = self.by_vip.get(&(rec.key.vip, rec.key.vport)) else {
             return Adopted::Refused;
         };

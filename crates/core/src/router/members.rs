@@ -204,6 +204,7 @@ impl Router {
         if let Some(a) = &mut self.agents {
             a.insert(addr);
         }
+        self.agent_since.insert(addr, self.last_now);
         let mut out = Vec::new();
         for (svc, s) in self.config.services.iter().enumerate() {
             for (i, r) in s.replicas.iter().enumerate() {

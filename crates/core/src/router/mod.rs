@@ -34,6 +34,10 @@ use std::net::Ipv4Addr;
 /// Connections shown in detail in the status.
 const SAMPLE_CONNS: usize = 8;
 
+/// How long after an agent registered its records are surely in (they
+/// follow the registration at once).
+const AGENT_RECORDS_WAIT: core::time::Duration = core::time::Duration::from_secs(2);
+
 /// How often a down replica of a stateless service is probed (and how long
 /// after it went down the first probe goes).
 pub const PROBE_EVERY: core::time::Duration = core::time::Duration::from_millis(500);
@@ -60,6 +64,10 @@ pub struct Router {
     /// With [`Router::require_agents`]: the replicas whose own agent has
     /// registered with this router. Only those get new connections.
     agents: Option<std::collections::HashSet<Ipv4Addr>>,
+    /// When each agent last registered, or (without registration: the
+    /// simulation) first handed over records (the router's clock then):
+    /// its records follow at once.
+    agent_since: HashMap<Ipv4Addr, Instant>,
     /// (VIP, port) → service.
     by_vip: HashMap<(Ipv4Addr, u16), ServiceId>,
     /// (replica address, port) → (service, replica).
@@ -145,6 +153,7 @@ impl Router {
             rebuild: None,
             rebuild_dropped: 0,
             agents: None,
+            agent_since: HashMap::new(),
             challenges: ChallengeBudget::default(),
             drained: Vec::new(),
             drain_checked: None,
@@ -460,6 +469,7 @@ impl Router {
             vport: seg.sport,
         };
         let Some(c) = self.conns.get(&key) else {
+            self.reset_unknown_fin(now, svc, replica, seg);
             return Err(DropReason::UnknownConnection);
         };
         let Some(i) = c.leg_of(replica) else {
@@ -473,6 +483,42 @@ impl Router {
             self.join_tick(now);
         }
         Ok(())
+    }
+
+    /// A replica's FIN on a connection this router does not have: one
+    /// that closed (and was forgotten) while the replica's last ACK of the
+    /// client's FIN was lost, or whose router died before the replica got
+    /// it. The replica retransmits its FIN from LAST-ACK; the client's
+    /// TIME-WAIT is long gone or was on the dead router's side. As a stack
+    /// answers a segment for no connection (RFC 9293 §3.10.7.1:
+    /// `<SEQ=SEG.ACK><CTL=RST>`), the router resets it in the client's
+    /// name, so the replica does not hold the socket for minutes. Only a
+    /// FIN, and only once the replica's agent registered with this router
+    /// `AGENT_RECORDS_WAIT` ago (its records, which follow the
+    /// registration, are in: a connection it still serves would have been
+    /// adopted). A router that never heard from the replica's agent knows
+    /// nothing of which connections a router before it had: no reset.
+    fn reset_unknown_fin(&mut self, now: Instant, svc: ServiceId, replica: ReplicaId, seg: &Seg) {
+        if !seg.has(flags::FIN)
+            || !seg.has(flags::ACK)
+            || seg.has(flags::RST)
+            || seg.has(flags::SYN)
+        {
+            return;
+        }
+        let addr = self.config.services[svc.0].replicas[replica.0];
+        let records_in = self.agents.as_ref().is_none_or(|a| a.contains(&addr))
+            && self
+                .agent_since
+                .get(&addr)
+                .is_some_and(|&t| now >= t + AGENT_RECORDS_WAIT);
+        if !records_in {
+            return;
+        }
+        let r = Repr::new(seg.dport, seg.sport, seg.ack, SeqNum(0), flags::RST, 0);
+        self.transmit
+            .push_back(Packet::plain(r.emit_ipv4(seg.dst, seg.src, &[])));
+        self.counters.packets_out += 1;
     }
 
     /// ICMP destination unreachable about a segment we sent to a replica

@@ -28,6 +28,12 @@ fn router(n: u8) -> Router {
 
 /// `n` replicas of service "t"; `stateless`: see `Service::stateless`.
 fn router_of(n: u8, stateless: bool) -> Router {
+    Router::new(config_of(n, stateless), [9; 16])
+}
+
+/// The configuration of `router_of`, for a test to change before it
+/// builds the router.
+fn config_of(n: u8, stateless: bool) -> Config {
     let mut c = Config::default();
     c.services.push(Service {
         name: "t".into(),
@@ -38,7 +44,7 @@ fn router_of(n: u8, stateless: bool) -> Router {
         stateless,
         ack: ftnet_core::Ack::All,
     });
-    Router::new(c, [9; 16])
+    c
 }
 
 #[derive(Debug)]
@@ -1340,16 +1346,7 @@ fn replicas_reported_down_stay_out_after_a_restart() {
 /// SYN repeated meanwhile gets nothing (its SYN-ACK follows the record).
 #[test]
 fn synack_waits_for_the_record_to_be_stored() {
-    let mut c = Config::default();
-    c.services.push(Service {
-        name: "t".into(),
-        vip: VIP,
-        ports: vec![PORT],
-        replicas: (1..=2).map(replica).collect(),
-        voting: Default::default(),
-        stateless: false,
-        ack: ftnet_core::Ack::All,
-    });
+    let mut c = config_of(2, false);
     c.timeouts.record_commit = Some(std::time::Duration::from_millis(50));
     let mut r = Router::new(c, [9; 16]);
     // Two connections: the first is confirmed, the second never is.
@@ -1979,16 +1976,7 @@ fn adopt_two(r: &mut Router, risn: u32, isns: [u32; 2], wscale: u8) {
 /// not every 625 ms, so that a round falls soon after its limit lifts.
 #[test]
 fn a_replica_whose_position_a_rebuild_awaits_is_asked_often() {
-    let mut c = Config::default();
-    c.services.push(Service {
-        name: "t".into(),
-        vip: VIP,
-        ports: vec![PORT],
-        replicas: (1..=2).map(replica).collect(),
-        voting: Default::default(),
-        stateless: false,
-        ack: ftnet_core::Ack::All,
-    });
+    let mut c = config_of(2, false);
     c.timeouts.failure_detection = std::time::Duration::from_millis(2500);
     let mut r = Router::new(c, [9; 16]);
     let (risn, isns) = (7_000_000u32, [1_000_000u32, 2_000_000]);

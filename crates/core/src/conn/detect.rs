@@ -53,13 +53,10 @@ impl Conn {
     /// A leg is suspect when it owes an answer: another live leg has
     /// acknowledged or sent more, or answered the SYN while it did not, or
     /// it holds client bytes it has not acknowledged. (Position alone is not
-    /// enough: a dead replica that was ahead would never look behind.)
-    pub(super) fn behind(&self, i: usize) -> bool {
-        self.behind_in_data(i) || self.owes_fin(i)
-    }
-
-    /// `behind` but for an owed FIN: what starts `behind_since`.
-    fn behind_in_data(&self, i: usize) -> bool {
+    /// enough: a dead replica that was ahead would never look behind.) Or
+    /// it owes a FIN (`fin_owed_since`), which this leaves out: what is
+    /// here starts `behind_since`.
+    fn behind(&self, i: usize) -> bool {
         let l = &self.legs[i];
         if l.state == LegState::Open && !l.learned {
             // It owes the answer to the probe that asks its position.
@@ -106,8 +103,11 @@ impl Conn {
         })
     }
 
-    /// Whether open leg `i` owes a FIN and has not answered a probe sent
-    /// since it became owed: another live replica's FIN stands right where this
+    /// Since when open leg `i` owes a FIN (`None`: it owes none), that is
+    /// when the FIN's sender was last heard; its silence is measured from
+    /// there, not from its last answer (an idle connection: seconds ago).
+    ///
+    /// It owes one while it has not answered a probe sent since: another live replica's FIN stands right where this
     /// one's data ends, and the client's FIN waits for it (a FIN goes out
     /// only where every live replica's stream ends). A replica that
     /// crashed after its own FIN was lost on the way (its RST then not
@@ -120,13 +120,6 @@ impl Conn {
     /// quiet; one that crashed since it last answered is found), and the FIN never
     /// starts the clock of the no-progress rule (`behind_since`): that
     /// clock starts when it lacks bytes another has.
-    pub(super) fn owes_fin(&self, i: usize) -> bool {
-        self.fin_owed_since(i).is_some()
-    }
-
-    /// Since when leg `i` owes a FIN (`owes_fin`): when the FIN's sender
-    /// was last heard. Its silence is measured from there, not from its
-    /// last answer (an idle connection: seconds ago).
     fn fin_owed_since(&self, i: usize) -> Option<Instant> {
         let l = &self.legs[i];
         if l.state != LegState::Open || l.fin.is_some() || self.recovering() {
@@ -192,9 +185,16 @@ impl Conn {
     /// connection.
     pub(super) fn fail_deadline(&self, i: usize, t: &Timeouts) -> Option<(Instant, bool)> {
         let l = &self.legs[i];
-        if !l.live() || !self.behind(i) {
+        if !l.live() {
             return None;
         }
+        // Suspect: `behind`, or owing a FIN (`fin_owed_since`).
+        let in_data = self.behind(i);
+        let fin_owed = if in_data {
+            None
+        } else {
+            Some(self.fin_owed_since(i)?)
+        };
         let since = l.behind_since.unwrap_or(l.seen_at);
         let others = || {
             self.legs
@@ -203,20 +203,14 @@ impl Conn {
                 .filter(move |&(j, o)| j != i && o.live())
                 .map(|(_, o)| o)
         };
-        let mut silent_from = l.seen_at.max(since);
         // Owing only a FIN: silent since its sender was last heard (it
         // spoke then: it waits for the client's ACK of it).
-        let fin_only = !self.behind_in_data(i);
-        if fin_only {
-            if let Some(f) = self.fin_owed_since(i) {
-                silent_from = silent_from.max(f);
-            }
-        }
+        let silent_from = l.seen_at.max(since).max(fin_owed.unwrap_or(Instant::ZERO));
         // Another replica's answer convicts this one's silence only when
         // that replica is ahead of it (see `behind_another`), its FIN
-        // included (`owes_fin`).
-        let others_spoke =
-            fin_only || (self.behind_another(i) && others().any(|o| o.seen_at > silent_from));
+        // included (`fin_owed_since`).
+        let others_spoke = fin_owed.is_some()
+            || (self.behind_another(i) && others().any(|o| o.seen_at > silent_from));
         let silent = if others_spoke {
             silent_from + t.failure_detection
         } else {
@@ -224,8 +218,8 @@ impl Conn {
         };
         let stuck_from = l.progress_at.max(since);
         let others_progressed = others().any(|o| o.progress_at > stuck_from);
-        // An owed FIN alone is judged by silence only (`owes_fin`).
-        if others_progressed && self.behind_in_data(i) {
+        // An owed FIN alone is judged by silence only (`fin_owed_since`).
+        if others_progressed && in_data {
             let stuck =
                 stuck_from + (t.failure_detection * 10).max(core::time::Duration::from_secs(1));
             if stuck < silent {
@@ -271,7 +265,7 @@ impl Conn {
     /// Note which legs fell behind (or caught up) with this input.
     pub(crate) fn update_behind(&mut self, now: Instant) {
         for i in 0..self.legs.len() {
-            let b = self.legs[i].live() && self.behind_in_data(i);
+            let b = self.legs[i].live() && self.behind(i);
             let l = &mut self.legs[i];
             match (b, l.behind_since) {
                 (true, None) => l.behind_since = Some(now),

@@ -17,7 +17,7 @@ use crate::event::{AgentMsg, InputKind, Unnumbered};
 use crate::key::ConnKey;
 use crate::time::Instant;
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::net::Ipv4Addr;
 use std::time::Duration;
 
@@ -66,7 +66,7 @@ pub(crate) struct SvcOrder {
 #[derive(Debug, Default)]
 pub(crate) struct Waiting {
     /// Replica → the last number its agent got.
-    pub reported: HashMap<Ipv4Addr, u64>,
+    pub reported: BTreeMap<Ipv4Addr, u64>,
     pub deadline: Option<Instant>,
 }
 

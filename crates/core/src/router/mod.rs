@@ -25,11 +25,35 @@ use crate::time::Instant;
 use crate::wrap::{len32, mod32};
 use ftnet_wire::tcp::{self, flags, Repr};
 use ftnet_wire::{icmp, ipv4, SeqNum};
-use siphasher::sip::SipHasher24;
+use siphasher::sip::{SipHasher13, SipHasher24};
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap, VecDeque};
-use std::hash::Hasher;
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, VecDeque};
+use std::hash::{BuildHasher, Hasher};
 use std::net::Ipv4Addr;
+
+/// The connection table's hasher: SipHash-1-3 keyed from the router's
+/// secret (a key of its own, not the ISN function's).
+#[derive(Debug, Clone, Copy)]
+struct TableHasher(u64, u64);
+
+impl TableHasher {
+    fn new(secret: &[u8; 16]) -> TableHasher {
+        let half = |d: u8| {
+            let mut h = SipHasher24::new_with_key(secret);
+            h.write(b"ftnet connection table");
+            h.write_u8(d);
+            h.finish()
+        };
+        TableHasher(half(0), half(1))
+    }
+}
+
+impl BuildHasher for TableHasher {
+    type Hasher = SipHasher13;
+    fn build_hasher(&self) -> SipHasher13 {
+        SipHasher13::new_with_keys(self.0, self.1)
+    }
+}
 
 /// Connections shown in detail in the status.
 const SAMPLE_CONNS: usize = 8;
@@ -63,16 +87,19 @@ pub struct Router {
     health: Vec<Vec<Member>>,
     /// With [`Router::require_agents`]: the replicas whose own agent has
     /// registered with this router. Only those get new connections.
-    agents: Option<std::collections::HashSet<Ipv4Addr>>,
+    agents: Option<BTreeSet<Ipv4Addr>>,
     /// When each agent last registered, or (without registration: the
     /// simulation) first handed over records (the router's clock then):
     /// its records follow at once.
-    agent_since: HashMap<Ipv4Addr, Instant>,
+    agent_since: BTreeMap<Ipv4Addr, Instant>,
     /// (VIP, port) → service.
     by_vip: HashMap<(Ipv4Addr, u16), ServiceId>,
     /// (replica address, port) → (service, replica).
     by_replica: HashMap<(Ipv4Addr, u16), (ServiceId, ReplicaId)>,
-    conns: HashMap<ConnKey, Conn>,
+    /// Keyed by the router's secret: the keys are the clients' to choose
+    /// (no collision flood), and a run's iteration order follows from its
+    /// secret and its input alone (the simulation replays a seed exactly).
+    conns: HashMap<ConnKey, Conn, TableHasher>,
     /// Timers, earliest first; an entry is live only while it equals its
     /// connection's `timer_at`.
     timers: BinaryHeap<Reverse<(Instant, ConnKey)>>,
@@ -100,17 +127,17 @@ pub struct Router {
     /// When the table was last scanned for drained replicas.
     drain_checked: Option<Instant>,
     /// Down replicas of stateless services: when each is probed next.
-    probe_next: HashMap<(ServiceId, ReplicaId), Instant>,
+    probe_next: BTreeMap<(ServiceId, ReplicaId), Instant>,
     /// Joins in progress (at most one per service).
     joins: Vec<join::Join>,
     /// The last join's id.
     join_ids: u64,
     /// Failed joins the router tries again: when, and attempts so far.
-    join_retry: HashMap<(ServiceId, ReplicaId), (Instant, u32)>,
+    join_retry: BTreeMap<(ServiceId, ReplicaId), (Instant, u32)>,
     /// Services removed at run time ([`Router::remove_service`]): no new
     /// connections; their open ones finish. The slot stays, so that
     /// `ServiceId`s never move.
-    retired: std::collections::HashSet<ServiceId>,
+    retired: BTreeSet<ServiceId>,
     /// Draining before a stop ([`Router::set_draining`]).
     draining: bool,
 }
@@ -138,7 +165,7 @@ impl Router {
             health,
             by_vip,
             by_replica,
-            conns: HashMap::new(),
+            conns: HashMap::with_hasher(TableHasher::new(&secret)),
             timers: BinaryHeap::new(),
             half_open: VecDeque::new(),
             half_open_count: 0,
@@ -153,15 +180,15 @@ impl Router {
             rebuild: None,
             rebuild_dropped: 0,
             agents: None,
-            agent_since: HashMap::new(),
+            agent_since: BTreeMap::new(),
             challenges: ChallengeBudget::default(),
             drained: Vec::new(),
             drain_checked: None,
-            probe_next: HashMap::new(),
+            probe_next: BTreeMap::new(),
             joins: Vec::new(),
             join_ids: 0,
-            join_retry: HashMap::new(),
-            retired: std::collections::HashSet::new(),
+            join_retry: BTreeMap::new(),
+            retired: BTreeSet::new(),
             draining: false,
             config,
         }

@@ -4329,3 +4329,45 @@ fn a_replicas_fin_for_no_connection_is_answered_with_a_reset() {
     assert!(drain(&mut r).is_empty());
     assert_eq!(dropped(&r, "unknown_connection"), 4);
 }
+
+#[test]
+fn the_client_is_never_told_a_lower_ack_when_a_replica_that_made_up_the_count_leaves() {
+    // Two of three replicas with the log acknowledge the client; the third
+    // lags. Replica 2 then leaves: the group's count falls back to replica
+    // 3's position, but the log still holds the bytes the client was
+    // acknowledged, and a receiver may drop a segment whose ACK lies below
+    // its SND.UNA, data and all (smoltcp does).
+    let mut r = router_log(3, 2, 1 << 20);
+    let (risn, isns) = handshake(&mut r, 3);
+    r.handle_packet(t(10), client_at(risn, 0, flags::PSH, b"hello"));
+    drain(&mut r);
+    r.handle_packet(t(11), ack_from(1, isns[0], SeqNum(CISN).add(6), 500));
+    r.handle_packet(t(11), ack_from(2, isns[1], SeqNum(CISN).add(6), 500));
+    let out = drain(&mut r);
+    assert!(
+        out.iter()
+            .any(|o| o.dst == CLIENT && o.r.ack == SeqNum(CISN).add(6)),
+        "two replicas and the log hold the bytes: acknowledged {out:?}"
+    );
+    r.replica_failed(t(12), replica(2));
+    drain(&mut r);
+    let mut a = Repr::new(
+        PORT,
+        CPORT,
+        SeqNum(isns[0]).add(1),
+        SeqNum(CISN).add(6),
+        flags::ACK | flags::PSH,
+        500,
+    );
+    a.timestamps = Some((7000, 1001));
+    r.handle_packet(t(13), seg(replica(1), CLIENT, a, b"world"));
+    let out = drain(&mut r);
+    let to_client: Vec<&Out> = out.iter().filter(|o| o.dst == CLIENT).collect();
+    assert_eq!(to_client.len(), 1, "{out:?}");
+    assert_eq!(to_client[0].payload, b"world");
+    assert_eq!(
+        to_client[0].r.ack,
+        SeqNum(CISN).add(6),
+        "the ACK stays where the client was told it is"
+    );
+}

@@ -346,6 +346,23 @@ impl Conn {
         self.all_ack().map(|a| self.log_ack(a))
     }
 
+    /// The ACK a segment to the client carries: the group's, never below
+    /// what the client was already told. An eviction can lower the group
+    /// ACK (with an input log, the replica that made up the count left;
+    /// the log still holds the bytes), and a receiver may drop a segment
+    /// whose ACK lies below its SND.UNA, data and all (smoltcp does).
+    fn client_ack_field(&self) -> Option<SeqNum> {
+        let a = self.group_ack()?;
+        let told = self.adv_ack;
+        Some(
+            if told.is_after(a) && !told.is_after(self.client_hi) && told.diff(a) < (1 << 30) {
+                told
+            } else {
+                a
+            },
+        )
+    }
+
     /// Group window right edge: the minimum (§III-D); with an input log,
     /// what enough replicas take within the log's bound.
     fn group_edge(&self) -> Option<SeqNum> {

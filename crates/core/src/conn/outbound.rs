@@ -464,7 +464,7 @@ impl Conn {
         if data.is_empty() {
             return;
         }
-        let ack = self.group_ack().unwrap_or(self.client_hi);
+        let ack = self.client_ack_field().unwrap_or(self.client_hi);
         let edge = self.group_edge().unwrap_or(ack);
         let win = self.window_field(ack, edge);
         let ts = self
@@ -536,7 +536,7 @@ impl Conn {
         seq_override: Option<SeqNum>,
         strip_fin: bool,
     ) {
-        let ack = self.group_ack().unwrap_or(self.client_hi);
+        let ack = self.client_ack_field().unwrap_or(self.client_hi);
         let edge = self.group_edge().unwrap_or(ack);
         let win = self.window_field(ack, edge);
         let ts_now = self.router_ts(ctx.now);
@@ -610,7 +610,7 @@ impl Conn {
     /// A pure ACK (or FIN-ACK) to the client with the group's ACK and
     /// window.
     pub(super) fn emit_ack(&mut self, ctx: &mut Ctx, fin: bool) {
-        let (Some(ack), Some(edge)) = (self.group_ack(), self.group_edge()) else {
+        let (Some(ack), Some(edge)) = (self.client_ack_field(), self.group_edge()) else {
             return;
         };
         let seq = if fin {

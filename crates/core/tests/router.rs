@@ -4371,3 +4371,36 @@ fn the_client_is_never_told_a_lower_ack_when_a_replica_that_made_up_the_count_le
         "the ACK stays where the client was told it is"
     );
 }
+
+/// The client was told a zero window; the replicas open theirs again, but
+/// not beyond the furthest edge the client was ever offered (a replica's
+/// window moved back: it shrank it, or an older ACK came late). The
+/// client must hear that the window is open: a client that waits on a
+/// zero window without a persist timer of its own would wait for ever.
+#[test]
+fn a_window_opened_again_after_a_zero_window_is_told_to_the_client() {
+    let mut r = router(2);
+    let (risn, isns) = handshake(&mut r, 2);
+    r.handle_packet(t(10), client_at(risn, 0, flags::PSH, b"hello"));
+    drain(&mut r);
+    r.handle_packet(t(11), ack_from(1, isns[0], SeqNum(CISN).add(6), 0));
+    r.handle_packet(t(11), ack_from(2, isns[1], SeqNum(CISN).add(6), 0));
+    let out = drain(&mut r);
+    let last = out
+        .iter()
+        .rev()
+        .find(|o| o.dst == CLIENT)
+        .expect("an ACK to the client");
+    assert_eq!(
+        (last.r.ack, last.r.window),
+        (SeqNum(CISN).add(6), 0),
+        "{out:?}"
+    );
+    r.handle_packet(t(12), ack_from(1, isns[0], SeqNum(CISN).add(6), 100));
+    r.handle_packet(t(12), ack_from(2, isns[1], SeqNum(CISN).add(6), 100));
+    let out = drain(&mut r);
+    assert!(
+        out.iter().any(|o| o.dst == CLIENT && o.r.window > 0),
+        "the client hears the window open again: {out:?}"
+    );
+}

@@ -270,7 +270,11 @@ impl Conn {
         let (Some(ack), Some(edge)) = (self.group_ack(), self.group_edge()) else {
             return;
         };
-        if fin_now || ack.is_after(self.adv_ack) || edge.is_after(self.adv_edge) {
+        if fin_now
+            || ack.is_after(self.adv_ack)
+            || edge.is_after(self.adv_edge)
+            || self.reopens(ack, edge)
+        {
             self.emit_ack(ctx, fin_now);
         }
         self.check_closed(ctx);

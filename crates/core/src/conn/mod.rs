@@ -233,6 +233,8 @@ pub struct Conn {
     /// a replica behind the others leaves (`Conn::evict_log_lost`), of the
     /// whole service if `Some(true)` (a stateful one).
     log_lost: Option<bool>,
+    /// The last segment to the client offered it a zero window.
+    told_zero: bool,
 }
 
 /// Largest distance two related sequence numbers may have; beyond it a
@@ -294,6 +296,7 @@ impl Conn {
             paused: false,
             log: None,
             log_lost: None,
+            told_zero: false,
             resetting: false,
             check: None,
             vote: match voting {
@@ -372,6 +375,17 @@ impl Conn {
             .map(|l| l.edge)
             .reduce(|a, b| a.min(b))
             .map(|e| self.log_edge(e))
+    }
+
+    /// The client was last told a zero window and the window is open now:
+    /// it must be told, even where the edge does not pass the furthest one
+    /// it was ever offered (`adv_edge`). A replica's window can move back
+    /// (an older ACK reordered on the way, a replica that shrank it), and
+    /// a client waiting on a zero window would otherwise wait for a probe
+    /// of its own, which not every stack sends. (Not on a voted
+    /// connection, whose window follows the votes.)
+    fn reopens(&self, ack: SeqNum, edge: SeqNum) -> bool {
+        self.told_zero && self.vote.is_none() && self.window_field(ack, edge) != 0
     }
 
     /// The window field for the client given the group edge and ack.

@@ -338,7 +338,8 @@ impl Conn {
             ctx.counters.drop(DropReason::AckAbsorbed);
             return;
         };
-        let advances = ack.is_after(self.adv_ack) || edge.is_after(self.adv_edge);
+        let advances =
+            ack.is_after(self.adv_ack) || edge.is_after(self.adv_edge) || self.reopens(ack, edge);
         // A duplicate ACK from the replica that holds the group back means
         // it is missing client data; passing it on lets the client's fast
         // retransmit repair the router–replica link (§III-C).
@@ -467,6 +468,7 @@ impl Conn {
         let ack = self.client_ack_field().unwrap_or(self.client_hi);
         let edge = self.group_edge().unwrap_or(ack);
         let win = self.window_field(ack, edge);
+        self.told_zero = win == 0;
         let ts = self
             .ts_on
             .then(|| (self.router_ts(ctx.now), self.client_tsval));
@@ -539,6 +541,7 @@ impl Conn {
         let ack = self.client_ack_field().unwrap_or(self.client_hi);
         let edge = self.group_edge().unwrap_or(ack);
         let win = self.window_field(ack, edge);
+        self.told_zero = win == 0;
         let ts_now = self.router_ts(ctx.now);
         let seq = seq_override.unwrap_or(seg.seq.shift(self.legs[i].off));
         let vip = self.key.vip;
@@ -631,6 +634,7 @@ impl Conn {
             fl,
             self.window_field(ack, edge),
         );
+        self.told_zero = r.window == 0;
         if self.ts_on {
             r.timestamps = Some((self.router_ts(ctx.now), self.client_tsval));
         }

@@ -59,6 +59,13 @@ pub enum EvictReason {
     /// whose servers keep state (its server missed input the others
     /// applied; it comes back through a join).
     LogLost,
+    /// The client reset a connection while this replica lacked bytes of
+    /// it that another replica had acknowledged, and it did not take them
+    /// within the failure-detection time (they were lost on the way to
+    /// it; nothing holds a copy, and the client will not send them
+    /// again): its server would go on without input the others applied.
+    /// It leaves the service (it comes back through a join).
+    InputLost,
 }
 
 /// One replica out of service for one service (named by its VIP and first

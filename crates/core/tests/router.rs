@@ -1155,6 +1155,13 @@ fn established_connections_are_announced_and_forgotten() {
     // More traffic does not announce it again.
     client_data(&mut r, t(3), b"x");
     drain(&mut r);
+    for i in 1..=2 {
+        r.handle_packet(
+            t(3),
+            ack_from(i, isns[i as usize - 1], SeqNum(CISN).add(2), 500),
+        );
+    }
+    drain(&mut r);
     assert!(!agent_msgs(&mut r)
         .iter()
         .any(|e| matches!(e, AgentMsg::Established { .. })));
@@ -2489,7 +2496,7 @@ fn an_early_fin_is_evicted_and_never_reaches_the_client() {
 #[test]
 fn a_draining_replica_gets_no_new_connections_and_finishes_its_own() {
     let mut r = router(3);
-    let (_risn, _isns) = handshake(&mut r, 3);
+    let (_risn, isns) = handshake(&mut r, 3);
     log_events(&mut r);
     assert_eq!(r.drain_replica(t(5), "t", replica(2)), Ok(1));
     let evs = log_events(&mut r);
@@ -2505,6 +2512,13 @@ fn a_draining_replica_gets_no_new_connections_and_finishes_its_own() {
         .map(|o| o.dst)
         .collect();
     assert_eq!(to, vec![replica(1), replica(2), replica(3)]);
+    for i in 1..=3 {
+        r.handle_packet(
+            t(6),
+            ack_from(i, isns[i as usize - 1], SeqNum(CISN).add(4), 500),
+        );
+    }
+    drain(&mut r);
     // A new connection skips it.
     assert_eq!(
         syn_targets(&mut r, t(7), 40001),
@@ -4124,6 +4138,180 @@ fn with_an_input_log_a_client_reset_reaches_a_lagging_replica_after_its_bytes() 
     assert!(!log_events(&mut r)
         .iter()
         .any(|e| matches!(e, Event::Evicted { .. })));
+}
+
+/// Without an input log, the client resets while one replica has
+/// acknowledged its request and the other's ACK is still on its way (or
+/// delayed): the first is reset at once, the second is probed and reset
+/// once it acknowledged as much, at exactly its RCV.NXT. Before, it got the
+/// RST at the client's sequence number: where its ACK was late that was
+/// fine, but where it lacked the bytes its kernel only challenged the RST,
+/// and the chunk it lacked held its server's input for ever.
+#[test]
+fn without_a_log_a_client_reset_waits_for_a_replica_whose_ack_is_late() {
+    let mut r = router(2);
+    let (risn, isns) = handshake(&mut r, 2);
+    r.handle_packet(t(10), client_at(risn, 0, flags::PSH, b"SET k v"));
+    drain(&mut r);
+    r.handle_packet(t(11), ack_from(1, isns[0], SeqNum(CISN).add(8), 500));
+    drain(&mut r);
+    let rst = Repr::new(CPORT, PORT, SeqNum(CISN).add(8), SeqNum(0), flags::RST, 0);
+    r.handle_packet(t(12), seg(CLIENT, VIP, rst, b""));
+    let out = drain(&mut r);
+    let rst_to = |out: &[Out], i: u8| {
+        out.iter()
+            .find(|o| o.dst == replica(i) && o.r.flags & flags::RST != 0)
+            .map(|o| o.r.seq)
+    };
+    assert_eq!(rst_to(&out, 1), Some(SeqNum(CISN).add(8)), "{out:?}");
+    assert_eq!(rst_to(&out, 2), None, "replica 2 is asked first: {out:?}");
+    assert!(out.iter().any(|o| o.dst == replica(2)), "a probe: {out:?}");
+    assert_eq!(r.connections(), 1, "the connection stays for it");
+    r.handle_packet(t(13), ack_from(2, isns[1], SeqNum(CISN).add(8), 500));
+    let out = drain(&mut r);
+    assert_eq!(rst_to(&out, 2), Some(SeqNum(CISN).add(8)), "{out:?}");
+    assert!(
+        out.iter().all(|o| o.dst != CLIENT),
+        "nothing for the client"
+    );
+    assert_eq!(r.connections(), 0);
+    assert!(!log_events(&mut r)
+        .iter()
+        .any(|e| matches!(e, Event::Evicted { .. })));
+}
+
+/// Without an input log, a replica that lost the client's last bytes
+/// (another acknowledged them) when the client resets can never get them:
+/// it answers the probe with less, and after the failure-detection time it
+/// leaves the service, loudly (`InputLost`), and is reset at its own
+/// RCV.NXT so that its connection ends. It never goes on serving with less
+/// input than the others.
+#[test]
+fn without_a_log_a_replica_that_lost_bytes_before_a_client_reset_leaves_the_service() {
+    let mut r = router(2);
+    let (risn, isns) = handshake(&mut r, 2);
+    r.handle_packet(t(10), client_at(risn, 0, flags::PSH, b"SET k v"));
+    drain(&mut r);
+    r.handle_packet(t(11), ack_from(1, isns[0], SeqNum(CISN).add(8), 500));
+    let rst = Repr::new(CPORT, PORT, SeqNum(CISN).add(8), SeqNum(0), flags::RST, 0);
+    r.handle_packet(t(12), seg(CLIENT, VIP, rst, b""));
+    drain(&mut r);
+    // Its answer to the probe: it has nothing of the request.
+    r.handle_packet(t(13), ack_from(2, isns[1], SeqNum(CISN).add(1), 500));
+    assert!(drain(&mut r)
+        .iter()
+        .all(|o| o.dst != replica(2) || o.r.flags & flags::RST == 0));
+    let mut out = Vec::new();
+    while let Some(due) = r.poll_timeout().filter(|d| *d <= t(5000)) {
+        r.handle_timeout(due);
+        out.extend(drain(&mut r));
+        if r.connections() == 0 {
+            break;
+        }
+    }
+    assert_eq!(r.connections(), 0, "gone");
+    let rst2 = out
+        .iter()
+        .find(|o| o.dst == replica(2) && o.r.flags & flags::RST != 0)
+        .expect("a RST for replica 2");
+    assert_eq!(rst2.r.seq, SeqNum(CISN).add(1), "at its RCV.NXT exactly");
+    let evs = log_events(&mut r);
+    assert!(
+        evs.iter().any(|e| matches!(
+            e,
+            Event::Evicted { replica: a, reason: EvictReason::InputLost, .. } if *a == replica(2)
+        )),
+        "{evs:?}"
+    );
+    assert!(
+        evs.iter().any(|e| matches!(
+            e,
+            Event::ReplicaDown { replica: a, reason: EvictReason::InputLost, .. } if *a == replica(2)
+        )),
+        "out of the service: {evs:?}"
+    );
+    assert!(!evs.iter().any(|e| matches!(
+        e,
+        Event::Evicted { replica: a, .. } if *a == replica(1)
+    )));
+}
+
+/// Without an input log, a request and the client's RST back to back:
+/// no replica's ACK has reached the router when the RST does. Each replica
+/// is asked and reset once it acknowledged the request; one that lost it
+/// (the sequencer numbered it as it went through: its server would wait
+/// for that chunk for ever) leaves the service.
+#[test]
+fn without_a_log_a_reset_right_behind_a_request_waits_for_every_replica_to_have_it() {
+    let mut r = router(2);
+    let (risn, isns) = handshake(&mut r, 2);
+    r.handle_packet(t(10), client_at(risn, 0, flags::PSH, b"SET k v"));
+    let rst = Repr::new(CPORT, PORT, SeqNum(CISN).add(8), SeqNum(0), flags::RST, 0);
+    r.handle_packet(t(10), seg(CLIENT, VIP, rst, b""));
+    let out = drain(&mut r);
+    assert!(
+        out.iter().all(|o| o.r.flags & flags::RST == 0),
+        "nobody acknowledged the request yet: nobody reset: {out:?}"
+    );
+    r.handle_packet(t(11), ack_from(1, isns[0], SeqNum(CISN).add(8), 500));
+    let out = drain(&mut r);
+    assert!(
+        out.iter().any(|o| o.dst == replica(1)
+            && o.r.flags & flags::RST != 0
+            && o.r.seq == SeqNum(CISN).add(8)),
+        "{out:?}"
+    );
+    let mut evs = Vec::new();
+    while let Some(due) = r.poll_timeout().filter(|d| *d <= t(5000)) {
+        r.handle_timeout(due);
+        drain(&mut r);
+        if r.connections() == 0 {
+            break;
+        }
+    }
+    evs.extend(log_events(&mut r));
+    assert_eq!(r.connections(), 0);
+    assert!(
+        evs.iter().any(|e| matches!(
+            e,
+            Event::Evicted { replica: a, reason: EvictReason::InputLost, .. } if *a == replica(2)
+        )),
+        "{evs:?}"
+    );
+}
+
+/// Without an input log, bytes that no replica acknowledged by the end of
+/// the wait are input none of them has: the same for every one. Each is
+/// reset where it stands, and nobody is evicted.
+#[test]
+fn without_a_log_bytes_no_replica_took_before_a_client_reset_evict_nobody() {
+    let mut r = router(2);
+    let (risn, _isns) = handshake(&mut r, 2);
+    r.handle_packet(t(10), client_at(risn, 0, flags::PSH, b"SET k v"));
+    let rst = Repr::new(CPORT, PORT, SeqNum(CISN).add(8), SeqNum(0), flags::RST, 0);
+    r.handle_packet(t(10), seg(CLIENT, VIP, rst, b""));
+    let mut out = drain(&mut r);
+    while let Some(due) = r.poll_timeout().filter(|d| *d <= t(5000)) {
+        r.handle_timeout(due);
+        out.extend(drain(&mut r));
+        if r.connections() == 0 {
+            break;
+        }
+    }
+    assert_eq!(r.connections(), 0);
+    for i in 1..=2 {
+        assert!(
+            out.iter().any(|o| o.dst == replica(i)
+                && o.r.flags & flags::RST != 0
+                && o.r.seq == SeqNum(CISN).add(1)),
+            "replica {i} reset at its RCV.NXT: {out:?}"
+        );
+    }
+    let evs = log_events(&mut r);
+    assert!(
+        !evs.iter().any(|e| matches!(e, Event::Evicted { .. })),
+        "{evs:?}"
+    );
 }
 
 /// A replica that never takes the bytes the client's reset waits for is

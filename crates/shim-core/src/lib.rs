@@ -100,7 +100,7 @@ mod tests;
 
 pub use order::{decode, encode, Ev, Key, Kind, Order, Record, RECORD};
 pub use os::{ConnectError, Fd, Os};
-pub use state::HOLD;
+pub use state::{ACCEPT_WAIT, HOLD};
 
 use state::{give_up, maybe_nothing_to_order, Conn, Reads, State};
 use std::collections::{HashMap, HashSet};
@@ -136,8 +136,10 @@ pub enum AcceptPlan {
     /// No connection's turn: `EAGAIN`, no call.
     WouldBlock,
     /// Hand out this connection, already taken from the kernel
-    /// (non-blocking, close-on-exec: the caller sets what it asked for).
-    Give(Fd),
+    /// (non-blocking, close-on-exec: the caller sets what it asked for),
+    /// with its peer's IPv4 address and port as accept(2) reported them
+    /// then (`None`: ask getpeername(2)).
+    Give(Fd, Option<(u32, u16)>),
 }
 
 /// What the ordered `epoll_wait` answers.
@@ -290,13 +292,13 @@ impl<O: Os> Shim<O> {
         call: &str,
         fd: Fd,
         real: impl FnOnce() -> i32,
-        give: impl FnOnce(Fd) -> i32,
+        give: impl FnOnce(Fd, Option<(u32, u16)>) -> i32,
     ) -> i32 {
         match self.catch(call, || self.accept_plan(fd)) {
             None => self.pass_or_hold(fd, real),
             Some(AcceptPlan::Pass) => real(),
             Some(AcceptPlan::WouldBlock) => self.would_block(),
-            Some(AcceptPlan::Give(cfd)) => give(cfd),
+            Some(AcceptPlan::Give(cfd, peer)) => give(cfd, peer),
         }
     }
 
@@ -482,7 +484,7 @@ impl<O: Os> Shim<O> {
         s.drain_accepts(os);
         if let Some(i) = s.local.iter().position(|(l, _)| *l == fd) {
             let (_, cfd) = s.local.remove(i);
-            return AcceptPlan::Give(cfd);
+            return AcceptPlan::Give(cfd, None);
         }
         if s.held(os) {
             return AcceptPlan::WouldBlock;
@@ -492,8 +494,8 @@ impl<O: Os> Shim<O> {
             let Some(&k) = s.pending.keys().next() else {
                 return AcceptPlan::Pass;
             };
-            return match s.pending.remove(&k) {
-                Some((cfd, _)) => AcceptPlan::Give(cfd),
+            return match s.take_pending(&k) {
+                Some(cfd) => AcceptPlan::Give(cfd, Some((k.client, k.cport))),
                 None => AcceptPlan::WouldBlock,
             };
         }
@@ -502,7 +504,7 @@ impl<O: Os> Shim<O> {
         // is off for it, or it predates this shim) is handed out after 2 s,
         // unordered, rather than never.
         if let Some(k) = s.stale_pending(os, Some(port)) {
-            let Some((cfd, _)) = s.pending.remove(&k) else {
+            let Some(cfd) = s.take_pending(&k) else {
                 return AcceptPlan::WouldBlock;
             };
             eprintln!("ftnet-shim[{}]: connection from port {} has no accept event after 2 s; handed out unordered", std::process::id(), k.cport);
@@ -510,12 +512,12 @@ impl<O: Os> Shim<O> {
                 s.unordered.clear();
             }
             s.unordered.insert(k);
-            return AcceptPlan::Give(cfd);
+            return AcceptPlan::Give(cfd, Some((k.client, k.cport)));
         }
         let head = s.exposed(os);
         match head.and_then(|e| Some((e, e.kind.stream_base()?))) {
             Some((Ev { seq, key, .. }, base)) if key.vport == port => {
-                let Some((cfd, _)) = s.pending.remove(&key) else {
+                let Some(cfd) = s.take_pending(&key) else {
                     return AcceptPlan::WouldBlock;
                 };
                 s.order.consumed(seq);
@@ -529,7 +531,7 @@ impl<O: Os> Shim<O> {
                     },
                 );
                 s.reads.insert(cfd, Reads::default());
-                AcceptPlan::Give(cfd)
+                AcceptPlan::Give(cfd, Some((key.client, key.cport)))
             }
             _ => AcceptPlan::WouldBlock,
         }

@@ -45,12 +45,14 @@ pub trait Os {
     fn close(&self, fd: Fd);
 
     /// Take a connection the kernel has already queued on `listener`
-    /// (non-blocking and close-on-exec), without ever blocking.
-    fn accept_queued(&self, listener: Fd) -> Option<Fd>;
+    /// (non-blocking and close-on-exec), without ever blocking, with its
+    /// peer's IPv4 address and port (host order) as accept(2) reports them
+    /// (`None`: not IPv4). accept(2) reports them also for a connection
+    /// the client reset while it was queued, where getpeername(2) fails
+    /// (`ENOTCONN`): the shim must still know which connection it is.
+    fn accept_queued(&self, listener: Fd) -> Option<(Fd, Option<(u32, u16)>)>;
     /// IPv4 address and port of the local end of `fd` (host order).
     fn local_addr(&self, fd: Fd) -> Option<(u32, u16)>;
-    /// IPv4 address and port of the peer of `fd` (host order).
-    fn peer_addr(&self, fd: Fd) -> Option<(u32, u16)>;
     /// Bytes that have arrived on `fd` and were not read (FIONREAD).
     fn unread(&self, fd: Fd) -> u32;
     /// The peer's FIN is in (or the connection failed): every byte has arrived.

@@ -4,7 +4,7 @@
 
 use crate::order::{decode, Ev, Key, Kind, Order, Record, RECORD};
 use crate::os::{ConnectError, Fd, Os};
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
 
 /// How long a shim that lost the order withholds sequenced input before
@@ -17,6 +17,15 @@ pub const HOLD: Duration = Duration::from_secs(3);
 /// A connection taken from the kernel with no accept event is handed out
 /// unordered after this long (rather than never).
 const STALE: Duration = Duration::from_secs(2);
+
+/// The head of the order is an accept (or a join) whose connection the
+/// kernel has not given the shim: after this long it never will (the
+/// client reset it before its handshake finished on this replica, or this
+/// replica's packets were lost beyond repair: the replica retransmits its
+/// SYN-ACK after 1, 3 and 7 s, and the router answers each with an ACK).
+/// The server cannot take the input behind it in the others' order: the
+/// order is lost, said loudly, rather than the server waiting for ever.
+pub const ACCEPT_WAIT: Duration = Duration::from_secs(10);
 
 /// Position queries kept for the next wait at most (the agent asks one at
 /// a time; more are dropped, oldest first: it asks again).
@@ -76,8 +85,11 @@ pub(crate) struct State {
     pub(crate) order: Order,
     /// Sequenced connections the server holds, by fd.
     pub(crate) conns: HashMap<Fd, Conn>,
-    /// Connections taken from the kernel's accept queue, not yet handed out.
-    pub(crate) pending: HashMap<Key, (Fd, Instant)>,
+    /// Connections taken from the kernel's accept queue, not yet handed
+    /// out, with when they were taken; oldest first where a key repeats
+    /// (a client that reset a connection may reuse its port at once: the
+    /// order's accepts of that key come in the same order).
+    pub(crate) pending: HashMap<Key, VecDeque<(Fd, Instant)>>,
     /// Loopback connections (the operator's `redis-cli DEBUG DIGEST` on the
     /// host itself) taken from the kernel: (listening fd, fd). They are not
     /// replicated input, so they are handed out at once, unordered.
@@ -95,6 +107,9 @@ pub(crate) struct State {
     /// 2 s: one whose accept event comes after all was accepted at another
     /// point of the order than on the other replicas (the order is lost).
     pub(crate) unordered: HashSet<Key>,
+    /// The head of the order (its number) has been an accept or join whose
+    /// connection the kernel has not given, since then (see [`ACCEPT_WAIT`]).
+    head_wait: Option<(u64, Instant)>,
 }
 
 /// Say it once: the shim stops ordering input. Following the order, it
@@ -339,18 +354,19 @@ impl State {
             }
             // The server's listening socket may be blocking: only accept
             // what is already queued.
-            while let Some(fd) = os.accept_queued(l) {
-                match (os.peer_addr(fd), os.local_addr(fd)) {
+            while let Some((fd, peer)) = os.accept_queued(l) {
+                match (peer, os.local_addr(fd)) {
                     (Some((client, _)), Some(_)) if client >> 24 == 127 => self.local.push((l, fd)),
                     (Some((client, cport)), Some((_, vport))) => {
-                        self.pending.insert(
-                            Key {
-                                client,
-                                cport,
-                                vport,
-                            },
-                            (fd, os.now()),
-                        );
+                        let key = Key {
+                            client,
+                            cport,
+                            vport,
+                        };
+                        self.pending
+                            .entry(key)
+                            .or_default()
+                            .push_back((fd, os.now()));
                     }
                     // Not IPv4: never handed out.
                     _ => os.close(fd),
@@ -414,6 +430,9 @@ impl State {
         // Loopback connections wait for nobody.
         unordered.extend(self.local.iter().map(|(l, _)| *l));
         if self.on {
+            self.check_head_wait(os);
+        }
+        if self.on {
             if let Some(k) = self.stale_pending(os, None) {
                 unordered.extend(listener_of(self, k.vport));
             } else {
@@ -450,13 +469,7 @@ impl State {
     /// The event the server may see now, if it is there in the kernel too.
     pub(crate) fn exposed(&self, os: &dyn Os) -> Option<Ev> {
         let by_key: HashMap<Key, Fd> = self.conns.iter().map(|(fd, c)| (c.key, *fd)).collect();
-        let head = self.order.head(|e| match e.kind {
-            Kind::Accept | Kind::Join { .. } => self
-                .listeners
-                .iter()
-                .any(|(fd, p)| *p == e.key.vport && self.reads(*fd)),
-            Kind::Data { .. } => by_key.get(&e.key).is_some_and(|fd| self.reads(*fd)),
-        })?;
+        let head = self.head(&by_key)?;
         let ready = match head.kind {
             Kind::Accept | Kind::Join { .. } => self.pending.contains_key(&head.key),
             Kind::Data { end } => by_key
@@ -465,6 +478,51 @@ impl State {
                 .is_some_and(|(fd, c)| self.chunk_arrived(os, fd, c, end)),
         };
         ready.then_some(head)
+    }
+
+    /// The earliest event of the order the server reads (arrived or not).
+    fn head(&self, by_key: &HashMap<Key, Fd>) -> Option<Ev> {
+        self.order.head(|e| match e.kind {
+            Kind::Accept | Kind::Join { .. } => self
+                .listeners
+                .iter()
+                .any(|(fd, p)| *p == e.key.vport && self.reads(*fd)),
+            Kind::Data { .. } => by_key.get(&e.key).is_some_and(|fd| self.reads(*fd)),
+        })
+    }
+
+    /// Give up the order when its head has been an accept (or join) whose
+    /// connection the kernel has not given for [`ACCEPT_WAIT`].
+    fn check_head_wait(&mut self, os: &dyn Os) {
+        let by_key: HashMap<Key, Fd> = self.conns.iter().map(|(fd, c)| (c.key, *fd)).collect();
+        let stuck = self
+            .head(&by_key)
+            .filter(|e| e.kind.stream_base().is_some() && !self.pending.contains_key(&e.key));
+        let Some(e) = stuck else {
+            self.head_wait = None;
+            return;
+        };
+        let now = os.now();
+        match self.head_wait {
+            Some((seq, since)) if seq == e.seq => {
+                if now.saturating_duration_since(since) >= ACCEPT_WAIT {
+                    self.head_wait = None;
+                    give_up(
+                        self,
+                        os,
+                        &format!(
+                            "the connection from {}:{} (event {}, its {}) has not reached this server in {} s: the client reset it before its handshake finished here, or this replica's packets were lost; the input behind it cannot be taken in the others' order",
+                            std::net::Ipv4Addr::from(e.key.client),
+                            e.key.cport,
+                            e.seq,
+                            if matches!(e.kind, Kind::Accept) { "accept" } else { "join" },
+                            ACCEPT_WAIT.as_secs()
+                        ),
+                    );
+                }
+            }
+            _ => self.head_wait = Some((e.seq, now)),
+        }
     }
 
     /// The events the server may see now, in order: from the start of the
@@ -531,12 +589,24 @@ impl State {
         let now = os.now();
         self.pending
             .iter()
-            .find(|(k, (_, t))| {
+            .find(|(k, q)| {
                 port.is_none_or(|p| k.vport == p)
-                    && now.saturating_duration_since(*t) > STALE
+                    && q.front()
+                        .is_some_and(|(_, t)| now.saturating_duration_since(*t) > STALE)
                     && !self.order.pending_for(k)
             })
             .map(|(k, _)| *k)
+    }
+
+    /// Take the oldest connection of `key` taken from the kernel and not
+    /// handed out.
+    pub(crate) fn take_pending(&mut self, key: &Key) -> Option<Fd> {
+        let q = self.pending.get_mut(key)?;
+        let fd = q.pop_front().map(|(fd, _)| fd);
+        if q.is_empty() {
+            self.pending.remove(key);
+        }
+        fd
     }
 
     pub(crate) fn fd_of(&self, key: &Key) -> Option<Fd> {

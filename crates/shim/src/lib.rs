@@ -163,19 +163,14 @@ extern "C" fn after_fork_in_child() {
 /// The `Os` the shim runs on: libc, bypassing this library's own exports.
 pub struct LibcOs;
 
-fn sockname(fd: c_int, peer: bool) -> Option<(u32, u16)> {
+/// The local IPv4 address and port of `fd` (host order).
+fn sockname(fd: c_int) -> Option<(u32, u16)> {
     // SAFETY: sockaddr_in is plain old data; all zeroes is a valid value.
     let mut sa: libc::sockaddr_in = unsafe { std::mem::zeroed() };
     let mut len = socklen_of::<libc::sockaddr_in>();
     let p = (&mut sa as *mut libc::sockaddr_in).cast::<sockaddr>();
     // SAFETY: `sa` is a writable sockaddr_in of `len` bytes for the call.
-    let rc = unsafe {
-        if peer {
-            libc::getpeername(fd, p, &mut len)
-        } else {
-            libc::getsockname(fd, p, &mut len)
-        }
-    };
+    let rc = unsafe { libc::getsockname(fd, p, &mut len) };
     if rc != 0 || i32::from(sa.sin_family) != libc::AF_INET {
         return None;
     }
@@ -260,7 +255,7 @@ impl Os for LibcOs {
         }
     }
 
-    fn accept_queued(&self, listener: Fd) -> Option<Fd> {
+    fn accept_queued(&self, listener: Fd) -> Option<(Fd, Option<(u32, u16)>)> {
         // The server's listening socket may be blocking: only accept what
         // is already queued.
         let mut p = [libc::pollfd {
@@ -272,24 +267,32 @@ impl Os for LibcOs {
             return None;
         }
         let acc = real_accept4()?;
-        // SAFETY: null address pointers are allowed by accept4(2).
+        // SAFETY: sockaddr_in is plain old data; all zeroes is a valid value.
+        let mut sa: libc::sockaddr_in = unsafe { std::mem::zeroed() };
+        let mut len = socklen_of::<libc::sockaddr_in>();
+        // SAFETY: `sa` is a writable sockaddr_in of `len` bytes, as
+        // accept4(2) requires; it writes at most `len` bytes.
         let fd = unsafe {
             acc(
                 listener,
-                std::ptr::null_mut(),
-                std::ptr::null_mut(),
+                (&mut sa as *mut libc::sockaddr_in).cast::<sockaddr>(),
+                &mut len,
                 libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
             )
         };
-        (fd >= 0).then_some(fd)
+        if fd < 0 {
+            return None;
+        }
+        // The address accept(2) reports (a connection reset while queued
+        // still has it; getpeername(2) would fail on it).
+        let peer = (i32::from(sa.sin_family) == libc::AF_INET
+            && usize::try_from(len).is_ok_and(|l| l >= std::mem::size_of::<libc::sockaddr_in>()))
+        .then(|| (u32::from_be(sa.sin_addr.s_addr), u16::from_be(sa.sin_port)));
+        Some((fd, peer))
     }
 
     fn local_addr(&self, fd: Fd) -> Option<(u32, u16)> {
-        sockname(fd, false)
-    }
-
-    fn peer_addr(&self, fd: Fd) -> Option<(u32, u16)> {
-        sockname(fd, true)
+        sockname(fd)
     }
 
     fn unread(&self, fd: Fd) -> u32 {
@@ -459,18 +462,47 @@ pub unsafe extern "C" fn readv(fd: c_int, iov: *const libc::iovec, iovcnt: c_int
 }
 
 /// Give the caller `cfd` as accept4 would have: its address and flags.
+/// `peer` is the address accept(2) reported when the shim took the
+/// connection from the kernel; getpeername(2) is asked only without one
+/// (it fails on a connection the client reset while it was queued, where
+/// accept(2) still reports the address).
 ///
 /// # Safety
-/// `addr`/`len` are null or valid as getpeername(2) requires.
+/// `addr`/`len` are null or valid as accept(2) requires.
 unsafe fn finish_accept(
     cfd: c_int,
+    peer: Option<(u32, u16)>,
     addr: *mut sockaddr,
     len: *mut socklen_t,
     flags: c_int,
 ) -> c_int {
     if !addr.is_null() && !len.is_null() {
-        // SAFETY: the caller's pointers, valid as accept(2) requires.
-        unsafe { libc::getpeername(cfd, addr, len) };
+        match peer {
+            Some((ip, port)) => {
+                // SAFETY: sockaddr_in is plain old data; all zeroes is valid.
+                let mut sa: libc::sockaddr_in = unsafe { std::mem::zeroed() };
+                sa.sin_family = libc::sa_family_t::try_from(libc::AF_INET).unwrap_or(2);
+                sa.sin_port = port.to_be();
+                sa.sin_addr.s_addr = ip.to_be();
+                let full = std::mem::size_of::<libc::sockaddr_in>();
+                // SAFETY: `len` is valid (accept(2)'s contract); as accept(2)
+                // does, at most `*len` bytes are written to `addr`, and
+                // `*len` then says the address's full size.
+                unsafe {
+                    let room = usize::try_from(*len).unwrap_or(0);
+                    std::ptr::copy_nonoverlapping(
+                        (&raw const sa).cast::<u8>(),
+                        addr.cast::<u8>(),
+                        room.min(full),
+                    );
+                    *len = socklen_of::<libc::sockaddr_in>();
+                }
+            }
+            // SAFETY: the caller's pointers, valid as accept(2) requires.
+            None => unsafe {
+                libc::getpeername(cfd, addr, len);
+            },
+        }
     }
     // We accepted non-blocking and close-on-exec; give the caller what it asked for.
     if flags & libc::SOCK_NONBLOCK == 0 {
@@ -516,7 +548,7 @@ unsafe fn accept_common(
                 || real.call(()),
                 // SAFETY: the caller's pointers (accept(2)'s contract);
                 // `cfd` is a connection the shim took for the server.
-                |cfd| unsafe { finish_accept(cfd, addr, len, flags) },
+                |cfd, peer| unsafe { finish_accept(cfd, peer, addr, len, flags) },
             )
         },
         || real.call(()),

@@ -13,7 +13,8 @@
 # router sends them from the log before the abort reaches replica 3; the digests stay equal.
 # The control, the same runs with ack = "all": the lossy replica holds every client's ACK (the
 # client repairs it after its retransmission timeout), so rounds are reordered, and replica 3 never
-# gets the SETs it lost before a reset (its digest is printed). Both sets of figures are printed.
+# gets the SETs it lost before a reset: it leaves the service, logged `input_lost` (before, it went
+# on serving with another digest, without a word). Both sets of figures are printed.
 set -euo pipefail
 # shellcheck source=tests/e2e/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
@@ -70,6 +71,8 @@ settle $(seq 1 "$N")
 ds=()
 for ((r = 1; r <= N; r++)); do ds+=("$(digest_of "$r")"); done
 say "ack=all (control): after the resetting clients the digests are ${ds[*]} (replica $N lost SETs the client never sent again: without the log nothing repairs it)"
+check "ack=all (control): replica $N, which lacks SETs the others applied, left the service (input_lost)" \
+	wait_for 10 grep -q "replica $(replica_ip "$N") declared down (input_lost)" "/run/ftnet/lab/$LAB/router.log"
 reord_all=$(field "$T/all.json" reordered)
 say "figures: ack=log reordered $reord of $ROUNDS, p99 $p99 ms | ack=all reordered $reord_all, p99 $(field "$T/all.json" "rtt_ms['p99']") ms"
 check "ack=all (control): the lossy replica holds the clients back, rounds are reordered ($reord_all)" test "$reord_all" -gt $((ROUNDS / 100))

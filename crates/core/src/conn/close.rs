@@ -39,6 +39,14 @@ impl Conn {
         }
         let detail = match reason {
             EvictReason::Stalled | EvictReason::NoSynAck => self.silence_detail(i, ctx.now),
+            EvictReason::InputLost => match self.reset_wait {
+                Some(w) => format!(
+                    "the client reset the connection; {} byte(s) another replica acknowledged never reached this one in {} ms",
+                    w.reached.diff(self.legs[i].ack),
+                    ctx.now.saturating_sub(w.since).as_millis()
+                ),
+                None => String::new(),
+            },
             _ => String::new(),
         };
         if !self.legs[i].live() {

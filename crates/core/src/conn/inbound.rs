@@ -219,6 +219,10 @@ impl Conn {
                 // With an input log, a replica that lacks bytes the
                 // others have gets them first, then the abort (`log.rs`).
                 return;
+            } else if self.wait_reset(ctx) {
+                // Without: a replica behind another is reset once it
+                // acknowledged as much, or leaves (`log.rs`).
+                return;
             } else {
                 // A client abort reaches every replica (§III-C).
                 self.fan_out(ctx, pkt, seg);

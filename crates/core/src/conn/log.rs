@@ -30,6 +30,19 @@ use ftnet_wire::tcp::{flags, Repr};
 use ftnet_wire::SeqNum;
 use std::collections::VecDeque;
 
+/// The client's reset waits for replicas that have not acknowledged all
+/// it sent (`Conn::wait_reset`).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct ResetWait {
+    /// What each replica must acknowledge before its reset: what the
+    /// client sent; once the wait is over, what the furthest one did.
+    pub(super) top: SeqNum,
+    /// When the client reset.
+    pub(super) since: crate::time::Instant,
+    /// The furthest any replica acknowledged (those reset already too).
+    pub(super) reached: SeqNum,
+}
+
 /// Segments one call may send one replica from the log; its ACKs clock
 /// the rest.
 const BURST: usize = 32;
@@ -310,13 +323,128 @@ impl Conn {
         true
     }
 
-    /// While the client's reset waits (`log_reset`): every open replica
-    /// that has every logged byte is reset now; once none is left the
-    /// connection is gone.
+    /// The client's exact RST where no log holds what a replica lacks:
+    /// an open replica that acknowledged less than the client sent may
+    /// lack bytes the others' servers take (lost on the way to it: nobody
+    /// holds a copy, and the client will not send them again), or it may
+    /// hold them and its ACK be on its way, or delayed. Reset now, it would take the
+    /// abort with less input than the others (its shim counts a reset
+    /// connection's chunks complete) or not take it at all (a RST beyond
+    /// its RCV.NXT is only challenged, RFC 5961 §3.2, and the chunk it
+    /// lacks then holds its server's input for ever, without a word).
+    /// So the replicas that acknowledged it all are reset now; each other
+    /// one is asked where it stands (a probe: it answers at once) and
+    /// reset as soon as it acknowledged it all. One that has not by
+    /// the failure-detection time lacks the bytes and leaves the service
+    /// (`EvictReason::InputLost`, loudly, `Timer::ResetWait`). A client
+    /// cannot evict a healthy replica this way: one that has the bytes
+    /// says so within the wait. `false`: nobody is behind, the abort goes
+    /// to every replica at once.
+    pub(super) fn wait_reset(&mut self, ctx: &mut Ctx) -> bool {
+        if self.recovering() {
+            return false;
+        }
+        // Everything the client sent: a replica that got it acknowledges
+        // it (its ACK may not have reached the router yet: the request and
+        // the RST come back to back); the sequencer numbered it as it went
+        // through, within every replica's window, and a replica's server
+        // that lacks a numbered chunk would wait for it for ever.
+        let Some(reached) = self.furthest_ack() else {
+            return false;
+        };
+        let top = if self.client_hi.is_after(reached) {
+            self.client_hi
+        } else {
+            reached
+        };
+        self.reset_wait = Some(ResetWait {
+            top,
+            since: ctx.now,
+            reached,
+        });
+        let behind: Vec<usize> = (0..self.legs.len())
+            .filter(|&i| self.reset_lacks(i))
+            .collect();
+        if behind.is_empty() {
+            self.reset_wait = None;
+            return false;
+        }
+        self.resetting = true;
+        for i in behind {
+            self.probe(ctx, i);
+        }
+        self.reset_caught_up(ctx);
+        true
+    }
+
+    /// The furthest acknowledgment of an open replica whose position is
+    /// known.
+    fn furthest_ack(&self) -> Option<SeqNum> {
+        self.legs
+            .iter()
+            .filter(|l| l.open() && l.learned)
+            .map(|l| l.ack)
+            .reduce(|a, b| if b.is_after(a) { b } else { a })
+    }
+
+    /// While the client's reset waits: a replica acknowledged this far.
+    fn reset_reached_to(&mut self, a: SeqNum) {
+        if let Some(w) = self.reset_wait.as_mut() {
+            if a.is_after(w.reached) {
+                w.reached = a;
+            }
+        }
+    }
+
+    /// Open leg `i` must acknowledge more before the client's reset
+    /// reaches it: bytes the log holds, or (`reset_wait`) bytes another
+    /// replica acknowledged.
+    pub(super) fn reset_lacks(&self, i: usize) -> bool {
+        let l = &self.legs[i];
+        self.log_lacks(i)
+            || self
+                .reset_wait
+                .is_some_and(|w| l.open() && l.learned && l.ack.is_before(w.top))
+    }
+
+    /// `Timer::ResetWait` is due: a replica still behind the furthest
+    /// acknowledgment lacks bytes another replica's server takes, and
+    /// leaves the service; the others are reset where they stand (bytes
+    /// none of them acknowledged are input none of them has: the same for
+    /// every one).
+    pub(super) fn reset_wait_over(&mut self, ctx: &mut Ctx) {
+        if let Some(f) = self.furthest_ack() {
+            self.reset_reached_to(f);
+        }
+        if let Some(w) = self.reset_wait.as_mut() {
+            if w.reached.is_before(w.top) {
+                w.top = w.reached;
+            }
+        }
+        for i in 0..self.legs.len() {
+            if self.reset_lacks(i) && !self.log_lacks(i) {
+                self.evict(
+                    ctx,
+                    crate::ids::LegId(i),
+                    crate::event::EvictReason::InputLost,
+                    true,
+                );
+            }
+        }
+        self.reset_wait = None;
+        self.reset_caught_up(ctx);
+    }
+
+    /// While the client's reset waits (`log_reset`, `wait_reset`): every
+    /// open replica that has every byte it must have is reset now; once
+    /// none is left the connection is gone.
     pub(super) fn reset_caught_up(&mut self, ctx: &mut Ctx) {
         for i in 0..self.legs.len() {
-            if !self.legs[i].live() || self.log_lacks(i) {
+            if !self.legs[i].live() || self.reset_lacks(i) {
                 continue;
+            }
+            if self.legs[i].open() && self.legs[i].learned {
+                self.reset_reached_to(self.legs[i].ack);
             }
             let l = &self.legs[i];
             let (seq, ack, fl) = if l.open() {

@@ -227,8 +227,17 @@ pub struct Conn {
     /// acknowledged for what every replica has.
     log: Option<Box<log::InLog>>,
     /// The client reset the connection while a replica lacked logged
-    /// bytes: each gets them, then the abort (`Conn::log_reset`).
+    /// bytes: each gets them, then the abort (`Conn::log_reset`); or,
+    /// without those bytes in a log, while a replica was behind another
+    /// (`reset_wait`).
     resetting: bool,
+    /// The client reset the connection while an open replica had
+    /// acknowledged less than another (this far): each is reset once it
+    /// acknowledged this much (an ACK that was on its way, or delayed),
+    /// and one that has not by the failure-detection time after the
+    /// reset (since then) lost those bytes and leaves the service
+    /// (`Conn::wait_reset`).
+    reset_wait: Option<log::ResetWait>,
     /// Adopted, of a service that acknowledges from the log: once rebuilt,
     /// a replica behind the others leaves (`Conn::evict_log_lost`), of the
     /// whole service if `Some(true)` (a stateful one).
@@ -298,6 +307,7 @@ impl Conn {
             log_lost: None,
             told_zero: false,
             resetting: false,
+            reset_wait: None,
             check: None,
             vote: match voting {
                 Voting::Off => None,

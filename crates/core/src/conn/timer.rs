@@ -26,6 +26,9 @@ pub(super) enum Timer {
     /// Adopted: the records of replicas whose agents have not registered
     /// are no longer waited for (acted on by `settle`).
     AdoptWait,
+    /// The client's reset waits for replicas behind another
+    /// (`Conn::wait_reset`): those still behind leave.
+    ResetWait,
     /// Leg `i` reset while the others carried on: it crashed.
     Abort(usize),
     /// Leg `i` owes an answer for too long: evicted.
@@ -45,6 +48,7 @@ impl Conn {
             Timer::Idle,
             Timer::Commit,
             Timer::AdoptWait,
+            Timer::ResetWait,
         ]
         .into_iter()
         .chain((0..n).map(Timer::Abort))
@@ -70,6 +74,10 @@ impl Conn {
                 Some(Adoption::Rebuilding { expected }) if !closed && !expected.is_empty() => {
                     Some(self.created + ADOPT_WAIT)
                 }
+                _ => None,
+            },
+            Timer::ResetWait => match self.reset_wait {
+                Some(w) if self.resetting && !closed => Some(w.since + t.failure_detection),
                 _ => None,
             },
             Timer::Abort(i) => {
@@ -139,6 +147,9 @@ impl Conn {
         }
         if self.due(Timer::Commit, t, now) {
             self.commit_synack(ctx, false);
+        }
+        if self.due(Timer::ResetWait, t, now) {
+            self.reset_wait_over(ctx);
         }
         // A reset that the others did not follow: that replica crashed.
         for i in 0..self.legs.len() {

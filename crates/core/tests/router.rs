@@ -4140,6 +4140,33 @@ fn with_an_input_log_a_client_reset_reaches_a_lagging_replica_after_its_bytes() 
         .any(|e| matches!(e, Event::Evicted { .. })));
 }
 
+/// The client's RST at its stream offset `off` (from its ISN).
+fn client_rst(r: &mut Router, at: Instant, off: u32) {
+    let rst = Repr::new(CPORT, PORT, SeqNum(CISN).add(off), SeqNum(0), flags::RST, 0);
+    r.handle_packet(at, seg(CLIENT, VIP, rst, b""));
+}
+
+/// The sequence number of the RST `out` sends replica `i`, if any.
+fn rst_seq_to(out: &[Out], i: u8) -> Option<SeqNum> {
+    out.iter()
+        .find(|o| o.dst == replica(i) && o.r.flags & flags::RST != 0)
+        .map(|o| o.r.seq)
+}
+
+/// Run the timers until the connection is gone (at most until `until`):
+/// what was sent meanwhile.
+fn until_gone(r: &mut Router, until: Instant) -> Vec<Out> {
+    let mut out = Vec::new();
+    while let Some(due) = r.poll_timeout().filter(|d| *d <= until) {
+        r.handle_timeout(due);
+        out.extend(drain(r));
+        if r.connections() == 0 {
+            break;
+        }
+    }
+    out
+}
+
 /// Without an input log, the client resets while one replica has
 /// acknowledged its request and the other's ACK is still on its way (or
 /// delayed): the first is reset at once, the second is probed and reset
@@ -4155,21 +4182,19 @@ fn without_a_log_a_client_reset_waits_for_a_replica_whose_ack_is_late() {
     drain(&mut r);
     r.handle_packet(t(11), ack_from(1, isns[0], SeqNum(CISN).add(8), 500));
     drain(&mut r);
-    let rst = Repr::new(CPORT, PORT, SeqNum(CISN).add(8), SeqNum(0), flags::RST, 0);
-    r.handle_packet(t(12), seg(CLIENT, VIP, rst, b""));
+    client_rst(&mut r, t(12), 8);
     let out = drain(&mut r);
-    let rst_to = |out: &[Out], i: u8| {
-        out.iter()
-            .find(|o| o.dst == replica(i) && o.r.flags & flags::RST != 0)
-            .map(|o| o.r.seq)
-    };
-    assert_eq!(rst_to(&out, 1), Some(SeqNum(CISN).add(8)), "{out:?}");
-    assert_eq!(rst_to(&out, 2), None, "replica 2 is asked first: {out:?}");
+    assert_eq!(rst_seq_to(&out, 1), Some(SeqNum(CISN).add(8)), "{out:?}");
+    assert_eq!(
+        rst_seq_to(&out, 2),
+        None,
+        "replica 2 is asked first: {out:?}"
+    );
     assert!(out.iter().any(|o| o.dst == replica(2)), "a probe: {out:?}");
     assert_eq!(r.connections(), 1, "the connection stays for it");
     r.handle_packet(t(13), ack_from(2, isns[1], SeqNum(CISN).add(8), 500));
     let out = drain(&mut r);
-    assert_eq!(rst_to(&out, 2), Some(SeqNum(CISN).add(8)), "{out:?}");
+    assert_eq!(rst_seq_to(&out, 2), Some(SeqNum(CISN).add(8)), "{out:?}");
     assert!(
         out.iter().all(|o| o.dst != CLIENT),
         "nothing for the client"
@@ -4193,28 +4218,20 @@ fn without_a_log_a_replica_that_lost_bytes_before_a_client_reset_leaves_the_serv
     r.handle_packet(t(10), client_at(risn, 0, flags::PSH, b"SET k v"));
     drain(&mut r);
     r.handle_packet(t(11), ack_from(1, isns[0], SeqNum(CISN).add(8), 500));
-    let rst = Repr::new(CPORT, PORT, SeqNum(CISN).add(8), SeqNum(0), flags::RST, 0);
-    r.handle_packet(t(12), seg(CLIENT, VIP, rst, b""));
+    client_rst(&mut r, t(12), 8);
     drain(&mut r);
     // Its answer to the probe: it has nothing of the request.
     r.handle_packet(t(13), ack_from(2, isns[1], SeqNum(CISN).add(1), 500));
     assert!(drain(&mut r)
         .iter()
         .all(|o| o.dst != replica(2) || o.r.flags & flags::RST == 0));
-    let mut out = Vec::new();
-    while let Some(due) = r.poll_timeout().filter(|d| *d <= t(5000)) {
-        r.handle_timeout(due);
-        out.extend(drain(&mut r));
-        if r.connections() == 0 {
-            break;
-        }
-    }
+    let out = until_gone(&mut r, t(5000));
     assert_eq!(r.connections(), 0, "gone");
-    let rst2 = out
-        .iter()
-        .find(|o| o.dst == replica(2) && o.r.flags & flags::RST != 0)
-        .expect("a RST for replica 2");
-    assert_eq!(rst2.r.seq, SeqNum(CISN).add(1), "at its RCV.NXT exactly");
+    assert_eq!(
+        rst_seq_to(&out, 2),
+        Some(SeqNum(CISN).add(1)),
+        "at its RCV.NXT exactly"
+    );
     let evs = log_events(&mut r);
     assert!(
         evs.iter().any(|e| matches!(
@@ -4246,8 +4263,7 @@ fn without_a_log_a_reset_right_behind_a_request_waits_for_every_replica_to_have_
     let mut r = router(2);
     let (risn, isns) = handshake(&mut r, 2);
     r.handle_packet(t(10), client_at(risn, 0, flags::PSH, b"SET k v"));
-    let rst = Repr::new(CPORT, PORT, SeqNum(CISN).add(8), SeqNum(0), flags::RST, 0);
-    r.handle_packet(t(10), seg(CLIENT, VIP, rst, b""));
+    client_rst(&mut r, t(10), 8);
     let out = drain(&mut r);
     assert!(
         out.iter().all(|o| o.r.flags & flags::RST == 0),
@@ -4261,15 +4277,8 @@ fn without_a_log_a_reset_right_behind_a_request_waits_for_every_replica_to_have_
             && o.r.seq == SeqNum(CISN).add(8)),
         "{out:?}"
     );
-    let mut evs = Vec::new();
-    while let Some(due) = r.poll_timeout().filter(|d| *d <= t(5000)) {
-        r.handle_timeout(due);
-        drain(&mut r);
-        if r.connections() == 0 {
-            break;
-        }
-    }
-    evs.extend(log_events(&mut r));
+    until_gone(&mut r, t(5000));
+    let evs = log_events(&mut r);
     assert_eq!(r.connections(), 0);
     assert!(
         evs.iter().any(|e| matches!(
@@ -4288,22 +4297,14 @@ fn without_a_log_bytes_no_replica_took_before_a_client_reset_evict_nobody() {
     let mut r = router(2);
     let (risn, _isns) = handshake(&mut r, 2);
     r.handle_packet(t(10), client_at(risn, 0, flags::PSH, b"SET k v"));
-    let rst = Repr::new(CPORT, PORT, SeqNum(CISN).add(8), SeqNum(0), flags::RST, 0);
-    r.handle_packet(t(10), seg(CLIENT, VIP, rst, b""));
+    client_rst(&mut r, t(10), 8);
     let mut out = drain(&mut r);
-    while let Some(due) = r.poll_timeout().filter(|d| *d <= t(5000)) {
-        r.handle_timeout(due);
-        out.extend(drain(&mut r));
-        if r.connections() == 0 {
-            break;
-        }
-    }
+    out.extend(until_gone(&mut r, t(5000)));
     assert_eq!(r.connections(), 0);
     for i in 1..=2 {
-        assert!(
-            out.iter().any(|o| o.dst == replica(i)
-                && o.r.flags & flags::RST != 0
-                && o.r.seq == SeqNum(CISN).add(1)),
+        assert_eq!(
+            rst_seq_to(&out, i),
+            Some(SeqNum(CISN).add(1)),
             "replica {i} reset at its RCV.NXT: {out:?}"
         );
     }

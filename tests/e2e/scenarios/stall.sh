@@ -2,7 +2,13 @@
 # Stall measurement: stallmeter.py streams 4 KB every 1 ms through the VIP to the socat echo
 # service for ~6 s; the fault hits the victim ~2 s in. Pass: the echo stream came back intact.
 # The longest client-visible gap is reported, and appended to $FTNET_E2E_FIGURES when set.
-# Optional pass limit: FTNET_E2E_MAX_STALL_MS.
+# Pass limit on that gap (FTNET_E2E_MAX_STALL_MS overrides it), the bars of MISSION.md with a
+# margin that holds on a loaded 2-core CI machine: the meter, socat, the router and the fault
+# command share two CPUs, and a descheduled process alone shows as a gap of 10–30 ms.
+#   kill: 50 ms (the bar is 10 ms: a replica's crash must not be visible; CI shows ~6 ms);
+#   cut:  the lab's failure detection (100 ms) + 150 ms = 250 ms (the bar: below the detection
+#         time plus a retransmission; CI shows ~77 ms);
+#   none: no limit (nothing to measure against).
 set -euo pipefail
 # shellcheck source=tests/e2e/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
@@ -47,8 +53,15 @@ PY
 ) || summary="(no stallmeter result)"
 say "STALL N=$N fault=$FAULT$([[ $FAULT == none ]] || echo " victim=r$VICTIM"): $summary"
 max=$(python3 -c 'import json,sys; print(int(json.load(open(sys.argv[1]))["max_gap_ms"]))' "$T/stall.json" 2>/dev/null || echo "")
-if [[ -n ${FTNET_E2E_MAX_STALL_MS:-} && -n $max ]]; then
-	check "max stall ${max} ms <= ${FTNET_E2E_MAX_STALL_MS} ms" test "$max" -le "$FTNET_E2E_MAX_STALL_MS"
+case $FAULT in
+kill) bar=50 ;;
+cut) bar=250 ;;
+*) bar= ;;
+esac
+bar=${FTNET_E2E_MAX_STALL_MS:-$bar}
+if [[ -n $bar ]]; then
+	check "the longest client-visible gap was measured" test -n "$max"
+	[[ -n $max ]] && check "longest client-visible gap ${max} ms <= ${bar} ms (fault $FAULT)" test "$max" -le "$bar"
 fi
 if [[ -n ${FTNET_E2E_FIGURES:-} ]]; then
 	# One line per measurement, tagged with the run, under a lock: runs may share the file.

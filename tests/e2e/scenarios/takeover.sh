@@ -200,7 +200,20 @@ for k in kills:
     near = [g for g, s in gaps if s <= k + 2.0 and s + g / 1000 >= k]
     per.append(max(near) if near else 0)
 print(f"{sys.argv[3]}: client-observed stall per takeover (ms, longest echo gap around each kill): {per}; median {statistics.median(per)} max {max(per)}; echo intact {r['echo_intact']}")
+open(sys.argv[1] + ".median", "w").write("%d\n" % statistics.median(per))
 PY
+	# The bar of MISSION.md: a router's loss costs a client less than 500 ms. Asserted on the
+	# median of the takeovers (one of ten may meet a loaded CI machine's hiccup): 500 ms after a
+	# kill (CI shows ~210 ms). After a cut the median is ~630 ms today, above the bar (the new
+	# master waits for missed VRRP adverts, then the rebuild): asserted at 1,000 ms so that it
+	# cannot get worse unseen; the 500 ms target is not met there yet.
+	med=$(cat "$T/stall.json.median" 2>/dev/null || echo "")
+	case $FAULT in
+	cut) bar=1000 ;;
+	*) bar=500 ;;
+	esac
+	check "the takeover stalls were measured" test -n "$med"
+	[[ -n $med ]] && check "median client-visible stall per takeover ${med} ms <= ${bar} ms (fault $FAULT)" test "$med" -le "$bar"
 	;;
 connect)
 	dur=$((TAKEOVERS * 8 + 10))

@@ -265,15 +265,22 @@ pub const SHIM_RECORD: usize = 24;
 
 /// The agent → shim record (the shim's `order::decode` reads it): `seq` u64
 /// LE, client IPv4 in network order, client port u16 LE, service port u16
-/// LE, kind u8 (1 accept, 2 data), 3 zero bytes, end u32 LE.
-pub fn shim_record(ev: &NumberedInput) -> [u8; SHIM_RECORD] {
+/// LE, kind u8 (1 accept, 2 data, 3 join), flags u8, 2 zero bytes, end u32
+/// LE. An accept carries the client's ISN in `end` with flags 1 where the
+/// agent knows it (`isn`, from the connection's record): it tells a
+/// client's new connection from a reused port from the same accept said
+/// again by a router that took over. Other kinds ignore `isn`.
+pub fn shim_record(ev: &NumberedInput, isn: Option<u32>) -> [u8; SHIM_RECORD] {
     let mut b = [0u8; SHIM_RECORD];
     b[0..8].copy_from_slice(&ev.seq.to_le_bytes());
     b[8..12].copy_from_slice(&ev.key.client.octets());
     b[12..14].copy_from_slice(&ev.key.cport.to_le_bytes());
     b[14..16].copy_from_slice(&ev.key.vport.to_le_bytes());
     let (kind, end) = match ev.kind {
-        InputKind::Accept => (1, 0),
+        InputKind::Accept => {
+            b[17] = u8::from(isn.is_some());
+            (1, isn.unwrap_or(0))
+        }
         InputKind::Data { end } => (2, end),
         InputKind::Join { base } => (3, base),
     };
@@ -859,8 +866,9 @@ pub enum AgentEvent {
     Rejected { reason: String },
     /// The router fell silent: reconnect.
     RouterLost,
-    /// An input event for the replica's shim.
-    Input(NumberedInput),
+    /// An input event for the replica's shim, with the client's ISN where
+    /// it is an accept of a connection whose record the agent keeps.
+    Input(NumberedInput, Option<u32>),
     /// A join's checkpoint: this agent is its donor or its joiner.
     Checkpoint {
         join: u64,
@@ -1080,6 +1088,10 @@ impl AgentSession {
             (AState::Live { .. }, Msg::Input { seq, key, kind }) => {
                 let ev = NumberedInput { seq, key, kind };
                 self.order.note(ev);
+                let isn = match kind {
+                    InputKind::Accept => self.records.get(&key).map(|r| r.client_isn),
+                    _ => None,
+                };
                 if let Some(r) = self.records.get_mut(&key) {
                     match kind {
                         InputKind::Accept => r.accepted = true,
@@ -1092,7 +1104,7 @@ impl AgentSession {
                         }
                     }
                 }
-                Some(AgentEvent::Input(ev))
+                Some(AgentEvent::Input(ev, isn))
             }
             (
                 AState::Live { .. },
@@ -1622,9 +1634,11 @@ mod tests {
         let mut out = Vec::new();
         a.handle(Msg::ConnOpen { record: record(7) }, 1, &mut out);
         let mut passed = Vec::new();
+        let mut isns = Vec::new();
         let mut feed = |a: &mut AgentSession, m: Msg| {
-            if let Some(AgentEvent::Input(e)) = a.handle(m, 1, &mut Vec::new()) {
+            if let Some(AgentEvent::Input(e, isn)) = a.handle(m, 1, &mut Vec::new()) {
                 passed.push(e.seq);
+                isns.push(isn);
             }
         };
         feed(&mut a, input(1, 7, InputKind::Accept));
@@ -1641,6 +1655,12 @@ mod tests {
             );
         }
         assert_eq!(passed, (1..=203).collect::<Vec<u64>>());
+        assert_eq!(
+            isns[0],
+            Some(record(7).client_isn),
+            "an accept names its client's ISN for the shim"
+        );
+        assert!(isns[1..].iter().all(Option::is_none));
         let rec = &a.records[&record(7).key];
         assert!(rec.accepted);
         assert_eq!(rec.input_end, Some(2030));
@@ -1791,7 +1811,7 @@ mod tests {
             kind: InputKind::Data { end: 0xaabb_ccdd },
         };
         assert_eq!(
-            shim_record(&ev),
+            shim_record(&ev, None),
             [
                 8, 7, 6, 5, 4, 3, 2, 1, 0xc6, 0x12, 0x01, 0x02, 0x40, 0x9c, 0xeb, 0x18, 2, 0, 0, 0,
                 0xdd, 0xcc, 0xbb, 0xaa
@@ -1851,16 +1871,19 @@ mod join_tests {
         assert_eq!(state_unhex("abc"), None);
         let q = shim_query(0x0102);
         assert_eq!((q[0], q[1], q[16]), (2, 1, 4));
-        let j = shim_record(&NumberedInput {
-            seq: 9,
-            key: ConnKey {
-                client: Ipv4Addr::new(1, 2, 3, 4),
-                cport: 5,
-                vip: Ipv4Addr::new(9, 9, 9, 9),
-                vport: 6,
+        let j = shim_record(
+            &NumberedInput {
+                seq: 9,
+                key: ConnKey {
+                    client: Ipv4Addr::new(1, 2, 3, 4),
+                    cport: 5,
+                    vip: Ipv4Addr::new(9, 9, 9, 9),
+                    vport: 6,
+                },
+                kind: InputKind::Join { base: 0x0a0b_0c0d },
             },
-            kind: InputKind::Join { base: 0x0a0b_0c0d },
-        });
+            Some(1),
+        );
         assert_eq!(j[16], 3);
         assert_eq!(&j[20..24], &[0x0d, 0x0c, 0x0b, 0x0a]);
     }

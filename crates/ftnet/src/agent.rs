@@ -419,7 +419,7 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
             Ok(
                 AgentEvent::Registered { .. }
                 | AgentEvent::RouterLost
-                | AgentEvent::Input(_)
+                | AgentEvent::Input(..)
                 | AgentEvent::Checkpoint { .. }
                 | AgentEvent::State { .. }
                 | AgentEvent::JoinEnded { .. }
@@ -520,8 +520,8 @@ fn session(
         let mut recs: Vec<u8> = Vec::new();
         while let Some(m) = dec.next_msg()? {
             match s.handle(m, now_ms(), &mut out) {
-                Some(AgentEvent::Input(e)) => {
-                    recs.extend_from_slice(&ftnet_control::shim_record(&e))
+                Some(AgentEvent::Input(e, isn)) => {
+                    recs.extend_from_slice(&ftnet_control::shim_record(&e, isn))
                 }
                 Some(ev) => events.push(ev),
                 None => {}
@@ -565,7 +565,7 @@ fn session(
                         "registered with the router (both sides proved the shared secret)"
                     );
                 }
-                AgentEvent::Input(_) => {}
+                AgentEvent::Input(..) => {}
                 AgentEvent::Checkpoint {
                     join,
                     ports,
@@ -903,13 +903,16 @@ mod tests {
         };
         (from..from + n)
             .flat_map(|seq| {
-                ftnet_control::shim_record(&ftnet_control::NumberedInput {
-                    seq,
-                    key,
-                    kind: ftnet_control::InputKind::Data {
-                        end: ftnet_wire::mod32(seq),
+                ftnet_control::shim_record(
+                    &ftnet_control::NumberedInput {
+                        seq,
+                        key,
+                        kind: ftnet_control::InputKind::Data {
+                            end: ftnet_wire::mod32(seq),
+                        },
                     },
-                })
+                    None,
+                )
             })
             .collect()
     }

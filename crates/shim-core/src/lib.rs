@@ -27,7 +27,12 @@
 //!   `epoll_wait` in the order returned (Redis, nginx and libuv/asyncio
 //!   loops do);
 //! - `accept`/`accept4` hand out connections in the order of their accept
-//!   events, whatever order the kernel queued them in;
+//!   events, whatever order the kernel queued them in. An accept names the
+//!   client's ISN (where the agent knows it): the same accept said again by
+//!   a router that took over is dropped, and a new connection of a key the
+//!   server still holds (the client reset the old one and reconnected from
+//!   the same port) is taken at its own place, each chunk going to the
+//!   latest connection of its key opened before it;
 //! - `poll`/`select` (for loops built on them: asyncio's poll and select
 //!   selectors, older servers) report at most **one** ordered event per
 //!   call, because such loops handle what one call reported in an order of
@@ -399,10 +404,16 @@ impl<O: Os> Shim<O> {
         if !s.on {
             return ReadPlan::Pass;
         }
-        let key = s.conns.get(&fd).map(|c| c.key);
+        let key = s.conns.get(&fd).map(|c| (c.key, c.gen));
         // This connection's next chunk, if it was reported by the last
         // epoll_wait (granted) or is the head of the order now.
-        let next = key.and_then(|k| s.order.iter().find(|e| e.key == k).copied());
+        let next = key.and_then(|(k, g)| {
+            s.order
+                .iter()
+                .find(|e| e.key == k && s.order.gen_of(e) == Some(g))
+                .copied()
+        });
+        let key = key.map(|(k, _)| k);
         if let (
             Some(k),
             Some(Ev {
@@ -444,9 +455,12 @@ impl<O: Os> Shim<O> {
         #[allow(clippy::cast_possible_truncation)]
         let n32 = n as u32;
         c.consumed = c.consumed.wrapping_add(n32);
-        let (key, at) = (c.key, c.consumed);
+        let (key, gen, at) = (c.key, c.gen, c.consumed);
         // Every chunk of this connection that ends at or before `at` is done.
-        while let Some(e) = s.order.head(|e| e.key == key) {
+        while let Some(e) = s
+            .order
+            .head(|e| e.key == key && s.order.gen_of(e) == Some(gen))
+        {
             match e.kind {
                 Kind::Data { end } if (end.wrapping_sub(at) as i32) <= 0 => {
                     s.order.consumed(e.seq);
@@ -527,6 +541,7 @@ impl<O: Os> Shim<O> {
                     cfd,
                     Conn {
                         key,
+                        gen: seq,
                         consumed: base,
                     },
                 );
@@ -562,7 +577,7 @@ impl<O: Os> Shim<O> {
         }
         let mut s = self.state();
         if let Some(c) = s.conns.remove(&fd) {
-            s.order.close(c.key);
+            s.order.close(c.key, c.gen);
         }
         s.listeners.remove(&fd);
         s.reads.remove(&fd);

@@ -3,7 +3,7 @@
 //! the wire format the agent uses to pass them on (and to ask where the
 //! shim stands). Pure logic, tested without a server.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 
 /// A connection as the replica sees it: the client's address and port and
 /// the local (service) port.
@@ -16,19 +16,20 @@ pub struct Key {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
-    Accept,
+    /// A new connection, with the client's initial sequence number where
+    /// the agent knows it: what tells a connection that reuses the key of
+    /// one still open here (a client that reset it and reconnected from
+    /// the same port) from the same accept said again by a router that
+    /// took over.
+    Accept { isn: Option<u32> },
     /// The next chunk ends at this stream offset (bytes after the SYN, mod 2^32).
-    Data {
-        end: u32,
-    },
+    Data { end: u32 },
     /// This replica joins a connection already open on the others: the
     /// router made it a fresh connection whose stream starts at the
     /// client's stream offset `base` (bytes after the client's SYN, mod
     /// 2^32). An accept for a replica that does not have the connection,
     /// dropped by one that does.
-    Join {
-        base: u32,
-    },
+    Join { base: u32 },
 }
 
 impl Kind {
@@ -36,7 +37,7 @@ impl Kind {
     /// connection's first byte has (0 for an accept, `base` for a join).
     pub fn stream_base(&self) -> Option<u32> {
         match *self {
-            Kind::Accept => Some(0),
+            Kind::Accept { .. } => Some(0),
             Kind::Join { base } => Some(base),
             Kind::Data { .. } => None,
         }
@@ -78,9 +79,10 @@ const KIND_JOIN: u8 = 3;
 const KIND_QUERY: u8 = 4;
 
 /// `seq` u64 LE, client IPv4 (network order), cport u16 LE, vport u16 LE,
-/// kind u8, 3 bytes zero, end u32 LE. Kinds: 1 accept (`end` 0), 2 data
-/// (`end`: the chunk's end), 3 join (`end`: the base offset), 4 position
-/// query (`seq`: the query's id; every other field 0).
+/// kind u8, flags u8, 2 bytes zero, end u32 LE. Kinds: 1 accept (`end`:
+/// the client's ISN when flags is 1; 0 and flags 0 where it is not
+/// known), 2 data (`end`: the chunk's end), 3 join (`end`: the base
+/// offset), 4 position query (`seq`: the query's id; every other field 0).
 pub fn encode(rec: &Record) -> [u8; RECORD] {
     let mut b = [0u8; RECORD];
     let ev = match *rec {
@@ -96,7 +98,10 @@ pub fn encode(rec: &Record) -> [u8; RECORD] {
     b[12..14].copy_from_slice(&ev.key.cport.to_le_bytes());
     b[14..16].copy_from_slice(&ev.key.vport.to_le_bytes());
     let (k, end) = match ev.kind {
-        Kind::Accept => (KIND_ACCEPT, 0),
+        Kind::Accept { isn } => {
+            b[17] = u8::from(isn.is_some());
+            (KIND_ACCEPT, isn.unwrap_or(0))
+        }
         Kind::Data { end } => (KIND_DATA, end),
         Kind::Join { base } => (KIND_JOIN, base),
     };
@@ -115,7 +120,9 @@ pub fn decode(b: &[u8; RECORD]) -> Option<Record> {
     seq.copy_from_slice(&b[0..8]);
     let seq = u64::from_le_bytes(seq);
     let kind = match b[16] {
-        KIND_ACCEPT => Kind::Accept,
+        KIND_ACCEPT => Kind::Accept {
+            isn: (b[17] == 1).then_some(end),
+        },
         KIND_DATA => Kind::Data { end },
         KIND_JOIN => Kind::Join { base: end },
         KIND_QUERY => return Some(Record::Query { id: seq }),
@@ -133,17 +140,41 @@ pub fn decode(b: &[u8; RECORD]) -> Option<Record> {
 }
 
 /// The received part of the router's order that the server has not consumed.
+///
+/// A connection is named by its key and its *generation*: the number of
+/// the accept (or join) event that opened it. A key has more than one
+/// connection at a time when a client resets a connection and reconnects
+/// from the same port before this server closed the first one (a replica
+/// that lags, or one whose server simply has not read the reset yet): the
+/// new accept takes its place in the order, and each event belongs to the
+/// latest connection of its key opened before it.
 #[derive(Debug, Default)]
 pub struct Order {
     queue: VecDeque<Ev>,
-    /// Connections the server closed: later events for them are dropped
-    /// (they may still be on their way when the close happens).
-    closed: HashSet<Key>,
+    /// Connections the server closed (with their client's ISN where
+    /// known): later events for them are dropped (they may still be on
+    /// their way when the close happens), and the same accept said again
+    /// is no new connection.
+    closed: HashMap<Key, Option<u32>>,
     closed_fifo: VecDeque<Key>,
     last_seq: Option<u64>,
-    /// Connections accepted in the order and not closed: the end of their
-    /// last chunk (none before the first).
-    open: HashMap<Key, Option<u32>>,
+    /// The newest connection of each key accepted in the order and not
+    /// closed.
+    open: HashMap<Key, Open>,
+    /// Older connections of a key whose newest is in `open` (or was
+    /// closed first), not closed yet by the server: their generations,
+    /// ascending.
+    older: HashMap<Key, Vec<u64>>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Open {
+    /// The number of its accept (or join) event.
+    gen: u64,
+    /// The client's ISN, where the agent knew it.
+    isn: Option<u32>,
+    /// The end of its last chunk (none before the first).
+    end: Option<u32>,
 }
 
 /// The stream from the router has a hole: the order cannot be trusted.
@@ -175,22 +206,48 @@ impl Order {
         // (an Accept, a chunk no longer than one before): the same events
         // on every replica, so dropping them keeps the replicas together.
         match ev.kind {
-            Kind::Accept | Kind::Join { .. } => {
-                // A new connection with a key seen before (port reuse).
-                if self.closed.remove(&ev.key) {
+            Kind::Accept { .. } | Kind::Join { .. } => {
+                let isn = match ev.kind {
+                    Kind::Accept { isn } => isn,
+                    _ => None,
+                };
+                // The same connection said again: the same client ISN, or
+                // one side of the comparison unknown (a join names no ISN:
+                // a join of a connection this replica already has).
+                let same = |known: Option<u32>| match (known, isn) {
+                    (Some(a), Some(b)) => a == b,
+                    _ => true,
+                };
+                if let Some(o) = self.open.get(&ev.key) {
+                    if same(o.isn) {
+                        return Ok(());
+                    }
+                    // A new connection of a key whose older one this
+                    // server still has: both live, each with its events.
+                    self.older.entry(ev.key).or_default().push(o.gen);
+                } else if let Some(&c) = self.closed.get(&ev.key) {
+                    if isn.is_some() && c == isn {
+                        // The accept of a connection already closed here.
+                        return Ok(());
+                    }
+                    // Port reuse: a new connection.
+                    self.closed.remove(&ev.key);
                     self.closed_fifo.retain(|k| *k != ev.key);
-                } else if self.open.contains_key(&ev.key) {
-                    // A repeated accept; a join of a connection this
-                    // replica already has.
-                    return Ok(());
                 }
                 // A joined connection has no chunk ending at or before its
                 // base: the router's stream to it starts there.
-                let start = match ev.kind {
+                let end = match ev.kind {
                     Kind::Join { base } => Some(base),
                     _ => None,
                 };
-                self.open.insert(ev.key, start);
+                self.open.insert(
+                    ev.key,
+                    Open {
+                        gen: ev.seq,
+                        isn,
+                        end,
+                    },
+                );
             }
             Kind::Data { end } => {
                 // Only chunks of connections accepted (or joined) in the
@@ -198,13 +255,13 @@ impl Order {
                 // whose accept this shim never got (it started late; its
                 // server has no such connection in the order), could never
                 // be consumed, and would count as unconsumed input forever.
-                let Some(prev) = self.open.get_mut(&ev.key) else {
+                let Some(o) = self.open.get_mut(&ev.key) else {
                     return Ok(());
                 };
-                if prev.is_some_and(|p| (end.wrapping_sub(p) as i32) <= 0) {
+                if o.end.is_some_and(|p| (end.wrapping_sub(p) as i32) <= 0) {
                     return Ok(());
                 }
-                *prev = Some(end);
+                o.end = Some(end);
             }
         }
         self.queue.push_back(ev);
@@ -231,16 +288,55 @@ impl Order {
         self.queue.iter()
     }
 
-    /// Does the server still have events pending for `key`?
-    pub fn pending_for(&self, key: &Key) -> bool {
+    /// The connection (generation) event `e` belongs to: an accept or a
+    /// join opens its own; a chunk belongs to the latest connection of its
+    /// key opened before it.
+    pub fn gen_of(&self, e: &Ev) -> Option<u64> {
+        if e.kind.stream_base().is_some() {
+            return Some(e.seq);
+        }
+        self.gens(&e.key).filter(|g| *g < e.seq).max()
+    }
+
+    /// The live connections (generations) of `key`, older first.
+    fn gens(&self, key: &Key) -> impl Iterator<Item = u64> + '_ {
+        let older = self.older.get(key).into_iter().flatten().copied();
+        older.chain(self.open.get(key).map(|o| o.gen))
+    }
+
+    /// Does the server still have events pending for connection `gen` of
+    /// `key`?
+    pub fn pending_for(&self, key: &Key, gen: u64) -> bool {
+        self.queue
+            .iter()
+            .any(|e| e.key == *key && self.gen_of(e) == Some(gen))
+    }
+
+    /// Does the server still have events pending for any connection of
+    /// `key` (its accept among them)?
+    pub fn pending_for_key(&self, key: &Key) -> bool {
         self.queue.iter().any(|e| e.key == *key)
     }
 
-    /// The server closed `key`: forget its pending events and drop late ones.
-    pub fn close(&mut self, key: Key) {
-        self.queue.retain(|e| e.key != key);
+    /// The server closed connection `gen` of `key`: forget its pending
+    /// events and drop late ones (those of a later connection of the key
+    /// stay).
+    pub fn close(&mut self, key: Key, gen: u64) {
+        let next = self.gens(&key).filter(|g| *g > gen).min();
+        let upto = next.unwrap_or(u64::MAX);
+        self.queue
+            .retain(|e| e.key != key || e.seq < gen || e.seq >= upto);
+        if let Some(v) = self.older.get_mut(&key) {
+            v.retain(|g| *g != gen);
+            if v.is_empty() {
+                self.older.remove(&key);
+            }
+        }
+        let Some(o) = self.open.get(&key).filter(|o| o.gen == gen).copied() else {
+            return;
+        };
         self.open.remove(&key);
-        if self.closed.insert(key) {
+        if self.closed.insert(key, o.isn).is_none() {
             self.closed_fifo.push_back(key);
             if self.closed_fifo.len() > CLOSED_MAX {
                 if let Some(old) = self.closed_fifo.pop_front() {
@@ -280,6 +376,9 @@ mod tests {
         vport: 6379,
     };
 
+    /// An accept whose client ISN the agent did not say.
+    const ACC: Kind = Kind::Accept { isn: None };
+
     fn ev(seq: u64, key: Key, kind: Kind) -> Ev {
         Ev { seq, key, kind }
     }
@@ -306,13 +405,10 @@ mod tests {
     #[test]
     fn gaps_are_refused() {
         let mut o = Order::default();
-        assert!(
-            o.push(ev(7, A, Kind::Accept)).is_ok(),
-            "the first number may be any"
-        );
+        assert!(o.push(ev(7, A, ACC)).is_ok(), "the first number may be any");
         assert!(o.push(ev(8, A, Kind::Data { end: 5 })).is_ok());
         assert_eq!(
-            o.push(ev(10, B, Kind::Accept)),
+            o.push(ev(10, B, ACC)),
             Err(Gap {
                 expected: 9,
                 got: 10
@@ -325,7 +421,7 @@ mod tests {
     #[test]
     fn extreme_records_do_not_overflow() {
         let mut o = Order::default();
-        o.push(ev(u64::MAX, A, Kind::Accept)).unwrap();
+        o.push(ev(u64::MAX, A, ACC)).unwrap();
         assert_eq!(
             o.push(ev(0, A, Kind::Data { end: u32::MAX })),
             Err(Gap {
@@ -335,7 +431,7 @@ mod tests {
         );
         assert!(o.push(ev(u64::MAX, A, Kind::Data { end: 1 })).is_err());
         let mut o = Order::default();
-        o.push(ev(u64::MAX - 2, A, Kind::Accept)).unwrap();
+        o.push(ev(u64::MAX - 2, A, ACC)).unwrap();
         o.push(ev(u64::MAX - 1, A, Kind::Data { end: u32::MAX }))
             .unwrap();
         o.push(ev(u64::MAX, A, Kind::Data { end: 0 })).unwrap();
@@ -351,8 +447,8 @@ mod tests {
     #[test]
     fn head_skips_ineligible_and_keeps_them() {
         let mut o = Order::default();
-        o.push(ev(1, A, Kind::Accept)).unwrap();
-        o.push(ev(2, B, Kind::Accept)).unwrap();
+        o.push(ev(1, A, ACC)).unwrap();
+        o.push(ev(2, B, ACC)).unwrap();
         o.consumed(1);
         o.consumed(2);
         o.push(ev(3, A, Kind::Data { end: 10 })).unwrap();
@@ -363,7 +459,8 @@ mod tests {
         o.consumed(4);
         assert_eq!(o.head(|e| e.key != A), None);
         assert_eq!(o.head(|_| true).map(|e| e.seq), Some(3));
-        assert!(o.pending_for(&A) && !o.pending_for(&B));
+        assert!(o.pending_for_key(&A) && !o.pending_for_key(&B));
+        assert!(o.pending_for(&A, 1) && !o.pending_for(&B, 2));
     }
 
     /// What a router that took over repeats is dropped, the same way on
@@ -372,16 +469,16 @@ mod tests {
     #[test]
     fn repeated_accepts_and_chunks_are_dropped() {
         let mut o = Order::default();
-        o.push(ev(1, A, Kind::Accept)).unwrap();
+        o.push(ev(1, A, ACC)).unwrap();
         o.push(ev(2, A, Kind::Data { end: 0xffff_fff0 })).unwrap();
-        o.push(ev(3, A, Kind::Accept)).unwrap();
+        o.push(ev(3, A, ACC)).unwrap();
         o.push(ev(4, A, Kind::Data { end: 0xffff_ff00 })).unwrap();
         o.push(ev(5, A, Kind::Data { end: 0xffff_fff0 })).unwrap();
         o.push(ev(6, A, Kind::Data { end: 16 })).unwrap();
         let seqs: Vec<u64> = o.iter().map(|e| e.seq).collect();
         assert_eq!(seqs, vec![1, 2, 6]);
-        o.close(A);
-        o.push(ev(7, A, Kind::Accept)).unwrap();
+        o.close(A, 1);
+        o.push(ev(7, A, ACC)).unwrap();
         o.push(ev(8, A, Kind::Data { end: 3 })).unwrap();
         assert_eq!(o.len(), 2, "a reused key starts afresh");
     }
@@ -389,13 +486,13 @@ mod tests {
     #[test]
     fn closed_connections_drop_late_events_until_reused() {
         let mut o = Order::default();
-        o.push(ev(1, A, Kind::Accept)).unwrap();
+        o.push(ev(1, A, ACC)).unwrap();
         o.push(ev(2, A, Kind::Data { end: 1 })).unwrap();
-        o.close(A);
+        o.close(A, 1);
         assert!(o.is_empty());
         o.push(ev(3, A, Kind::Data { end: 2 })).unwrap();
         assert!(o.is_empty(), "late event of a closed connection dropped");
-        o.push(ev(4, A, Kind::Accept)).unwrap();
+        o.push(ev(4, A, ACC)).unwrap();
         o.push(ev(5, A, Kind::Data { end: 1 })).unwrap();
         assert_eq!(o.len(), 2, "the port was reused by a new connection");
     }
@@ -440,7 +537,7 @@ mod tests {
     #[test]
     fn joins_open_new_connections_and_are_dropped_for_open_ones() {
         let mut o = Order::default();
-        o.push(ev(1, A, Kind::Accept)).unwrap();
+        o.push(ev(1, A, ACC)).unwrap();
         o.push(ev(2, A, Kind::Data { end: 5 })).unwrap();
         o.push(ev(3, A, Kind::Join { base: 2 })).unwrap();
         o.push(ev(4, A, Kind::Data { end: 9 })).unwrap();
@@ -457,7 +554,7 @@ mod tests {
         let seqs: Vec<u64> = o.iter().map(|e| e.seq).collect();
         assert_eq!(seqs, vec![1, 2, 4, 5, 7]);
         assert_eq!(o.last_seq(), Some(7));
-        o.close(B);
+        o.close(B, 5);
         o.push(ev(8, B, Kind::Join { base: 7 })).unwrap();
         assert_eq!(o.len(), 4, "a closed key joined again is a new connection");
     }
@@ -473,5 +570,70 @@ mod tests {
         o.push(ev(2, A, Kind::Join { base: 5 })).unwrap();
         o.push(ev(3, A, Kind::Data { end: 8 })).unwrap();
         assert_eq!(o.len(), 2);
+    }
+
+    /// Two connections of one key at once (the client reset the first and
+    /// reconnected from the same port; the server has not closed the
+    /// first): each chunk belongs to the latest connection opened before
+    /// it, and closing one leaves the other's events.
+    #[test]
+    fn a_key_reused_while_open_keeps_both_connections_apart() {
+        let acc = |isn| Kind::Accept { isn: Some(isn) };
+        let mut o = Order::default();
+        o.push(ev(1, A, acc(100))).unwrap();
+        o.push(ev(2, A, Kind::Data { end: 9 })).unwrap();
+        o.push(ev(3, A, acc(100))).unwrap();
+        assert_eq!(o.len(), 2, "the same ISN: a repeat");
+        o.push(ev(4, A, acc(500))).unwrap();
+        o.push(ev(5, A, Kind::Data { end: 4 })).unwrap();
+        let seqs: Vec<u64> = o.iter().map(|e| e.seq).collect();
+        assert_eq!(
+            seqs,
+            vec![1, 2, 4, 5],
+            "a chunk ending before the old one's is kept"
+        );
+        let gens: Vec<Option<u64>> = o.iter().map(|e| o.gen_of(e)).collect();
+        assert_eq!(gens, vec![Some(1), Some(1), Some(4), Some(4)]);
+        o.consumed(1);
+        o.close(A, 1);
+        let seqs: Vec<u64> = o.iter().map(|e| e.seq).collect();
+        assert_eq!(
+            seqs,
+            vec![4, 5],
+            "the old connection's chunk goes, the new one stays"
+        );
+        assert!(o.pending_for(&A, 4) && !o.pending_for(&A, 1));
+        o.consumed(4);
+        o.consumed(5);
+        o.close(A, 4);
+        o.push(ev(6, A, acc(500))).unwrap();
+        o.push(ev(7, A, Kind::Data { end: 8 })).unwrap();
+        assert!(
+            o.is_empty(),
+            "a closed connection's accept said again opens nothing"
+        );
+        o.push(ev(8, A, acc(900))).unwrap();
+        assert_eq!(o.len(), 1, "a new ISN opens a new connection");
+    }
+
+    /// The accept's ISN on the wire: flagged where known, absent where not.
+    #[test]
+    fn an_accept_carries_its_isn_when_known() {
+        let e = ev(
+            1,
+            A,
+            Kind::Accept {
+                isn: Some(0xdead_beef),
+            },
+        );
+        let b = encode(&e.into());
+        assert_eq!((b[16], b[17]), (1, 1));
+        assert_eq!(b[20..24], 0xdead_beefu32.to_le_bytes());
+        assert_eq!(decode(&b), Some(Record::Event(e)));
+        let e = ev(1, A, Kind::Accept { isn: Some(0) });
+        assert_eq!(decode(&encode(&e.into())), Some(Record::Event(e)));
+        let b = encode(&ev(1, A, ACC).into());
+        assert_eq!(b[17..24], [0; 7]);
+        assert_eq!(decode(&b), Some(Record::Event(ev(1, A, ACC))));
     }
 }

@@ -31,8 +31,14 @@ pub const ACCEPT_WAIT: Duration = Duration::from_secs(10);
 /// a time; more are dropped, oldest first: it asks again).
 const QUERIES_MAX: usize = 1024;
 
+/// Sequenced connections by key and generation.
+type ByKey = HashMap<(Key, u64), Fd>;
+
 pub(crate) struct Conn {
     pub(crate) key: Key,
+    /// Its generation: the number of the accept (or join) event that
+    /// opened it (a key may name two connections, see [`Order`]).
+    pub(crate) gen: u64,
     /// Stream offset the server has read up to (mod 2^32).
     pub(crate) consumed: u32,
 }
@@ -440,8 +446,8 @@ impl State {
                 self.granted.clear();
                 for e in batch.iter().take(limit) {
                     let fd = match e.kind {
-                        Kind::Accept | Kind::Join { .. } => listener_of(self, e.key.vport),
-                        Kind::Data { .. } => self.fd_of(&e.key),
+                        Kind::Accept { .. } | Kind::Join { .. } => listener_of(self, e.key.vport),
+                        Kind::Data { .. } => self.fd_of_event(&e),
                     };
                     let Some(fd) = fd.filter(|f| asks(*f)) else {
                         break;
@@ -468,33 +474,56 @@ impl State {
 
     /// The event the server may see now, if it is there in the kernel too.
     pub(crate) fn exposed(&self, os: &dyn Os) -> Option<Ev> {
-        let by_key: HashMap<Key, Fd> = self.conns.iter().map(|(fd, c)| (c.key, *fd)).collect();
+        let by_key = self.by_key();
         let head = self.head(&by_key)?;
         let ready = match head.kind {
-            Kind::Accept | Kind::Join { .. } => self.pending.contains_key(&head.key),
-            Kind::Data { end } => by_key
-                .get(&head.key)
-                .and_then(|fd| Some((*fd, self.conns.get(fd)?)))
+            Kind::Accept { .. } | Kind::Join { .. } => self.pending.contains_key(&head.key),
+            Kind::Data { end } => self
+                .event_fd(&by_key, &head)
+                .and_then(|fd| Some((fd, self.conns.get(&fd)?)))
                 .is_some_and(|(fd, c)| self.chunk_arrived(os, fd, c, end)),
         };
         ready.then_some(head)
     }
 
     /// The earliest event of the order the server reads (arrived or not).
-    fn head(&self, by_key: &HashMap<Key, Fd>) -> Option<Ev> {
+    fn head(&self, by_key: &ByKey) -> Option<Ev> {
         self.order.head(|e| match e.kind {
-            Kind::Accept | Kind::Join { .. } => self
+            Kind::Accept { .. } | Kind::Join { .. } => self
                 .listeners
                 .iter()
                 .any(|(fd, p)| *p == e.key.vport && self.reads(*fd)),
-            Kind::Data { .. } => by_key.get(&e.key).is_some_and(|fd| self.reads(*fd)),
+            Kind::Data { .. } => self.event_fd(by_key, e).is_some_and(|fd| self.reads(fd)),
         })
+    }
+
+    /// The sequenced connections the server holds, by key and generation.
+    fn by_key(&self) -> ByKey {
+        self.conns
+            .iter()
+            .map(|(fd, c)| ((c.key, c.gen), *fd))
+            .collect()
+    }
+
+    /// The connection a chunk event is for.
+    fn event_fd(&self, by_key: &ByKey, e: &Ev) -> Option<Fd> {
+        let gen = self.order.gen_of(e)?;
+        by_key.get(&(e.key, gen)).copied()
+    }
+
+    /// The connection a chunk event is for (one lookup).
+    pub(crate) fn fd_of_event(&self, e: &Ev) -> Option<Fd> {
+        let gen = self.order.gen_of(e)?;
+        self.conns
+            .iter()
+            .find(|(_, c)| c.key == e.key && c.gen == gen)
+            .map(|(fd, _)| *fd)
     }
 
     /// Give up the order when its head has been an accept (or join) whose
     /// connection the kernel has not given for [`ACCEPT_WAIT`].
     fn check_head_wait(&mut self, os: &dyn Os) {
-        let by_key: HashMap<Key, Fd> = self.conns.iter().map(|(fd, c)| (c.key, *fd)).collect();
+        let by_key = self.by_key();
         let stuck = self
             .head(&by_key)
             .filter(|e| e.kind.stream_base().is_some() && !self.pending.contains_key(&e.key));
@@ -515,7 +544,7 @@ impl State {
                             std::net::Ipv4Addr::from(e.key.client),
                             e.key.cport,
                             e.seq,
-                            if matches!(e.kind, Kind::Accept) { "accept" } else { "join" },
+                            if matches!(e.kind, Kind::Accept { .. }) { "accept" } else { "join" },
                             ACCEPT_WAIT.as_secs()
                         ),
                     );
@@ -534,11 +563,11 @@ impl State {
     /// one: the server handles the events of one `epoll_wait` in the order
     /// returned, and reads one chunk per reported event.
     pub(crate) fn batch(&self, os: &dyn Os) -> Vec<Ev> {
-        let by_key: HashMap<Key, Fd> = self.conns.iter().map(|(fd, c)| (c.key, *fd)).collect();
+        let by_key = self.by_key();
         let mut out: Vec<Ev> = Vec::new();
         for e in self.order.iter() {
             match e.kind {
-                Kind::Accept | Kind::Join { .. } => {
+                Kind::Accept { .. } | Kind::Join { .. } => {
                     let eligible = self
                         .listeners
                         .iter()
@@ -552,7 +581,7 @@ impl State {
                     break;
                 }
                 Kind::Data { end } => {
-                    let Some(&fd) = by_key.get(&e.key) else {
+                    let Some(fd) = self.event_fd(&by_key, e) else {
                         continue;
                     };
                     if !self.reads(fd) {
@@ -578,7 +607,7 @@ impl State {
     pub(crate) fn at_eof(&self, os: &dyn Os, fd: Fd) -> bool {
         self.conns
             .get(&fd)
-            .is_some_and(|c| !self.order.pending_for(&c.key))
+            .is_some_and(|c| !self.order.pending_for(&c.key, c.gen))
             && os.unread(fd) == 0
     }
 
@@ -593,7 +622,7 @@ impl State {
                 port.is_none_or(|p| k.vport == p)
                     && q.front()
                         .is_some_and(|(_, t)| now.saturating_duration_since(*t) > STALE)
-                    && !self.order.pending_for(k)
+                    && !self.order.pending_for_key(k)
             })
             .map(|(k, _)| *k)
     }
@@ -607,12 +636,5 @@ impl State {
             self.pending.remove(key);
         }
         fd
-    }
-
-    pub(crate) fn fd_of(&self, key: &Key) -> Option<Fd> {
-        self.conns
-            .iter()
-            .find(|(_, c)| c.key == *key)
-            .map(|(fd, _)| *fd)
     }
 }

@@ -267,7 +267,7 @@ fn acc(seq: u64, key: Key) -> Ev {
     Ev {
         seq,
         key,
-        kind: Kind::Accept,
+        kind: Kind::Accept { isn: None },
     }
 }
 
@@ -666,4 +666,81 @@ fn an_accept_that_never_comes_loses_the_order_loudly() {
         "{told:?}"
     );
     assert!(s.os().now() < start + ACCEPT_WAIT + Duration::from_millis(500));
+}
+
+fn acc_isn(seq: u64, key: Key, isn: u32) -> Ev {
+    Ev {
+        seq,
+        key,
+        kind: Kind::Accept { isn: Some(isn) },
+    }
+}
+
+/// A client resets its connection and reconnects from the same port before
+/// this server closed the first one (it lags, or has not read the reset
+/// yet): the new connection is taken at its own accept event with its own
+/// chunks, whether the server closes the old one before or after taking it.
+/// Before, its accept was taken for a router's repeat and dropped with its
+/// chunks: the new connection was handed out unordered after 2 s.
+#[test]
+fn a_reused_port_whose_old_connection_is_still_open_is_taken_in_order() {
+    for close_first in [false, true] {
+        let s = shim();
+        s.os().connect(10, A);
+        s.os()
+            .order(&[acc_isn(1, A, 1000), data(2, A, 3), acc_isn(3, B, 7)]);
+        s.os().connect(12, B);
+        assert_eq!(accept(&s), Ok(10));
+        s.os().arrive(10, b"SET");
+        assert_eq!(read(&s, 10, 64), Ok(b"SET".to_vec()));
+        assert_eq!(accept(&s), Ok(12));
+        s.os().reset(10);
+        s.os().connect(11, A);
+        s.os().arrive(11, b"GET");
+        s.os().arrive(12, b"PING");
+        s.os()
+            .order(&[acc_isn(4, A, 5000), data(5, A, 3), data(6, B, 4)]);
+        watch(&s, LISTENER);
+        watch(&s, 10);
+        watch(&s, 12);
+        assert_eq!(wait(&s, 0), vec![LISTENER], "close_first {close_first}");
+        if close_first {
+            assert_eq!(s.close(10, || 0), 0);
+        }
+        assert_eq!(accept(&s), Ok(11), "at once, in its place");
+        watch(&s, 11);
+        if !close_first {
+            assert_eq!(s.close(10, || 0), 0);
+        }
+        assert_eq!(
+            read(&s, 12, 64),
+            Err(libc::EAGAIN),
+            "B's chunk is after A's"
+        );
+        assert_eq!(read(&s, 11, 64), Ok(b"GET".to_vec()));
+        assert_eq!(read(&s, 12, 64), Ok(b"PING".to_vec()));
+        assert!(s.os().told_agent().is_empty(), "{:?}", s.os().told_agent());
+    }
+}
+
+/// What a router that took over says again is still dropped when the agent
+/// names the client's ISN: the accept of a connection the server has, and
+/// of one it already closed.
+#[test]
+fn a_repeated_accept_with_the_same_isn_is_no_new_connection() {
+    let s = shim();
+    s.os().connect(10, A);
+    s.os().connect(11, B);
+    s.os().order(&[acc_isn(1, A, 1000), acc_isn(2, B, 2000)]);
+    assert_eq!(accept(&s), Ok(10));
+    assert_eq!(accept(&s), Ok(11));
+    assert_eq!(s.close(11, || 0), 0);
+    s.os().arrive(10, b"SET");
+    s.os()
+        .order(&[acc_isn(3, A, 1000), acc_isn(4, B, 2000), data(5, A, 3)]);
+    watch(&s, LISTENER);
+    watch(&s, 10);
+    assert_eq!(wait(&s, 0), vec![10], "no accept waits");
+    assert_eq!(read(&s, 10, 64), Ok(b"SET".to_vec()));
+    assert!(s.os().told_agent().is_empty(), "{:?}", s.os().told_agent());
 }

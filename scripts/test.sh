@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# The ftnet test command: dependencies, release build, unit/simulation tests, then the
+# The ftnet test command: dependencies, release build, unit/simulation tests, fuzzing, then the
 # end-to-end matrix in network namespaces (tests/e2e/run.sh; needs root).
 #
 # Usage: ./scripts/test.sh [run.sh options, e.g. --quick, --only REGEX, --figures]
 # Environment:
 #   FTNET_E2E=0   skip the end-to-end tests on purpose (otherwise skipping them is a failure)
 #   FTNET_CARGO_TEST_TIMEOUT=1500   seconds before cargo test is stopped and counted as failed
+#   FTNET_FUZZ_SECONDS=20   seconds each fuzz target runs (scripts/fuzz.sh; 0 skips fuzzing)
 #   CARGO_TARGET_DIR is respected; by default the binary is target/release/ftnet.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -65,10 +66,21 @@ else
 	echo "cargo test passed [$(elapsed)]"
 fi
 
+section "fuzzing (scripts/fuzz.sh -t ${FTNET_FUZZ_SECONDS:-20}: every target from its corpus in the tree)"
+# Bounded: FTNET_FUZZ_SECONDS per target (0 skips). A crash fails the run; its input is kept in
+# fuzz/artifacts/<target>/.
+fuzz_rc=0
+if [[ ${FTNET_FUZZ_SECONDS:-20} != 0 ]]; then
+	scripts/fuzz.sh -t "${FTNET_FUZZ_SECONDS:-20}" || fuzz_rc=$?
+	if ((fuzz_rc)); then echo "fuzzing FAILED (exit $fuzz_rc) [$(elapsed)]"; else echo "fuzzing clean [$(elapsed)]"; fi
+else
+	echo "fuzzing: skipped because FTNET_FUZZ_SECONDS=0 was set"
+fi
+
 section "end-to-end tests (tests/e2e/run.sh $*)"
 if ((!e2e_wanted)); then
 	echo "e2e: skipped because FTNET_E2E=0 was set"
-	exit $((cargo_rc || lint_rc))
+	exit $((cargo_rc || lint_rc || fuzz_rc))
 fi
 skip_reason=
 if [[ $(id -u) != 0 ]]; then
@@ -95,7 +107,8 @@ tests/e2e/run.sh "$@" || rc=$?
 verdict=()
 ((cargo_rc)) && verdict+=("CARGO TEST FAILED")
 ((lint_rc)) && verdict+=("LINTS FAILED")
+((fuzz_rc)) && verdict+=("FUZZ CRASHES")
 ((rc)) && verdict+=("END-TO-END FAILURES")
 ((${#verdict[@]})) || verdict=("ALL PASSED")
 section "done in $(elapsed): ${verdict[*]}"
-((cargo_rc == 0 && lint_rc == 0 && rc == 0))
+((cargo_rc == 0 && lint_rc == 0 && fuzz_rc == 0 && rc == 0))

@@ -562,15 +562,32 @@ pub mod control {
     }
 }
 
-/// The shim's records from its agent (the 24-byte wire format) and the
-/// input order built from them: decode, push, take events, close
-/// connections, in any sequence.
+/// The shim's records from its agent (the 24-byte wire format) and what
+/// it builds from them. Half the inputs drive the input order alone
+/// (decode, push, take events, close connections, in any sequence); the
+/// other half drive the whole shim (`ftnet_shim_core::Shim`) on a fake OS:
+/// a hostile or confused agent (records in sequence or not, garbage,
+/// holes), clients that connect, send, reset and reuse ports, and a server
+/// that accepts, reads, waits and closes in any order. The shim's logic
+/// must never panic (a panic it catches itself counts too).
 pub mod shim {
     use super::Bytes;
-    use ftnet_shim_core::{decode, encode, Order, Record, RECORD};
+    use ftnet_shim_core::{decode, encode, Ev, Fd, Key, Kind, Order, Os, Record, Shim, RECORD};
+    use std::cell::{Cell, RefCell};
+    use std::collections::{HashMap, VecDeque};
+    use std::io;
+    use std::time::{Duration, Instant};
 
     pub fn run(data: &[u8]) {
         let mut b = Bytes::new(data);
+        if b.bool() {
+            whole(&mut b);
+        } else {
+            order(&mut b);
+        }
+    }
+
+    fn order(b: &mut Bytes) {
         let mut o = Order::default();
         let mut pushed = 0usize;
         // Connections the server took (key, generation), as the shim's
@@ -621,6 +638,256 @@ pub mod shim {
             for e in o.iter() {
                 assert!(o.gen_of(e).is_some(), "a queued event has a connection");
             }
+        }
+    }
+
+    const AGENT: Fd = 100;
+    const LISTENER: Fd = 3;
+    const EPFD: Fd = 50;
+    const PORT: u16 = 6379;
+    const VIP: u32 = 0x0a00_0001;
+
+    struct Sock {
+        peer: (u32, u16),
+        data: VecDeque<u8>,
+        reset: bool,
+    }
+
+    #[derive(Default)]
+    struct Fake {
+        now: Cell<Option<Instant>>,
+        agent_rx: RefCell<VecDeque<u8>>,
+        agent_gone: Cell<bool>,
+        queue: RefCell<VecDeque<Fd>>,
+        socks: RefCell<HashMap<Fd, Sock>>,
+    }
+
+    impl Fake {
+        fn t(&self) -> Instant {
+            match self.now.get() {
+                Some(t) => t,
+                None => {
+                    let t = Instant::now();
+                    self.now.set(Some(t));
+                    t
+                }
+            }
+        }
+        fn advance(&self, d: Duration) {
+            self.now.set(Some(self.t() + d));
+        }
+    }
+
+    impl Os for Fake {
+        fn now(&self) -> Instant {
+            self.t()
+        }
+        fn sleep(&self, d: Duration) {
+            self.advance(d);
+        }
+        fn in_child(&self) -> bool {
+            false
+        }
+        fn set_errno(&self, _errno: i32) {}
+        fn connect_agent(&self, _path: &[u8]) -> Result<Fd, ftnet_shim_core::ConnectError> {
+            Ok(AGENT)
+        }
+        fn read(&self, _fd: Fd, buf: &mut [u8]) -> io::Result<usize> {
+            let mut rx = self.agent_rx.borrow_mut();
+            if rx.is_empty() {
+                if self.agent_gone.get() {
+                    return Ok(0);
+                }
+                return Err(io::Error::from_raw_os_error(libc::EAGAIN));
+            }
+            let n = buf.len().min(rx.len());
+            for (d, s) in buf.iter_mut().zip(rx.drain(..n)) {
+                *d = s;
+            }
+            Ok(n)
+        }
+        fn send(&self, _fd: Fd, _buf: &[u8]) {}
+        fn close(&self, _fd: Fd) {}
+        fn accept_queued(&self, _listener: Fd) -> Option<(Fd, Option<(u32, u16)>)> {
+            let fd = self.queue.borrow_mut().pop_front()?;
+            Some((fd, self.socks.borrow().get(&fd).map(|s| s.peer)))
+        }
+        fn local_addr(&self, fd: Fd) -> Option<(u32, u16)> {
+            (fd == LISTENER || self.socks.borrow().contains_key(&fd)).then_some((VIP, PORT))
+        }
+        fn unread(&self, fd: Fd) -> u32 {
+            self.socks
+                .borrow()
+                .get(&fd)
+                .map_or(0, |s| u32::try_from(s.data.len()).unwrap_or(u32::MAX))
+        }
+        fn peer_closed(&self, fd: Fd) -> bool {
+            self.socks.borrow().get(&fd).is_some_and(|s| s.reset)
+        }
+        fn is_blocking(&self, _fd: Fd) -> bool {
+            false
+        }
+        fn is_tcp(&self, fd: Fd) -> bool {
+            fd == LISTENER || self.socks.borrow().contains_key(&fd)
+        }
+        fn epoll_wait(&self, _e: Fd, _ev: &mut [libc::epoll_event], timeout_ms: i32) -> i32 {
+            self.advance(Duration::from_millis(u64::try_from(timeout_ms.max(0)).unwrap_or(0)));
+            0
+        }
+        fn poll(&self, fds: &mut [libc::pollfd], timeout_ms: i32) -> i32 {
+            for p in fds.iter_mut() {
+                p.revents = 0;
+            }
+            self.advance(Duration::from_millis(u64::try_from(timeout_ms.max(0)).unwrap_or(0)));
+            0
+        }
+    }
+
+    fn key(i: u8) -> Key {
+        Key {
+            client: 0xc612_0102,
+            cport: 40000 + u16::from(i % 4),
+            vport: if i & 0x40 != 0 { PORT + 1 } else { PORT },
+        }
+    }
+
+    fn whole(b: &mut Bytes) {
+        let s = Shim::new(Fake::default(), Some(b"/run/ftnet/fuzz.sock".to_vec()));
+        let os = s.os();
+        s.listen(LISTENER, || 0);
+        let mut next_seq = u64::from(b.u8());
+        let mut ends: HashMap<Key, u32> = HashMap::new();
+        let mut next_fd: Fd = 10;
+        let mut held: Vec<Fd> = Vec::new();
+        let mut steps = 0;
+        while !b.done() && steps < 300 {
+            steps += 1;
+            match b.u8() % 10 {
+                0 | 1 => {
+                    // The agent passes on an event in sequence.
+                    let k = key(b.u8());
+                    let kind = match b.u8() % 4 {
+                        0 => Kind::Accept {
+                            isn: b.bool().then(|| u32::from(b.u8() % 3)),
+                        },
+                        1 => Kind::Join {
+                            base: u32::from(b.u8()),
+                        },
+                        _ => {
+                            let e = ends.entry(k).or_insert(0);
+                            *e = e.wrapping_add(1 + u32::from(b.u8() % 16));
+                            Kind::Data { end: *e }
+                        }
+                    };
+                    if let Kind::Accept { .. } | Kind::Join { .. } = kind {
+                        ends.insert(k, kind.stream_base().unwrap_or(0));
+                    }
+                    let ev = Ev {
+                        seq: next_seq,
+                        key: k,
+                        kind,
+                    };
+                    next_seq = next_seq.wrapping_add(1);
+                    os.agent_rx.borrow_mut().extend(encode(&Record::Event(ev)));
+                }
+                2 => {
+                    // Anything at all from the agent (holes, garbage, queries).
+                    let n = usize::from(b.u8() % 49);
+                    let raw = b.take(n).to_vec();
+                    os.agent_rx.borrow_mut().extend(raw);
+                    if b.u8() == 0 {
+                        os.agent_gone.set(true);
+                    }
+                }
+                3 => {
+                    // A client connects (and maybe sends at once).
+                    let fd = next_fd;
+                    next_fd += 1;
+                    let k = key(b.u8());
+                    let data = b.payload();
+                    os.socks.borrow_mut().insert(
+                        fd,
+                        Sock {
+                            peer: (k.client, k.cport),
+                            data: data.into(),
+                            reset: false,
+                        },
+                    );
+                    os.queue.borrow_mut().push_back(fd);
+                }
+                4 => {
+                    // Bytes arrive on a connection, or its client resets it.
+                    let fd = 10 + Fd::from(b.u8() % 16);
+                    let data = b.payload();
+                    let reset = b.u8() < 32;
+                    if let Some(sk) = os.socks.borrow_mut().get_mut(&fd) {
+                        sk.data.extend(data);
+                        sk.reset |= reset;
+                    }
+                }
+                5 => {
+                    let fd = s.accept("accept4", LISTENER, || -1, |fd, _| fd);
+                    if fd >= 0 {
+                        held.push(fd);
+                        let ev = libc::epoll_event {
+                            events: libc::EPOLLIN as u32,
+                            u64: u64::try_from(fd).unwrap_or(0),
+                        };
+                        s.epoll_ctl(EPFD, libc::EPOLL_CTL_ADD, fd, Some(ev), || 0);
+                    }
+                }
+                6 => {
+                    if !held.is_empty() {
+                        let fd = held[usize::from(b.u8()) % held.len()];
+                        let count = 1 + usize::from(b.u8());
+                        s.read("read", fd, false, |limit| {
+                            let mut socks = os.socks.borrow_mut();
+                            let Some(sk) = socks.get_mut(&fd) else {
+                                return -1;
+                            };
+                            let n = limit.map_or(count, |l| l.min(count)).min(sk.data.len());
+                            if n == 0 {
+                                return if sk.reset { 0 } else { -1 };
+                            }
+                            sk.data.drain(..n);
+                            isize::try_from(n).unwrap_or(0)
+                        });
+                    }
+                }
+                7 => {
+                    if !held.is_empty() {
+                        let i = usize::from(b.u8()) % held.len();
+                        let fd = held.swap_remove(i);
+                        s.close(fd, || 0);
+                        os.socks.borrow_mut().remove(&fd);
+                    }
+                }
+                8 => {
+                    let ev = libc::epoll_event {
+                        events: libc::EPOLLIN as u32,
+                        u64: u64::try_from(LISTENER).unwrap_or(0),
+                    };
+                    if b.bool() {
+                        s.epoll_ctl(EPFD, libc::EPOLL_CTL_ADD, LISTENER, Some(ev), || 0);
+                    }
+                    let timeout = i32::from(b.u8() % 4) * 100;
+                    s.epoll_wait(EPFD, 16, timeout, |evs| i32::try_from(evs.len()).unwrap_or(0), || 0);
+                }
+                _ => {
+                    let mut fds: Vec<libc::pollfd> = held
+                        .iter()
+                        .chain(std::iter::once(&LISTENER))
+                        .map(|&fd| libc::pollfd {
+                            fd,
+                            events: libc::POLLIN,
+                            revents: 0,
+                        })
+                        .collect();
+                    s.poll("poll", &mut fds, i32::from(b.u8() % 3) * 50);
+                    os.advance(Duration::from_millis(u64::from(b.u8()) * 40));
+                }
+            }
+            assert!(!s.panicked(), "the shim's logic panicked (caught by its guard)");
         }
     }
 }

@@ -435,19 +435,21 @@ impl State {
         }
         // Loopback connections wait for nobody.
         unordered.extend(self.local.iter().map(|(l, _)| *l));
+        // The connections by key, built once per wait.
+        let by_key = self.by_key();
         if self.on {
-            self.check_head_wait(os);
+            self.check_head_wait(os, &by_key);
         }
         if self.on {
             if let Some(k) = self.stale_pending(os, None) {
                 unordered.extend(listener_of(self, k.vport));
             } else {
-                let batch = self.batch(os);
+                let batch = self.batch(os, &by_key);
                 self.granted.clear();
                 for e in batch.iter().take(limit) {
                     let fd = match e.kind {
                         Kind::Accept { .. } | Kind::Join { .. } => listener_of(self, e.key.vport),
-                        Kind::Data { .. } => self.fd_of_event(&e),
+                        Kind::Data { .. } => self.event_fd(&by_key, e),
                     };
                     let Some(fd) = fd.filter(|f| asks(*f)) else {
                         break;
@@ -511,21 +513,11 @@ impl State {
         by_key.get(&(e.key, gen)).copied()
     }
 
-    /// The connection a chunk event is for (one lookup).
-    pub(crate) fn fd_of_event(&self, e: &Ev) -> Option<Fd> {
-        let gen = self.order.gen_of(e)?;
-        self.conns
-            .iter()
-            .find(|(_, c)| c.key == e.key && c.gen == gen)
-            .map(|(fd, _)| *fd)
-    }
-
     /// Give up the order when its head has been an accept (or join) whose
     /// connection the kernel has not given for [`ACCEPT_WAIT`].
-    fn check_head_wait(&mut self, os: &dyn Os) {
-        let by_key = self.by_key();
+    fn check_head_wait(&mut self, os: &dyn Os, by_key: &ByKey) {
         let stuck = self
-            .head(&by_key)
+            .head(by_key)
             .filter(|e| e.kind.stream_base().is_some() && !self.pending.contains_key(&e.key));
         let Some(e) = stuck else {
             self.head_wait = None;
@@ -562,8 +554,7 @@ impl State {
     /// Reported together, they are processed in the same order as one by
     /// one: the server handles the events of one `epoll_wait` in the order
     /// returned, and reads one chunk per reported event.
-    pub(crate) fn batch(&self, os: &dyn Os) -> Vec<Ev> {
-        let by_key = self.by_key();
+    pub(crate) fn batch(&self, os: &dyn Os, by_key: &ByKey) -> Vec<Ev> {
         let mut out: Vec<Ev> = Vec::new();
         for e in self.order.iter() {
             match e.kind {
@@ -581,7 +572,7 @@ impl State {
                     break;
                 }
                 Kind::Data { end } => {
-                    let Some(fd) = self.event_fd(&by_key, e) else {
+                    let Some(fd) = self.event_fd(by_key, e) else {
                         continue;
                     };
                     if !self.reads(fd) {

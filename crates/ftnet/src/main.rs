@@ -242,6 +242,8 @@ const ROUTER_HELP: &str = r#"Configuration format (every key but the [[service]]
   threads = 2                                # 1, or even: half read client packets, half replies (default: CPUs, ≤ 8)
   busy_poll_us = 0                           # keep polling this long after a packet instead of sleeping:
                                              # lower latency for a CPU per thread while traffic flows
+  tun_queue_len = 8192                       # packets the kernel queues per TUN queue before it drops
+                                             # (a full queue: the `tun_dropped` status and a warning)
   [limits]
   max_connections = 65536
   max_half_open = 8192

@@ -187,6 +187,14 @@ pub fn render(doc: &Value) -> String {
         "1 while the router drains before a stop (ftnet drain)",
         i64::from(doc.get("draining").is_some_and(Value::is_object)),
     );
+    if let Some(d) = doc["tun_dropped"].as_u64() {
+        gauge(
+            &mut r,
+            "ftnet_tun_dropped",
+            "Packets the kernel dropped because a TUN queue of the router was full (the device's tx_dropped)",
+            i64::try_from(d).unwrap_or(i64::MAX),
+        );
+    }
     gauge(
         &mut r,
         "ftnet_up_seconds",
@@ -455,6 +463,7 @@ mod tests {
     fn the_snapshot_renders_as_openmetrics() {
         let doc = serde_json::json!({
             "uptime_s": 12.5,
+            "tun_dropped": 7,
             "status": {
                 "connections": 3, "half_open": 1, "rebuilding": 0,
                 "counters": {"packets_in": 10, "divergences": 2},
@@ -476,6 +485,7 @@ mod tests {
         let t = render(&doc);
         for want in [
             "ftnet_connections 3\n",
+            "ftnet_tun_dropped 7\n",
             "ftnet_packets_in_total 10\n",
             "ftnet_drops_total{reason=\"truncated\"} 4\n",
             "ftnet_replica_up{service=\"redis\",replica=\"198.18.11.2\"} 1\n",

@@ -73,7 +73,7 @@ pub fn run(cfg: FileConfig, path: &Path) -> anyhow::Result<()> {
     let mut queues = Tun::open_queues(&TunOptions {
         name: cfg.tun.clone(),
         mtu: cfg.mtu,
-        txqueuelen: 1000,
+        txqueuelen: cfg.tun_queue_len,
         queues: cfg.threads,
     })
     .with_context(|| format!("opening TUN device {}", cfg.tun))?;
@@ -966,12 +966,55 @@ fn drain_done(router: &Router, shared: &Shared) {
     }
 }
 
+/// Packets the kernel dropped because a TUN queue of the router was full
+/// (`tx_dropped` of the device: the kernel transmits into the TUN what the
+/// router reads).
+fn tun_dropped(tun: &str) -> Option<u64> {
+    std::fs::read_to_string(format!("/sys/class/net/{tun}/statistics/tx_dropped"))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// The last `tun_dropped` seen, and when a warning last said it grew.
+static TUN_DROPS: Mutex<Option<(u64, std::time::Instant)>> = Mutex::new(None);
+/// How often the log says at most that the kernel dropped packets queued
+/// for the router.
+const TUN_DROP_WARN_EVERY: Duration = Duration::from_secs(10);
+
+/// Say (at most every [`TUN_DROP_WARN_EVERY`]) how many packets queued for
+/// the router the kernel dropped since it was last said.
+fn note_tun_drops(tun: &str, dropped: u64) {
+    let mut last = TUN_DROPS.lock().unwrap_or_else(|p| p.into_inner());
+    let now = std::time::Instant::now();
+    match *last {
+        None => *last = Some((dropped, now - TUN_DROP_WARN_EVERY)),
+        Some((seen, at)) if dropped > seen && now.duration_since(at) >= TUN_DROP_WARN_EVERY => {
+            warn!(
+                tun,
+                dropped = dropped - seen,
+                total = dropped,
+                "the kernel dropped {} packet(s) queued for the router (a TUN queue was full: its data-plane thread fell behind); TCP repairs each loss, but a burst of them delays a replica's output by its retransmission back-off and can make it look stalled: raise [router] tun_queue_len, or give the router more CPU",
+                dropped - seen
+            );
+            *last = Some((dropped, now));
+        }
+        Some(_) => {}
+    }
+}
+
 fn refresh_status(router: &Router, shared: &Shared) {
+    let dropped = tun_dropped(&shared.tun);
+    if let Some(d) = dropped {
+        note_tun_drops(&shared.tun, d);
+    }
     let mut doc = serde_json::json!({
         "uptime_s": shared.started.elapsed().as_secs_f64(),
         // The router's clock, which the states' `since_ms` are on.
         "now_ms": shared.now().as_millis(),
         "tun": shared.tun,
+        "tun_dropped": dropped,
         "pid": std::process::id(),
         "status": router.status(),
     });

@@ -105,7 +105,7 @@ mod tests;
 
 pub use order::{decode, encode, Ev, Key, Kind, Order, Record, RECORD};
 pub use os::{ConnectError, Fd, Os};
-pub use state::{ACCEPT_WAIT, HOLD};
+pub use state::{ACCEPT_WAIT, HEAD_SLOW, HOLD};
 
 use state::{give_up, maybe_nothing_to_order, Conn, Reads, State};
 use std::collections::{HashMap, HashSet};

@@ -32,7 +32,7 @@ pub const ACCEPT_WAIT: Duration = Duration::from_secs(10);
 const QUERIES_MAX: usize = 1024;
 
 /// Sequenced connections by key and generation.
-type ByKey = HashMap<(Key, u64), Fd>;
+pub(crate) type ByKey = HashMap<(Key, u64), Fd>;
 
 pub(crate) struct Conn {
     pub(crate) key: Key,
@@ -116,7 +116,15 @@ pub(crate) struct State {
     /// The head of the order (its number) has been an accept or join whose
     /// connection the kernel has not given, since then (see [`ACCEPT_WAIT`]).
     head_wait: Option<(u64, Instant)>,
+    /// The head of the order the server reads (its number), since when it
+    /// has not been given, and whether that was said (see [`HEAD_SLOW`]).
+    head_slow: Option<(u64, Instant, bool)>,
 }
+
+/// The head of the order has not been given to the server for this long:
+/// the shim says once what it waits for (the router takes a replica out
+/// whose server makes no progress for a few seconds; this line says why).
+pub const HEAD_SLOW: Duration = Duration::from_secs(1);
 
 /// Say it once: the shim stops ordering input. Following the order, it
 /// tells the agent why (which reports the order lost: the router takes this
@@ -445,6 +453,9 @@ impl State {
                 unordered.extend(listener_of(self, k.vport));
             } else {
                 let batch = self.batch(os, &by_key);
+                if let Some(why) = self.slow_head(os, &by_key, &batch) {
+                    eprintln!("ftnet-shim[{}]: {why}", std::process::id());
+                }
                 self.granted.clear();
                 for e in batch.iter().take(limit) {
                     let fd = match e.kind {
@@ -500,7 +511,7 @@ impl State {
     }
 
     /// The sequenced connections the server holds, by key and generation.
-    fn by_key(&self) -> ByKey {
+    pub(crate) fn by_key(&self) -> ByKey {
         self.conns
             .iter()
             .map(|(fd, c)| ((c.key, c.gen), *fd))
@@ -511,6 +522,83 @@ impl State {
     fn event_fd(&self, by_key: &ByKey, e: &Ev) -> Option<Fd> {
         let gen = self.order.gen_of(e)?;
         by_key.get(&(e.key, gen)).copied()
+    }
+
+    /// What the head of the order has waited for since [`HEAD_SLOW`] ago,
+    /// once per head: its connection not given by the kernel, its chunk not
+    /// all arrived, or nothing (the server has not taken it).
+    pub(crate) fn slow_head(
+        &mut self,
+        os: &dyn Os,
+        by_key: &ByKey,
+        batch: &[Ev],
+    ) -> Option<String> {
+        // The oldest event not consumed: the head the server reads, or one
+        // passed over (its connection not read, or not known).
+        let Some(h) = self.order.iter().next().copied() else {
+            self.head_slow = None;
+            return None;
+        };
+        let read = self.head(by_key).is_some_and(|e| e.seq == h.seq);
+        let now = os.now();
+        let since = match self.head_slow {
+            Some((seq, since, _)) if seq == h.seq => since,
+            _ => {
+                self.head_slow = Some((h.seq, now, false));
+                return None;
+            }
+        };
+        if self.head_slow.is_some_and(|(_, _, said)| said)
+            || now.saturating_duration_since(since) < HEAD_SLOW
+        {
+            return None;
+        }
+        self.head_slow = Some((h.seq, since, true));
+        let what = match h.kind {
+            _ if !read => match self.event_fd(by_key, &h) {
+                _ if h.kind.stream_base().is_some() => {
+                    "passed over: the server does not read its listener".to_string()
+                }
+                Some(fd) => format!("passed over: the server does not read its connection (fd {fd})"),
+                None => "passed over: the server has no connection of its key and generation".to_string(),
+            },
+            Kind::Accept { .. } | Kind::Join { .. } if !self.pending.contains_key(&h.key) => {
+                "its connection has not come from the kernel".to_string()
+            }
+            Kind::Accept { .. } | Kind::Join { .. } => {
+                "its connection came from the kernel; the server has not accepted it".to_string()
+            }
+            Kind::Data { end } => match self
+                .event_fd(by_key, &h)
+                .and_then(|fd| Some((fd, self.conns.get(&fd)?)))
+            {
+                Some((fd, c)) => format!(
+                    "its chunk ends at {end}, the server read up to {}, {} byte(s) are in the kernel{}{}",
+                    c.consumed,
+                    os.unread(fd),
+                    if os.peer_closed(fd) { ", the client closed" } else { "" },
+                    if batch.first().is_some_and(|b| b.seq == h.seq) {
+                        "; offered to the server, not read"
+                    } else {
+                        ""
+                    }
+                ),
+                None => "its connection is not known".to_string(),
+            },
+        };
+        Some(format!(
+            "input held for {} ms at event {} ({} of {}:{}): {what}; {} event(s) behind it",
+            now.saturating_duration_since(since).as_millis(),
+            h.seq,
+            match h.kind {
+                Kind::Accept { .. } => "accept",
+                Kind::Join { .. } => "join",
+                Kind::Data { .. } => "chunk",
+            },
+            std::net::Ipv4Addr::from(h.key.client),
+            h.key.cport,
+            self.order.len().saturating_sub(1),
+        ))
     }
 
     /// Give up the order when its head has been an accept (or join) whose

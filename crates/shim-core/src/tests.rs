@@ -744,3 +744,85 @@ fn a_repeated_accept_with_the_same_isn_is_no_new_connection() {
     assert_eq!(read(&s, 10, 64), Ok(b"SET".to_vec()));
     assert!(s.os().told_agent().is_empty(), "{:?}", s.os().told_agent());
 }
+
+/// The head of the order waits (a chunk not all arrived): after HEAD_SLOW
+/// the shim says once what it waits for, with the bytes it has; a head
+/// that moves on starts the count again.
+#[test]
+fn a_head_that_waits_says_what_for_once() {
+    let s = shim();
+    s.os().connect(10, A);
+    s.os().order(&[acc(1, A), data(2, A, 5), acc(3, B)]);
+    watch(&s, LISTENER);
+    assert_eq!(accept(&s), Ok(10));
+    watch(&s, 10);
+    s.os().arrive(10, b"SET");
+    assert_eq!(wait(&s, 0), Vec::<Fd>::new(), "2 bytes still missing");
+    let slow = |s: &Shim<Fake>| {
+        let os = s.os();
+        let mut st = s.state();
+        let by_key = st.by_key();
+        let batch = st.batch(os, &by_key);
+        st.slow_head(os, &by_key, &batch)
+    };
+    assert_eq!(slow(&s), None, "not yet");
+    s.os().advance(HEAD_SLOW);
+    let said = slow(&s).expect("said after HEAD_SLOW");
+    assert!(
+        said.contains("at event 2 (chunk of 198.18.1.2:40000): its chunk ends at 5, the server read up to 0, 3 byte(s) are in the kernel; 1 event(s) behind it"),
+        "{said}"
+    );
+    assert_eq!(slow(&s), None, "said once");
+    s.os().arrive(10, b"XY");
+    assert_eq!(wait(&s, 0), vec![10]);
+    assert_eq!(read(&s, 10, 64), Ok(b"SETXY".to_vec()));
+    assert_eq!(slow(&s), None, "a new head: the count starts again");
+    s.os().advance(HEAD_SLOW);
+    let said = slow(&s).expect("the next head waits too");
+    assert!(
+        said.contains(
+            "at event 3 (accept of 198.18.1.2:40001): its connection has not come from the kernel"
+        ),
+        "{said}"
+    );
+}
+
+/// An event the server passes over (it took its connection out of its
+/// interest) while it takes later ones is said too, once, after HEAD_SLOW:
+/// a replica whose server stopped reading one connection stalls there.
+#[test]
+fn an_event_passed_over_is_said_once() {
+    let s = shim();
+    s.os().connect(10, A);
+    s.os().connect(11, B);
+    s.os()
+        .order(&[acc(1, A), acc(2, B), data(3, A, 3), data(4, B, 4)]);
+    watch(&s, LISTENER);
+    assert_eq!(accept(&s), Ok(10));
+    assert_eq!(accept(&s), Ok(11));
+    watch(&s, 11);
+    assert_eq!(
+        s.epoll_ctl(EPFD, libc::EPOLL_CTL_DEL, 10, None, || 0),
+        0,
+        "the server stops reading A"
+    );
+    s.os().arrive(10, b"SET");
+    s.os().arrive(11, b"PING");
+    let slow = |s: &Shim<Fake>| {
+        let os = s.os();
+        let mut st = s.state();
+        let by_key = st.by_key();
+        let batch = st.batch(os, &by_key);
+        st.slow_head(os, &by_key, &batch)
+    };
+    assert_eq!(slow(&s), None);
+    assert_eq!(wait(&s, 0), vec![11], "B's chunk passes A's");
+    assert_eq!(read(&s, 11, 64), Ok(b"PING".to_vec()));
+    s.os().advance(HEAD_SLOW);
+    let said = slow(&s).expect("A's chunk waits");
+    assert!(
+        said.contains("at event 3 (chunk of 198.18.1.2:40000): passed over: the server does not read its connection (fd 10)"),
+        "{said}"
+    );
+    assert_eq!(slow(&s), None, "said once");
+}

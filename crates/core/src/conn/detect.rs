@@ -43,6 +43,17 @@ impl Conn {
                 self.client_hi.diff(l.ack).max(0)
             );
         }
+        if let Some((nxt, at)) = l.nxt_seen {
+            // A pure ACK carries its sender's SND.NXT: output beyond `hi`
+            // left the replica and never reached the router.
+            let lost = nxt.diff(l.hi);
+            if lost > 0 {
+                d += &format!(
+                    "; its ACK {} ms ago says it sent {lost} byte(s) more than reached the router",
+                    ago(at)
+                );
+            }
+        }
         if let Some(p) = l.probe_at {
             d += &format!("; last probed {} ms ago", ago(p));
         }

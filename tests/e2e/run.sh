@@ -58,7 +58,8 @@
 #   join-ops/n4-none (Redis under `ftnet run --supervise`: replicas added, drained, added back and
 #   reloaded by SIGHUP under writers; each one serves only after joining with the group's state),
 #   heal/n3-kill, heal/n3-cut, heal-nginx/n3-kill (a stateless service, socat or nginx, takes a
-#   restarted replica, or a host that came back, back by itself).
+#   restarted replica, or a host that came back, back by itself). With FTNET_E2E_STRESS=1 also
+#   join-stress/n3-hang (minutes of hang-and-join cycles under load; known to fail now and then).
 #
 # Usage: tests/e2e/run.sh [--quick] [--figures] [--only REGEX] [--seed S] [--list]
 # A failed test runs once more (FTNET_E2E_RETRIES=0: not); passing then, it is listed as FLAKY
@@ -112,6 +113,10 @@ for id in operator/n2-none drain/n2-none ack-log/n3-none client-reset/n3-none sp
 	attack-client/n3-none membership/n4-none heal/n3-kill heal/n3-cut heal-nginx/n3-kill join/n3-kill join-outlive/n3-kill join-cut/n3-cut join-hang/n3-hang join-ops/n4-none; do
 	[[ -z $only || $id =~ $only ]] && tests+=("$id")
 done
+# Stress runs (long; known to fail now and then: see the scenario): only when asked for.
+if [[ ${FTNET_E2E_STRESS:-0} == 1 ]]; then
+	[[ -z $only || join-stress/n3-hang =~ $only ]] && tests+=(join-stress/n3-hang)
+fi
 if ((list)); then printf '%s\n' "${tests[@]}"; exit 0; fi
 ((${#tests[@]})) || { echo "run.sh: no test matches '$only'" >&2; exit 2; }
 

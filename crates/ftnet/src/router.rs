@@ -989,7 +989,9 @@ fn note_tun_drops(tun: &str, dropped: u64) {
     let mut last = TUN_DROPS.lock().unwrap_or_else(|p| p.into_inner());
     let now = std::time::Instant::now();
     match *last {
-        None => *last = Some((dropped, now - TUN_DROP_WARN_EVERY)),
+        // Drops before this router started are not its own to report;
+        // the first warning may come at once.
+        None => *last = Some((dropped, now.checked_sub(TUN_DROP_WARN_EVERY).unwrap_or(now))),
         Some((seen, at)) if dropped > seen && now.duration_since(at) >= TUN_DROP_WARN_EVERY => {
             warn!(
                 tun,

@@ -3359,6 +3359,20 @@ fn a_join_waits_for_rest_and_gives_up_loudly() {
             if reason.contains("did not come to rest"))),
         "{ev:?}"
     );
+    // The log names the connection and where each replica stands.
+    let reason = ev
+        .iter()
+        .find_map(|e| match e {
+            Event::JoinFailed { reason, .. } => Some(reason.clone()),
+            _ => None,
+        })
+        .unwrap_or_default();
+    assert!(
+        reason.contains("client bytes not acknowledged by every replica (connection ")
+            && reason.contains("the client sent 5 byte(s), 5 numbered")
+            && reason.contains(&format!("replica {} acknowledged 0 and sent 0", replica(1))),
+        "{reason}"
+    );
     assert!(
         r.join_replica(t(2200), "t", replica(1)).is_err(),
         "serving: not a joiner"

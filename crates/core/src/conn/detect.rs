@@ -189,7 +189,13 @@ impl Conn {
     /// A suspect leg fails when it stays silent for the detection time
     /// while another replica was heard from, or makes no progress for ten
     /// times that (at least 1 s) while another progressed: an application
-    /// that stopped while its kernel still answers. When nobody else spoke
+    /// that stopped while its kernel still answers. Its output counts apart
+    /// from its acknowledgments: a stopped server's kernel goes on taking
+    /// the client's bytes (`ack` moves) until its buffer is full, while the
+    /// output of another replica, ahead of its own, moves and its own does
+    /// not; then that window closes, and the input of everyone (numbered
+    /// only as far as every window takes it) stops with it, so nobody
+    /// progresses any more. When nobody else spoke
     /// either, the client's path or the client is the likelier culprit, and
     /// evicting everyone would turn a stall into a reset: then only a much
     /// longer silence (30 times, at least 3 s) counts, and only for this
@@ -229,10 +235,19 @@ impl Conn {
         };
         let stuck_from = l.progress_at.max(since);
         let others_progressed = others().any(|o| o.progress_at > stuck_from);
+        // Its output stands still while another's, ahead of it, moved.
+        let out_from = l.out_at.max(since);
+        let others_out = l.open()
+            && others()
+                .any(|o| o.out_at > out_from && o.open() && o.data_hi().is_after(l.data_hi()));
         // An owed FIN alone is judged by silence only (`fin_owed_since`).
-        if others_progressed && in_data {
-            let stuck =
-                stuck_from + (t.failure_detection * 10).max(core::time::Duration::from_secs(1));
+        if in_data && (others_progressed || others_out) {
+            let from = match (others_progressed, others_out) {
+                (true, true) => stuck_from.min(out_from),
+                (true, false) => stuck_from,
+                _ => out_from,
+            };
+            let stuck = from + (t.failure_detection * 10).max(core::time::Duration::from_secs(1));
             if stuck < silent {
                 return Some((stuck.max(self.grace_until()), true));
             }
@@ -464,6 +479,36 @@ mod tests {
         c.legs[0].behind_since = Some(at(1000));
         assert_eq!(c.fail_deadline(0, &timeouts(100)), Some((at(2000), true)));
         assert_eq!(c.fail_deadline(0, &timeouts(300)), Some((at(4000), true)));
+    }
+
+    /// A stopped server whose kernel still takes every client byte: leg 0
+    /// acknowledges all the client sent (its `ack` moved at 5 s, like leg
+    /// 1's), but its output stands where it stood at 1 s while leg 1's,
+    /// ahead of it, moved at 4.5 s. Judged by its output: ten times the
+    /// detection time from 1 s, not by its acknowledgments (never).
+    #[test]
+    fn output_that_stands_still_while_another_moves_fails_after_ten_times() {
+        let mut c = pair(5000, 5000, 5000, 5000);
+        c.legs[0].ack = CLIENT_ISN.add(11);
+        c.legs[0].hi = c.legs[1].hi;
+        c.legs[0].out_at = at(1000);
+        c.legs[1].hi = c.legs[1].hi.add(40);
+        c.legs[1].out_at = at(4500);
+        c.legs[0].behind_since = Some(at(1000));
+        assert_eq!(c.fail_deadline(0, &timeouts(100)), Some((at(2000), true)));
+        assert_eq!(c.fail_deadline(0, &timeouts(300)), Some((at(4000), true)));
+        assert_eq!(
+            c.fail_deadline(1, &timeouts(100)),
+            None,
+            "leg 1 owes nothing"
+        );
+        // Output that moved since it fell behind restarts the count.
+        c.legs[0].out_at = at(4000);
+        assert_eq!(c.fail_deadline(0, &timeouts(100)), Some((at(5000), true)));
+        // The other's output standing still too convicts nobody this way
+        // (both wait for the client, say): silence rules, and leg 0 talks.
+        c.legs[1].out_at = at(3000);
+        assert_eq!(c.fail_deadline(0, &timeouts(100)), Some((at(8000), false)));
     }
 
     #[test]

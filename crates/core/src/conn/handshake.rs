@@ -133,6 +133,7 @@ impl Conn {
             l.ts_off = ts_now.wrapping_sub(v);
         }
         l.progress_at = now;
+        l.out_at = now;
         ctx.counters.drop(DropReason::SynAckHeld);
         self.settle(ctx);
     }

@@ -14,6 +14,7 @@ use crate::event::{EvictReason, InputKind};
 use crate::ids::{LegId, ReplicaId};
 use crate::metrics::DropReason;
 use crate::packet::Packet;
+use crate::time::Instant;
 use ftnet_wire::tcp::{flags, Repr};
 use ftnet_wire::{SeqDelta, SeqNum};
 use std::net::Ipv4Addr;
@@ -222,6 +223,37 @@ impl Conn {
             return Quiet::Probe;
         }
         Quiet::Join
+    }
+
+    /// Where a connection that is not at rest stands, for the log of a
+    /// join that failed on it: the client's bytes and output as the router
+    /// has them, and each open replica's (`addr` names it).
+    pub(crate) fn rest_detail(&self, now: Instant, addr: impl Fn(ReplicaId) -> Ipv4Addr) -> String {
+        let cin = |x: SeqNum| x.diff(self.client_isn.add(1));
+        let out = |x: SeqNum| x.diff(self.router_isn.add(1));
+        let ago = |t: Instant| now.saturating_sub(t).as_millis();
+        let mut d = format!(
+            "the client sent {} byte(s), {} numbered; the group sent {}, the client acknowledged {}",
+            cin(self.client_hi),
+            cin(self.input_hi),
+            out(self.sent_hi),
+            out(self.client_ack)
+        );
+        for l in self.legs.iter().filter(|l| l.open()) {
+            d += &format!(
+                "; replica {} acknowledged {} and sent {} (last output {} ms ago{})",
+                addr(l.replica),
+                cin(l.ack),
+                out(l.hi),
+                ago(l.out_at),
+                match l.nxt_seen {
+                    Some((s, t)) =>
+                        format!(", its last pure ACK {} ms ago says {}", ago(t), out(s)),
+                    None => String::new(),
+                }
+            );
+        }
+        d
     }
 
     /// Ask every open replica where its output ends (a keep-alive, which a
@@ -433,6 +465,7 @@ impl Conn {
             l.ts_off = ts_now.wrapping_sub(v);
         }
         l.progress_at = ctx.now;
+        l.out_at = ctx.now;
         l.learned = true;
         self.send_join_ack(ctx, i, seg.seq.add(1));
         if self.announced {

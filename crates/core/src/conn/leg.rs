@@ -51,6 +51,10 @@ pub(super) struct Leg {
     pub(super) seen_at: Instant,
     /// Last time `ack` or `hi` moved.
     pub(super) progress_at: Instant,
+    /// Last time `hi` moved (its output), or when it opened: a server that
+    /// stopped while its kernel still acknowledges input makes `ack` move
+    /// and this stand still ([`Conn::fail_deadline`]).
+    pub(super) out_at: Instant,
     /// Since when another replica has been ahead of this one.
     pub(super) behind_since: Option<Instant>,
     /// Client SYN copies sent without an answer.
@@ -143,6 +147,7 @@ impl Conn {
             ts_last: 0,
             seen_at: now,
             progress_at: now,
+            out_at: now,
             behind_since: None,
             syn_tries: 0,
             probe_at: None,

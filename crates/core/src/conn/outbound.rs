@@ -378,6 +378,7 @@ impl Conn {
         if end.is_after(prev_hi) {
             self.legs[i].hi = end;
             self.legs[i].progress_at = ctx.now;
+            self.legs[i].out_at = ctx.now;
             self.confirm_aborts(ctx);
         }
         let mut fin_agreed = false;

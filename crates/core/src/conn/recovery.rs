@@ -241,6 +241,7 @@ impl Conn {
             }
         }
         l.progress_at = ctx.now;
+        l.out_at = ctx.now;
         let a = l.ack;
         if a.is_after(self.client_hi) {
             self.client_hi = a;

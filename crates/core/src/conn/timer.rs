@@ -293,6 +293,7 @@ mod tests {
                 l.hi = c.router_isn.add(1 + hi);
                 l.seen_at = ms(heard);
                 l.progress_at = ms(progress);
+                l.out_at = ms(progress);
                 l.behind_since = behind.map(ms);
                 l.probe_at = probe.map(ms);
                 l.aborted_at = aborted.map(ms);

@@ -148,6 +148,7 @@ impl Conn {
         if end.is_after(self.legs[i].hi) {
             self.legs[i].hi = end;
             self.legs[i].progress_at = ctx.now;
+            self.legs[i].out_at = ctx.now;
             self.confirm_aborts(ctx);
         }
         if seg.has(flags::FIN) && self.fin_sent && self.client_ack != self.sent_hi {

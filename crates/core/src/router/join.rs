@@ -450,6 +450,8 @@ impl Router {
                     return Ok(());
                 }
                 let mut why = None;
+                // The connection that is not at rest, and where it stands.
+                let mut at: Option<ConnKey> = None;
                 if self.order[svc.0].waiting.is_some() || !self.order[svc.0].held.is_empty() {
                     why = Some("the input order is being taken over");
                 } else if self
@@ -471,6 +473,7 @@ impl Router {
                                     return Err(format!("connection {key}: {w}"));
                                 }
                                 why = Some(w);
+                                at = Some(key);
                                 break;
                             }
                         }
@@ -486,8 +489,15 @@ impl Router {
                 let j = self.joins.iter_mut().find(|j| j.id == id).expect("present");
                 if let Some(w) = why {
                     if now >= j.deadline {
+                        let place = at
+                            .and_then(|k| Some((k, self.conns.get(&k)?)))
+                            .map(|(k, c)| {
+                                let addr = |r: ReplicaId| self.config.services[svc.0].replicas[r.0];
+                                format!(" (connection {k}: {})", c.rest_detail(now, addr))
+                            })
+                            .unwrap_or_default();
                         return Err(format!(
-                            "the service did not come to rest in {} ms: {w}",
+                            "the service did not come to rest in {} ms: {w}{place}",
                             JOIN_QUIET_MAX.as_millis()
                         ));
                     }

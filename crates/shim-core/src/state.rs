@@ -119,6 +119,13 @@ pub(crate) struct State {
     /// The head of the order the server reads (its number), since when it
     /// has not been given, and whether that was said (see [`HEAD_SLOW`]).
     head_slow: Option<(u64, Instant, bool)>,
+    /// When the last event came from the agent.
+    last_event_at: Option<Instant>,
+    /// When the shim last looked for bytes no event announces
+    /// ([`State::unannounced`]), and what it found: by connection, the
+    /// server's offset then, since when, and whether that was said.
+    unannounced_at: Option<Instant>,
+    unannounced: HashMap<Fd, (u32, Instant, bool)>,
 }
 
 /// The head of the order has not been given to the server for this long:
@@ -337,6 +344,7 @@ impl State {
                     );
                     return;
                 }
+                self.last_event_at = Some(os.now());
                 if let Err(g) = self.order.push(ev) {
                     give_up(
                         self,
@@ -456,6 +464,9 @@ impl State {
                 if let Some(why) = self.slow_head(os, &by_key, &batch) {
                     eprintln!("ftnet-shim[{}]: {why}", std::process::id());
                 }
+                for why in self.unannounced(os) {
+                    eprintln!("ftnet-shim[{}]: {why}", std::process::id());
+                }
                 self.granted.clear();
                 for e in batch.iter().take(limit) {
                     let fd = match e.kind {
@@ -539,7 +550,6 @@ impl State {
             self.head_slow = None;
             return None;
         };
-        let read = self.head(by_key).is_some_and(|e| e.seq == h.seq);
         let now = os.now();
         let since = match self.head_slow {
             Some((seq, since, _)) if seq == h.seq => since,
@@ -554,6 +564,8 @@ impl State {
             return None;
         }
         self.head_slow = Some((h.seq, since, true));
+        // Only now (once per head): whether the server reads it.
+        let read = self.head(by_key).is_some_and(|e| e.seq == h.seq);
         let what = match h.kind {
             _ if !read => match self.event_fd(by_key, &h) {
                 _ if h.kind.stream_base().is_some() => {
@@ -599,6 +611,65 @@ impl State {
             h.key.cport,
             self.order.len().saturating_sub(1),
         ))
+    }
+
+    /// Bytes that wait in the kernel on a sequenced connection with no event
+    /// of the order for them, for [`HEAD_SLOW`] (looked for once per
+    /// [`HEAD_SLOW`]: a byte count per connection): said once each. The
+    /// server never sees them until their chunk's event comes; its replica
+    /// acknowledges them and answers nothing, and is taken out as stalled
+    /// after a few seconds. Whether events still come (the order is late
+    /// on its way from the router) or not (none was sent for them) says
+    /// where they are missing.
+    pub(crate) fn unannounced(&mut self, os: &dyn Os) -> Vec<String> {
+        let now = os.now();
+        if self
+            .unannounced_at
+            .is_some_and(|t| now.saturating_duration_since(t) < HEAD_SLOW)
+        {
+            return Vec::new();
+        }
+        self.unannounced_at = Some(now);
+        let announced: HashSet<(Key, u64)> = self
+            .order
+            .iter()
+            .filter_map(|e| Some((e.key, self.order.gen_of(e)?)))
+            .collect();
+        let mut said = Vec::new();
+        let mut seen = HashMap::new();
+        for (&fd, c) in &self.conns {
+            if announced.contains(&(c.key, c.gen)) {
+                continue;
+            }
+            let unread = os.unread(fd);
+            if unread == 0 {
+                continue;
+            }
+            let (since, told) = match self.unannounced.get(&fd) {
+                Some(&(at, since, told)) if at == c.consumed => (since, told),
+                _ => (now, false),
+            };
+            let tell = !told && now.saturating_duration_since(since) >= HEAD_SLOW;
+            if tell {
+                said.push(format!(
+                    "{unread} byte(s) of the connection from {}:{} (fd {fd}) have waited in the kernel for {} ms past stream offset {} with no event of the order for them; the last event (number {}) came {}",
+                    std::net::Ipv4Addr::from(c.key.client),
+                    c.key.cport,
+                    now.saturating_duration_since(since).as_millis(),
+                    c.consumed,
+                    self.order
+                        .last_seq()
+                        .map_or_else(|| "none".to_string(), |n| n.to_string()),
+                    self.last_event_at.map_or_else(
+                        || "never".to_string(),
+                        |t| format!("{} ms ago", now.saturating_duration_since(t).as_millis())
+                    ),
+                ));
+            }
+            seen.insert(fd, (c.consumed, since, told || tell));
+        }
+        self.unannounced = seen;
+        said
     }
 
     /// Give up the order when its head has been an accept (or join) whose

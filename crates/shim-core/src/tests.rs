@@ -745,6 +745,16 @@ fn a_repeated_accept_with_the_same_isn_is_no_new_connection() {
     assert!(s.os().told_agent().is_empty(), "{:?}", s.os().told_agent());
 }
 
+/// What the shim says of a slow head at this point (`State::slow_head`,
+/// as a wait calls it).
+fn slow(s: &Shim<Fake>) -> Option<String> {
+    let os = s.os();
+    let mut st = s.state();
+    let by_key = st.by_key();
+    let batch = st.batch(os, &by_key);
+    st.slow_head(os, &by_key, &batch)
+}
+
 /// The head of the order waits (a chunk not all arrived): after HEAD_SLOW
 /// the shim says once what it waits for, with the bytes it has; a head
 /// that moves on starts the count again.
@@ -758,13 +768,6 @@ fn a_head_that_waits_says_what_for_once() {
     watch(&s, 10);
     s.os().arrive(10, b"SET");
     assert_eq!(wait(&s, 0), Vec::<Fd>::new(), "2 bytes still missing");
-    let slow = |s: &Shim<Fake>| {
-        let os = s.os();
-        let mut st = s.state();
-        let by_key = st.by_key();
-        let batch = st.batch(os, &by_key);
-        st.slow_head(os, &by_key, &batch)
-    };
     assert_eq!(slow(&s), None, "not yet");
     s.os().advance(HEAD_SLOW);
     let said = slow(&s).expect("said after HEAD_SLOW");
@@ -808,13 +811,6 @@ fn an_event_passed_over_is_said_once() {
     );
     s.os().arrive(10, b"SET");
     s.os().arrive(11, b"PING");
-    let slow = |s: &Shim<Fake>| {
-        let os = s.os();
-        let mut st = s.state();
-        let by_key = st.by_key();
-        let batch = st.batch(os, &by_key);
-        st.slow_head(os, &by_key, &batch)
-    };
     assert_eq!(slow(&s), None);
     assert_eq!(wait(&s, 0), vec![11], "B's chunk passes A's");
     assert_eq!(read(&s, 11, 64), Ok(b"PING".to_vec()));
@@ -825,4 +821,43 @@ fn an_event_passed_over_is_said_once() {
         "{said}"
     );
     assert_eq!(slow(&s), None, "said once");
+}
+
+/// Bytes in the kernel that no event of the order announces (an event
+/// late on its way, or never sent) are said once, after HEAD_SLOW, with
+/// when the last event came: the server cannot see them, and its replica
+/// answers nothing on that connection.
+#[test]
+fn bytes_that_no_event_announces_are_said_once() {
+    let s = shim();
+    s.os().connect(10, A);
+    s.os().order(&[acc(1, A), data(2, A, 3)]);
+    watch(&s, LISTENER);
+    assert_eq!(accept(&s), Ok(10));
+    watch(&s, 10);
+    s.os().arrive(10, b"SET");
+    assert_eq!(wait(&s, 0), vec![10]);
+    assert_eq!(read(&s, 10, 64), Ok(b"SET".to_vec()));
+    let look = |s: &Shim<Fake>| s.state().unannounced(s.os());
+    s.os().advance(HEAD_SLOW);
+    assert!(look(&s).is_empty(), "nothing waits");
+    s.os().arrive(10, b"XY");
+    assert_eq!(wait(&s, 0), Vec::<Fd>::new(), "no event for them");
+    s.os().advance(HEAD_SLOW);
+    assert!(look(&s).is_empty(), "first seen now");
+    s.os().advance(HEAD_SLOW);
+    let said = look(&s);
+    assert_eq!(said.len(), 1, "{said:?}");
+    assert!(
+        said[0].contains("2 byte(s) of the connection from 198.18.1.2:40000 (fd 10) have waited in the kernel for 1000 ms past stream offset 3 with no event of the order for them; the last event (number 2) came 3000 ms ago"),
+        "{said:?}"
+    );
+    s.os().advance(HEAD_SLOW);
+    assert!(look(&s).is_empty(), "said once");
+    // Their event comes: the server reads them, nothing waits.
+    s.os().order(&[data(3, A, 5)]);
+    assert_eq!(wait(&s, 0), vec![10]);
+    assert_eq!(read(&s, 10, 64), Ok(b"XY".to_vec()));
+    s.os().advance(HEAD_SLOW);
+    assert!(look(&s).is_empty());
 }

@@ -182,7 +182,15 @@ pub fn run(cfg: FileConfig, path: &Path) -> anyhow::Result<()> {
                 .collect(),
         )),
         drain: Mutex::new(None),
+        tun_dropped: std::sync::atomic::AtomicU64::new(u64::MAX),
     });
+    {
+        let sh = shared.clone();
+        std::thread::Builder::new()
+            .name("tun-drops".into())
+            .spawn(move || watch_tun_drops(&sh))
+            .context("starting the tun-drops thread")?;
+    }
     if let Some(f) = cfg.fault {
         warn!(replica = %f.drop_data_to, every = f.every, "[fault] test hook active: dropping every n-th data packet to this replica");
     }
@@ -269,6 +277,10 @@ struct Shared {
     known: Arc<std::sync::RwLock<std::collections::HashSet<std::net::Ipv4Addr>>>,
     /// Draining before a stop (`ftnet drain`): since when, and the deadline.
     drain: Mutex<Option<(std::time::Instant, std::time::Instant)>>,
+    /// The TUN's drop counter as the `tun-drops` thread last read it
+    /// (`u64::MAX`: not read, or not readable): off the data plane, which
+    /// only copies it into the status.
+    tun_dropped: std::sync::atomic::AtomicU64,
 }
 
 impl RouterHandle for Shared {
@@ -1006,11 +1018,30 @@ fn note_tun_drops(tun: &str, dropped: u64) {
     }
 }
 
-fn refresh_status(router: &Router, shared: &Shared) {
-    let dropped = tun_dropped(&shared.tun);
-    if let Some(d) = dropped {
-        note_tun_drops(&shared.tun, d);
+/// Read the TUN's drop counter every [`STATUS_EVERY`] (a file in sysfs:
+/// not on a data-plane thread, nor under the router's lock), warn when it
+/// grew, and keep it for the status, until the router stops.
+fn watch_tun_drops(shared: &Shared) {
+    while !sys::stop_requested() {
+        let dropped = tun_dropped(&shared.tun);
+        if let Some(d) = dropped {
+            note_tun_drops(&shared.tun, d);
+        }
+        shared.tun_dropped.store(
+            dropped.unwrap_or(u64::MAX),
+            std::sync::atomic::Ordering::Relaxed,
+        );
+        std::thread::sleep(STATUS_EVERY);
     }
+}
+
+fn refresh_status(router: &Router, shared: &Shared) {
+    let dropped = Some(
+        shared
+            .tun_dropped
+            .load(std::sync::atomic::Ordering::Relaxed),
+    )
+    .filter(|d| *d != u64::MAX);
     let mut doc = serde_json::json!({
         "uptime_s": shared.started.elapsed().as_secs_f64(),
         // The router's clock, which the states' `since_ms` are on.
@@ -1661,6 +1692,7 @@ mod tests {
             }),
             known: Arc::default(),
             drain: Mutex::new(None),
+            tun_dropped: std::sync::atomic::AtomicU64::new(u64::MAX),
         }
     }
 

@@ -2,7 +2,7 @@
 """Writers for the join scenario: CONNS long-lived connections, each a loop
 of INCR ctr:<i>, APPEND log:<i> <n>, LPUSH list:<i> <n> (one command at a
 time, each reply checked), plus a new short connection every SHORT_MS
-(INCR short, then close), for DURATION seconds. Then, on one more
+(INCR short, then close; none with --short-ms 0), for DURATION seconds. Then, on one more
 connection, every counter is read back: it must equal the number of INCRs
 that connection saw acknowledged (exact counters: nothing lost, nothing
 applied twice), and so must every list's length.
@@ -121,7 +121,8 @@ def main():
                 errors.append("conn %d: %s" % (i, e))
 
     def shorts():
-        while time.monotonic() < stop:
+        # --short-ms 0: long-lived writers only.
+        while a.short_ms > 0 and time.monotonic() < stop:
             try:
                 c = Conn(a.host, a.port, a.timeout)
                 c.call("INCR", "short")

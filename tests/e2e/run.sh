@@ -55,6 +55,8 @@
 #   join-cut/n3-cut (a replica whose link was cut for 5 s: its stale server is ended, its supervisor
 #   starts a fresh one, and it joins by itself), join-hang/n3-hang (a replica whose server hangs
 #   (SIGSTOP) is taken out, the router has its agent end the hung server, and the fresh one joins),
+#   hang-writers/n3-hang (the same with long-lived writers only, whose commands the hung server's
+#   kernel keeps acknowledging: taken out within 10x the detection time plus 2 s),
 #   join-ops/n4-none (Redis under `ftnet run --supervise`: replicas added, drained, added back and
 #   reloaded by SIGHUP under writers; each one serves only after joining with the group's state),
 #   heal/n3-kill, heal/n3-cut, heal-nginx/n3-kill (a stateless service, socat or nginx, takes a
@@ -110,7 +112,7 @@ for id in operator/n2-none drain/n2-none ack-log/n3-none client-reset/n3-none sp
 	takeover-stall/n3-kill takeover-get/n3-kill takeover-put/n3-kill takeover-synack/n3-kill \
 	takeover-redis/n3-kill takeover-connect/n3-kill takeover-stall/n3-cut \
 	rejoin/n3-cut rejoin-takeover/n3-kill server-reset/n1-none server-reset/n3-none \
-	attack-client/n3-none membership/n4-none heal/n3-kill heal/n3-cut heal-nginx/n3-kill join/n3-kill join-outlive/n3-kill join-cut/n3-cut join-hang/n3-hang join-ops/n4-none; do
+	attack-client/n3-none membership/n4-none heal/n3-kill heal/n3-cut heal-nginx/n3-kill join/n3-kill join-outlive/n3-kill join-cut/n3-cut join-hang/n3-hang hang-writers/n3-hang join-ops/n4-none; do
 	[[ -z $only || $id =~ $only ]] && tests+=("$id")
 done
 # Stress runs (long; known to fail now and then: see the scenario): only when asked for.

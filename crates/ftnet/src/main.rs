@@ -248,7 +248,9 @@ const ROUTER_HELP: &str = r#"Configuration format (every key but the [[service]]
   max_connections = 65536
   max_half_open = 8192
   [timeouts]
-  failure_detection_ms = 100                 # a stalled replica is evicted after this
+  failure_detection_ms = 100                 # a silent replica is evicted after this; one that
+                                             # answers but makes no progress, or whose output stands
+                                             # still while another's moves, after 10x (at least 1 s)
   syn_retries = 1                            # unanswered client SYNs before a replica is dropped
   idle_s = 600
   handshake_s = 20

@@ -755,6 +755,15 @@ fn slow(s: &Shim<Fake>) -> Option<String> {
     st.slow_head(os, &by_key, &batch)
 }
 
+/// After HEAD_SLOW the shim says what the head waits for (`want` is part
+/// of the line), and says it only once.
+fn said_once_after_head_slow(s: &Shim<Fake>, want: &str) {
+    s.os().advance(HEAD_SLOW);
+    let said = slow(s).expect("said after HEAD_SLOW");
+    assert!(said.contains(want), "{said}");
+    assert_eq!(slow(s), None, "said once");
+}
+
 /// The head of the order waits (a chunk not all arrived): after HEAD_SLOW
 /// the shim says once what it waits for, with the bytes it has; a head
 /// that moves on starts the count again.
@@ -769,24 +778,17 @@ fn a_head_that_waits_says_what_for_once() {
     s.os().arrive(10, b"SET");
     assert_eq!(wait(&s, 0), Vec::<Fd>::new(), "2 bytes still missing");
     assert_eq!(slow(&s), None, "not yet");
-    s.os().advance(HEAD_SLOW);
-    let said = slow(&s).expect("said after HEAD_SLOW");
-    assert!(
-        said.contains("at event 2 (chunk of 198.18.1.2:40000): its chunk ends at 5, the server read up to 0, 3 byte(s) are in the kernel; 1 event(s) behind it"),
-        "{said}"
+    said_once_after_head_slow(
+        &s,
+        "at event 2 (chunk of 198.18.1.2:40000): its chunk ends at 5, the server read up to 0, 3 byte(s) are in the kernel; 1 event(s) behind it",
     );
-    assert_eq!(slow(&s), None, "said once");
     s.os().arrive(10, b"XY");
     assert_eq!(wait(&s, 0), vec![10]);
     assert_eq!(read(&s, 10, 64), Ok(b"SETXY".to_vec()));
     assert_eq!(slow(&s), None, "a new head: the count starts again");
-    s.os().advance(HEAD_SLOW);
-    let said = slow(&s).expect("the next head waits too");
-    assert!(
-        said.contains(
-            "at event 3 (accept of 198.18.1.2:40001): its connection has not come from the kernel"
-        ),
-        "{said}"
+    said_once_after_head_slow(
+        &s,
+        "at event 3 (accept of 198.18.1.2:40001): its connection has not come from the kernel",
     );
 }
 
@@ -814,13 +816,10 @@ fn an_event_passed_over_is_said_once() {
     assert_eq!(slow(&s), None);
     assert_eq!(wait(&s, 0), vec![11], "B's chunk passes A's");
     assert_eq!(read(&s, 11, 64), Ok(b"PING".to_vec()));
-    s.os().advance(HEAD_SLOW);
-    let said = slow(&s).expect("A's chunk waits");
-    assert!(
-        said.contains("at event 3 (chunk of 198.18.1.2:40000): passed over: the server does not read its connection (fd 10)"),
-        "{said}"
+    said_once_after_head_slow(
+        &s,
+        "at event 3 (chunk of 198.18.1.2:40000): passed over: the server does not read its connection (fd 10)",
     );
-    assert_eq!(slow(&s), None, "said once");
 }
 
 /// Bytes in the kernel that no event of the order announces (an event

@@ -170,6 +170,11 @@ live_evidence() {
 			for p in $(ip netns pids "$ns" 2>/dev/null); do
 				ps -o pid=,stat=,pcpu=,etime=,args= -p "$p" 2>/dev/null | cut -c1-200
 			done
+			# A Redis there: its clients' buffers and last commands (over loopback, which
+			# the shim leaves alone).
+			if ps -o comm= -p $(ip netns pids "$ns" 2>/dev/null | tr '\n' ' ') 2>/dev/null | grep -q redis-server; then
+				ip netns exec "$ns" timeout 2 redis-cli -h 127.0.0.1 -p "${REDIS_PORT:-6379}" CLIENT LIST </dev/null 2>&1 | head -c 12000
+			fi
 			ip -n "$ns" -s link 2>/dev/null | head -c 8000
 			ip netns exec "$ns" nstat -az 2>/dev/null | awk '$2 != 0' | head -c 8000
 			if [[ $ns == *-router* ]]; then
@@ -183,7 +188,7 @@ live_evidence() {
 
 # watch_stalls — in the background until cleanup: every second, the kernel's view of the lab
 # (live_evidence) into a ring of the last four; when the router evicts a replica as stalled
-# (10 s without progress), the ring — taken while the replica was stuck — goes to
+# (10 s without progress) or a join finds a connection that does not come to rest, the ring — taken while the replica was stuck — goes to
 # $T/live-evidence.txt, once. A stuck replica is ended by its agent right after the eviction,
 # so the state of its sockets must be taken before.
 watch_stalls() {
@@ -191,9 +196,11 @@ watch_stalls() {
 	(
 		local i=0 f
 		while :; do
-			if grep -q "evicted (stalled)" "$log" 2>/dev/null; then
+			if grep -Eq "evicted \(stalled\)|could NOT join" "$log" 2>/dev/null; then
 				for f in $(ls -tr "$T"/stall-ring.* 2>/dev/null); do cat "$f" >>"$T/live-evidence.txt"; done
 				rm -f "$T"/stall-ring.*
+				# And now: what is stuck often still is.
+				live_evidence "stall watch, at the router's verdict"
 				exit 0
 			fi
 			rm -f "$T/stall-ring.$((i % 4))"

@@ -220,16 +220,18 @@ for id in "${tests[@]}"; do
 		failed=$((failed + 1))
 		results+=("FAIL  $id  (${dt}s, $(why_failed)${first:+; first attempt: $first})")
 		# The failing checks and the test's last lines again, for logs that keep only the end.
-		failures+=("---- $id: failed checks and last lines" "$(grep -E 'CHECK FAILED|ERROR|failed|panicked' "$log" | head -20)" "$(tail -25 "$log")")
+		failures+=("---- $id: failed checks" "$(grep -E 'CHECK FAILED|ERROR|failed|panicked|KNOWN DEFECT' "$log" | cut -c1-400 | head -12)")
 	fi
 done
 
 echo
 echo "== summary ($(($(date +%s) - t_start)) s, seed $seed)"
+printf '%s\n' "${results[@]}"
+# Failures and FLAKY tests last, with their failed checks: a CI log that keeps only its end
+# still says why.
+echo
 ((${#failures[@]})) && printf '%s\n' "${failures[@]}"
 ((${#flaky[@]})) && printf '%s\n' "${flaky[@]}"
-echo
-printf '%s\n' "${results[@]}"
 ((figures)) && echo "stall figures appended to $FTNET_E2E_FIGURES"
 ((failed)) && echo "failure evidence: $FTNET_E2E_ARTIFACTS"
 echo "$passed passed ($n_flaky of them FLAKY: only on the second attempt), $failed failed"

@@ -26,6 +26,8 @@ pub struct AgentArgs {
     pub shim_socket: PathBuf,
     /// End servers the router calls stale (`--end-stale-servers`).
     pub end_stale: bool,
+    /// `--realtime-priority` of the control loop (0: normal scheduling).
+    pub realtime_priority: i32,
 }
 
 /// What the agent keeps for one shim that cannot take it yet: a server
@@ -370,7 +372,9 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
     // Attempts since the last registration (or since the start).
     let mut tries = 0u32;
     let mut last_problem = String::new();
-    info!(router = %args.router, replica = %args.replica, host = %args.host, shim_socket = %args.shim_socket.display(), "agent starting");
+    // Before any thread starts: they inherit it.
+    let sched = sys::realtime(args.realtime_priority);
+    info!(router = %args.router, replica = %args.replica, host = %args.host, shim_socket = %args.shim_socket.display(), scheduling = %sched, "agent starting");
     let shims = Shims::listen(&args.shim_socket)?;
     while !sys::stop_requested() {
         tries = tries.saturating_add(1);
@@ -477,7 +481,9 @@ fn session(
     let mut dec = Decoder::default();
     let mut buf = vec![0u8; 256 * 1024];
     let mut out = Vec::new();
+    let mut stall = sys::StallWatch::new("agent loop");
     loop {
+        stall.lap("events");
         if sys::stop_requested() {
             if s.is_live() && !shims.lock().is_empty() {
                 s.lose_order(
@@ -503,6 +509,7 @@ fn session(
         fds.extend(shims.pollfds());
         // SAFETY: `fds` is a valid, writable array of its length.
         unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 10) };
+        stall.mark("poll");
         if fds[0].revents != 0 {
             match stream.read(&mut buf) {
                 Ok(0) => anyhow::bail!("the router closed the connection"),
@@ -511,7 +518,9 @@ fn session(
                 Err(e) => return Err(e.into()),
             }
         }
+        stall.mark("read");
         let (lost, count) = shims.service();
+        stall.mark("shims");
         for why in lost {
             s.lose_order(&why, &mut out);
         }
@@ -527,14 +536,17 @@ fn session(
                 None => {}
             }
         }
+        stall.mark("handle");
         if !recs.is_empty() {
             for why in shims.send(&recs) {
                 s.lose_order(&why, &mut out);
             }
         }
+        stall.mark("send");
         if let Some(j) = &mut job {
             j.tick(shims, now_ms(), &mut out);
         }
+        stall.mark("job");
         events.extend(s.on_timeout(now_ms(), &mut out));
         if !out.is_empty() {
             // One write for all (a router waits for `Stored` before it
@@ -545,6 +557,7 @@ fn session(
             }
             stream.write_all(&wire)?;
         }
+        stall.mark("write");
         for ev in events {
             match ev {
                 AgentEvent::Registered {

@@ -120,6 +120,7 @@ struct RawControl {
     heartbeat_ms: Option<Spanned<u64>>,
     dead_after_ms: Option<Spanned<u64>>,
     commit_wait_ms: Option<Spanned<u64>>,
+    realtime_priority: Option<Spanned<i64>>,
 }
 
 /// The agents' control channel (`[control]`): where the router listens,
@@ -134,6 +135,10 @@ pub struct ControlConfig {
     /// How long a SYN-ACK waits for the agents to confirm the connection's
     /// record (output commit); zero sends it at once.
     pub commit_wait: Duration,
+    /// SCHED_RR priority of the threads that talk to the agents (0: normal
+    /// scheduling): their delay on a loaded host would read as an agent's
+    /// silence.
+    pub realtime_priority: i32,
 }
 
 /// Read a shared secret file: its bytes, trailing whitespace removed; at
@@ -366,6 +371,11 @@ pub fn parse(file: &str, text: &str) -> Result<FileConfig, ConfigError> {
                 Some(w) => Duration::from_millis(*w.get_ref()),
                 None => Duration::from_millis(100),
             };
+            let realtime_priority = match c.realtime_priority {
+                Some(p) if !(0..=99).contains(p.get_ref()) => return Err(err(Some(p.span()), format!("realtime_priority = {} out of range — use 1 to 99 (SCHED_RR, as corosync and keepalived run their heartbeats), or 0 for normal scheduling; the default is 10", p.get_ref()))),
+                Some(p) => i32::try_from(*p.get_ref()).unwrap_or(0),
+                None => 10,
+            };
             Some(ControlConfig {
                 listen,
                 secret,
@@ -373,6 +383,7 @@ pub fn parse(file: &str, text: &str) -> Result<FileConfig, ConfigError> {
                 heartbeat,
                 dead_after,
                 commit_wait,
+                realtime_priority,
             })
         }
     };
@@ -895,6 +906,50 @@ replicas = ["198.18.11.2", "198.18.12.2", "198.18.13.2"]
         assert_eq!(
             parse("t.toml", GOOD).unwrap().core.timeouts.record_commit,
             None
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// `[control] realtime_priority`: SCHED_RR 10 by default for the
+    /// threads that hear the agents, 0 for normal scheduling, past 99
+    /// refused with its line named.
+    #[test]
+    fn realtime_priority() {
+        let dir = std::env::temp_dir().join(format!("ftnet-cfg-rt-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let secret = dir.join("secret");
+        std::fs::write(
+            &secret,
+            "0123456789abcdef0123456789abcdef
+",
+        )
+        .unwrap();
+        let with = |extra: &str| {
+            format!(
+                "{GOOD}\n[control]\nlisten = \"0.0.0.0:7400\"\nsecret_file = \"{}\"\n{extra}",
+                secret.display()
+            )
+        };
+        let prio = |extra: &str| {
+            parse("t.toml", &with(extra))
+                .unwrap()
+                .control
+                .unwrap()
+                .realtime_priority
+        };
+        assert_eq!(prio(""), 10);
+        assert_eq!(prio("realtime_priority = 0\n"), 0);
+        assert_eq!(prio("realtime_priority = 50\n"), 50);
+        let line = with("").lines().count() + 1;
+        bad(
+            &with("realtime_priority = 100\n"),
+            line,
+            "realtime_priority = 100 out of range",
+        );
+        bad(
+            &with("realtime_priority = -1\n"),
+            line,
+            "realtime_priority = -1 out of range",
         );
         let _ = std::fs::remove_dir_all(&dir);
     }

@@ -22,7 +22,7 @@ use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 /// Records queued per agent (a few tens of MB at most): an agent that
 /// cannot keep up must not slow the data plane down. One that falls this
@@ -354,6 +354,7 @@ pub fn start(
     info!(listen = %cfg.listen, heartbeat_ms = crate::sys::ms(cfg.heartbeat), dead_after_ms = crate::sys::ms(cfg.dead_after), "control channel listening for agents");
     let registry = Arc::new(Registry::default());
     let reg = registry.clone();
+    let rt = cfg.realtime_priority;
     let (secret, hb) = (
         cfg.secret.clone(),
         Heartbeats {
@@ -394,7 +395,7 @@ pub fn start(
                     .name(format!("agent{id}"))
                     .spawn(move || {
                         if let Err(e) =
-                            serve(stream, id, &secret, hb, &known, &reg, router.as_ref())
+                            serve(stream, id, &secret, hb, rt, &known, &reg, router.as_ref())
                         {
                             warn!("control connection {id}: {e:#}");
                         }
@@ -418,6 +419,7 @@ fn serve(
     id: u64,
     secret: &[u8],
     hb: Heartbeats,
+    rt: i32,
     known: &std::sync::RwLock<HashSet<Ipv4Addr>>,
     reg: &Registry,
     router: &dyn RouterHandle,
@@ -452,7 +454,9 @@ fn serve(
     // registered, which may join; the first count is only where things
     // stand (a stale server registering after a takeover is not fresh).
     let mut shims_told = false;
+    let mut stall = sys::StallWatch::new("router's session with an agent");
     loop {
+        stall.lap("events");
         if let Some(r) = registered {
             // Records this agent should have had and did not get: its
             // server can no longer follow the order.
@@ -477,6 +481,7 @@ fn serve(
                 return Ok(());
             }
         }
+        stall.mark("checks");
         let mut events = Vec::new();
         match stream.read(&mut buf) {
             Ok(0) => {
@@ -539,6 +544,7 @@ fn serve(
                 }
             }
         }
+        stall.mark("read and handle");
         events.extend(s.on_timeout(now_ms(), &mut out));
         let mut wire = Vec::new();
         for m in out.drain(..) {
@@ -557,6 +563,7 @@ fn serve(
                 done.fail(format!("writing to the agent: {e}"));
             }
         }
+        stall.mark("write");
         for ev in events {
             match ev {
                 RouterEvent::Registered { replica, host } => {
@@ -599,6 +606,13 @@ fn serve(
                         )
                     };
                     registered = Some(replica);
+                    // An agent that proved the secret is heard (and its
+                    // records written) at realtime priority: this thread's
+                    // delay on a loaded router host would read as the
+                    // agent's silence. Never before: an unauthenticated
+                    // peer gets no realtime thread.
+                    let sched = sys::realtime(rt);
+                    debug!(%replica, scheduling = %sched, "control session scheduling");
                     let (w, d) = (writer.clone(), done.clone());
                     if let Err(e) = std::thread::Builder::new()
                         .name(format!("agent{id}-tx"))

@@ -196,6 +196,12 @@ Examples:
         /// (out of service) for the operator, and the log says so.
         #[arg(long)]
         end_stale_servers: bool,
+        /// Scheduling priority of the agent's control loop: SCHED_RR at this priority (1-99),
+        /// so that a host whose servers load every CPU does not delay its heartbeats past the
+        /// router's dead_after_ms (read there as a lost host). Falls back to nice -10 where
+        /// realtime is refused; 0 keeps normal scheduling.
+        #[arg(long, default_value_t = 10, value_name = "0-99", value_parser = clap::value_parser!(i32).range(0..=99))]
+        realtime_priority: i32,
         /// Log filter (as for `router`).
         #[arg(long, default_value = "info", value_name = "LEVEL", value_parser = log_filter)]
         log_level: String,
@@ -263,6 +269,9 @@ const ROUTER_HELP: &str = r#"Configuration format (every key but the [[service]]
                                              # down and leaves every connection, idle ones too
   commit_wait_ms = 100                       # a SYN-ACK waits for the agents to confirm the
                                              # connection's record, at most this long (0: no wait)
+  realtime_priority = 10                     # SCHED_RR for the threads that hear the agents (0: normal
+                                             # scheduling): a loaded CPU must not delay a heartbeat
+                                             # past dead_after_ms, where it reads as a lost host
   [[service]]                                # one block per service
   name = "redis"
   vip = "198.19.0.1"                         # the virtual IP clients connect to
@@ -455,6 +464,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<i32> {
             host,
             shim_socket,
             end_stale_servers,
+            realtime_priority,
             log_level,
             log_format,
         } => {
@@ -468,6 +478,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<i32> {
                 host,
                 shim_socket,
                 end_stale: end_stale_servers,
+                realtime_priority,
             })?;
             Ok(0)
         }

@@ -273,3 +273,119 @@ pub fn epoch_micros() -> u64 {
 pub fn ms(d: std::time::Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
+
+/// Watches one loop that must turn often (a control session: its silence
+/// for `dead_after` reads as a lost host on the other side). An iteration
+/// that took longer than [`StallWatch::LIMIT`] is said once, at warn level,
+/// with where the time went, so that a slow peer or a starved host shows in
+/// the log of the side that stalled and not only as the other side's verdict.
+pub struct StallWatch {
+    what: &'static str,
+    start: std::time::Instant,
+    last: std::time::Instant,
+    parts: Vec<(&'static str, u64)>,
+    /// When the last warning went, so that a stalling loop says it at most
+    /// once a second.
+    said: Option<std::time::Instant>,
+}
+
+impl StallWatch {
+    /// An iteration at least this long is said.
+    pub const LIMIT: std::time::Duration = std::time::Duration::from_millis(150);
+
+    pub fn new(what: &'static str) -> StallWatch {
+        let now = std::time::Instant::now();
+        StallWatch {
+            what,
+            start: now,
+            last: now,
+            parts: Vec::new(),
+            said: None,
+        }
+    }
+
+    /// The part of the iteration since the last mark is `part`.
+    pub fn mark(&mut self, part: &'static str) {
+        let now = std::time::Instant::now();
+        let took = ms(now.saturating_duration_since(self.last));
+        self.parts.push((part, took));
+        self.last = now;
+    }
+
+    /// One iteration ended (`part` names its last piece) and the next begins.
+    pub fn lap(&mut self, part: &'static str) {
+        self.mark(part);
+        let now = self.last;
+        let took = now.saturating_duration_since(self.start);
+        if took >= Self::LIMIT
+            && self.said.is_none_or(|t| {
+                now.saturating_duration_since(t) >= std::time::Duration::from_secs(1)
+            })
+        {
+            let detail: Vec<String> = self
+                .parts
+                .iter()
+                .filter(|(_, t)| *t > 0)
+                .map(|(p, t)| format!("{p} {t} ms"))
+                .collect();
+            tracing::warn!(
+                took_ms = ms(took),
+                "{} stalled for {} ms ({}): the peer may take this silence for a lost host",
+                self.what,
+                ms(took),
+                detail.join(", ")
+            );
+            self.said = Some(now);
+        }
+        self.parts.clear();
+        self.start = now;
+    }
+}
+
+/// What [`realtime`] got for the calling thread.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Sched {
+    /// `SCHED_RR` at this priority.
+    RoundRobin(i32),
+    /// Normal scheduling at a raised weight (nice -10): realtime was refused.
+    Nice,
+    /// Normal scheduling (priority 0 asked for, or both refused).
+    Normal,
+}
+
+/// Run the calling thread (and the threads it starts later) at realtime
+/// priority `prio` (`SCHED_RR`, 1–99; 0 leaves it alone), as cluster
+/// heartbeat daemons do (corosync, keepalived): a failure detector whose own
+/// process waits for the CPU behind a loaded host's servers takes its delay
+/// for the peer's death. Where realtime is refused (no CAP_SYS_NICE, a
+/// container without an RT budget) it falls back to nice -10. Returns what
+/// it got; the caller logs it. The kernel's RT throttling
+/// (`sched_rt_runtime_us`, 95 % by default) keeps a runaway thread from
+/// taking a whole CPU.
+pub fn realtime(prio: i32) -> Sched {
+    if prio <= 0 {
+        return Sched::Normal;
+    }
+    let param = libc::sched_param {
+        sched_priority: prio.clamp(1, 99),
+    };
+    // SAFETY: sched_setscheduler reads one sched_param through a valid pointer; pid 0 is this thread.
+    if unsafe { libc::sched_setscheduler(0, libc::SCHED_RR, &param) } == 0 {
+        return Sched::RoundRobin(param.sched_priority);
+    }
+    // SAFETY: setpriority takes no pointers; PRIO_PROCESS with id 0 is this thread on Linux.
+    if unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, -10) } == 0 {
+        return Sched::Nice;
+    }
+    Sched::Normal
+}
+
+impl std::fmt::Display for Sched {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Sched::RoundRobin(p) => write!(f, "realtime (SCHED_RR {p})"),
+            Sched::Nice => write!(f, "nice -10 (realtime refused)"),
+            Sched::Normal => write!(f, "normal"),
+        }
+    }
+}

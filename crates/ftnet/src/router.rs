@@ -183,6 +183,14 @@ pub fn run(cfg: FileConfig, path: &Path) -> anyhow::Result<()> {
         )),
         drain: Mutex::new(None),
         tun_dropped: std::sync::atomic::AtomicU64::new(u64::MAX),
+        queues: queues
+            .iter()
+            .map(|q| (q.as_raw_fd(), std::sync::atomic::AtomicU64::new(0)))
+            .collect(),
+        in_hand: queues
+            .iter()
+            .map(|_| std::sync::atomic::AtomicBool::new(false))
+            .collect(),
     });
     {
         let sh = shared.clone();
@@ -217,12 +225,12 @@ pub fn run(cfg: FileConfig, path: &Path) -> anyhow::Result<()> {
         let sh = shared.clone();
         let h = std::thread::Builder::new()
             .name(format!("dataplane{i}"))
-            .spawn(move || event_loop(q, &sh, false, busy_poll))
+            .spawn(move || event_loop(q, i, &sh, false, busy_poll))
             .context("starting a data-plane thread")?;
         workers.push(h);
     }
     let mut result = match first {
-        Some(q) => event_loop(q, &shared, true, busy_poll),
+        Some(q) => event_loop(q, 0, &shared, true, busy_poll),
         None => Ok(()),
     };
     // The first loop to stop (signal or error) stops the others.
@@ -281,6 +289,63 @@ struct Shared {
     /// (`u64::MAX`: not read, or not readable): off the data plane, which
     /// only copies it into the status.
     tun_dropped: std::sync::atomic::AtomicU64,
+    /// Every data-plane thread's TUN queue, and when that thread last read
+    /// it (µs since `started`): timers that judge replicas by their
+    /// silence wait while another thread's queue holds packets it has not
+    /// read for a while ([`Shared::queue_lags`]).
+    queues: Vec<(std::os::fd::RawFd, std::sync::atomic::AtomicU64)>,
+    /// Per data-plane thread: it holds packets read from its queue that
+    /// the core has not had yet (it waits for the lock).
+    in_hand: Vec<std::sync::atomic::AtomicBool>,
+}
+
+/// A queue whose thread last read it this long ago and that holds
+/// packets now is lagging: its thread waits for a CPU.
+const QUEUE_LAG: Duration = Duration::from_millis(5);
+/// Timers wait for a lagging queue at most this long (then they run: a
+/// thread that never comes back must not stop failure detection).
+const QUEUE_LAG_MAX: Duration = Duration::from_millis(200);
+
+impl Shared {
+    /// Thread `me` read its queue.
+    fn drained(&self, me: usize) {
+        if let Some((_, at)) = self.queues.get(me) {
+            let us = u64::try_from(self.started.elapsed().as_micros()).unwrap_or(u64::MAX);
+            at.store(us, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    /// Whether another thread's queue holds packets that thread has not
+    /// read for [`QUEUE_LAG`]: a replica's answer may wait there, and a
+    /// timer run now would take its silence for a failure (on a loaded
+    /// host a data-plane thread can wait hundreds of ms for a CPU).
+    fn queue_lags(&self, me: usize) -> bool {
+        let now = u64::try_from(self.started.elapsed().as_micros()).unwrap_or(u64::MAX);
+        let lag = u64::try_from(QUEUE_LAG.as_micros()).unwrap_or(u64::MAX);
+        self.queues.iter().enumerate().any(|(j, (fd, at))| {
+            if j == me {
+                return false;
+            }
+            if self
+                .in_hand
+                .get(j)
+                .is_some_and(|h| h.load(std::sync::atomic::Ordering::Acquire))
+            {
+                return true;
+            }
+            if now.saturating_sub(at.load(std::sync::atomic::Ordering::Relaxed)) < lag {
+                return false;
+            }
+            let mut p = libc::pollfd {
+                fd: *fd,
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: one valid pollfd that lives across the call; timeout 0.
+            let rc = unsafe { libc::poll(&mut p, 1, 0) };
+            rc > 0 && p.revents & libc::POLLIN != 0
+        })
+    }
 }
 
 impl RouterHandle for Shared {
@@ -527,6 +592,7 @@ impl Out {
 
 fn event_loop(
     mut tun: Tun,
+    me: usize,
     shared: &Shared,
     main: bool,
     busy_poll: Duration,
@@ -538,15 +604,27 @@ fn event_loop(
         ..Out::default()
     };
     let mut last_status = std::time::Instant::now() - STATUS_EVERY;
+    // Since when due timers wait for another thread's lagging queue.
+    let mut held: Option<std::time::Instant> = None;
     loop {
         if sys::stop_requested() {
             return Ok(());
         }
+        let mut wait_for_queue = false;
         let next = {
             let mut r = shared.lock();
             let t = shared.now();
             if r.poll_timeout().is_some_and(|due| due <= t) {
-                r.handle_timeout(t);
+                // Packets another thread has not read yet are heard first
+                // (by that thread), unless it has kept them too long.
+                if shared.queue_lags(me)
+                    && held.get_or_insert_with(std::time::Instant::now).elapsed() < QUEUE_LAG_MAX
+                {
+                    wait_for_queue = true;
+                } else {
+                    held = None;
+                    r.handle_timeout(t);
+                }
             }
             out.drain(
                 &mut r,
@@ -564,6 +642,8 @@ fn event_loop(
         out.flush(&mut tun);
 
         let sleep = match next {
+            // Look again soon: the lagging thread drains its queue meanwhile.
+            _ if wait_for_queue => Duration::from_millis(1),
             Some(due) => {
                 Duration::from_micros(due.as_micros().saturating_sub(shared.now().as_micros()))
                     .min(MAX_SLEEP)
@@ -613,7 +693,9 @@ fn event_loop(
         // vCPU costs tens of µs). Due timers end the spin.
         let mut last = std::time::Instant::now();
         loop {
-            let n = pump(&mut tun, shared, &mut buf, &mut batch, &mut out);
+            let n = pump(&mut tun, me, shared, &mut buf, &mut batch, &mut out);
+            // It reads its queue: a thread that does is not lagging.
+            shared.drained(me);
             if n == BATCH {
                 continue;
             }
@@ -635,6 +717,7 @@ fn event_loop(
 /// write out what it produced. Returns how many packets were read.
 fn pump<D: Device>(
     dev: &mut D,
+    me: usize,
     shared: &Shared,
     buf: &mut [u8],
     batch: &mut Vec<Packet>,
@@ -652,10 +735,17 @@ fn pump<D: Device>(
     }
     let n = batch.len();
     if n > 0 {
+        let hand = shared.in_hand.get(me);
+        if let Some(h) = hand {
+            h.store(true, std::sync::atomic::Ordering::Release);
+        }
         let mut r = shared.lock();
         let now = shared.now();
         for pkt in batch.drain(..) {
             r.handle_packet(now, pkt);
+        }
+        if let Some(h) = hand {
+            h.store(false, std::sync::atomic::Ordering::Release);
         }
         out.drain(
             &mut r,
@@ -1693,6 +1783,54 @@ mod tests {
             known: Arc::default(),
             drain: Mutex::new(None),
             tun_dropped: std::sync::atomic::AtomicU64::new(u64::MAX),
+            queues: Vec::new(),
+            in_hand: Vec::new(),
+        }
+    }
+
+    /// Due timers wait for another data-plane thread whose queue holds
+    /// packets it has not read for a while, or that holds packets it read
+    /// and the core has not had yet: a replica's answer may be there.
+    #[test]
+    fn timers_wait_for_a_lagging_queue() {
+        let mut fds = [0; 2];
+        // SAFETY: pipe(2) writes two fds into the array it is given.
+        assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+        let (rd, wr) = (fds[0], fds[1]);
+        let mut sh = shared();
+        sh.queues = vec![
+            (-1, std::sync::atomic::AtomicU64::new(0)),
+            (rd, std::sync::atomic::AtomicU64::new(0)),
+        ];
+        sh.in_hand = (0..2)
+            .map(|_| std::sync::atomic::AtomicBool::new(false))
+            .collect();
+        std::thread::sleep(QUEUE_LAG * 2);
+        assert!(!sh.queue_lags(0), "an empty queue lags nothing");
+        // SAFETY: writes one byte from a live buffer to our pipe.
+        assert_eq!(unsafe { libc::write(wr, [1u8].as_ptr().cast(), 1) }, 1);
+        assert!(
+            sh.queue_lags(0),
+            "packets its thread has not read since long ago"
+        );
+        assert!(!sh.queue_lags(1), "a thread's own queue is its own to read");
+        sh.drained(1);
+        assert!(
+            !sh.queue_lags(0),
+            "its thread drained it just now: normal load"
+        );
+        std::thread::sleep(QUEUE_LAG * 2);
+        assert!(sh.queue_lags(0));
+        let mut b = [0u8; 1];
+        // SAFETY: reads one byte into a live buffer from our pipe.
+        assert_eq!(unsafe { libc::read(rd, b.as_mut_ptr().cast(), 1) }, 1);
+        assert!(!sh.queue_lags(0));
+        sh.in_hand[1].store(true, std::sync::atomic::Ordering::Release);
+        assert!(sh.queue_lags(0), "packets read, waiting for the lock");
+        // SAFETY: closing the two fds pipe(2) gave us, once.
+        unsafe {
+            libc::close(rd);
+            libc::close(wr);
         }
     }
 
@@ -1706,11 +1844,14 @@ mod tests {
         }
         let mut buf = vec![0u8; RECV_BUF_LEN];
         let (mut batch, mut out) = (Vec::new(), Out::default());
-        assert_eq!(pump(&mut dev, &sh, &mut buf, &mut batch, &mut out), BATCH);
+        assert_eq!(
+            pump(&mut dev, 0, &sh, &mut buf, &mut batch, &mut out),
+            BATCH
+        );
         assert_eq!(dev.rx.len(), 5);
         assert_eq!(sh.lock().counters().packets_in, BATCH as u64);
-        assert_eq!(pump(&mut dev, &sh, &mut buf, &mut batch, &mut out), 5);
-        assert_eq!(pump(&mut dev, &sh, &mut buf, &mut batch, &mut out), 0);
+        assert_eq!(pump(&mut dev, 0, &sh, &mut buf, &mut batch, &mut out), 5);
+        assert_eq!(pump(&mut dev, 0, &sh, &mut buf, &mut batch, &mut out), 0);
     }
 
     /// A SYN to the VIP must come out again, addressed to the replica, and a
@@ -1727,7 +1868,7 @@ mod tests {
         )));
         let mut buf = vec![0u8; RECV_BUF_LEN];
         let (mut batch, mut out) = (Vec::new(), Out::default());
-        pump(&mut dev, &sh, &mut buf, &mut batch, &mut out);
+        pump(&mut dev, 0, &sh, &mut buf, &mut batch, &mut out);
         assert_eq!(out.write_errors, 0);
         assert!(
             dev.tx
@@ -1744,7 +1885,7 @@ mod tests {
             40001,
             7,
         )));
-        pump(&mut dev, &sh, &mut buf, &mut batch, &mut out);
+        pump(&mut dev, 0, &sh, &mut buf, &mut batch, &mut out);
         assert!(out.write_errors >= 1, "send failure not counted");
     }
 

@@ -185,11 +185,7 @@ pub fn run(cfg: FileConfig, path: &Path) -> anyhow::Result<()> {
         tun_dropped: std::sync::atomic::AtomicU64::new(u64::MAX),
         queues: queues
             .iter()
-            .map(|q| (q.as_raw_fd(), std::sync::atomic::AtomicU64::new(0)))
-            .collect(),
-        in_hand: queues
-            .iter()
-            .map(|_| std::sync::atomic::AtomicBool::new(false))
+            .map(|q| QueueState::new(q.as_raw_fd()))
             .collect(),
     });
     {
@@ -289,14 +285,29 @@ struct Shared {
     /// (`u64::MAX`: not read, or not readable): off the data plane, which
     /// only copies it into the status.
     tun_dropped: std::sync::atomic::AtomicU64,
-    /// Every data-plane thread's TUN queue, and when that thread last read
-    /// it (µs since `started`): timers that judge replicas by their
-    /// silence wait while another thread's queue holds packets it has not
-    /// read for a while ([`Shared::queue_lags`]).
-    queues: Vec<(std::os::fd::RawFd, std::sync::atomic::AtomicU64)>,
-    /// Per data-plane thread: it holds packets read from its queue that
-    /// the core has not had yet (it waits for the lock).
-    in_hand: Vec<std::sync::atomic::AtomicBool>,
+    /// Every data-plane thread's TUN queue: timers that judge replicas by
+    /// their silence wait while another thread lags ([`Shared::queue_lags`]).
+    queues: Vec<QueueState>,
+}
+
+/// One data-plane thread's TUN queue, as the other threads see it.
+struct QueueState {
+    fd: std::os::fd::RawFd,
+    /// When its thread last read it (µs since `Shared::started`).
+    read_at: std::sync::atomic::AtomicU64,
+    /// Its thread holds packets read from it that the core has not had
+    /// yet (it waits for the lock).
+    in_hand: std::sync::atomic::AtomicBool,
+}
+
+impl QueueState {
+    fn new(fd: std::os::fd::RawFd) -> QueueState {
+        QueueState {
+            fd,
+            read_at: std::sync::atomic::AtomicU64::new(0),
+            in_hand: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
 }
 
 /// A queue whose thread last read it this long ago and that holds
@@ -308,10 +319,10 @@ const QUEUE_LAG_MAX: Duration = Duration::from_millis(200);
 
 impl Shared {
     /// Thread `me` read its queue.
-    fn drained(&self, me: usize) {
-        if let Some((_, at)) = self.queues.get(me) {
+    fn queue_read(&self, me: usize) {
+        if let Some(q) = self.queues.get(me) {
             let us = u64::try_from(self.started.elapsed().as_micros()).unwrap_or(u64::MAX);
-            at.store(us, std::sync::atomic::Ordering::Relaxed);
+            q.read_at.store(us, std::sync::atomic::Ordering::Relaxed);
         }
     }
 
@@ -322,22 +333,18 @@ impl Shared {
     fn queue_lags(&self, me: usize) -> bool {
         let now = u64::try_from(self.started.elapsed().as_micros()).unwrap_or(u64::MAX);
         let lag = u64::try_from(QUEUE_LAG.as_micros()).unwrap_or(u64::MAX);
-        self.queues.iter().enumerate().any(|(j, (fd, at))| {
+        self.queues.iter().enumerate().any(|(j, q)| {
             if j == me {
                 return false;
             }
-            if self
-                .in_hand
-                .get(j)
-                .is_some_and(|h| h.load(std::sync::atomic::Ordering::Acquire))
-            {
+            if q.in_hand.load(std::sync::atomic::Ordering::Acquire) {
                 return true;
             }
-            if now.saturating_sub(at.load(std::sync::atomic::Ordering::Relaxed)) < lag {
+            if now.saturating_sub(q.read_at.load(std::sync::atomic::Ordering::Relaxed)) < lag {
                 return false;
             }
             let mut p = libc::pollfd {
-                fd: *fd,
+                fd: q.fd,
                 events: libc::POLLIN,
                 revents: 0,
             };
@@ -695,7 +702,7 @@ fn event_loop(
         loop {
             let n = pump(&mut tun, me, shared, &mut buf, &mut batch, &mut out);
             // It reads its queue: a thread that does is not lagging.
-            shared.drained(me);
+            shared.queue_read(me);
             if n == BATCH {
                 continue;
             }
@@ -735,7 +742,7 @@ fn pump<D: Device>(
     }
     let n = batch.len();
     if n > 0 {
-        let hand = shared.in_hand.get(me);
+        let hand = shared.queues.get(me).map(|q| &q.in_hand);
         if let Some(h) = hand {
             h.store(true, std::sync::atomic::Ordering::Release);
         }
@@ -1784,7 +1791,6 @@ mod tests {
             drain: Mutex::new(None),
             tun_dropped: std::sync::atomic::AtomicU64::new(u64::MAX),
             queues: Vec::new(),
-            in_hand: Vec::new(),
         }
     }
 
@@ -1798,13 +1804,7 @@ mod tests {
         assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
         let (rd, wr) = (fds[0], fds[1]);
         let mut sh = shared();
-        sh.queues = vec![
-            (-1, std::sync::atomic::AtomicU64::new(0)),
-            (rd, std::sync::atomic::AtomicU64::new(0)),
-        ];
-        sh.in_hand = (0..2)
-            .map(|_| std::sync::atomic::AtomicBool::new(false))
-            .collect();
+        sh.queues = vec![QueueState::new(-1), QueueState::new(rd)];
         std::thread::sleep(QUEUE_LAG * 2);
         assert!(!sh.queue_lags(0), "an empty queue lags nothing");
         // SAFETY: writes one byte from a live buffer to our pipe.
@@ -1814,7 +1814,7 @@ mod tests {
             "packets its thread has not read since long ago"
         );
         assert!(!sh.queue_lags(1), "a thread's own queue is its own to read");
-        sh.drained(1);
+        sh.queue_read(1);
         assert!(
             !sh.queue_lags(0),
             "its thread drained it just now: normal load"
@@ -1825,7 +1825,9 @@ mod tests {
         // SAFETY: reads one byte into a live buffer from our pipe.
         assert_eq!(unsafe { libc::read(rd, b.as_mut_ptr().cast(), 1) }, 1);
         assert!(!sh.queue_lags(0));
-        sh.in_hand[1].store(true, std::sync::atomic::Ordering::Release);
+        sh.queues[1]
+            .in_hand
+            .store(true, std::sync::atomic::Ordering::Release);
         assert!(sh.queue_lags(0), "packets read, waiting for the lock");
         // SAFETY: closing the two fds pipe(2) gave us, once.
         unsafe {

@@ -56,8 +56,10 @@ fn ms(d: Duration) -> u64 {
 /// lost the order leaves); 5: the core's types on the wire (one record with
 /// every replica's part, `key` for a connection, `InputKind::Data { end }`);
 /// 6: joins (`Checkpoint`, `State`, `Restored`, `StateFailed`, `JoinEnded`);
-/// 7: `Restart` (a stale server of a replica out of service is ended).
-pub const VERSION: u32 = 7;
+/// 7: `Restart` (a stale server of a replica out of service is ended);
+/// 8: `Snapshot` (a join's donor fixed its checkpoint: the input resumes
+/// while the state travels).
+pub const VERSION: u32 = 8;
 /// Largest frame accepted (a connection record is ~300 bytes; an order
 /// report is ~10 KB per service port).
 pub const MAX_FRAME: usize = 256 * 1024;
@@ -236,6 +238,12 @@ pub enum Msg {
         join: u64,
         digest: String,
     },
+    /// Donor's agent → router: the checkpoint is fixed at the join's
+    /// input event (its server forked, or saved); the service's input
+    /// may resume while the state is written and sent.
+    Snapshot {
+        join: u64,
+    },
     /// Either agent → router: its part of the join failed.
     StateFailed {
         join: u64,
@@ -295,6 +303,17 @@ pub fn shim_query(id: u64) -> [u8; SHIM_RECORD] {
     let mut b = [0u8; SHIM_RECORD];
     b[0..8].copy_from_slice(&id.to_le_bytes());
     b[16] = 4;
+    b
+}
+
+/// The agent → shim record that says the agent holds the server's input
+/// (`on`, a join until the state is proven) or no longer does (kind 5, not
+/// part of the order): meanwhile the shim hands out no connection whose
+/// accept event has not come.
+pub fn shim_hold(on: bool) -> [u8; SHIM_RECORD] {
+    let mut b = [0u8; SHIM_RECORD];
+    b[16] = 5;
+    b[17] = u8::from(on);
     b
 }
 
@@ -545,6 +564,8 @@ pub enum RouterEvent {
         join: u64,
         digest: String,
     },
+    /// The donor's agent fixed the checkpoint.
+    Snapshot { replica: Ipv4Addr, join: u64 },
     /// An agent's part of a join failed.
     StateFailed {
         replica: Ipv4Addr,
@@ -777,6 +798,10 @@ impl RouterSession {
                     digest,
                 })
             }
+            (RState::Live { replica }, Msg::Snapshot { join }) => {
+                self.state = RState::Live { replica };
+                Some(RouterEvent::Snapshot { replica, join })
+            }
             (RState::Live { replica }, Msg::StateFailed { join, reason }) => {
                 self.state = RState::Live { replica };
                 Some(RouterEvent::StateFailed {
@@ -847,6 +872,7 @@ fn kind(m: &Msg) -> &'static str {
         Msg::Checkpoint { .. } => "checkpoint",
         Msg::State { .. } => "state",
         Msg::Restored { .. } => "restored",
+        Msg::Snapshot { .. } => "snapshot",
         Msg::StateFailed { .. } => "state_failed",
         Msg::JoinEnded { .. } => "join_ended",
         Msg::Restart { .. } => "restart",

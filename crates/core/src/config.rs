@@ -153,4 +153,11 @@ pub struct Config {
     /// Emit `AgentMsg::Input` (the sequencer's total order of client input
     /// per service) for the replicas' shims.
     pub sequencer: bool,
+    /// Joins keep the service running while the state travels
+    /// (`router/join.rs`): the service's input pauses only until the
+    /// donor's checkpoint point is fixed (`Router::checkpoint_point`), the
+    /// joiner's legs are added at that point and its server held by its
+    /// agent until its state is proven. Needs agents that report the point
+    /// (`ftnet agent` does); without, the input pauses for the whole join.
+    pub join_live: bool,
 }

@@ -232,10 +232,21 @@ pub enum Event {
         seq: u64,
         quiet_ms: u64,
     },
+    /// A live join (`Config::join_live`): the donor's checkpoint point is
+    /// fixed and the joiner is part of every open connection
+    /// (`connections`), so the service's input resumes after `pause_ms`;
+    /// the joiner's server is held by its agent until its state is proven.
+    JoinResumed {
+        service: String,
+        replica: Ipv4Addr,
+        join: u64,
+        connections: usize,
+        pause_ms: u64,
+    },
     /// The joiner holds the group's state (its digest equals the donor's
     /// at input event `seq`), is part of every open connection
     /// (`connections`) and serves; the service's input was paused for
-    /// `pause_ms`.
+    /// `pause_ms`, the join took `join_ms` from its start.
     Joined {
         service: String,
         replica: Ipv4Addr,
@@ -243,6 +254,7 @@ pub enum Event {
         digest: String,
         connections: usize,
         pause_ms: u64,
+        join_ms: u64,
     },
     /// A join failed: the replica stays out of service, the input resumes
     /// (after `pause_ms`).

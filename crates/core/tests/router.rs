@@ -2097,8 +2097,14 @@ fn a_syn_on_an_adopted_connection_still_rebuilding_is_dropped() {
 }
 
 fn sequencer_router(n: u8) -> Router {
+    sequencer_router_joining(n, false)
+}
+
+/// `sequencer_router`, with live joins (`Config::join_live`) or not.
+fn sequencer_router_joining(n: u8, join_live: bool) -> Router {
     let mut c = Config {
         sequencer: true,
+        join_live,
         ..Default::default()
     };
     c.services.push(Service {
@@ -2743,7 +2749,11 @@ fn a_stateless_service_takes_a_replica_back_once_it_answers_a_probe() {
 /// acknowledged; replica 3 left the group before. Returns the router's and
 /// the replicas' ISNs.
 fn quiet_service_without_replica_3() -> (Router, u32, Vec<u32>) {
-    let mut r = sequencer_router(3);
+    quiet_service_without_replica_3_joining(false)
+}
+
+fn quiet_service_without_replica_3_joining(live: bool) -> (Router, u32, Vec<u32>) {
+    let mut r = sequencer_router_joining(3, live);
     let (risn, isns) = handshake(&mut r, 3);
     assert_eq!(r.replica_failed(t(3), replica(3)), 1);
     assert!(drain(&mut r)
@@ -4605,5 +4615,166 @@ fn a_window_opened_again_after_a_zero_window_is_told_to_the_client() {
     assert!(
         out.iter().any(|o| o.dst == CLIENT && o.r.window > 0),
         "the client hears the window open again: {out:?}"
+    );
+}
+
+/// A live join (`Config::join_live`): the input pauses only until the
+/// service is at rest, the joiner is part of the open connection and the
+/// donor fixed its checkpoint; then it resumes while the state travels.
+/// The joiner (held by its agent) gets the client's bytes and every new
+/// connection meanwhile; its output standing still does not evict it (its
+/// kernel answers); it serves only once its proof equals the donor's.
+#[test]
+fn a_live_join_resumes_the_input_before_the_proof() {
+    let (mut r, risn, isns) = quiet_service_without_replica_3_joining(true);
+    let id = r.join_replica(t(10), "t", replica(3)).expect("join");
+    rest_probes(&mut r, 6);
+    for i in 1..=2 {
+        rest_answer(&mut r, t(10), &isns, i, 6);
+    }
+    r.handle_timeout(t(12));
+    let ev = log_events(&mut r);
+    assert!(
+        ev.iter()
+            .any(|e| matches!(e, Event::JoinCheckpoint { seq: 2, .. })),
+        "{ev:?}"
+    );
+    let msgs = agent_msgs(&mut r);
+    let cp = msgs
+        .iter()
+        .position(|m| matches!(m, AgentMsg::Checkpoint { join, .. } if *join == id))
+        .expect("checkpoint asked");
+    let je = msgs
+        .iter()
+        .position(|m| {
+            matches!(m,
+            AgentMsg::Input { kind: ftnet_core::InputKind::Join { base: 5 }, replicas, .. }
+                if replicas.contains(&replica(3)))
+        })
+        .expect("join event at once");
+    assert!(
+        cp < je,
+        "the joiner's agent hears of the join before its input: {msgs:?}"
+    );
+    let out = drain(&mut r);
+    assert!(
+        out.iter().any(|o| o.dst == replica(3)
+            && o.r.flags == flags::SYN
+            && o.r.seq == SeqNum(CISN).add(5)),
+        "the joiner's SYN before any state: {out:?}"
+    );
+    // Still paused: the point is not fixed.
+    let out = more(&mut r, t(13), risn, b"more");
+    assert_eq!(out.len(), 1, "held");
+    assert_eq!((out[0].dst, out[0].r.window), (CLIENT, 0));
+    let jisn = 9_000_077u32;
+    let mut sa = Repr::new(
+        PORT,
+        CPORT,
+        SeqNum(jisn),
+        SeqNum(CISN).add(6),
+        flags::SYN | flags::ACK,
+        65160,
+    );
+    sa.mss = Some(1460);
+    sa.wscale = Some(9);
+    sa.timestamps = Some((777, 1001));
+    r.handle_packet(t(14), seg(replica(3), CLIENT, sa, b""));
+    let out = drain(&mut r);
+    assert!(
+        out.iter().all(|o| o.payload != b"more"),
+        "nothing resumes before the donor's point"
+    );
+    // The donor forked: the input resumes, the joiner takes it too.
+    r.checkpoint_point(t(15), id);
+    let ev = log_events(&mut r);
+    assert!(
+        ev.iter().any(|e| matches!(
+            e,
+            Event::JoinResumed {
+                connections: 1,
+                pause_ms: 5,
+                ..
+            }
+        )),
+        "{ev:?}"
+    );
+    assert!(
+        !ev.iter().any(|e| matches!(e, Event::Joined { .. })),
+        "{ev:?}"
+    );
+    let out = drain(&mut r);
+    let data: Vec<&Out> = out.iter().filter(|o| o.payload == b"more").collect();
+    assert_eq!(data.len(), 3, "released to every replica, the joiner too");
+    assert!(
+        out.iter().any(|o| o.dst == CLIENT && o.r.window > 0),
+        "window update"
+    );
+    assert_eq!(
+        r.status().services[0].replicas[2].state,
+        ftnet_core::MemberState::Joining,
+        "not serving before its proof"
+    );
+    // A new connection meanwhile: the joiner gets its SYN with the others.
+    let mut syn = Repr::new(CPORT + 1, PORT, SeqNum(CISN), SeqNum(0), flags::SYN, 64240);
+    syn.mss = Some(1460);
+    r.handle_packet(t(16), seg(CLIENT, VIP, syn, b""));
+    let mut to: Vec<Ipv4Addr> = drain(&mut r)
+        .iter()
+        .filter(|o| o.r.flags == flags::SYN)
+        .map(|o| o.dst)
+        .collect();
+    to.sort();
+    assert_eq!(to, vec![replica(1), replica(2), replica(3)]);
+    // Replicas 1 and 2 answer "more"; the held joiner's kernel only
+    // acknowledges it, and answers every probe, for 3 s: it stays.
+    for i in 1..=2u8 {
+        from_replica(&mut r, t(17), &isns, i, (6, 10, 6002), b"again");
+    }
+    let mut a = Repr::new(
+        PORT,
+        CPORT,
+        SeqNum(jisn).add(1),
+        SeqNum(CISN).add(10),
+        flags::ACK,
+        500,
+    );
+    a.timestamps = Some((800, 1001));
+    r.handle_packet(t(17), seg(replica(3), CLIENT, a.clone(), b""));
+    let mut now = 17;
+    while now < 3_017 {
+        now += 20;
+        r.handle_timeout(t(now));
+        for o in drain(&mut r) {
+            if o.dst == replica(3)
+                && o.r.flags & flags::SYN == 0
+                && o.src == CLIENT
+                && o.r.dst_port == PORT
+                && o.r.src_port == CPORT
+            {
+                r.handle_packet(t(now), seg(replica(3), CLIENT, a.clone(), b""));
+            }
+        }
+    }
+    let ev = log_events(&mut r);
+    assert!(
+        !ev.iter().any(|e| matches!(e, Event::Evicted { replica: x, .. } | Event::ReplicaDown { replica: x, .. } if *x == replica(3))
+            || matches!(e, Event::JoinFailed { .. })),
+        "a held joiner whose kernel answers is not stalled: {ev:?}"
+    );
+    r.checkpoint_taken(t(now), id, Ok("d1".into()));
+    assert!(log_events(&mut r)
+        .iter()
+        .all(|e| !matches!(e, Event::Joined { .. })));
+    r.state_restored(t(now + 1), id, Ok("d1".into()));
+    let ev = log_events(&mut r);
+    assert!(
+        ev.iter()
+            .any(|e| matches!(e, Event::Joined { pause_ms: 5, join_ms, .. } if *join_ms > 3_000)),
+        "{ev:?}"
+    );
+    assert_eq!(
+        r.status().services[0].replicas[2].state,
+        ftnet_core::MemberState::Serving
     );
 }

@@ -474,6 +474,10 @@ fn session(
     end_stale: bool,
 ) -> anyhow::Result<AgentEvent> {
     let mut job: Option<Job> = None;
+    // This replica joins: its servers get no input until the state is
+    // proven (the router resumes the service's input meanwhile); the
+    // records wait here, bounded by what a shim may leave unread.
+    let mut hold: Option<Hold> = None;
     stream.set_nodelay(true)?;
     stream.set_read_timeout(Some(Duration::from_millis(10)))?;
     stream.set_write_timeout(Some(Duration::from_secs(2)))?;
@@ -532,14 +536,61 @@ fn session(
                 Some(AgentEvent::Input(e, isn)) => {
                     recs.extend_from_slice(&ftnet_control::shim_record(&e, isn))
                 }
-                Some(ev) => events.push(ev),
+                Some(ev) => {
+                    if let AgentEvent::Checkpoint { join, joiner, .. } = &ev {
+                        if *joiner == me {
+                            // What came before is not the join's.
+                            for why in shims.send(&recs) {
+                                s.lose_order(&why, &mut out);
+                            }
+                            recs.clear();
+                            // Its shim must not hand out the joined
+                            // connections unordered meanwhile.
+                            for why in shims.send(&ftnet_control::shim_hold(true)) {
+                                s.lose_order(&why, &mut out);
+                            }
+                            hold = Some(Hold {
+                                join: *join,
+                                recs: Vec::new(),
+                                overflow: false,
+                            });
+                        }
+                    }
+                    events.push(ev);
+                }
                 None => {}
             }
         }
         stall.mark("handle");
         if !recs.is_empty() {
-            for why in shims.send(&recs) {
-                s.lose_order(&why, &mut out);
+            match &mut hold {
+                Some(h) if h.overflow => {}
+                Some(h) if h.recs.len() + recs.len() > SHIM_BUFFER => {
+                    // It cannot keep up: its join fails, and its server
+                    // (which missed these) is ended as stale.
+                    h.overflow = true;
+                    h.recs = Vec::new();
+                    let why = format!(
+                        "the input held for this joiner's server while its state travels exceeded {} MiB: it cannot catch up with this load; it tries again later",
+                        SHIM_BUFFER >> 20
+                    );
+                    match job.as_mut().filter(|j| j.join == h.join) {
+                        Some(j) => j.fail(why, &mut out),
+                        None => {
+                            warn!(join = h.join, "join: {why}");
+                            out.push(Msg::StateFailed {
+                                join: h.join,
+                                reason: why,
+                            });
+                        }
+                    }
+                }
+                Some(h) => h.recs.extend_from_slice(&recs),
+                None => {
+                    for why in shims.send(&recs) {
+                        s.lose_order(&why, &mut out);
+                    }
+                }
             }
         }
         stall.mark("send");
@@ -607,6 +658,20 @@ fn session(
                     }
                 }
                 AgentEvent::JoinEnded { join, ok } => {
+                    if let Some(h) = hold.take_if(|h| h.join == join) {
+                        if ok && !h.overflow {
+                            info!(
+                                join,
+                                bytes = h.recs.len(),
+                                "joined: the input held since the checkpoint goes to the server, which catches up"
+                            );
+                            let mut recs = h.recs;
+                            recs.extend_from_slice(&ftnet_control::shim_hold(false));
+                            for why in shims.send(&recs) {
+                                s.lose_order(&why, &mut out);
+                            }
+                        }
+                    }
                     if let Some(j) = job.take_if(|j| j.join == join) {
                         if ok && j.joiner {
                             info!(join, "joined: this replica serves again with the group's state; its server follows the order");
@@ -650,6 +715,16 @@ fn session(
     }
 }
 
+/// A joiner's held input ([`session`]'s `hold`).
+struct Hold {
+    join: u64,
+    /// Shim records not given to the servers yet, in their order.
+    recs: Vec<u8>,
+    /// More than a shim may leave unread came: the join fails, the rest is
+    /// dropped (the server is stale and ends).
+    overflow: bool,
+}
+
 /// How long a donor waits for its server to apply the join's input point.
 const JOIN_APPLY_MAX: u64 = 10_000;
 /// How long a join's checkpoint or restore may take here.
@@ -672,6 +747,8 @@ struct Job {
 
 /// The donor's checkpoint, in the order its parts are ready.
 enum Checkpoint {
+    /// Fixed at the join's input point (the server forked).
+    Point,
     Bytes(Vec<u8>),
     Digest(String),
 }
@@ -801,15 +878,18 @@ impl Job {
                     {
                         let (tx, rx) = std::sync::mpsc::channel();
                         std::thread::spawn(move || {
-                            match crate::state::redis_save(port, STATE_IO_TIMEOUT) {
-                                Ok((bytes, saved)) => {
+                            let mut report = |f: crate::state::Fork| match f {
+                                crate::state::Fork::Point => {
+                                    let _ = tx.send(Ok(Checkpoint::Point));
+                                }
+                                crate::state::Fork::Saved(bytes, proof) => {
                                     let _ = tx.send(Ok(Checkpoint::Bytes(bytes)));
-                                    let d = saved.digest().map_err(|e| e.to_string());
-                                    let _ = tx.send(d.map(Checkpoint::Digest));
+                                    let _ = tx.send(Ok(Checkpoint::Digest(proof)));
                                 }
-                                Err(e) => {
-                                    let _ = tx.send(Err(e.to_string()));
-                                }
+                            };
+                            let r = crate::state::redis_fork(port, STATE_IO_TIMEOUT, &mut report);
+                            if let Err(e) = r {
+                                let _ = tx.send(Err(e.to_string()));
                             }
                         });
                         self.phase = Phase::Checkpointing(rx);
@@ -817,12 +897,20 @@ impl Job {
                 }
             }
             Phase::Checkpointing(rx) => match rx.try_recv() {
+                Ok(Ok(Checkpoint::Point)) => {
+                    info!(
+                        join = self.join,
+                        ms = now - self.started,
+                        "donor: checkpoint fixed at the join's input point (the server forked); the service's input may resume while it is written and sent"
+                    );
+                    out.push(Msg::Snapshot { join: self.join });
+                }
                 Ok(Ok(Checkpoint::Bytes(bytes))) => {
                     info!(
                         join = self.join,
                         bytes = bytes.len(),
                         ms = now - self.started,
-                        "donor: checkpoint saved; sending it while its digest is computed"
+                        "donor: checkpoint saved; sending it"
                     );
                     let n = bytes.len().div_ceil(ftnet_control::STATE_CHUNK).max(1);
                     for i in 0..n {
@@ -837,7 +925,7 @@ impl Job {
                     }
                 }
                 Ok(Ok(Checkpoint::Digest(digest))) => {
-                    info!(join = self.join, %digest, ms = now - self.started, "donor: checkpoint's digest computed");
+                    info!(join = self.join, %digest, ms = now - self.started, "donor: checkpoint sent; its proof follows");
                     out.push(Msg::State {
                         join: self.join,
                         data: String::new(),
@@ -872,7 +960,7 @@ impl Job {
                 let bytes = std::mem::take(buf);
                 let (tx, rx) = std::sync::mpsc::channel();
                 std::thread::spawn(move || {
-                    let r = crate::state::redis_restore(port, &bytes, STATE_IO_TIMEOUT)
+                    let r = crate::state::redis_restore_proof(port, &bytes, STATE_IO_TIMEOUT)
                         .map_err(|e| e.to_string());
                     let _ = tx.send(r);
                 });

@@ -658,6 +658,9 @@ pub fn parse(file: &str, text: &str) -> Result<FileConfig, ConfigError> {
             limits,
             // The input order goes to the replicas' shims through the agents.
             sequencer: control.is_some(),
+            // Its agents fix the checkpoint's point with a fork and hold
+            // a joiner's server until its state is proven.
+            join_live: control.is_some(),
         },
         control,
         fault,

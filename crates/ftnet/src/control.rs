@@ -64,6 +64,8 @@ pub trait RouterHandle: Send + Sync + 'static {
     /// A join's state report from its donor (`donor`) or joiner, or either
     /// one's failure (see `Router::checkpoint_taken`).
     fn join_report(&self, join: u64, donor: bool, result: Result<String, String>);
+    /// A join's donor fixed its checkpoint (see `Router::checkpoint_point`).
+    fn join_point(&self, join: u64);
     /// The donor and joiner of a join whose state is on its way.
     fn join_parties(&self, join: u64) -> Option<(Ipv4Addr, Ipv4Addr)>;
     /// A server of `addr` follows the order through its agent again: it
@@ -736,6 +738,11 @@ fn serve(
                 } => {
                     if router.join_parties(join).is_some_and(|(_, j)| j == replica) {
                         router.join_report(join, false, Ok(digest));
+                    }
+                }
+                RouterEvent::Snapshot { replica, join } => {
+                    if router.join_parties(join).is_some_and(|(d, _)| d == replica) {
+                        router.join_point(join);
                     }
                 }
                 RouterEvent::StateFailed {

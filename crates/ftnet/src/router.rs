@@ -439,6 +439,12 @@ impl RouterHandle for Shared {
         Shared::join_parties(self, join)
     }
 
+    fn join_point(&self, join: u64) {
+        let now = self.now();
+        self.lock().checkpoint_point(now, join);
+        self.kick();
+    }
+
     fn try_rejoin(&self, addr: std::net::Ipv4Addr) {
         Shared::try_rejoin(self, addr)
     }
@@ -1007,7 +1013,7 @@ fn log_event(ev: &Event) {
             replica,
             join,
         } => {
-            warn!("service {service}: replica {replica} joins (join {join}): the service's input is paused (clients see a zero window) until every replica is at rest and its state is transferred and proven")
+            warn!("service {service}: replica {replica} joins (join {join}): the service's input is paused (clients see a zero window) until every replica is at rest and the donor's checkpoint is fixed (with agents that hold the joiner: the input then resumes while the state is transferred and proven)")
         }
         Event::JoinCheckpoint {
             service,
@@ -1018,6 +1024,15 @@ fn log_event(ev: &Event) {
         } => {
             info!("service {service}: at rest after {quiet_ms} ms at input event {seq}; replica {donor} checkpoints its state for joiner {replica}")
         }
+        Event::JoinResumed {
+            service,
+            replica,
+            join,
+            connections,
+            pause_ms,
+        } => {
+            info!("service {service}: join {join}: the donor's checkpoint is fixed and replica {replica} is part of {connections} open connection(s): input resumes after a {pause_ms} ms pause; the joiner's server is held until its state is proven, then catches up on what its sockets hold")
+        }
         Event::Joined {
             service,
             replica,
@@ -1025,8 +1040,9 @@ fn log_event(ev: &Event) {
             digest,
             connections,
             pause_ms,
+            join_ms,
         } => {
-            warn!("service {service}: replica {replica} JOINED: its state's digest {digest} equals the donor's at input event {seq}; it is part of {connections} open connection(s) and serves; input was paused {pause_ms} ms")
+            warn!("service {service}: replica {replica} JOINED: its state's digest {digest} equals the donor's at input event {seq}; it is part of {connections} connection(s) and serves; input was paused {pause_ms} ms, the join took {join_ms} ms")
         }
         Event::JoinFailed {
             service,

@@ -228,6 +228,173 @@ fn save_with(
     Ok((bytes, Saved { c, own_id }))
 }
 
+/// What [`redis_fork`] reports as it goes.
+pub enum Fork {
+    /// The checkpoint is fixed: Redis forked (or, where it could not,
+    /// saved) with the dataset as it stood; the service's input may resume.
+    Point,
+    /// The saved RDB file's bytes and their proof ([`rdb_proof`]).
+    Saved(Vec<u8>, String),
+}
+
+/// Take a checkpoint of the Redis on `127.0.0.1:port` without stopping
+/// it for longer than a fork, for a join that does not pause the service
+/// while the state travels.
+///
+/// 1. As [`redis_checkpoint`]'s step 1: every replicated client at rest.
+/// 2. The number of keys (`INFO keyspace`, every database), then `BGSAVE`:
+///    its reply comes once Redis forked, and the child writes exactly the
+///    dataset of that instant. `report(Fork::Point)` follows at once (the
+///    caller lets input flow again). A `BGSAVE` that cannot start (no
+///    fork) falls back to `SAVE`, which blocks Redis for its duration; one
+///    refused because another save runs waits for that save first.
+/// 3. `INFO persistence` until the background save ended with status `ok`
+///    and `rdb_saves` counted exactly it, then the file is read, checked
+///    (magic, end marker, CRC-64), and `rdb_saves` checked again: no other
+///    save replaced the file meanwhile (it would hold a later state).
+/// 4. `report(Fork::Saved(bytes, proof))`.
+pub fn redis_fork(
+    port: u16,
+    timeout: Duration,
+    report: &mut dyn FnMut(Fork),
+) -> Result<(), StateError> {
+    fork_with(port, timeout, &is_local_addr, report)
+}
+
+fn fork_with(
+    port: u16,
+    timeout: Duration,
+    exempt: &dyn Fn(&str) -> bool,
+    report: &mut dyn FnMut(Fork),
+) -> Result<(), StateError> {
+    let mut c = Conn::connect(port, timeout)?;
+    let own_id = match c.command(&[b"CLIENT", b"ID"], "CLIENT ID")? {
+        Reply::Int(id) => u64::try_from(id).map_err(|_| failed(format!("CLIENT ID: {id}")))?,
+        other => return Err(unexpected("CLIENT ID", &other)),
+    };
+    let path = c.rdb_path()?;
+    let deadline = Instant::now() + timeout;
+    // A save already running (Redis's own `save` schedule) must end first:
+    // BGSAVE is refused meanwhile.
+    let mut info = c.persistence()?;
+    while info_field(&info, "rdb_bgsave_in_progress") == Some(1) {
+        if Instant::now() >= deadline {
+            return Err(failed(
+                "a background save of Redis's own did not end in time",
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(10));
+        info = c.persistence()?;
+    }
+    let list = c
+        .command(&[b"CLIENT", b"LIST"], "CLIENT LIST")?
+        .text("CLIENT LIST")?;
+    at_rest(&list, own_id, exempt)?;
+    let keys = c.keys()?;
+    let saves = info_field(&info, "rdb_saves")
+        .ok_or_else(|| failed("INFO persistence without rdb_saves (Redis 7.0 or later needed)"))?;
+    let forked = match c.command(&[b"BGSAVE"], "BGSAVE") {
+        Ok(Reply::Status(_)) => true,
+        Ok(other) => return Err(unexpected("BGSAVE", &other)),
+        Err(_) => {
+            // No fork here (memory, a container's limits): save in the
+            // foreground; the point is fixed once it returns.
+            c.command(&[b"SAVE"], "SAVE")?.expect_ok("SAVE")?;
+            false
+        }
+    };
+    report(Fork::Point);
+    if forked {
+        loop {
+            let info = c.persistence()?;
+            if info_field(&info, "rdb_bgsave_in_progress") == Some(0)
+                && info_field(&info, "rdb_saves").is_some_and(|n| n > saves)
+            {
+                if !info.contains("rdb_last_bgsave_status:ok") {
+                    return Err(failed(
+                        "the background save failed (rdb_last_bgsave_status)",
+                    ));
+                }
+                break;
+            }
+            if Instant::now() >= deadline {
+                return Err(failed(format!(
+                    "the background save did not end within {} s",
+                    timeout.as_secs()
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+    let bytes = fs::read(&path).map_err(|e| failed(format!("reading {}: {e}", path.display())))?;
+    rdb_verify(&bytes)?;
+    let after = info_field(&c.persistence()?, "rdb_saves");
+    if after != Some(saves + 1) {
+        return Err(StateError::NotAtRest(format!(
+            "another save replaced the checkpoint's file ({} saves where 1 was ours)",
+            after.map_or(0, |a| a.saturating_sub(saves))
+        )));
+    }
+    report(Fork::Saved(bytes.clone(), rdb_proof(&bytes, keys)));
+    Ok(())
+}
+
+/// The proof a join compares: the SHA-256 of the RDB file's bytes and the
+/// number of keys it holds (at the donor: its dataset's at the fork; at
+/// the joiner: the keys its reload loaded, or found expired). Equal on
+/// both sides: the joiner loaded exactly the file the donor wrote at the
+/// join's input point.
+pub fn rdb_proof(bytes: &[u8], keys: u64) -> String {
+    use sha2::Digest;
+    let h = sha2::Sha256::digest(bytes);
+    let hex: String = h.iter().map(|b| format!("{b:02x}")).collect();
+    format!("rdb sha256 {hex}, {keys} keys")
+}
+
+/// Load `bytes` (an RDB file of [`redis_fork`]) into the Redis on
+/// `127.0.0.1:port` as [`redis_restore`] does, and return its proof
+/// ([`rdb_proof`]): the bytes' hash and the keys the reload took
+/// (`rdb_last_load_keys_loaded` + `rdb_last_load_keys_expired`), which
+/// must also be all the keys Redis now holds.
+pub fn redis_restore_proof(
+    port: u16,
+    bytes: &[u8],
+    timeout: Duration,
+) -> Result<String, StateError> {
+    rdb_verify(bytes)?;
+    let mut c = Conn::connect(port, timeout)?;
+    let path = c.rdb_path()?;
+    let tmp = temp_name(&path);
+    let written = fs::write(&tmp, bytes)
+        .and_then(|()| fs::rename(&tmp, &path))
+        .map_err(|e| failed(format!("writing {}: {e}", path.display())));
+    if let Err(e) = written {
+        let _ = fs::remove_file(&tmp);
+        return Err(e);
+    }
+    c.command(&[b"DEBUG", b"RELOAD", b"NOSAVE"], "DEBUG RELOAD NOSAVE")?
+        .expect_ok("DEBUG RELOAD NOSAVE")?;
+    let info = c.persistence()?;
+    let loaded = info_field(&info, "rdb_last_load_keys_loaded")
+        .ok_or_else(|| failed("INFO persistence without rdb_last_load_keys_loaded"))?;
+    let expired = info_field(&info, "rdb_last_load_keys_expired").unwrap_or(0);
+    let now = c.keys()?;
+    if now != loaded {
+        return Err(failed(format!(
+            "after the reload Redis holds {now} keys, the file loaded {loaded}"
+        )));
+    }
+    Ok(rdb_proof(bytes, loaded + expired))
+}
+
+/// A numeric field of an `INFO` section's text.
+fn info_field(info: &str, name: &str) -> Option<u64> {
+    info.lines().find_map(|l| {
+        let (k, v) = l.trim().split_once(':')?;
+        (k == name).then(|| v.trim().parse().ok())?
+    })
+}
+
 /// The exemption of [`redis_checkpoint`]: a client whose `addr` (as Redis
 /// prints it: `1.2.3.4:port`, `[::1]:port`, or a Unix socket path) is a
 /// loopback address or a Unix socket. Such clients are local tools (an
@@ -868,6 +1035,34 @@ impl Conn {
         let r = self.command(&[b"DEBUG", b"DIGEST"], "DEBUG DIGEST")?;
         parse_digest(r)
     }
+
+    fn persistence(&mut self) -> Result<String, StateError> {
+        self.command(&[b"INFO", b"persistence"], "INFO persistence")?
+            .text("INFO persistence")
+    }
+
+    /// The keys of every database (`INFO keyspace`: `db0:keys=N,...`).
+    fn keys(&mut self) -> Result<u64, StateError> {
+        let info = self
+            .command(&[b"INFO", b"keyspace"], "INFO keyspace")?
+            .text("INFO keyspace")?;
+        let mut n = 0u64;
+        for l in info.lines() {
+            let Some((db, rest)) = l.trim().split_once(':') else {
+                continue;
+            };
+            if !db.starts_with("db") {
+                continue;
+            }
+            let k = rest
+                .split(',')
+                .find_map(|f| f.strip_prefix("keys="))
+                .and_then(|v| v.parse::<u64>().ok())
+                .ok_or_else(|| failed(format!("INFO keyspace: {l:?}")))?;
+            n += k;
+        }
+        Ok(n)
+    }
 }
 
 #[cfg(test)]
@@ -1021,6 +1216,55 @@ mod tests {
             Reply::Int(n) => n,
             r => panic!("DBSIZE: {r:?}"),
         }
+    }
+
+    /// The fork's checkpoint holds the dataset of the point it reported,
+    /// not the writes made right after (while the child still writes the
+    /// file), and the joiner's proof equals the donor's only for the same
+    /// file with every key loaded.
+    #[test]
+    fn fork_checkpoint_is_the_point_and_restore_proves_it() {
+        let src = Redis::start();
+        populate(src.port, "", 20_000);
+        let before = redis_digest(src.port, T).unwrap();
+        let mut writer = src.conn();
+        let mut got = Vec::new();
+        let mut point_seen = false;
+        fork_with(src.port, T, &|_| false, &mut |f| match f {
+            Fork::Point => {
+                // The service resumes: writes land at once.
+                point_seen = true;
+                for k in 0..50 {
+                    let key = format!("after:{k}");
+                    writer
+                        .command(&[b"SET", key.as_bytes(), b"x"], "SET")
+                        .unwrap();
+                }
+            }
+            Fork::Saved(bytes, proof) => got.push((bytes, proof)),
+        })
+        .unwrap();
+        assert!(point_seen);
+        let (bytes, proof) = got.pop().expect("saved");
+        assert!(
+            proof.starts_with("rdb sha256 ") && proof.ends_with(", 20000 keys"),
+            "{proof}"
+        );
+        assert_eq!(dbsize(&mut src.conn()), 20_050);
+
+        let dst = Redis::start();
+        let restored = redis_restore_proof(dst.port, &bytes, T).unwrap();
+        assert_eq!(restored, proof);
+        // The state of the point: the writes after it are not in it.
+        assert_eq!(redis_digest(dst.port, T).unwrap(), before);
+        assert_eq!(dbsize(&mut dst.conn()), 20_000);
+
+        // Other bytes (another save's file) prove something else.
+        let mut other = bytes.clone();
+        let n = other.len();
+        other[n / 2] ^= 0x01;
+        assert_ne!(rdb_proof(&other, 20_000), proof);
+        assert_ne!(rdb_proof(&bytes, 19_999), proof);
     }
 
     #[test]

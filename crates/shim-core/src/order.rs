@@ -65,6 +65,13 @@ pub enum Record {
     Query {
         id: u64,
     },
+    /// The agent holds this server's input (`on`: a join, until the
+    /// server's state is proven) or no longer does: meanwhile a connection
+    /// whose accept event has not come is not handed out unordered (its
+    /// event is on its way, held).
+    Hold {
+        on: bool,
+    },
 }
 
 impl From<Ev> for Record {
@@ -77,18 +84,25 @@ const KIND_ACCEPT: u8 = 1;
 const KIND_DATA: u8 = 2;
 const KIND_JOIN: u8 = 3;
 const KIND_QUERY: u8 = 4;
+const KIND_HOLD: u8 = 5;
 
 /// `seq` u64 LE, client IPv4 (network order), cport u16 LE, vport u16 LE,
 /// kind u8, flags u8, 2 bytes zero, end u32 LE. Kinds: 1 accept (`end`:
 /// the client's ISN when flags is 1; 0 and flags 0 where it is not
 /// known), 2 data (`end`: the chunk's end), 3 join (`end`: the base
-/// offset), 4 position query (`seq`: the query's id; every other field 0).
+/// offset), 4 position query (`seq`: the query's id; every other field 0),
+/// 5 hold (flags 1: the agent holds the input, 0: it no longer does).
 pub fn encode(rec: &Record) -> [u8; RECORD] {
     let mut b = [0u8; RECORD];
     let ev = match *rec {
         Record::Query { id } => {
             b[0..8].copy_from_slice(&id.to_le_bytes());
             b[16] = KIND_QUERY;
+            return b;
+        }
+        Record::Hold { on } => {
+            b[16] = KIND_HOLD;
+            b[17] = u8::from(on);
             return b;
         }
         Record::Event(ev) => ev,
@@ -126,6 +140,7 @@ pub fn decode(b: &[u8; RECORD]) -> Option<Record> {
         KIND_DATA => Kind::Data { end },
         KIND_JOIN => Kind::Join { base: end },
         KIND_QUERY => return Some(Record::Query { id: seq }),
+        KIND_HOLD => return Some(Record::Hold { on: b[17] == 1 }),
         _ => return None,
     };
     Some(Record::Event(Ev {
@@ -497,7 +512,7 @@ mod tests {
         assert_eq!(o.len(), 2, "the port was reused by a new connection");
     }
 
-    /// Kinds 3 (join) and 4 (position query) on the wire, both ways, and
+    /// Kinds 3 (join), 4 (position query) and 5 (hold) on the wire, both ways, and
     /// fixed bytes the agent's encoder must produce.
     #[test]
     fn join_and_query_records_are_fixed() {
@@ -523,7 +538,16 @@ mod tests {
             ]
         );
         assert_eq!(decode(&b), Some(q));
-        for k in [0u8, 5, 0xff] {
+        // Kind 5, hold: the agent's `shim_hold` bytes.
+        for on in [true, false] {
+            let h = encode(&Record::Hold { on });
+            let mut want = [0u8; RECORD];
+            want[16] = 5;
+            want[17] = u8::from(on);
+            assert_eq!(h, want);
+            assert_eq!(decode(&h), Some(Record::Hold { on }));
+        }
+        for k in [0u8, 6, 0xff] {
             let mut bad = b;
             bad[16] = k;
             assert_eq!(decode(&bad), None);

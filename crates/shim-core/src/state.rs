@@ -113,6 +113,9 @@ pub(crate) struct State {
     /// 2 s: one whose accept event comes after all was accepted at another
     /// point of the order than on the other replicas (the order is lost).
     pub(crate) unordered: HashSet<Key>,
+    /// The agent holds the input (`Record::Hold`): no connection is stale
+    /// for want of its accept event.
+    pub(crate) held_upstream: bool,
     /// The head of the order (its number) has been an accept or join whose
     /// connection the kernel has not given, since then (see [`ACCEPT_WAIT`]).
     head_wait: Option<(u64, Instant)>,
@@ -315,6 +318,10 @@ impl State {
                     // Not an event: no number, never a hole.
                     Some(Record::Query { id }) if at_wait => {
                         self.answer(os, id);
+                        continue;
+                    }
+                    Some(Record::Hold { on }) => {
+                        self.held_upstream = on;
                         continue;
                     }
                     Some(Record::Query { id }) => {
@@ -765,6 +772,9 @@ impl State {
     /// (its connection predates the shim, or the router does not sequence
     /// it): handed out unordered after 2 s rather than never.
     pub(crate) fn stale_pending(&self, os: &dyn Os, port: Option<u16>) -> Option<Key> {
+        if self.held_upstream {
+            return None;
+        }
         let now = os.now();
         self.pending
             .iter()

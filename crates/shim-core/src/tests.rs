@@ -860,3 +860,47 @@ fn bytes_that_no_event_announces_are_said_once() {
     s.os().advance(HEAD_SLOW);
     assert!(look(&s).is_empty());
 }
+
+/// While the agent holds the input (a join, until the server's state is
+/// proven: `Record::Hold`), a connection whose accept event has not come
+/// stays with the kernel however long that takes, and is taken at its
+/// event once the held records come; without the hold it is handed out
+/// unordered after 2 s (a connection the router never numbered).
+#[test]
+fn a_held_joiner_hands_out_no_connection_unordered() {
+    for held in [true, false] {
+        let s = shim();
+        if held {
+            s.os()
+                .agent_rx
+                .borrow_mut()
+                .extend(encode(&Record::Hold { on: true }));
+        }
+        s.os().connect(10, A);
+        s.os().arrive(10, b"SET");
+        watch(&s, LISTENER);
+        let _ = wait(&s, 0);
+        s.os().advance(Duration::from_secs(3));
+        if !held {
+            assert_eq!(accept(&s), Ok(10), "unordered after 2 s");
+            continue;
+        }
+        assert_eq!(accept(&s), Err(libc::EAGAIN), "held: not handed out");
+        s.os().order(&[
+            Ev {
+                seq: 1,
+                key: A,
+                kind: Kind::Join { base: 0 },
+            },
+            data(2, A, 3),
+        ]);
+        s.os()
+            .agent_rx
+            .borrow_mut()
+            .extend(encode(&Record::Hold { on: false }));
+        assert_eq!(accept(&s), Ok(10), "at its event");
+        watch(&s, 10);
+        assert_eq!(read(&s, 10, 64), Ok(b"SET".to_vec()));
+        assert!(s.os().told_agent().is_empty(), "{:?}", s.os().told_agent());
+    }
+}

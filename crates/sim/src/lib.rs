@@ -600,6 +600,9 @@ impl Sim {
                     },
                     limits: Default::default(),
                     sequencer: p.sequencer,
+                    // The simulated servers read their sockets at once (no
+                    // agent holds them): joins pause the input throughout.
+                    join_live: false,
                 };
                 let mut secret = [0u8; 16];
                 setup.fill(&mut secret);

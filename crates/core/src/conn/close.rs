@@ -18,6 +18,9 @@ impl Conn {
         reason: EvictReason,
         service_wide: bool,
     ) {
+        if self.legs[i].held && self.legs[i].state != LegState::Evicted {
+            self.held_lost = Some((self.legs[i].replica, reason));
+        }
         if self.announced && self.legs[i].state != LegState::Evicted {
             // Its agent forgets the connection: a router taking over must
             // not bring the replica back into it.

@@ -240,8 +240,9 @@ impl Conn {
         let others_out = l.open()
             && others()
                 .any(|o| o.out_at > out_from && o.open() && o.data_hi().is_after(l.data_hi()));
-        // An owed FIN alone is judged by silence only (`fin_owed_since`).
-        if in_data && (others_progressed || others_out) {
+        // An owed FIN alone is judged by silence only (`fin_owed_since`);
+        // a held joiner's server takes nothing yet (`Leg::held`).
+        if in_data && !l.held && (others_progressed || others_out) {
             let from = match (others_progressed, others_out) {
                 (true, true) => stuck_from.min(out_from),
                 (true, false) => stuck_from,

@@ -279,7 +279,16 @@ impl Conn {
     /// the client's SYN had them), and the sequencer's `Join` event, which
     /// the joiner's shim takes as the connection's accept (the others
     /// already have it and drop it).
-    pub(crate) fn join_leg(&mut self, ctx: &mut Ctx, replica: ReplicaId, addr: Ipv4Addr) {
+    ///
+    /// `held`: a live join's leg, added before the joiner's state is
+    /// proven (`Leg::held`).
+    pub(crate) fn join_leg(
+        &mut self,
+        ctx: &mut Ctx,
+        replica: ReplicaId,
+        addr: Ipv4Addr,
+        held: bool,
+    ) {
         if self.legs.iter().any(|l| l.replica == replica && l.live()) {
             return;
         }
@@ -295,6 +304,7 @@ impl Conn {
             }
         }
         self.legs[i].joined_at = Some(self.client_hi);
+        self.legs[i].held = held;
         self.legs[i].hi = self.sent_hi;
         self.legs[i].ack = self.client_hi;
         self.legs[i].edge = self.client_hi;
@@ -372,6 +382,36 @@ impl Conn {
         }
     }
 
+    /// A live join's joiner, added to this new connection with the
+    /// others (its SYN among theirs): held like its joined legs.
+    pub(crate) fn add_held_leg(&mut self, replica: ReplicaId, addr: Ipv4Addr, now: Instant) {
+        self.add_leg(replica, addr, now);
+        if let Some(l) = self.legs.last_mut() {
+            l.held = true;
+        }
+    }
+
+    /// The join of `replica` ended: its legs are held no more. Its server
+    /// now catches up on what its sockets hold; the no-progress rule
+    /// judges it from now on.
+    pub(crate) fn release_held(&mut self, replica: ReplicaId, now: Instant) {
+        for l in self
+            .legs
+            .iter_mut()
+            .filter(|l| l.replica == replica && l.held)
+        {
+            l.held = false;
+            l.progress_at = l.progress_at.max(now);
+            l.out_at = l.out_at.max(now);
+        }
+    }
+
+    /// Why `replica`'s held leg was taken out of this connection, if it
+    /// was (its join must fail: its server missed this input).
+    pub(crate) fn held_lost(&self, replica: ReplicaId) -> Option<EvictReason> {
+        self.held_lost.filter(|h| h.0 == replica).map(|h| h.1)
+    }
+
     /// Whether the replica at `addr` is still part of this connection.
     pub(crate) fn live_leg_at(&self, addr: Ipv4Addr) -> bool {
         self.legs.iter().any(|l| l.addr == addr && l.live())
@@ -396,10 +436,12 @@ impl Conn {
         if let Some(i) = self
             .legs
             .iter()
-            .position(|l| l.replica == replica && l.joined_at.is_some() && l.live())
+            .position(|l| l.replica == replica && (l.joined_at.is_some() || l.held) && l.live())
         {
             self.evict(ctx, LegId(i), EvictReason::ReplicaDown, false);
         }
+        // The join that held it is over: nothing for the next one.
+        self.held_lost = None;
     }
 
     /// The joiner's SYN-ACK on a joining leg: its sequence space is

@@ -79,6 +79,11 @@ pub(super) struct Leg {
     /// ([`Conn::join_leg`]): the client-stream position its own TCP
     /// connection starts at (its SYN's sequence number + 1).
     pub(super) joined_at: Option<SeqNum>,
+    /// A live join's joiner whose state is not proven yet: its agent holds
+    /// its server's input, so its output and (once its socket buffer is
+    /// full) its acknowledgments stand still while the others move. Only
+    /// its silence convicts it until the join ends (`Conn::fail_deadline`).
+    pub(super) held: bool,
     /// A joiner's first output byte in the client's view (the group's
     /// output position when it joined).
     pub(super) out_start: Option<SeqNum>,
@@ -159,6 +164,7 @@ impl Conn {
             nxt_seen: None,
             challenge_at: None,
             joined_at: None,
+            held: false,
             out_start: None,
             log_nxt: self.client_isn.add(1),
             log_dup_at: None,

@@ -213,6 +213,9 @@ pub struct Conn {
     rest_probe_at: Option<Instant>,
     /// Why the joiner's leg was refused (its options), for the join's log.
     join_refusal: Option<String>,
+    /// A held leg (`Leg::held`) taken out of this connection, and why:
+    /// its joiner missed input here, so its join fails.
+    held_lost: Option<(crate::ids::ReplicaId, crate::event::EvictReason)>,
     /// Segments held during a join's pause are being released
     /// ([`Conn::set_releasing`]).
     releasing: bool,
@@ -302,6 +305,7 @@ impl Conn {
             rest_probe_at: None,
             releasing: false,
             join_refusal: None,
+            held_lost: None,
             paused: false,
             log: None,
             log_lost: None,

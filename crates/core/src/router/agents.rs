@@ -151,7 +151,7 @@ impl Router {
             Member::Joining { .. } => self
                 .joins
                 .iter()
-                .any(|j| j.svc == svc && j.joiner.0 == i && j.phase == join::JoinPhase::Legs),
+                .any(|j| j.svc == svc && j.joiner.0 == i && j.phase != join::JoinPhase::Quiescing),
             Member::Down { .. } | Member::Removed { .. } => {
                 self.conns.get(&key).is_some_and(|c| c.live_leg_at(addr))
             }

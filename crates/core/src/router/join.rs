@@ -36,6 +36,9 @@ use crate::conn::Quiet;
 pub const JOIN_QUIET_MAX: core::time::Duration = core::time::Duration::from_secs(2);
 /// How long the checkpoint, its transfer and the restore may take.
 pub const JOIN_STATE_MAX: core::time::Duration = core::time::Duration::from_secs(60);
+/// How long a live join's donor may take to fix its checkpoint (a fork;
+/// a save where it cannot fork) while the input is paused.
+pub const JOIN_POINT_MAX: core::time::Duration = core::time::Duration::from_secs(30);
 /// How long the joiner may take to answer the connections' SYNs.
 pub const JOIN_LEGS_MAX: core::time::Duration = core::time::Duration::from_secs(3);
 /// Attempts the router makes to join a replica by itself (the first one
@@ -58,7 +61,12 @@ const HELD_BYTES_MAX: usize = 64 << 20;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum JoinPhase {
     Quiescing,
+    /// A live join at rest: the joiner's legs are being added and the
+    /// donor fixes its checkpoint (still paused).
+    Point,
+    /// The state travels: paused, or (a live join) with the input resumed.
     State,
+    /// A paused join's legs, after the proof.
     Legs,
 }
 
@@ -86,6 +94,14 @@ pub(super) struct Join {
     pub(super) held_bytes: usize,
     /// Why the service was not quiet at the last check.
     pub(super) why: &'static str,
+    /// `Config::join_live` when it started.
+    pub(super) live: bool,
+    /// A live join: the donor's checkpoint point is fixed.
+    pub(super) point: bool,
+    /// A live join: when its legs must be open.
+    pub(super) legs_deadline: Instant,
+    /// When the service's input resumed (a live join, before the proof).
+    pub(super) resumed: Option<Instant>,
 }
 
 impl Router {
@@ -196,6 +212,10 @@ impl Router {
             held: VecDeque::new(),
             held_bytes: 0,
             why: "",
+            live: self.config.join_live,
+            point: false,
+            legs_deadline: now,
+            resumed: None,
         });
         for key in self.conns_of(svc) {
             self.on_conn(now, key, |c, ctx| c.set_paused(ctx, true));
@@ -221,6 +241,21 @@ impl Router {
         self.state_report(now, join, false, result);
     }
 
+    /// The donor's agent fixed join `join`'s checkpoint at its input
+    /// event (a fork of its server, or a save, is taken): a live join's
+    /// input may resume once the joiner is part of every connection.
+    pub fn checkpoint_point(&mut self, now: Instant, join: u64) {
+        self.last_now = self.last_now.max(now);
+        if let Some(j) = self
+            .joins
+            .iter_mut()
+            .find(|j| j.id == join && j.phase == JoinPhase::Point)
+        {
+            j.point = true;
+            self.join_tick(now);
+        }
+    }
+
     /// Either agent's part of join `join` failed.
     pub fn join_failed(&mut self, now: Instant, join: u64, reason: String) {
         self.last_now = self.last_now.max(now);
@@ -239,7 +274,7 @@ impl Router {
         let j = self
             .joins
             .iter()
-            .find(|j| j.id == join && j.phase == JoinPhase::State)?;
+            .find(|j| j.id == join && matches!(j.phase, JoinPhase::State | JoinPhase::Point))?;
         let s = &self.config.services[j.svc.0];
         Some((s.replicas[j.donor?.0], s.replicas[j.joiner.0]))
     }
@@ -300,7 +335,7 @@ impl Router {
         let Some(j) = self
             .joins
             .iter_mut()
-            .find(|j| j.id == join && j.phase == JoinPhase::State)
+            .find(|j| j.id == join && matches!(j.phase, JoinPhase::State | JoinPhase::Point))
         else {
             return;
         };
@@ -353,7 +388,29 @@ impl Router {
 
     /// Whether service `svc`'s input is paused for a join.
     pub(super) fn paused(&self, svc: ServiceId) -> bool {
-        !self.joins.is_empty() && self.joins.iter().any(|j| j.svc == svc)
+        !self.joins.is_empty()
+            && self
+                .joins
+                .iter()
+                .any(|j| j.svc == svc && j.resumed.is_none())
+    }
+
+    /// The joiner a new connection of `svc` takes besides the serving
+    /// replicas: a live join's, once the input resumed (its server must
+    /// see every input from the checkpoint on).
+    pub(super) fn held_joiner(&self, svc: ServiceId) -> Option<ReplicaId> {
+        if self.joins.is_empty() {
+            return None;
+        }
+        let j = self
+            .joins
+            .iter()
+            .find(|j| j.svc == svc && j.resumed.is_some())?;
+        let addr = self.config.services[svc.0].replicas[j.joiner.0];
+        self.agents
+            .as_ref()
+            .is_none_or(|a| a.contains(&addr))
+            .then_some(j.joiner)
     }
 
     /// A client segment of a paused service: held until the join ends
@@ -505,10 +562,15 @@ impl Router {
                     j.next = now + JOIN_CHECK;
                     return Ok(());
                 }
-                j.phase = JoinPhase::State;
+                j.phase = if j.live {
+                    JoinPhase::Point
+                } else {
+                    JoinPhase::State
+                };
                 j.seq = self.order[svc.0].seq;
                 j.deadline = now + JOIN_STATE_MAX;
                 j.next = j.deadline;
+                let live = j.live;
                 let (seq, started, donor) = (j.seq, j.started, j.donor.expect("chosen"));
                 let s = &self.config.services[svc.0];
                 self.out.agent(AgentMsg::Checkpoint {
@@ -527,6 +589,99 @@ impl Router {
                     quiet_ms: u64::try_from(now.saturating_sub(started).as_millis())
                         .unwrap_or(u64::MAX),
                 });
+                if !live {
+                    return Ok(());
+                }
+                // A live join: the joiner joins every open connection now,
+                // at the checkpoint's point (its agent holds what its server
+                // is given until the state is proven).
+                let mut joined = Vec::new();
+                for key in self.conns_of(svc) {
+                    match self.conns[&key].join_quiet() {
+                        Quiet::Skip => {}
+                        Quiet::Join | Quiet::Probe => joined.push(key),
+                        Quiet::Wait { why, .. } => {
+                            return Err(format!(
+                                "connection {key} stirred at the checkpoint: {why}"
+                            ))
+                        }
+                    }
+                }
+                for &key in &joined {
+                    self.on_conn(now, key, |c, ctx| c.join_leg(ctx, joiner, addr, true));
+                    self.after(now, key);
+                }
+                let j = self.joins.iter_mut().find(|j| j.id == id).expect("present");
+                j.conns = joined;
+                j.legs_deadline = now + JOIN_LEGS_MAX;
+                j.deadline = now + JOIN_POINT_MAX;
+                j.next = now + JOIN_SYN_EVERY;
+                self.join_step(now, id)
+            }
+            JoinPhase::Point => {
+                let open = self.legs_answered(now, id)?;
+                let Some(j) = self.joins.iter().find(|j| j.id == id) else {
+                    return Ok(());
+                };
+                if !j.point {
+                    if now >= j.deadline {
+                        return Err(format!(
+                            "the donor did not fix its checkpoint within {} s",
+                            JOIN_POINT_MAX.as_secs()
+                        ));
+                    }
+                    return Ok(());
+                }
+                if !open {
+                    return Ok(());
+                }
+                // Every leg open and the point fixed: the input resumes.
+                let j = self.joins.iter_mut().find(|j| j.id == id).expect("present");
+                j.phase = JoinPhase::State;
+                j.resumed = Some(now);
+                j.deadline = now + JOIN_STATE_MAX;
+                j.next = j.deadline;
+                let held = core::mem::take(&mut j.held);
+                j.held_bytes = 0;
+                let (connections, started) = (j.conns.len(), j.started);
+                let s = &self.config.services[svc.0];
+                self.out.event(Event::JoinResumed {
+                    service: s.name.clone(),
+                    replica: addr,
+                    join: id,
+                    connections,
+                    pause_ms: u64::try_from(now.saturating_sub(started).as_millis())
+                        .unwrap_or(u64::MAX),
+                });
+                self.resume_input(now, svc, held);
+                Ok(())
+            }
+            JoinPhase::State if j.live => {
+                if now >= j.deadline {
+                    return Err(format!(
+                        "no proven state within {} s (checkpoint {}, restore {}); the input was not paused meanwhile",
+                        JOIN_STATE_MAX.as_secs(),
+                        if j.donor_digest.is_some() { "done" } else { "missing" },
+                        if j.joiner_digest.is_some() { "done" } else { "missing" },
+                    ));
+                }
+                for key in self.conns_of(svc) {
+                    if let Some(reason) = self.conns[&key].held_lost(joiner) {
+                        return Err(format!(
+                            "the joiner was taken out of connection {key} ({reason:?}) before its state was proven: its server would miss that input"
+                        ));
+                    }
+                }
+                let (Some(d), Some(r)) = (&j.donor_digest, &j.joiner_digest) else {
+                    return Ok(());
+                };
+                if d != r {
+                    return Err(format!(
+                        "the restored state's digest {r} differs from the donor's {d} at input event {}",
+                        j.seq
+                    ));
+                }
+                self.end_join(now, id, Ok(()));
                 Ok(())
             }
             JoinPhase::State => {
@@ -569,7 +724,7 @@ impl Router {
                     }
                 }
                 for &key in &joined {
-                    self.on_conn(now, key, |c, ctx| c.join_leg(ctx, joiner, addr));
+                    self.on_conn(now, key, |c, ctx| c.join_leg(ctx, joiner, addr, false));
                     self.after(now, key);
                 }
                 let j = self.joins.iter_mut().find(|j| j.id == id).expect("present");
@@ -632,19 +787,33 @@ impl Router {
         let s = &self.config.services[j.svc.0];
         let (name, addr) = (s.name.clone(), s.replicas[j.joiner.0]);
         let donor = j.donor.map(|d| s.replicas[d.0]);
-        let pause_ms = u64::try_from(now.saturating_sub(j.started).as_millis()).unwrap_or(u64::MAX);
+        let ms =
+            |t: Instant| u64::try_from(t.saturating_sub(j.started).as_millis()).unwrap_or(u64::MAX);
+        let pause_ms = ms(j.resumed.unwrap_or(now));
+        let join_ms = ms(now);
         let ok = result.is_ok();
         match result {
             Ok(()) => {
                 self.join_retry.remove(&(j.svc, j.joiner));
                 self.health[j.svc.0][j.joiner.0] = Member::Serving;
+                let mut connections = j.conns.len();
+                if j.live {
+                    connections = 0;
+                    for key in self.conns_of(j.svc) {
+                        if let Some(c) = self.conns.get_mut(&key) {
+                            c.release_held(j.joiner, now);
+                            connections += usize::from(c.live_leg_at(addr));
+                        }
+                    }
+                }
                 self.out.event(Event::Joined {
                     service: name,
                     replica: addr,
                     seq: j.seq,
                     digest: j.donor_digest.clone().unwrap_or_default(),
-                    connections: j.conns.len(),
+                    connections,
                     pause_ms,
+                    join_ms,
                 });
             }
             Err(reason) => {
@@ -659,7 +828,13 @@ impl Router {
                         self.join_retry.remove(&slot);
                     }
                 }
-                for &key in &j.conns {
+                let legs = if j.live {
+                    // Its held legs of connections opened since, too.
+                    self.conns_of(j.svc)
+                } else {
+                    j.conns.clone()
+                };
+                for key in legs {
                     self.on_conn(now, key, |c, ctx| c.unjoin(ctx, j.joiner));
                     self.after(now, key);
                 }
@@ -672,7 +847,9 @@ impl Router {
                 // A joiner that took the state (or refused it, or joined
                 // connections) may hold one that is not the group's: only
                 // a fresh server can try again.
-                let stale = (j.joiner_touched || j.phase == JoinPhase::Legs)
+                let stale = (j.joiner_touched
+                    || j.phase == JoinPhase::Legs
+                    || (j.live && j.phase != JoinPhase::Quiescing))
                     .then(|| self.stale_in(addr))
                     .filter(|s| !s.is_empty());
                 let why = format!("its join to {name} failed ({reason})");
@@ -696,17 +873,25 @@ impl Router {
             replicas,
         });
         self.announce_out_of_service();
-        for key in self.conns_of(j.svc) {
+        if j.resumed.is_none() {
+            self.resume_input(now, j.svc, j.held);
+        }
+    }
+
+    /// The service's input resumes: the clients get their window back and
+    /// the held segments go on, in their order.
+    fn resume_input(&mut self, now: Instant, svc: ServiceId, held: VecDeque<Packet>) {
+        for key in self.conns_of(svc) {
             self.on_conn(now, key, |c, ctx| c.set_paused(ctx, false));
             self.after(now, key);
         }
-        let keys = self.conns_of(j.svc);
+        let keys = self.conns_of(svc);
         for &key in &keys {
             if let Some(c) = self.conns.get_mut(&key) {
                 c.set_releasing(true);
             }
         }
-        for p in j.held {
+        for p in held {
             self.handle_packet(now, p);
         }
         for key in keys {
@@ -714,5 +899,49 @@ impl Router {
                 c.set_releasing(false);
             }
         }
+    }
+
+    /// A live join's legs (`JoinPhase::Point`): a refused or lost one
+    /// fails the join; unanswered SYNs are repeated until
+    /// `legs_deadline`. `true` once every one is open.
+    fn legs_answered(&mut self, now: Instant, id: u64) -> Result<bool, String> {
+        let Some(j) = self.joins.iter().find(|j| j.id == id) else {
+            return Ok(false);
+        };
+        let joiner = j.joiner;
+        let mut waiting = 0;
+        for key in &j.conns {
+            match self.conns.get(key).map(|c| c.join_state(joiner)) {
+                None | Some(Some(true)) => {}
+                Some(Some(false)) => waiting += 1,
+                Some(None) => {
+                    let c = &self.conns[key];
+                    if c.join_quiet() != Quiet::Skip {
+                        return Err(match c.join_refusal() {
+                            Some(why) => format!("connection {key} refused the joiner: {why}"),
+                            None => format!("the joiner left connection {key}"),
+                        });
+                    }
+                }
+            }
+        }
+        let j = self.joins.iter_mut().find(|j| j.id == id).expect("present");
+        if waiting == 0 {
+            j.next = j.deadline;
+            return Ok(true);
+        }
+        if now >= j.legs_deadline {
+            return Err(format!(
+                "the joiner did not answer the SYNs of {waiting} connection(s) in {} ms",
+                JOIN_LEGS_MAX.as_millis()
+            ));
+        }
+        if now >= j.next {
+            j.next = (now + JOIN_SYN_EVERY).min(j.legs_deadline);
+            for key in j.conns.clone() {
+                self.on_conn(now, key, |c, ctx| c.join_syn_again(ctx));
+            }
+        }
+        Ok(false)
     }
 }

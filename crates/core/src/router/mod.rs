@@ -462,6 +462,11 @@ impl Router {
         for r in live {
             c.add_leg(r, addrs[r.0], now);
         }
+        if let Some(r) = self.held_joiner(svc) {
+            // A live join's joiner takes every input from its checkpoint
+            // on: new connections too, held like its joined ones.
+            c.add_held_leg(r, addrs[r.0], now);
+        }
         self.conns.insert(key, c);
         self.on_conn(now, key, |c, ctx| c.forward_syn(ctx, &pkt, seg));
         self.counters.connections_opened += 1;

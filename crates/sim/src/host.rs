@@ -206,6 +206,10 @@ pub(crate) struct Host {
     pub dev: SimDevice,
     pub sockets: SocketSet<'static>,
     pub alive: bool,
+    /// A live join's joiner whose state is not proven yet: its agent holds
+    /// its server's input, so the server accepts and reads nothing (its
+    /// sockets take what their buffers hold) until it is restored.
+    pub held: bool,
     pub params: HostParams,
     pub app: App,
     /// Where the client connects (a late connection connects there too).
@@ -244,6 +248,7 @@ impl Host {
             dev,
             sockets: SocketSet::new(Vec::new()),
             alive: true,
+            held: false,
             params,
             app,
             server: (Ipv4Addr::UNSPECIFIED, 0),
@@ -515,6 +520,7 @@ impl Host {
                     }
                 }
             }
+            App::Server { .. } if self.held => {}
             App::Server {
                 socks,
                 desync,

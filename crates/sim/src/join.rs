@@ -102,6 +102,9 @@ pub struct JoinOutcome {
     /// `Ok(connections joined)`, or the router's reason.
     pub result: Result<usize, String>,
     pub pause_ms: u64,
+    /// From the join's start to its end (`Joined::join_ms`; the pause for
+    /// a failed one).
+    pub join_ms: u64,
     /// Segments with a zero window the client got during the pause.
     pub zero_windows: u64,
 }
@@ -150,6 +153,9 @@ struct Attempt {
     join_events: BTreeMap<u16, u32>,
     /// Evictions of the joiner announced during the attempt.
     evicted: Vec<String>,
+    /// A live join: connections whose first SYN the (held) joiner got
+    /// after the input resumed.
+    live_new: BTreeSet<u16>,
     zero_windows: u64,
 }
 
@@ -165,6 +171,7 @@ impl Attempt {
             syns: BTreeMap::new(),
             join_events: BTreeMap::new(),
             evicted: Vec::new(),
+            live_new: BTreeSet::new(),
             zero_windows: 0,
         }
     }
@@ -189,8 +196,12 @@ pub(crate) struct JoinSim {
     /// When the fresh server of the attempt due starts.
     restart_at: Option<u64>,
     cur: Option<Attempt>,
-    /// The input is paused (between `JoinStarted` and the join's end).
+    /// The input is paused (between `JoinStarted` and the join's end, or
+    /// its `JoinResumed` when it is live).
     paused: bool,
+    /// A live join's input resumed (`JoinResumed`) and it has not ended:
+    /// the joiner, held, gets every new connection.
+    resumed: bool,
     /// The router announced that it tries the failed join again.
     retry_due: bool,
     /// When it said it would (µs).
@@ -231,6 +242,14 @@ pub(crate) struct JoinSim {
     fin_fwd: BTreeSet<u16>,
     /// Joined connections whose socket was checked when accepted.
     verified: BTreeSet<u16>,
+    /// When a live attempt last failed (µs): in that step the router may
+    /// have resumed and failed it at once, sending the joiner what it
+    /// releases (SYNs, segments) and then its RSTs.
+    failed_at: Option<u64>,
+    /// Connections a failed live attempt had added the joiner to: the
+    /// router may still send it a bare segment there (the handshake's ACK
+    /// in the step its failure takes it out again).
+    unjoined: BTreeSet<u16>,
     /// Per client port, the ISN of the joiner's connection (its SYN-ACK
     /// to a join SYN, as it reached the router).
     joiner_isn: HashMap<u16, u32>,
@@ -287,6 +306,7 @@ impl JoinSim {
             restart_at: None,
             cur: None,
             paused: false,
+            resumed: false,
             retry_due: false,
             retry_at: 0,
             last_kind: None,
@@ -301,6 +321,8 @@ impl JoinSim {
             after: BTreeSet::new(),
             joiner_isn: HashMap::new(),
             verified: BTreeSet::new(),
+            unjoined: BTreeSet::new(),
+            failed_at: None,
             fin_fwd: BTreeSet::new(),
             held: Vec::new(),
             delivered_end: HashMap::new(),
@@ -671,6 +693,15 @@ impl Sim {
                 App::Client { conns, .. } => conns.len() + 2,
                 _ => 2,
             };
+            // A live joiner also takes the connections opened while it is
+            // held (a real kernel's backlog takes them; here one listening
+            // socket each).
+            let listeners = listeners
+                + if self.js().plan.live {
+                    self.js().plan.late_conns()
+                } else {
+                    0
+                };
             let old = &self.hosts[h];
             let fresh = Host::server(
                 old.name.clone(),
@@ -786,6 +817,10 @@ impl Sim {
                     cp.seq,
                     state.len()
                 ));
+                if self.js().plan.live {
+                    // The point is fixed (the real one forks here).
+                    self.router()?.checkpoint_point(Instant(now), join);
+                }
                 self.router()?.checkpoint_taken(Instant(now), join, Ok(dg));
                 let at = now + self.js().plan.agent_us.1;
                 self.js()
@@ -1050,6 +1085,11 @@ impl Sim {
                     self.now
                 ));
                 let at = self.now + self.js().plan.agent_us.0;
+                if self.js().plan.live {
+                    // Its agent holds its server's input from now on, until
+                    // the join ends well.
+                    self.hosts[1 + i].held = true;
+                }
                 let j = self.js();
                 if let Some(c) = &mut j.cur {
                     c.checkpoint = Some(Checkpoint {
@@ -1113,11 +1153,25 @@ impl Sim {
                 Ok(true)
             }
             Event::JoinCheckpoint { .. } => Ok(true),
+            Event::JoinResumed { replica, join, .. } => {
+                let j = self.js();
+                if *replica != ip || j.cur.as_ref().map(|c| c.id) != Some(*join) || !j.plan.live {
+                    return Err(format!(
+                        "join: {ev:?}, but the sim's join in progress is {:?} (live {})",
+                        j.cur.as_ref().map(|c| c.id),
+                        j.plan.live
+                    ));
+                }
+                j.paused = false;
+                j.resumed = true;
+                Ok(true)
+            }
             Event::Joined {
                 replica,
                 seq,
                 connections,
                 pause_ms,
+                join_ms,
                 ..
             } => {
                 let j = self.js();
@@ -1125,6 +1179,7 @@ impl Sim {
                     return Err(format!("join: {ev:?} with no join in progress"));
                 };
                 j.paused = false;
+                j.resumed = false;
                 if *replica != ip || c.expect.is_some() {
                     return Err(format!(
                         "join: {ev:?}, but the attempt ({:?}{}) must not be admitted: the router had to refuse it ({:?})",
@@ -1142,7 +1197,9 @@ impl Sim {
                         cp.seq
                     ));
                 }
-                if *connections != cp.open.len() {
+                // A live join's joiner is part of the connections opened
+                // since, too (those still open at the end are counted).
+                if !j.plan.live && *connections != cp.open.len() {
                     return Err(format!(
                         "join: the joiner joined {connections} connection(s), but {} were open and not closing at the checkpoint: {:?}",
                         cp.open.len(),
@@ -1175,6 +1232,13 @@ impl Sim {
                     ));
                 }
                 j.joined = true;
+                if j.plan.live {
+                    // Its agent gives the server what it held.
+                    let h = 1 + i;
+                    self.hosts[h].held = false;
+                }
+                let j = self.js();
+                j.after.extend(c.live_new.iter().copied());
                 j.joined_from = Some(cp.seq + 1);
                 j.joined_ports = cp.open.clone();
                 j.finished = true;
@@ -1184,6 +1248,7 @@ impl Sim {
                     honest: true,
                     result: Ok(*connections),
                     pause_ms: *pause_ms,
+                    join_ms: *join_ms,
                     zero_windows: c.zero_windows,
                 });
                 j.line(format!(
@@ -1207,6 +1272,23 @@ impl Sim {
                     return Err(format!("join: {ev:?} with no join in progress"));
                 };
                 j.paused = false;
+                j.resumed = false;
+                j.failed_at = Some(now);
+                if j.plan.live {
+                    // Its agent drops what it held for the server (which
+                    // took none of it): the next attempt starts afresh.
+                    self.agents.remove(&ip);
+                }
+                let j = self.js();
+                j.unjoined.extend(c.syns.keys().copied());
+                j.unjoined.extend(c.live_new.iter().copied());
+                // The connections its held server got during this attempt
+                // are not its own: a later attempt joins them as open ones.
+                for p in &c.live_new {
+                    if let Some(e) = j.first_syn.get_mut(p) {
+                        e.1 = false;
+                    }
+                }
                 if *replica != ip {
                     return Err(format!("join: {ev:?}, but replica{i} is joining"));
                 }
@@ -1217,8 +1299,22 @@ impl Sim {
                 let lossy_ok = !perfect && reason.contains("did not come to rest");
                 // Output still on its way when the service looked at rest
                 // (the router notices when it comes, and gives up safely).
-                let stirred = reason.contains("stirred during the pause");
-                let ok = c.expect.is_some_and(|w| reason.contains(w)) || lossy_ok || stirred;
+                let stirred = reason.contains("stirred during the pause")
+                    || reason.contains("stirred at the checkpoint");
+                // A live join adds the joiner's legs before its agent
+                // answers: a server that is not fresh (a stale one, or one
+                // a failed attempt left, which the real agent would have
+                // ended) has those connections already and refuses or
+                // resets their join SYNs, which fails the join loudly there.
+                let not_fresh = j.plan.live
+                    && (c.retry || c.kind != JoinAttempt::Fresh)
+                    && (reason.contains("the joiner left connection")
+                        || reason.contains("refused the joiner")
+                        || reason.contains("taken out of connection"));
+                let ok = c.expect.is_some_and(|w| reason.contains(w))
+                    || lossy_ok
+                    || stirred
+                    || not_fresh;
                 if !ok {
                     return Err(format!(
                         "join: attempt {:?}{} (join {}) failed: {reason:?}{}",
@@ -1238,6 +1334,7 @@ impl Sim {
                     honest: c.expect.is_none(),
                     result: Err(reason.clone()),
                     pause_ms: *pause_ms,
+                    join_ms: *pause_ms,
                     zero_windows: c.zero_windows,
                 });
                 j.line(format!(
@@ -1278,7 +1375,9 @@ impl Sim {
                 let fresh_part = port.is_some_and(|p| {
                     j.joined_ports.contains_key(&p)
                         || j.after.contains(&p)
-                        || j.cur.as_ref().is_some_and(|c| c.syns.contains_key(&p))
+                        || j.cur
+                            .as_ref()
+                            .is_some_and(|c| c.syns.contains_key(&p) || c.live_new.contains(&p))
                 });
                 if let (Some(c), true) = (&mut j.cur, fresh_part) {
                     // Its join leg (a failing join takes it out again).
@@ -1352,6 +1451,7 @@ impl Sim {
         let Some((p, seq, fl, len)) = from_client(data) else {
             return Ok(());
         };
+        let now = self.now;
         let j = self.js();
         if fl & tcp::flags::FIN != 0 {
             j.fin_fwd.insert(p);
@@ -1361,12 +1461,21 @@ impl Sim {
         }
         let syn = fl & tcp::flags::SYN != 0 && fl & tcp::flags::ACK == 0;
         let first = syn && !j.first_syn.contains_key(&p);
+        // A live join resumes with the SYNs held during its pause, sent in
+        // the same step as its `JoinResumed` (which the sim sees after the
+        // packets): from the checkpoint on, the held joiner takes new
+        // connections (while paused the router sends nobody a first SYN).
+        let live_point = j.plan.live && j.cur.as_ref().is_some_and(|c| c.checkpoint.is_some());
         if first {
-            let admitted = j.joined;
+            // A live join's held joiner takes new connections too.
+            let admitted = j.joined || j.resumed || live_point;
             j.first_syn.insert(p, (seq, admitted));
         }
         // Only the joiner, once the router took it out.
         if h - 1 != i || !j.out {
+            return Ok(());
+        }
+        if j.plan.live && j.failed_at == Some(now) {
             return Ok(());
         }
         if fl & tcp::flags::RST != 0 {
@@ -1375,13 +1484,21 @@ impl Sim {
         if syn {
             let (isn, after) = j.first_syn[&p];
             if first || after {
-                if !j.joined {
+                if !j.joined && !j.resumed && !live_point {
                     return Err(format!(
                         "join: replica{i}, out of the service or joining, got the first SYN of the connection from port {p}: {}",
                         crate::describe(data)
                     ));
                 }
-                j.after.insert(p);
+                match &mut j.cur {
+                    // Held, during a live join: its own only if it joins.
+                    Some(c) if !j.joined => {
+                        c.live_new.insert(p);
+                    }
+                    _ => {
+                        j.after.insert(p);
+                    }
+                }
                 return Ok(());
             }
             // A join SYN: only of a connection open at the checkpoint, once
@@ -1418,7 +1535,10 @@ impl Sim {
         }
         let part = j.joined_ports.contains_key(&p)
             || j.after.contains(&p)
-            || j.cur.as_ref().is_some_and(|c| c.syns.contains_key(&p));
+            || j.cur
+                .as_ref()
+                .is_some_and(|c| c.syns.contains_key(&p) || c.live_new.contains(&p))
+            || (len == 0 && j.plan.live && j.unjoined.contains(&p));
         if !part {
             return Err(format!(
                 "join: replica{i} (out, joining or joined) got a segment of the connection from port {p}, which it is not part of: {}",

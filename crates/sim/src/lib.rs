@@ -600,9 +600,9 @@ impl Sim {
                     },
                     limits: Default::default(),
                     sequencer: p.sequencer,
-                    // The simulated servers read their sockets at once (no
-                    // agent holds them): joins pause the input throughout.
-                    join_live: false,
+                    // Live joins where the plan says (the simulated agent
+                    // then holds the joiner's server until its restore).
+                    join_live: p.join.as_ref().is_some_and(|j| j.live),
                 };
                 let mut secret = [0u8; 16];
                 setup.fill(&mut secret);

@@ -257,6 +257,10 @@ pub struct JoinPlan {
     pub conn_pause_us: Option<u64>,
     pub conn_after_us: Option<u64>,
     pub late_bytes: usize,
+    /// The router joins live (`Config::join_live`): the input resumes once
+    /// the donor fixed its checkpoint and the joiner is part of the open
+    /// connections; the joiner's server is held until it is restored.
+    pub live: bool,
 }
 
 impl JoinPlan {
@@ -289,6 +293,7 @@ impl JoinPlan {
             conn_pause_us: None,
             conn_after_us: None,
             late_bytes: 10_000,
+            live: false,
         }
     }
 }
@@ -302,7 +307,7 @@ impl std::fmt::Display for JoinPlan {
             .collect();
         write!(
             f,
-            "[r{} {:?}{}; {}{}; agents {}/{}us; late conns down {:?} pause {:?} after {:?} x{}B]",
+            "[r{} {:?}{}; {}{}; agents {}/{}us; late conns down {:?} pause {:?} after {:?} x{}B{}]",
             self.replica,
             self.leave,
             if self.leave == JoinLeave::MarkDown {
@@ -321,7 +326,8 @@ impl std::fmt::Display for JoinPlan {
             self.conn_down_us,
             self.conn_pause_us,
             self.conn_after_us,
-            self.late_bytes
+            self.late_bytes,
+            if self.live { "; live" } else { "" }
         )
     }
 }
@@ -769,6 +775,8 @@ impl Params {
             conn_pause_us: r.gen_bool(0.5).then(|| r.gen_range(0..3_000)),
             conn_after_us: r.gen_bool(0.5).then(|| r.gen_range(0..5_000)),
             late_bytes: r.gen_range(1_000..=20_000),
+            // Drawn last: the other choices of a seed stay what they were.
+            live: r.gen_bool(0.5),
         })
     }
 

@@ -943,6 +943,59 @@ fn join_after_a_crash() {
     }
 }
 
+/// A live join (`Config::join_live`): the donor fixes its checkpoint, the
+/// joiner is added to the open connections at that point and the input
+/// resumes while its (held) server waits 200 ms for its restore; it takes
+/// the connection opened meanwhile too, and once its digest equals the
+/// donor's it reads what its sockets held and echoes in step: every
+/// stream exact (the run's invariants). The clients' pause ends long
+/// before the restore (a paused join waits for it: 200 ms and more); a
+/// corrupt restore is refused, and the next fresh server joins.
+#[test]
+fn a_live_join_serves_while_the_state_travels() {
+    for (seed, lossy_net, attempts) in [
+        (91, false, vec![(5_000, JoinAttempt::Fresh)]),
+        (92, true, vec![(5_000, JoinAttempt::Fresh)]),
+        (
+            93,
+            false,
+            vec![
+                (2_000, JoinAttempt::FreshCorrupt),
+                (2_000, JoinAttempt::Fresh),
+            ],
+        ),
+    ] {
+        let mut p = join_base(2, JoinLeave::MarkDown, attempts.clone());
+        if let Some(j) = &mut p.join {
+            j.live = true;
+            j.agent_us = (2_000, 200_000);
+        }
+        if lossy_net {
+            let net = lossy();
+            p.failure_detection_ms = Params::fd_for(&net);
+            p.net = net;
+        }
+        let r = run(seed, &p).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+        let last = r.joins.last().expect("an attempt");
+        assert!(last.result.is_ok(), "seed {seed}: {:?}", r.joins);
+        assert!(
+            last.join_ms >= last.pause_ms + 190,
+            "seed {seed}: the input paused {} ms of the join's {}, the restore alone took 200: {:?}",
+            last.pause_ms,
+            last.join_ms,
+            r.joins
+        );
+        if attempts.len() == 2 {
+            let o = outcomes(&r);
+            assert!(
+                matches!(&o[0], (JoinAttempt::FreshCorrupt, Err(why)) if why.contains("differs")),
+                "seed {seed}: {:?}",
+                r.joins
+            );
+        }
+    }
+}
+
 /// Proof of state: a joiner whose restored state differs from the donor's
 /// (one byte) is not admitted, the held input goes on to the others, and
 /// the next fresh server, restored exactly, is.

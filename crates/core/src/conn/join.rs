@@ -305,6 +305,9 @@ impl Conn {
         }
         self.legs[i].joined_at = Some(self.client_hi);
         self.legs[i].held = held;
+        if self.held_lost.is_some_and(|h| h.0 == replica) {
+            self.held_lost = None;
+        }
         self.legs[i].hi = self.sent_hi;
         self.legs[i].ack = self.client_hi;
         self.legs[i].edge = self.client_hi;
@@ -440,7 +443,11 @@ impl Conn {
         {
             self.evict(ctx, LegId(i), EvictReason::ReplicaDown, false);
         }
-        // The join that held it is over: nothing for the next one.
+        // The join that held it is over: nothing for the next one (a leg
+        // of it that goes later, an abort confirmed, is no news).
+        for l in self.legs.iter_mut().filter(|l| l.replica == replica) {
+            l.held = false;
+        }
         self.held_lost = None;
     }
 

@@ -654,7 +654,9 @@ impl Router {
                         .unwrap_or(u64::MAX),
                 });
                 self.resume_input(now, svc, held);
-                Ok(())
+                // The proofs may be in already (a quick restore while the
+                // legs were being opened): judge them now.
+                self.join_step(now, id)
             }
             JoinPhase::State if j.live => {
                 if now >= j.deadline {

@@ -105,6 +105,13 @@ pub fn redis_checkpoint(port: u16, timeout: Duration) -> Result<Snapshot, StateE
 /// flush its dataset and load that file without saving first (Redis 7.0:
 /// `DEBUG RELOAD [MERGE] [NOFLUSH] [NOSAVE]`).
 pub fn redis_restore(port: u16, bytes: &[u8], timeout: Duration) -> Result<String, StateError> {
+    reload(port, bytes, timeout)?.digest()
+}
+
+/// The common part of the restores: check `bytes`, put them where Redis
+/// reads its RDB file (a temporary file renamed over it), and
+/// `DEBUG RELOAD NOSAVE`; the connection, for what the caller asks next.
+fn reload(port: u16, bytes: &[u8], timeout: Duration) -> Result<Conn, StateError> {
     rdb_verify(bytes)?;
     let mut c = Conn::connect(port, timeout)?;
     let path = c.rdb_path()?;
@@ -118,7 +125,7 @@ pub fn redis_restore(port: u16, bytes: &[u8], timeout: Duration) -> Result<Strin
     }
     c.command(&[b"DEBUG", b"RELOAD", b"NOSAVE"], "DEBUG RELOAD NOSAVE")?
         .expect_ok("DEBUG RELOAD NOSAVE")?;
-    c.digest()
+    Ok(c)
 }
 
 /// The `DEBUG DIGEST` of the Redis on `127.0.0.1:port`: 40 hex digits that
@@ -361,19 +368,7 @@ pub fn redis_restore_proof(
     bytes: &[u8],
     timeout: Duration,
 ) -> Result<String, StateError> {
-    rdb_verify(bytes)?;
-    let mut c = Conn::connect(port, timeout)?;
-    let path = c.rdb_path()?;
-    let tmp = temp_name(&path);
-    let written = fs::write(&tmp, bytes)
-        .and_then(|()| fs::rename(&tmp, &path))
-        .map_err(|e| failed(format!("writing {}: {e}", path.display())));
-    if let Err(e) = written {
-        let _ = fs::remove_file(&tmp);
-        return Err(e);
-    }
-    c.command(&[b"DEBUG", b"RELOAD", b"NOSAVE"], "DEBUG RELOAD NOSAVE")?
-        .expect_ok("DEBUG RELOAD NOSAVE")?;
+    let mut c = reload(port, bytes, timeout)?;
     let info = c.persistence()?;
     let loaded = info_field(&info, "rdb_last_load_keys_loaded")
         .ok_or_else(|| failed("INFO persistence without rdb_last_load_keys_loaded"))?;

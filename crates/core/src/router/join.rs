@@ -104,6 +104,37 @@ pub(super) struct Join {
     pub(super) resumed: Option<Instant>,
 }
 
+impl Join {
+    /// Whether the joiner's state is proven (`true`: both digests in and
+    /// equal); an error once they differ or the time for them is up.
+    fn proven(&self, now: Instant) -> Result<bool, String> {
+        let done = |d: &Option<String>| if d.is_some() { "done" } else { "missing" };
+        if now >= self.deadline && (self.donor_digest.is_none() || self.joiner_digest.is_none()) {
+            return Err(format!(
+                "no state within {} s (checkpoint {}, restore {}){}",
+                JOIN_STATE_MAX.as_secs(),
+                done(&self.donor_digest),
+                done(&self.joiner_digest),
+                if self.resumed.is_some() {
+                    "; the input was not paused meanwhile"
+                } else {
+                    ""
+                }
+            ));
+        }
+        let (Some(d), Some(r)) = (&self.donor_digest, &self.joiner_digest) else {
+            return Ok(false);
+        };
+        if d != r {
+            return Err(format!(
+                "the restored state's digest {r} differs from the donor's {d} at input event {}",
+                self.seq
+            ));
+        }
+        Ok(true)
+    }
+}
+
 impl Router {
     /// Operator action, or the driver's when a replica of a stateful
     /// service comes back (its agent registers with a fresh server): bring
@@ -659,14 +690,6 @@ impl Router {
                 self.join_step(now, id)
             }
             JoinPhase::State if j.live => {
-                if now >= j.deadline {
-                    return Err(format!(
-                        "no proven state within {} s (checkpoint {}, restore {}); the input was not paused meanwhile",
-                        JOIN_STATE_MAX.as_secs(),
-                        if j.donor_digest.is_some() { "done" } else { "missing" },
-                        if j.joiner_digest.is_some() { "done" } else { "missing" },
-                    ));
-                }
                 for key in self.conns_of(svc) {
                     if let Some(reason) = self.conns[&key].held_lost(joiner) {
                         return Err(format!(
@@ -674,43 +697,14 @@ impl Router {
                         ));
                     }
                 }
-                let (Some(d), Some(r)) = (&j.donor_digest, &j.joiner_digest) else {
-                    return Ok(());
-                };
-                if d != r {
-                    return Err(format!(
-                        "the restored state's digest {r} differs from the donor's {d} at input event {}",
-                        j.seq
-                    ));
+                if j.proven(now)? {
+                    self.end_join(now, id, Ok(()));
                 }
-                self.end_join(now, id, Ok(()));
                 Ok(())
             }
             JoinPhase::State => {
-                if now >= j.deadline {
-                    return Err(format!(
-                        "no state within {} s (checkpoint {}, restore {})",
-                        JOIN_STATE_MAX.as_secs(),
-                        if j.donor_digest.is_some() {
-                            "done"
-                        } else {
-                            "missing"
-                        },
-                        if j.joiner_digest.is_some() {
-                            "done"
-                        } else {
-                            "missing"
-                        },
-                    ));
-                }
-                let (Some(d), Some(r)) = (&j.donor_digest, &j.joiner_digest) else {
+                if !j.proven(now)? {
                     return Ok(());
-                };
-                if d != r {
-                    return Err(format!(
-                        "the restored state's digest {r} differs from the donor's {d} at input event {}",
-                        j.seq
-                    ));
                 }
                 let mut joined = Vec::new();
                 for key in self.conns_of(svc) {
@@ -733,46 +727,13 @@ impl Router {
                 j.conns = joined;
                 j.phase = JoinPhase::Legs;
                 j.deadline = now + JOIN_LEGS_MAX;
+                j.legs_deadline = j.deadline;
                 j.next = now + JOIN_SYN_EVERY;
                 self.join_step(now, id)
             }
             JoinPhase::Legs => {
-                let mut waiting = 0;
-                for key in &j.conns {
-                    match self.conns.get(key).map(|c| c.join_state(joiner)) {
-                        // Closed by the client meanwhile: nothing to wait for.
-                        None => {}
-                        Some(Some(true)) => {}
-                        Some(Some(false)) => waiting += 1,
-                        Some(None) => {
-                            let c = &self.conns[key];
-                            if c.join_quiet() != Quiet::Skip {
-                                return Err(match c.join_refusal() {
-                                    Some(why) => {
-                                        format!("connection {key} refused the joiner: {why}")
-                                    }
-                                    None => format!("the joiner left connection {key}"),
-                                });
-                            }
-                        }
-                    }
-                }
-                if waiting == 0 {
+                if self.legs_answered(now, id)? {
                     self.end_join(now, id, Ok(()));
-                    return Ok(());
-                }
-                if now >= j.deadline {
-                    return Err(format!(
-                        "the joiner did not answer the SYNs of {waiting} connection(s) in {} ms",
-                        JOIN_LEGS_MAX.as_millis()
-                    ));
-                }
-                if now >= j.next {
-                    for key in j.conns.clone() {
-                        self.on_conn(now, key, |c, ctx| c.join_syn_again(ctx));
-                    }
-                    let j = self.joins.iter_mut().find(|j| j.id == id).expect("present");
-                    j.next = now + JOIN_SYN_EVERY;
                 }
                 Ok(())
             }

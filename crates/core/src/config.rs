@@ -47,20 +47,45 @@ pub enum Ack {
     Log { replicas: u8 },
 }
 
-/// How the replicas' replies become the client's stream.
+/// How the replicas' replies become the client's stream (the output
+/// policy).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Voting {
+    /// The client follows one replica's stream per connection: the
+    /// service's first live replica (its primary, as FT-TCP and COLO
+    /// release the primary's output). The others' copies are compared
+    /// after the fact (block hashes) and stand by: one whose bytes differ
+    /// from what the client got leaves the connection (a majority against
+    /// it: the service, when stateful). A reply whose length or content
+    /// differs between replicas (Redis `INFO`, an HTTP `Date:`) is never
+    /// spliced: every byte of it comes from one replica. When the
+    /// followed replica fails, the connection follows the next whose
+    /// stream matched what the client got; one that differs there is
+    /// taken out, and with none left the client is reset rather than
+    /// handed another replica's bytes.
+    #[default]
+    Primary,
     /// First copy wins: each byte range goes to the client as soon as any
     /// live replica sent it (COSCANet-FT §III-D). For replicas that are
-    /// deterministic by construction; cheapest and fastest.
-    #[default]
-    Off,
+    /// deterministic by construction (byte for byte, lengths included):
+    /// the fastest replica sets the pace, and a failover costs nothing,
+    /// but where replies differ the client's stream is spliced from
+    /// several replicas (detected and reported, not prevented).
+    Fastest,
     /// A byte range goes to the client only once a majority of the live
     /// replicas sent identical bytes there; a replica that contradicts the
     /// majority is evicted and marked down for the service. With two live
     /// replicas (or any split without a majority) `tie` decides.
     Majority { tie: Tie },
+}
+
+impl Voting {
+    /// Without voting (first copy or primary): later copies are compared
+    /// after the fact.
+    pub fn unvoted(&self) -> bool {
+        !matches!(self, Voting::Majority { .. })
+    }
 }
 
 /// What happens when the live replicas disagree and no majority exists

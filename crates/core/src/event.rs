@@ -182,11 +182,21 @@ pub enum Event {
     },
     /// A service that does not vote: replica `replica`'s reply bytes up to
     /// server-stream `offset` (bytes after the SYN, modulo 2^32) hash
-    /// otherwise than other live replicas' (`conn/check.rs`). The client
-    /// got the first copy of each byte, which may be either. `agreeing`
-    /// of `live` replicas gave the most common value; with a majority
-    /// (`evicted`) this replica was taken out (of the service if it is
-    /// stateful, of the connection otherwise); without one nobody was.
+    /// otherwise than other live replicas' (`conn/check.rs`). `agreeing`
+    /// of `live` replicas gave the most common value.
+    ///
+    /// First copy wins (`follows` is `None`): the client got the first
+    /// copy of each byte, which may be either; with a majority (`evicted`)
+    /// this replica was taken out (`service_wide`: of the service, the
+    /// service being stateful; else of the connection); without one
+    /// nobody was.
+    ///
+    /// Primary (`follows`: the replica the client follows on this
+    /// connection, if one is left): this replica's bytes differ from what
+    /// the client got, and it left the connection (`evicted`), and the
+    /// service too when a majority agreed with the client's bytes and the
+    /// service is stateful (`service_wide`). The client's stream was never
+    /// spliced.
     OutputDiffers {
         conn: String,
         replica: Ipv4Addr,
@@ -194,6 +204,8 @@ pub enum Event {
         agreeing: usize,
         live: usize,
         evicted: bool,
+        service_wide: bool,
+        follows: Option<Ipv4Addr>,
     },
     /// Every connection adopted from the agents' records since the first
     /// record came is rebuilt (or left the table), `after_ms` after it.

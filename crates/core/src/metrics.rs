@@ -113,8 +113,13 @@ pub struct Counters {
     /// Payload bytes forwarded to clients.
     pub client_bytes_out: u64,
     /// Payload bytes from replicas withheld because another replica's copy
-    /// went first.
+    /// went first, or (output policy `primary`) because the client follows
+    /// another replica.
     pub suppressed_bytes: u64,
+    /// Segments a follower had sent ahead of the client that went to the
+    /// client when it became the followed replica (a failover that did not
+    /// wait for its retransmission).
+    pub failover_sent_on: u64,
     /// Connections opened (client SYN accepted into the table).
     pub connections_opened: u64,
     /// Replica evictions from a single connection.

@@ -3237,11 +3237,17 @@ fn a_replica_joins_an_open_connection_with_proof_of_state() {
     );
     d.timestamps = Some((800, 1001));
     r.handle_packet(t(32), seg(replica(3), CLIENT, d, b"again"));
+    // The client follows replica 1 (output policy `primary`): the
+    // joiner's copy waits; replica 1's identical bytes go out, compared
+    // equal with the joiner's at the same position.
+    assert!(drain(&mut r).iter().all(|o| o.dst != CLIENT), "a follower's bytes wait");
+    from_replica(&mut r, t(32), &isns, 1, (6, 10, 6001), b"again");
     let out = drain(&mut r);
     let c: Vec<&Out> = out.iter().filter(|o| o.dst == CLIENT).collect();
     assert_eq!(c.len(), 1);
     assert_eq!(c[0].payload, b"again");
     assert_eq!(c[0].r.seq, SeqNum(risn).add(6));
+    assert_eq!(r.counters().divergences, 0, "the joiner's bytes sit where replica 1's do");
     let st = r.status();
     assert_eq!(
         st.services[0].replicas[2].state,
@@ -3714,7 +3720,9 @@ fn without_voting_a_minority_reply_is_found_and_taken_out() {
 /// per connection; both stay.
 #[test]
 fn without_voting_two_replicas_that_differ_are_reported_not_evicted() {
-    let mut r = router(2);
+    let mut c = config_of(2, false);
+    c.services[0].voting = ftnet_core::Voting::Fastest;
+    let mut r = Router::new(c, [9; 16]);
     let (risn, isns) = handshake(&mut r, 2);
     client_bytes(&mut r, t(1), risn, 0, b"TIME\r\n");
     drain(&mut r);
@@ -4776,5 +4784,136 @@ fn a_live_join_resumes_the_input_before_the_proof() {
     assert_eq!(
         r.status().services[0].replicas[2].state,
         ftnet_core::MemberState::Serving
+    );
+}
+
+/// Output policy `primary` (the default without voting): a reply whose
+/// length differs between replicas (Redis `INFO`) is never spliced. The
+/// client gets replica 1's bytes alone, whichever replica is faster; the
+/// followers whose bytes differ leave the connection (no majority: not the
+/// service), and the next reply on the connection is whole.
+#[test]
+fn primary_never_splices_replies_that_differ() {
+    let mut r = router(3);
+    let (risn, isns) = handshake(&mut r, 3);
+    client_bytes(&mut r, t(1), risn, 0, b"INFO\r\n");
+    // The followers are faster, and their replies are longer.
+    from_replica(&mut r, t(2), &isns, 2, (1, 7, 7000), b"$9\r\nused:2222\r\n");
+    from_replica(&mut r, t(2), &isns, 3, (1, 7, 7000), b"$10\r\nused:33333\r\n");
+    assert!(
+        drain(&mut r).iter().all(|o| o.dst != CLIENT || o.payload.is_empty()),
+        "nothing but the followed replica's bytes reaches the client"
+    );
+    from_replica(&mut r, t(3), &isns, 1, (1, 7, 7000), b"$6\r\nused:1\r\n");
+    let out = drain(&mut r);
+    let got: Vec<u8> = out
+        .iter()
+        .filter(|o| o.dst == CLIENT)
+        .flat_map(|o| o.payload.clone())
+        .collect();
+    assert_eq!(got, b"$6\r\nused:1\r\n");
+    let ev = log_events(&mut r);
+    for i in [2, 3] {
+        assert!(
+            ev.iter().any(|e| matches!(e, Event::OutputDiffers { replica: a, evicted: true, service_wide: false, follows: Some(f), .. } if *a == replica(i) && *f == replica(1))),
+            "replica {i} named: {ev:?}"
+        );
+    }
+    assert!(all_alive(&r), "no majority: nobody leaves the service");
+    assert!(r.counters().divergences >= 1);
+    // The next exchange: replica 1 alone serves the connection, whole.
+    client_acks(&mut r, t(4), risn, 1 + 12);
+    client_bytes(&mut r, t(5), risn, 6, b"PING\r\n");
+    drain(&mut r);
+    from_replica(&mut r, t(6), &isns, 1, (13, 13, 7001), b"+PONG\r\n");
+    let out = drain(&mut r);
+    let c: Vec<&Out> = out.iter().filter(|o| o.dst == CLIENT).collect();
+    assert_eq!(c.len(), 1);
+    assert_eq!(c[0].payload, b"+PONG\r\n");
+    assert_eq!(c[0].r.seq, SeqNum(risn).add(13));
+}
+
+/// The same replies under `fastest`: the client's stream is spliced from
+/// several replicas (the behaviour `primary` replaces as the default).
+#[test]
+fn fastest_splices_replies_that_differ_in_length() {
+    let mut c = config_of(3, false);
+    c.services[0].voting = ftnet_core::Voting::Fastest;
+    let mut r = Router::new(c, [9; 16]);
+    let (risn, isns) = handshake(&mut r, 3);
+    client_bytes(&mut r, t(1), risn, 0, b"INFO\r\n");
+    from_replica(&mut r, t(2), &isns, 1, (1, 7, 7000), b"$6\r\nused:1\r\n");
+    from_replica(&mut r, t(2), &isns, 2, (1, 7, 7000), b"$9\r\nused:2222\r\n");
+    let got: Vec<u8> = drain(&mut r)
+        .iter()
+        .filter(|o| o.dst == CLIENT)
+        .flat_map(|o| o.payload.clone())
+        .collect();
+    // Replica 2's copy overlaps and runs on: the client keeps the first
+    // 12 bytes and takes the last 3 of replica 2's.
+    assert_eq!(got.len(), 12 + 15);
+}
+
+/// `primary`: the followed replica fails (its server is killed and its
+/// kernel resets the connection) after a follower had sent its reply: the
+/// client gets the follower's reply at once, from what the router kept,
+/// not after the follower's retransmission timeout.
+#[test]
+fn primary_failover_sends_on_what_the_follower_sent_ahead() {
+    let mut r = router(2);
+    let (risn, isns) = handshake(&mut r, 2);
+    client_bytes(&mut r, t(1), risn, 0, b"hello");
+    from_replica(&mut r, t(2), &isns, 2, (1, 6, 6000), b"world");
+    assert!(drain(&mut r).iter().all(|o| o.dst != CLIENT));
+    let rst = Repr::new(
+        PORT,
+        CPORT,
+        SeqNum(isns[0]).add(1),
+        SeqNum(0),
+        flags::RST,
+        0,
+    );
+    r.handle_packet(t(3), seg(replica(1), CLIENT, rst, b""));
+    let out = drain(&mut r);
+    let c: Vec<&Out> = out.iter().filter(|o| o.dst == CLIENT).collect();
+    assert_eq!(c.len(), 1, "{:?}", c.iter().map(|o| &o.payload).collect::<Vec<_>>());
+    assert_eq!(c[0].payload, b"world");
+    assert_eq!(c[0].r.seq, SeqNum(risn).add(1));
+    assert_eq!(r.counters().failover_sent_on, 1);
+}
+
+/// `primary`: the followed replica fails after the client got its reply,
+/// and the follower's copy of that reply differs: the follower cannot
+/// continue the client's stream. It leaves, and with nobody left the
+/// client is reset — never handed the follower's bytes after the others.
+#[test]
+fn primary_failover_to_a_follower_that_differs_resets_the_client() {
+    let mut r = router(2);
+    let (risn, isns) = handshake(&mut r, 2);
+    client_bytes(&mut r, t(1), risn, 0, b"TIME\r\n");
+    from_replica(&mut r, t(2), &isns, 1, (1, 7, 7000), b":1000\r\n");
+    let got: Vec<u8> = drain(&mut r)
+        .iter()
+        .filter(|o| o.dst == CLIENT)
+        .flat_map(|o| o.payload.clone())
+        .collect();
+    assert_eq!(got, b":1000\r\n");
+    let rst = Repr::new(PORT, CPORT, SeqNum(isns[0]).add(8), SeqNum(0), flags::RST, 0);
+    r.handle_packet(t(3), seg(replica(1), CLIENT, rst, b""));
+    drain(&mut r);
+    from_replica(&mut r, t(4), &isns, 2, (1, 7, 7000), b":1001\r\n+more\r\n");
+    let out = drain(&mut r);
+    assert!(
+        out.iter().all(|o| o.dst != CLIENT || o.payload.is_empty()),
+        "none of the follower's bytes"
+    );
+    assert!(
+        out.iter().any(|o| o.dst == CLIENT && o.r.flags & flags::RST != 0),
+        "the client is reset"
+    );
+    let ev = log_events(&mut r);
+    assert!(
+        ev.iter().any(|e| matches!(e, Event::OutputDiffers { replica: a, offset: 7, .. } if *a == replica(2))),
+        "{ev:?}"
     );
 }

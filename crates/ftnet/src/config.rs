@@ -198,6 +198,7 @@ struct RawService {
     replicas: Spanned<Vec<Spanned<String>>>,
     vote: Option<Spanned<String>>,
     vote_tie: Option<Spanned<String>>,
+    output: Option<Spanned<String>>,
     stateless: Option<Spanned<bool>>,
     ack: Option<Spanned<String>>,
     ack_replicas: Option<Spanned<u8>>,
@@ -586,16 +587,28 @@ pub fn parse(file: &str, text: &str) -> Result<FileConfig, ConfigError> {
                 return Err(err(Some(span), format!("vote_tie = {other:?} is not a policy — use \"first\" (the replica listed first wins a tie) or \"reset\" (the client's connection is reset)")));
             }
         };
+        let output = match s.output.as_ref().map(|o| (o.get_ref().as_str(), o.span())) {
+            None | Some(("primary", _)) => ftnet_core::Voting::Primary,
+            Some(("fastest", _)) => ftnet_core::Voting::Fastest,
+            Some((other, span)) => {
+                return Err(err(Some(span), format!("output = {other:?} is not an output policy — use \"primary\" (the client follows one replica per connection, the others are compared; the default) or \"fastest\" (first copy of each byte wins: only for servers whose replies are identical byte for byte)")));
+            }
+        };
         let voting = match s.vote.as_ref().map(|v| (v.get_ref().as_str(), v.span())) {
             None | Some(("off", _)) => {
                 if let Some(t) = &s.vote_tie {
                     return Err(err(Some(t.span()), format!("vote_tie needs vote = \"majority\" in service {name:?} — add it, or remove vote_tie")));
                 }
-                ftnet_core::Voting::Off
+                output
             }
-            Some(("majority", _)) => ftnet_core::Voting::Majority { tie },
+            Some(("majority", _)) => {
+                if let Some(o) = &s.output {
+                    return Err(err(Some(o.span()), format!("output applies without voting, and service {name:?} has vote = \"majority\" (the client gets what a majority sent) — remove one of them")));
+                }
+                ftnet_core::Voting::Majority { tie }
+            }
             Some((other, span)) => {
-                return Err(err(Some(span), format!("vote = {other:?} is not a voting mode — use \"off\" (first copy wins) or \"majority\" (bytes go out once most replicas sent the same)")));
+                return Err(err(Some(span), format!("vote = {other:?} is not a voting mode — use \"off\" (no vote: `output` decides) or \"majority\" (bytes go out once most replicas sent the same)")));
             }
         };
         let ack = match s.ack.as_ref().map(|a| (a.get_ref().as_str(), a.span())) {
@@ -1039,7 +1052,28 @@ replicas = ["198.18.11.2", "198.18.12.2", "198.18.13.2"]
         let base = r#"replicas = ["198.18.11.2", "198.18.12.2", "198.18.13.2"]"#;
         assert_eq!(
             parse("t.toml", GOOD).unwrap().core.services[0].voting,
-            ftnet_core::Voting::Off
+            ftnet_core::Voting::Primary
+        );
+        for (line, want) in [
+            ("vote = \"off\"", ftnet_core::Voting::Primary),
+            ("output = \"primary\"", ftnet_core::Voting::Primary),
+            ("output = \"fastest\"", ftnet_core::Voting::Fastest),
+        ] {
+            let t = GOOD.replace(base, &format!("{base}\n{line}"));
+            assert_eq!(parse("t.toml", &t).unwrap().core.services[0].voting, want, "{line}");
+        }
+        bad(
+            &GOOD.replace(base, &format!("{base}\noutput = \"first\"")),
+            20,
+            "not an output policy",
+        );
+        bad(
+            &GOOD.replace(
+                base,
+                &format!("{base}\nvote = \"majority\"\noutput = \"primary\""),
+            ),
+            21,
+            "output applies without voting",
         );
         let t = GOOD.replace(base, &format!("{base}\nvote = \"majority\""));
         assert_eq!(

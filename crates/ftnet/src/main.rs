@@ -277,6 +277,16 @@ const ROUTER_HELP: &str = r#"Configuration format (every key but the [[service]]
   vip = "198.19.0.1"                         # the virtual IP clients connect to
   ports = [6379]
   replicas = ["198.18.11.2", "198.18.12.2", "198.18.13.2"]
+  output = "primary"                         # without voting: "primary" = per connection the client
+                                             # gets one replica's stream (the first live one listed),
+                                             # the others are compared (block hashes) and stand by; one
+                                             # whose bytes differ leaves the connection (a majority
+                                             # against it and a stateful service: the service); at its
+                                             # failure the next one whose stream matched takes over,
+                                             # else the client is reset; a reply never mixes replicas.
+                                             # "fastest" = first copy of each byte wins (only for
+                                             # servers identical byte for byte: where replies differ
+                                             # in length the client's stream is spliced)
   vote = "off"                               # "majority": a reply byte reaches the client only once
                                              # most live replicas sent the same byte there; one that
                                              # differs is evicted and logged with the stream offset

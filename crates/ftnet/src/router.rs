@@ -994,19 +994,20 @@ fn log_event(ev: &Event) {
             offset,
             agreeing,
             live,
-            evicted: true,
+            evicted,
+            service_wide,
+            follows,
         } => {
-            warn!("connection {conn}: replica {replica}'s reply differs from what {agreeing} of {live} live replicas sent, in the bytes before reply byte {offset} (the service does not vote: the client got the first copy of each byte); taken out (a server that runs nondeterministically, or a replica whose state diverged)")
-        }
-        Event::OutputDiffers {
-            conn,
-            replica,
-            offset,
-            agreeing,
-            live,
-            evicted: false,
-        } => {
-            warn!("connection {conn}: replica {replica}'s reply differs from the other replicas' in the bytes before reply byte {offset}, and no majority of the {live} live replicas agrees ({agreeing} at most): nobody can be blamed, nobody is taken out; the client got the first copy of each byte. The replicas do not run the same: a stateful server run without `ftnet run`, or one that answers with the time or randomness")
+            let scope = if *service_wide {
+                "the service (stateful, and a majority agrees against it: its state differs)"
+            } else {
+                "this connection"
+            };
+            match (follows, evicted) {
+                (Some(f), _) => warn!("connection {conn}: replica {replica}'s reply differs from what the client got from replica {f} in the bytes before reply byte {offset} ({agreeing} of {live} live replicas gave the commonest value); it leaves {scope}. The client's stream comes from {f} alone, never spliced; a server that answers with the time, randomness or its own statistics (Redis INFO) differs so"),
+                (None, true) => warn!("connection {conn}: replica {replica}'s reply differs from what {agreeing} of {live} live replicas sent, in the bytes before reply byte {offset}; it leaves {scope} (a server that runs nondeterministically, or a replica whose state diverged)"),
+                (None, false) => warn!("connection {conn}: replica {replica}'s reply differs from the other replicas' in the bytes before reply byte {offset}, and no majority of the {live} live replicas agrees ({agreeing} at most): nobody can be blamed, nobody is taken out; with output = \"fastest\" the client got the first copy of each byte. The replicas do not run the same: a stateful server run without `ftnet run`, or one that answers with the time or randomness"),
+            }
         }
         Event::JoinStarted {
             service,

@@ -466,7 +466,7 @@ impl Params {
             inject: Inject::None,
             fuzz_packets: 0,
             refused_conns: 0,
-            voting: Voting::Off,
+            voting: Voting::Fastest,
             ack: Ack::All,
             divergent: None,
             takeover: None,
@@ -613,11 +613,11 @@ impl Params {
                 },
             }
         } else {
-            Voting::Off
+            Voting::Fastest
         };
         let mut divergent = None;
         let split_resets = voting == (Voting::Majority { tie: Tie::Reset }) && replicas == 2;
-        if voting != Voting::Off && replicas >= 2 && !split_resets && r.gen_bool(0.5) {
+        if voting != Voting::Fastest && replicas >= 2 && !split_resets && r.gen_bool(0.5) {
             // The last replica diverges: at N = 2 the tie goes to the
             // healthy one (listed first) when the policy is `first`. A crash
             // that would leave the divergent replica alone, or a tie under
@@ -725,7 +725,7 @@ impl Params {
         if p.mode != Mode::Router
             || p.replicas < 2
             || !p.sequencer
-            || p.voting != Voting::Off
+            || p.voting != Voting::Fastest
             || p.takeover.is_some()
             || p.membership.is_some()
             || p.divergent.is_some()

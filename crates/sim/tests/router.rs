@@ -298,7 +298,7 @@ fn voting_tie_reset_resets_the_client() {
 #[test]
 fn without_voting_a_divergent_replica_goes_unnoticed() {
     let mut p = Params::basic(3).with_divergent(Tie::First, 2, 12_345);
-    p.voting = Voting::Off;
+    p.voting = Voting::Fastest;
     let e = run(23, &p).expect_err("the divergence must be noticed by the checker");
     assert!(
         e.contains("invariant 7") || e.contains("invariant 1"),

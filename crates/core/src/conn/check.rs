@@ -39,13 +39,19 @@ pub(super) const MAX_POINTS: usize = 256;
 
 /// What a difference does (see the module's documentation).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum CheckMode {
-    /// A stateful service: a majority takes the others out of the service.
-    Evict,
-    /// A stateless service: a majority takes the others out of the
-    /// connection.
-    EvictConnection,
+pub(crate) struct CheckMode {
+    /// A stateful service: a majority takes the others out of the service
+    /// (else only out of the connection).
+    pub(crate) service_wide: bool,
+    /// The client follows one replica per connection (`Voting::Primary`):
+    /// the others are compared with what the client got.
+    pub(crate) primary: bool,
 }
+
+/// Follower segments kept per connection while they are ahead of the
+/// followed replica (sent on at once if it fails), and their bytes.
+const MAX_AHEAD: usize = 64;
+const MAX_AHEAD_BYTES: usize = 256 * 1024;
 
 /// A streaming 64-bit hash: four independent lanes of 8 bytes per step
 /// (32 bytes per round, so that the multiplications overlap); its value can
@@ -165,6 +171,9 @@ struct Point {
     hashes: Vec<Option<u64>>,
     /// Its difference was decided (logged, acted on).
     decided: bool,
+    /// With `primary`: the hash of what the client got there (the
+    /// followed replica's, given when its bytes up to `pos` went out).
+    client: Option<u64>,
 }
 
 /// The comparison state of one connection.
@@ -179,6 +188,15 @@ pub(crate) struct Check {
     /// A difference with no majority was reported on this connection (the
     /// next ones are counted, not logged again).
     reported: bool,
+    /// With `primary`: followers' segments beyond what the client got,
+    /// kept (bounded) so that a failover sends them on at once instead of
+    /// waiting for the new followed replica's retransmission timeout:
+    /// (leg, packet, segment, where its bytes start in client space).
+    pub(super) ahead: Vec<(usize, crate::packet::Packet, super::Seg, SeqNum)>,
+    ahead_bytes: usize,
+    /// `follow_on` runs (it judges, which settles, which would call it
+    /// again).
+    following_on: bool,
 }
 
 impl Check {
@@ -189,7 +207,69 @@ impl Check {
             legs: Vec::new(),
             points: VecDeque::new(),
             reported: false,
+            ahead: Vec::new(),
+            ahead_bytes: 0,
+            following_on: false,
         }
+    }
+
+    pub(super) fn primary(&self) -> bool {
+        self.mode.primary
+    }
+
+    /// Whether a follower's segment of `n` bytes could be kept now.
+    pub(super) fn has_room(&self, n: u32) -> bool {
+        self.ahead.len() < MAX_AHEAD && self.ahead_bytes + n as usize <= MAX_AHEAD_BYTES
+    }
+
+    /// Keep a follower's segment that is ahead of what the client got
+    /// (dropped when the bound is reached: a failover then waits for the
+    /// retransmission).
+    pub(super) fn keep_ahead(
+        &mut self,
+        i: usize,
+        pkt: crate::packet::Packet,
+        seg: &super::Seg,
+        s: SeqNum,
+    ) -> bool {
+        let n = seg.payload_len as usize;
+        if self.ahead.len() >= MAX_AHEAD || self.ahead_bytes + n > MAX_AHEAD_BYTES {
+            return false;
+        }
+        self.ahead_bytes += n;
+        self.ahead.push((i, pkt, *seg, s));
+        true
+    }
+
+    /// Take the kept segments: those of leg `leader` that reach beyond
+    /// `sent` (in stream order) are returned; those of other live legs
+    /// that do are kept; the rest are dropped.
+    pub(super) fn take_ahead(
+        &mut self,
+        leader: usize,
+        sent: SeqNum,
+        live: impl Fn(usize) -> bool,
+    ) -> Vec<(crate::packet::Packet, super::Seg, SeqNum)> {
+        if self.ahead.is_empty() {
+            return Vec::new();
+        }
+        let mut out = Vec::new();
+        let mut keep = Vec::new();
+        self.ahead_bytes = 0;
+        for (i, p, seg, s) in self.ahead.drain(..) {
+            if !s.add(seg.payload_len).is_after(sent) || !live(i) {
+                continue;
+            }
+            if i == leader {
+                out.push((p, seg, s));
+            } else {
+                self.ahead_bytes += seg.payload_len as usize;
+                keep.push((i, p, seg, s));
+            }
+        }
+        self.ahead = keep;
+        out.sort_by(|a, b| a.2.diff(b.2).cmp(&0));
+        out
     }
 
     fn offset(&self, s: SeqNum) -> u32 {
@@ -251,17 +331,33 @@ impl Check {
             self.legs[i] = lh;
             return out;
         }
+        // Where other legs already gave a hash inside these bytes: this
+        // leg gives its own there too, so that two legs compare wherever
+        // either ended a segment, not only where both did.
+        let stops: Vec<SeqNum> = self
+            .points
+            .iter()
+            .map(|p| p.pos)
+            .filter(|&q| q.is_after(at) && q.is_before(e) && !self.boundary(q))
+            .collect();
+        let mut stops = stops.into_iter().peekable();
         let mut pos = at;
         let mut rest = &data[usize::try_from(at.diff(s)).unwrap_or(0)..];
         while !rest.is_empty() {
             let to_boundary = BLOCK - self.offset(pos) % BLOCK;
-            let n = rest.len().min(to_boundary as usize);
+            let to_stop = stops.peek().map_or(u32::MAX, |q| q.diff(pos).max(0) as u32);
+            let n = rest.len().min(to_boundary.min(to_stop) as usize);
             lh.h.update(&rest[..n]);
             pos = pos.add(u32::try_from(n).unwrap_or(0));
             rest = &rest[n..];
             if self.boundary(pos) {
                 out.push((pos, lh.h.value()));
                 lh.h = StreamHash::default();
+            } else if stops.peek() == Some(&pos) && !rest.is_empty() {
+                out.push((pos, lh.h.value()));
+            }
+            while stops.peek().is_some_and(|&q| !q.is_after(pos)) {
+                stops.next();
             }
         }
         if !self.boundary(pos) {
@@ -286,6 +382,7 @@ impl Check {
                         pos,
                         hashes: Vec::new(),
                         decided: false,
+                        client: None,
                     },
                 );
                 k
@@ -309,10 +406,76 @@ impl Check {
 }
 
 impl Conn {
+    /// Whether the client follows one replica's stream (`primary`).
+    pub(super) fn follows_one(&self) -> bool {
+        self.check.as_ref().is_some_and(|c| c.primary())
+    }
+
+    /// `primary`: the leg the client follows, the first open one (in the
+    /// service's order) that is not a held joiner.
+    pub(super) fn leader(&self) -> Option<usize> {
+        self.legs
+            .iter()
+            .position(|l| l.state == super::LegState::Open && !l.held)
+    }
+
+    /// `primary`: the followed leg changed (the last one left): send on
+    /// what its new replica sent ahead of the client, kept meanwhile —
+    /// compared first with what the client got, so a replica whose stream
+    /// is another leaves instead (the next one is tried; with none left the
+    /// client is reset by `settle`).
+    pub(super) fn follow_on(&mut self, ctx: &mut Ctx) {
+        match self.check.as_mut() {
+            Some(c) if !c.following_on && !c.ahead.is_empty() => c.following_on = true,
+            _ => return,
+        }
+        while let Some(lead) = self.leader() {
+            let sent = self.sent_hi;
+            let live: Vec<bool> = self.legs.iter().map(|l| l.live()).collect();
+            let Some(c) = self.check.as_mut() else { break };
+            let go = c.take_ahead(lead, sent, |i| live.get(i).copied().unwrap_or(false));
+            if go.is_empty() {
+                break;
+            }
+            for (p, seg, s) in go {
+                let e = s.add(seg.payload_len);
+                if !e.is_after(self.sent_hi) {
+                    continue;
+                }
+                let from = self.sent_hi;
+                self.check_output(ctx, lead, s, seg.at.payload(&p), Some(from));
+                if !self.legs[lead].live() {
+                    break;
+                }
+                self.check_ahead(ctx, e);
+                // Its FIN, if any, goes once every live replica closed
+                // there (`settle`).
+                self.forward_to_client(ctx, lead, p, &seg, None, seg.has(ftnet_wire::tcp::flags::FIN));
+                self.sent_hi = e;
+                ctx.counters.failover_sent_on += 1;
+            }
+            if self.leader() == Some(lead) {
+                break;
+            }
+        }
+        if let Some(c) = self.check.as_mut() {
+            c.following_on = false;
+        }
+    }
+
     /// Compare later copies without voting (see the module). `s`: where
     /// `data` starts in client space; called for every data segment of
-    /// open leg `i` of a connection that does not vote.
-    pub(super) fn check_output(&mut self, ctx: &mut Ctx, i: usize, s: SeqNum, data: &[u8]) {
+    /// open leg `i` of a connection that does not vote. `client_from`:
+    /// leg `i` is the replica the client follows (`primary`), and its
+    /// bytes beyond that point go to the client.
+    pub(super) fn check_output(
+        &mut self,
+        ctx: &mut Ctx,
+        i: usize,
+        s: SeqNum,
+        data: &[u8],
+        client_from: Option<SeqNum>,
+    ) {
         let Some(c) = self.check.as_mut() else {
             return;
         };
@@ -320,14 +483,87 @@ impl Conn {
             return;
         }
         let got = c.hash(i, s, data);
+        self.record_hashes(ctx, i, got, client_from);
+    }
+
+    /// Record leg `i`'s hashes, the client's where `client_from` says so,
+    /// and judge the points that can be.
+    fn record_hashes(
+        &mut self,
+        ctx: &mut Ctx,
+        i: usize,
+        got: Vec<(SeqNum, u64)>,
+        client_from: Option<SeqNum>,
+    ) {
+        let Some(c) = self.check.as_mut() else {
+            return;
+        };
         let mut to_judge = Vec::new();
         for (pos, h) in got {
             if let Some(k) = c.record(i, pos, h, &mut ctx.counters.unchecked_points) {
                 to_judge.push(c.points[k].pos);
             }
+            if let Some(from) = client_from.filter(|f| pos.is_after(*f)) {
+                let _ = from;
+                if let Some(p) = c.points.iter_mut().find(|p| p.pos == pos) {
+                    p.client.get_or_insert(h);
+                    if p.hashes.iter().flatten().count() >= 2 && !to_judge.contains(&pos) {
+                        to_judge.push(pos);
+                    }
+                }
+            }
         }
         for pos in to_judge {
             self.judge(ctx, pos, false);
+        }
+        self.prune_points(ctx);
+    }
+
+    /// `primary`: how far a follower's bytes are hashed when they come: up
+    /// to the followed replica's output (`None`: all of them). The rest
+    /// waits in `Check::ahead` and is hashed as the followed replica gets
+    /// there (`check_ahead`), so that the follower gives its hash at each
+    /// point where the followed replica ended a segment — the client's
+    /// stream is compared exactly, not only at block boundaries.
+    pub(super) fn follower_hash_limit(&self, i: usize) -> Option<SeqNum> {
+        if !self.follows_one() {
+            return None;
+        }
+        let lead = self.leader()?;
+        (lead != i).then(|| self.legs[lead].data_hi())
+    }
+
+    /// `primary`: the followed replica's output reached `upto`: hash the
+    /// followers' kept bytes up to there, in stream order.
+    pub(super) fn check_ahead(&mut self, ctx: &mut Ctx, upto: SeqNum) {
+        let Some(c) = self.check.as_mut() else { return };
+        if c.ahead.is_empty() || self.legs.len() < 2 {
+            return;
+        }
+        let mut work: Vec<(usize, SeqNum, Vec<u8>)> = Vec::new();
+        for (j, p, seg, s) in &c.ahead {
+            let at = c.legs.get(*j).and_then(|l| l.at).unwrap_or(*s);
+            let e = s.add(seg.payload_len);
+            let to = if e.is_after(upto) { upto } else { e };
+            if !to.is_after(at) || at.is_before(*s) && !to.is_after(*s) {
+                continue;
+            }
+            let data = seg.at.payload(p);
+            let from = if at.is_after(*s) { at } else { *s };
+            let a = usize::try_from(from.diff(*s)).unwrap_or(0);
+            let b = usize::try_from(to.diff(*s)).unwrap_or(0);
+            if a < b && b <= data.len() {
+                work.push((*j, from, data[a..b].to_vec()));
+            }
+        }
+        work.sort_by(|x, y| x.1.diff(y.1).cmp(&0));
+        for (j, from, bytes) in work {
+            if !self.legs.get(j).is_some_and(|l| l.live()) {
+                continue;
+            }
+            let Some(c) = self.check.as_mut() else { return };
+            let got = c.hash(j, from, &bytes);
+            self.record_hashes(ctx, j, got, None);
         }
         self.prune_points(ctx);
     }
@@ -349,6 +585,17 @@ impl Conn {
             .iter()
             .filter_map(|&j| p.hashes.get(j).copied().flatten().map(|h| (j, h)))
             .collect();
+        if c.mode.primary {
+            if let Some(cl) = p.client {
+                self.judge_followers(ctx, pos, cl, &live, &given);
+                return;
+            }
+            if !last {
+                // What the client got there is not known yet: its
+                // replica has not passed the point.
+                return;
+            }
+        }
         let first = given.first().map(|g| g.1);
         if given.iter().all(|g| Some(g.1) == first) {
             return;
@@ -366,13 +613,7 @@ impl Conn {
         }
         let (mode, reported) = (c.mode, c.reported);
         let offset = self.check.as_ref().map_or(0, |c| c.offset(pos));
-        if let Some(p) = self
-            .check
-            .as_mut()
-            .and_then(|c| c.points.iter_mut().find(|p| p.pos == pos))
-        {
-            p.decided = true;
-        }
+        self.decided(pos);
         ctx.counters.divergences += 1;
         let differing: Vec<usize> = given
             .iter()
@@ -391,19 +632,87 @@ impl Conn {
                 agreeing,
                 live: live.len(),
                 evicted: majority,
+                service_wide: majority && mode.service_wide,
+                follows: None,
             });
         }
         if majority {
             for j in differing {
-                self.evict(
-                    ctx,
-                    LegId(j),
-                    EvictReason::Diverged,
-                    mode == CheckMode::Evict,
-                );
+                self.evict(ctx, LegId(j), EvictReason::Diverged, mode.service_wide);
             }
             self.settle(ctx);
         }
+    }
+
+    fn decided(&mut self, pos: SeqNum) {
+        if let Some(p) = self
+            .check
+            .as_mut()
+            .and_then(|c| c.points.iter_mut().find(|p| p.pos == pos))
+        {
+            p.decided = true;
+        }
+    }
+
+    /// `primary`: the live legs whose hash at `pos` differs from what the
+    /// client got there (`cl`) leave the connection: the client follows
+    /// one stream, and a replica whose stream is another can no longer
+    /// stand in for it. Where a majority of the live legs agree on a
+    /// value, the legs that gave another leave the service too when it is
+    /// stateful (their state differs, as without `primary`): with the
+    /// majority on the client's side those are the followers that differ;
+    /// against it, the followed replica itself, and then nobody is left
+    /// who could continue the client's stream: the client is reset
+    /// (`settle`, with no replica left). With no majority, only the
+    /// connection is left. Each leg is judged once (the point stays open
+    /// for the legs yet to get there).
+    fn judge_followers(
+        &mut self,
+        ctx: &mut Ctx,
+        pos: SeqNum,
+        cl: u64,
+        live: &[usize],
+        given: &[(usize, u64)],
+    ) {
+        if given.iter().all(|g| g.1 == cl) {
+            return;
+        }
+        let Some(c) = self.check.as_ref() else { return };
+        let mode = c.mode;
+        let offset = c.offset(pos);
+        let (best, agreeing) = given
+            .iter()
+            .map(|&(_, h)| (h, given.iter().filter(|g| g.1 == h).count()))
+            .max_by_key(|x| (x.1, x.0 == cl))
+            .unwrap_or((cl, 0));
+        let majority = agreeing * 2 > live.len() && live.len() > 1;
+        ctx.counters.divergences += 1;
+        // (leg, out of the service too)
+        let out: Vec<(usize, bool)> = given
+            .iter()
+            .filter(|g| g.1 != cl || (majority && g.1 != best))
+            .map(|g| (g.0, majority && g.1 != best && mode.service_wide))
+            .collect();
+        let follows = self
+            .leader()
+            .filter(|l| !out.iter().any(|o| o.0 == *l))
+            .map(|l| self.legs[l].addr);
+        for &(j, wide) in &out {
+            ctx.out.event(Event::OutputDiffers {
+                conn: self.key.to_string(),
+                replica: self.legs[j].addr,
+                offset,
+                agreeing,
+                live: live.len(),
+                evicted: true,
+                service_wide: wide,
+                follows,
+            });
+        }
+        for (j, wide) in out {
+            self.evict(ctx, LegId(j), EvictReason::Diverged, wide);
+        }
+        self.settle(ctx);
     }
 
     /// Forget the points every live leg gave a hash at or went past (one
@@ -492,7 +801,13 @@ mod tests {
 
     #[test]
     fn points_fall_at_block_boundaries_and_segment_ends() {
-        let mut c = Check::new(CheckMode::Evict, SeqNum(1000));
+        let mut c = Check::new(
+            CheckMode {
+                service_wide: true,
+                primary: false,
+            },
+            SeqNum(1000),
+        );
         let got = c.hash(0, SeqNum(1000), &[1u8; 5000]);
         let pos: Vec<u32> = got.iter().map(|g| g.0 .0 - 1000).collect();
         assert_eq!(pos, vec![4096, 5000]);

@@ -150,6 +150,9 @@ impl Conn {
         if self.phase == Phase::Dead || self.is_closed() {
             return;
         }
+        if self.follows_one() {
+            self.follow_on(ctx);
+        }
         if self.resetting {
             // The client is gone: nothing for it; a replica evicted or
             // caught up meanwhile may end the connection.

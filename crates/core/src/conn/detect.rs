@@ -442,7 +442,7 @@ mod tests {
     /// (it owes them). Leg 0 was last heard at `heard0`, made progress at
     /// `prog0`; leg 1 at `heard1` / `prog1`.
     fn pair(heard0: u64, prog0: u64, heard1: u64, prog1: u64) -> Conn {
-        let mut c = conn(2, Voting::Off);
+        let mut c = conn(2, Voting::Fastest);
         c.client_hi = CLIENT_ISN.add(11);
         for (i, (h, p)) in [(heard0, prog0), (heard1, prog1)].into_iter().enumerate() {
             let l = &mut c.legs[i];

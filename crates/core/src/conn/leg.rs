@@ -189,7 +189,7 @@ mod tests {
 
     /// A leg whose replica picked ISN 1000: its space is 1000 → router ISN.
     fn leg() -> Leg {
-        let mut c = conn(1, Voting::Off);
+        let mut c = conn(1, Voting::Fastest);
         let mut l = c.legs.remove(0);
         l.off = SeqDelta::between(SeqNum(1000), ROUTER_ISN);
         l.hi = ROUTER_ISN.add(1).add(500);

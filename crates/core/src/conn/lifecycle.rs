@@ -224,7 +224,7 @@ mod tests {
 
     #[test]
     fn a_client_syn_on_the_key_of_a_connection() {
-        let mut c = conn(2, Voting::Off);
+        let mut c = conn(2, Voting::Fastest);
         assert_eq!(c.syn_on_key(CLIENT_ISN), SynOnKey::Again);
         assert_eq!(c.syn_on_key(CLIENT_ISN.add(9)), SynOnKey::BadState);
         c.adoption = Some(Adoption::Rebuilt { at: Instant::ZERO });
@@ -242,7 +242,7 @@ mod tests {
         let t = Timeouts::default();
         let now = Instant::ZERO + Duration::from_millis(10);
         let mut events = Outbox::default();
-        let mut c = conn(2, Voting::Off);
+        let mut c = conn(2, Voting::Fastest);
         let tr = c.after_input(now, &t, &mut events);
         assert!(!tr.gone && !tr.left_half_open && tr.closed_at.is_none());
         assert!(tr.schedule.is_some(), "a new connection gets a timer");
@@ -288,7 +288,7 @@ mod tests {
     #[test]
     fn removing_an_announced_connection_forgets_it() {
         let mut events = Outbox::default();
-        let mut c = conn(3, Voting::Off);
+        let mut c = conn(3, Voting::Fastest);
         c.phase = Phase::Established;
         c.after_input(Instant::ZERO, &Timeouts::default(), &mut events);
         events.agents.clear();
@@ -302,7 +302,7 @@ mod tests {
     #[test]
     fn a_timer_entry_counts_only_while_current() {
         let mut events = Outbox::default();
-        let mut c = conn(1, Voting::Off);
+        let mut c = conn(1, Voting::Fastest);
         let d = c
             .after_input(Instant::ZERO, &Timeouts::default(), &mut events)
             .schedule

@@ -314,7 +314,7 @@ impl Conn {
             reset_wait: None,
             check: None,
             vote: match voting {
-                Voting::Off => None,
+                Voting::Fastest | Voting::Primary => None,
                 Voting::Majority { tie } => Some(Box::new(VoteState {
                     tie,
                     base: router_isn.add(1),

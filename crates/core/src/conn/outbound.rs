@@ -365,11 +365,31 @@ impl Conn {
             return;
         }
         if self.check.is_some() && seg.payload_len > 0 {
-            self.check_output(ctx, i, s, seg.at.payload(&pkt));
+            // `primary`: the followed replica's bytes beyond what the
+            // client got are what the client gets; a follower's beyond the
+            // followed replica's output are hashed once it gets there
+            // (kept meanwhile, if there is room).
+            let lead = self.follows_one() && self.leader() == Some(i);
+            let client_from = lead.then_some(self.sent_hi);
+            let data = seg.at.payload(&pkt);
+            let n = match self.follower_hash_limit(i) {
+                Some(l)
+                    if s.add(seg.payload_len).is_after(l)
+                        && self.check.as_ref().is_some_and(|c| c.has_room(seg.payload_len)) =>
+                {
+                    usize::try_from(l.diff(s).max(0)).unwrap_or(0).min(data.len())
+                }
+                _ => data.len(),
+            };
+            self.check_output(ctx, i, s, &data[..n], client_from);
             if !self.legs[i].live() {
-                // Its bytes differ from the majority's: evicted, and
-                // nothing of it goes to the client.
+                // Its bytes differ from the majority's (or from what the
+                // client got): evicted, and nothing of it goes to the
+                // client.
                 return;
+            }
+            if lead {
+                self.check_ahead(ctx, s.add(seg.payload_len));
             }
         }
         let e = s.add(seg.payload_len);
@@ -423,6 +443,22 @@ impl Conn {
                 .iter()
                 .filter(|l| l.live())
                 .all(|l| l.fin == Some(f));
+        }
+        if self.follows_one() && self.leader() != Some(i) {
+            // A follower (`primary`): compared, never sent on. Bytes ahead
+            // of the client are kept for a failover.
+            let ahead = seg.payload_len > 0 && e.is_after(self.sent_hi);
+            if ahead && self.check.as_mut().is_some_and(|c| c.keep_ahead(i, pkt, seg, s)) {
+                self.settle(ctx);
+                return;
+            }
+            ctx.counters.drop(DropReason::DuplicateSuppressed);
+            ctx.counters.suppressed_bytes += seg.payload_len as u64;
+            if self.client_ack.is_after(s) {
+                self.ack_on_behalf(ctx, i);
+            }
+            self.settle(ctx);
+            return;
         }
         let end_for_client = if fin_agreed { e.add(1) } else { e };
         let new_data = e.is_after(self.sent_hi);

@@ -120,7 +120,7 @@ impl Conn {
             &syn,
             router_isn,
             rec.ts_base.unwrap_or(0),
-            Voting::Off,
+            Voting::Fastest,
         );
         c.phase = Phase::Established;
         c.ts_on = rec.ts_base.is_some();

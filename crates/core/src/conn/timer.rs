@@ -266,7 +266,7 @@ mod tests {
                 time_wait: Duration::from_secs(2),
                 ..Timeouts::default()
             };
-            let mut c = conn(legs.len(), Voting::Off);
+            let mut c = conn(legs.len(), Voting::Fastest);
             c.phase = phase(phase_i, ms(closed), ms(commit));
             c.created = ms(created);
             c.last_activity = ms(last);
@@ -319,7 +319,7 @@ mod tests {
     #[test]
     fn the_table_is_the_deadline() {
         let t = Timeouts::default();
-        let mut c = conn(2, Voting::Off);
+        let mut c = conn(2, Voting::Fastest);
         c.phase = Phase::Closed { at: ms(100) };
         assert_eq!(c.next_deadline(&t), ms(100) + t.time_wait);
         assert_eq!(c.deadline(Timer::Idle, &t), None);

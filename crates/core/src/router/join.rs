@@ -183,7 +183,7 @@ impl Router {
                 "the router runs without the sequencer: no server's state can be transferred at a known point of its input",
             ));
         }
-        if !matches!(s.voting, crate::config::Voting::Off) {
+        if !s.voting.unvoted() {
             return Err(cannot(
                 "its output is voted on (joining voted connections is not supported)",
             ));
@@ -320,7 +320,7 @@ impl Router {
         let mut v = Vec::new();
         for (svc, s) in self.config.services.iter().enumerate() {
             if s.stateless
-                || !matches!(s.voting, crate::config::Voting::Off)
+                || !s.voting.unvoted()
                 || self.retired.contains(&ServiceId(svc))
             {
                 continue;

@@ -82,12 +82,17 @@ impl Router {
     /// a stateless one's out of the connection.
     pub(super) fn check_mode(&self, svc: ServiceId) -> Option<crate::conn::CheckMode> {
         let s = &self.config.services[svc.0];
+        let primary = s.voting == crate::config::Voting::Primary;
         match s.voting {
-            crate::config::Voting::Off if s.stateless => {
-                Some(crate::conn::CheckMode::EvictConnection)
-            }
-            crate::config::Voting::Off => Some(crate::conn::CheckMode::Evict),
-            _ => None,
+            v if !v.unvoted() => None,
+            _ if s.stateless => Some(crate::conn::CheckMode {
+                service_wide: false,
+                primary,
+            }),
+            _ => Some(crate::conn::CheckMode {
+                service_wide: true,
+                primary,
+            }),
         }
     }
 

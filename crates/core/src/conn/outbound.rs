@@ -454,8 +454,16 @@ impl Conn {
             }
             ctx.counters.drop(DropReason::DuplicateSuppressed);
             ctx.counters.suppressed_bytes += seg.payload_len as u64;
-            if self.client_ack.is_after(s) {
+            if self.client_seen && self.client_ack.is_after(s) {
                 self.ack_on_behalf(ctx, i);
+            } else if !self.client_seen && s.is_before(prev_hi) {
+                // After a takeover, before the client spoke: a follower
+                // repeats bytes the client was sent and acknowledged (its
+                // acknowledgments came from the client). Its bytes are not
+                // the client's to get; an empty segment just below them is
+                // unacceptable to the client, which answers with its ACK:
+                // then the router knows what the client has.
+                self.probe_client(ctx, s.sub(1));
             }
             self.settle(ctx);
             return;
@@ -645,6 +653,39 @@ impl Conn {
         ctx.tx
             .push_back(Packet::plain(r.emit_ipv4(self.key.client, l.addr, &[])));
         ctx.counters.packets_out += 1;
+    }
+
+    /// An empty segment to the client at `seq`, below what it has: it
+    /// answers with an ACK (RFC 9293 §3.10.7.4). At most one per
+    /// `PROBE_PASS_GAP`.
+    pub(super) fn probe_client(&mut self, ctx: &mut Ctx, seq: SeqNum) {
+        if self
+            .probe_passed_at
+            .is_some_and(|t| ctx.now.saturating_sub(t) < PROBE_PASS_GAP)
+        {
+            return;
+        }
+        self.probe_passed_at = Some(ctx.now);
+        let ack = self.client_ack_field().unwrap_or(self.client_hi);
+        let edge = self.group_edge().unwrap_or(ack);
+        let mut r = Repr::new(
+            self.key.vport,
+            self.key.cport,
+            seq,
+            ack,
+            flags::ACK,
+            self.window_field(ack, edge),
+        );
+        if self.ts_on {
+            r.timestamps = Some((self.router_ts(ctx.now), self.client_tsval));
+        }
+        ctx.tx.push_back(Packet::plain(r.emit_ipv4(
+            self.key.vip,
+            self.key.client,
+            &[],
+        )));
+        ctx.counters.packets_out += 1;
+        ctx.counters.probes_passed += 1;
     }
 
     /// A pure ACK (or FIN-ACK) to the client with the group's ACK and

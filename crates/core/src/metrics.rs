@@ -120,6 +120,9 @@ pub struct Counters {
     /// client when it became the followed replica (a failover that did not
     /// wait for its retransmission).
     pub failover_sent_on: u64,
+    /// Repeats of bytes the client lacked that went to it from a follower
+    /// whose stream was verified equal there (output policy `primary`).
+    pub follower_repeats: u64,
     /// Connections opened (client SYN accepted into the table).
     pub connections_opened: u64,
     /// Replica evictions from a single connection.
@@ -166,6 +169,11 @@ pub struct Counters {
     pub held_for_join: u64,
     /// Client bytes the input logs hold now (`Ack::Log`): a gauge.
     pub log_bytes: u64,
+    /// Reply bytes the router keeps now from standby replicas that are
+    /// ahead of the replica their client follows (output policy
+    /// `primary`, for a failover without waiting): a gauge, at most
+    /// `AHEAD_TOTAL`.
+    pub ahead_bytes: u64,
     /// Client bytes the router sent a lagging replica from an input log
     /// (the client will not send them again: they were acknowledged).
     pub log_resent_bytes: u64,

@@ -244,6 +244,11 @@ pub struct UpArgs {
     /// replicas sent the same) or `majority-reset` (the same, with vote_tie = "reset").
     #[arg(long, value_name = "MODE", value_parser = ["off", "majority", "majority-reset"])]
     pub vote: Option<String>,
+    /// The output policy without voting: `primary` (the default: the client follows one
+    /// replica per connection, the others are compared) or `fastest` (first copy of each byte
+    /// wins; where replies differ, the client's stream is spliced).
+    #[arg(long, value_name = "POLICY", value_parser = ["primary", "fastest"], conflicts_with = "vote")]
+    pub output: Option<String>,
 }
 
 pub fn run(cmd: LabCmd) -> anyhow::Result<i32> {
@@ -347,6 +352,7 @@ pub fn run(cmd: LabCmd) -> anyhow::Result<i32> {
                 stateless: false,
                 ack: None,
                 vote: None,
+                output: None,
                 ha: false,
             };
             run_guarded(&args, |lab| demo(lab, replicas))
@@ -672,7 +678,10 @@ fn up(lab: &Lab, args: &UpArgs) -> anyhow::Result<()> {
         vote: match args.vote.as_deref() {
             Some("majority") => Some("vote = \"majority\"\n"),
             Some("majority-reset") => Some("vote = \"majority\"\nvote_tie = \"reset\"\n"),
-            _ => None,
+            _ => match args.output.as_deref() {
+                Some("fastest") => Some("output = \"fastest\"\n"),
+                _ => None,
+            },
         },
         stateless: args.stateless,
         ack_log: args.ack.as_deref() == Some("log"),

@@ -48,10 +48,16 @@ pub(crate) struct CheckMode {
     pub(crate) primary: bool,
 }
 
-/// Follower segments kept per connection while they are ahead of the
-/// followed replica (sent on at once if it fails), and their bytes.
-const MAX_AHEAD: usize = 64;
-const MAX_AHEAD_BYTES: usize = 256 * 1024;
+/// The standby's segments kept per connection while they are ahead of
+/// the followed replica (sent on at once if it fails), and their bytes;
+/// and the bytes all connections together keep.
+const MAX_AHEAD: usize = 256;
+const MAX_AHEAD_BYTES: usize = 1024 * 1024;
+pub(crate) const AHEAD_TOTAL: u64 = 64 * 1024 * 1024;
+/// Segments (and bytes) per leg that wait, copied, for a gap before them
+/// to fill before they are hashed.
+const OOO_SEGS: usize = 16;
+const OOO_BYTES: usize = 64 * 1024;
 
 /// A streaming 64-bit hash: four independent lanes of 8 bytes per step
 /// (32 bytes per round, so that the multiplications overlap); its value can
@@ -194,6 +200,11 @@ pub(crate) struct Check {
     /// (leg, packet, segment, where its bytes start in client space).
     pub(super) ahead: Vec<(usize, crate::packet::Packet, super::Seg, SeqNum)>,
     ahead_bytes: usize,
+    /// Per leg: segments that came after a gap, waiting for it to fill.
+    ooo: Vec<Vec<(SeqNum, Vec<u8>)>>,
+    /// `primary`, per leg: the furthest point where its hash equalled
+    /// what the client got there (its bytes up to it are the client's).
+    verified: Vec<Option<SeqNum>>,
     /// `follow_on` runs (it judges, which settles, which would call it
     /// again).
     following_on: bool,
@@ -209,6 +220,8 @@ impl Check {
             reported: false,
             ahead: Vec::new(),
             ahead_bytes: 0,
+            verified: Vec::new(),
+            ooo: Vec::new(),
             following_on: false,
         }
     }
@@ -217,13 +230,16 @@ impl Check {
         self.mode.primary
     }
 
-    /// Whether a follower's segment of `n` bytes could be kept now.
-    pub(super) fn has_room(&self, n: u32) -> bool {
-        self.ahead.len() < MAX_AHEAD && self.ahead_bytes + n as usize <= MAX_AHEAD_BYTES
+    /// Whether a standby's segment of `n` bytes could be kept now
+    /// (`total`: what every connection keeps).
+    pub(super) fn has_room(&self, n: u32, total: u64) -> bool {
+        self.ahead.len() < MAX_AHEAD
+            && self.ahead_bytes + n as usize <= MAX_AHEAD_BYTES
+            && total + u64::from(n) <= AHEAD_TOTAL
     }
 
-    /// Keep a follower's segment that is ahead of what the client got
-    /// (dropped when the bound is reached: a failover then waits for the
+    /// Keep a standby's segment that is ahead of what the client got
+    /// (not when the bound is reached: a failover then waits for the
     /// retransmission).
     pub(super) fn keep_ahead(
         &mut self,
@@ -231,14 +247,25 @@ impl Check {
         pkt: crate::packet::Packet,
         seg: &super::Seg,
         s: SeqNum,
+        total: &mut u64,
     ) -> bool {
-        let n = seg.payload_len as usize;
-        if self.ahead.len() >= MAX_AHEAD || self.ahead_bytes + n > MAX_AHEAD_BYTES {
+        if !self.has_room(seg.payload_len, *total) {
             return false;
         }
-        self.ahead_bytes += n;
+        self.ahead_bytes += seg.payload_len as usize;
+        *total += u64::from(seg.payload_len);
         self.ahead.push((i, pkt, *seg, s));
         true
+    }
+
+    /// `primary`: how far leg `i`'s stream is known to be the client's.
+    pub(super) fn verified(&self, i: usize) -> Option<SeqNum> {
+        self.verified.get(i).copied().flatten()
+    }
+
+    /// The bytes kept (to give back to the router-wide total).
+    pub(crate) fn ahead_held(&self) -> usize {
+        self.ahead_bytes
     }
 
     /// Take the kept segments: those of leg `leader` that reach beyond
@@ -249,12 +276,14 @@ impl Check {
         leader: usize,
         sent: SeqNum,
         live: impl Fn(usize) -> bool,
+        total: &mut u64,
     ) -> Vec<(crate::packet::Packet, super::Seg, SeqNum)> {
         if self.ahead.is_empty() {
             return Vec::new();
         }
         let mut out = Vec::new();
         let mut keep = Vec::new();
+        *total = total.saturating_sub(self.ahead_bytes as u64);
         self.ahead_bytes = 0;
         for (i, p, seg, s) in self.ahead.drain(..) {
             if !s.add(seg.payload_len).is_after(sent) || !live(i) {
@@ -268,6 +297,7 @@ impl Check {
             }
         }
         self.ahead = keep;
+        *total += self.ahead_bytes as u64;
         out.sort_by(|a, b| a.2.diff(b.2).cmp(&0));
         out
     }
@@ -296,6 +326,44 @@ impl Check {
         if self.legs.len() <= i {
             self.legs.resize(i + 1, LegHash::default());
         }
+        if self.ooo.len() <= i {
+            self.ooo.resize_with(i + 1, Vec::new);
+        }
+        if self.legs[i].at.is_some_and(|a| s.is_after(a)) {
+            // A gap before these bytes (a segment reordered or lost on
+            // its way): they wait, copied, for it to fill (the replica
+            // repeats what the client has not acknowledged).
+            let held: usize = self.ooo[i].iter().map(|k| k.1.len()).sum();
+            if self.ooo[i].len() < OOO_SEGS && held + data.len() <= OOO_BYTES {
+                self.ooo[i].push((s, data.to_vec()));
+                return Vec::new();
+            }
+            // Too much waits: the gap is a hole (what is missing will not
+            // come again: the client acknowledged another replica's copy):
+            // hashing restarts after it.
+            let mut kept = std::mem::take(&mut self.ooo[i]);
+            kept.push((s, data.to_vec()));
+            kept.sort_by(|a, b| a.0.diff(b.0).cmp(&0));
+            let mut out = Vec::new();
+            for (ks, kd) in kept {
+                out.extend(self.hash_in_order(i, ks, &kd));
+            }
+            return out;
+        }
+        let mut out = self.hash_in_order(i, s, data);
+        // What waited for these bytes.
+        while let Some(k) = self.ooo[i]
+            .iter()
+            .position(|k| self.legs[i].at.is_none_or(|a| !k.0.is_after(a)))
+        {
+            let (ks, kd) = self.ooo[i].swap_remove(k);
+            out.extend(self.hash_in_order(i, ks, &kd));
+        }
+        out
+    }
+
+    /// `hash` for bytes that follow what leg `i` hashed (or start a hole).
+    fn hash_in_order(&mut self, i: usize, s: SeqNum, data: &[u8]) -> Vec<(SeqNum, u64)> {
         let e = s.add(u32::try_from(data.len()).unwrap_or(u32::MAX));
         let mut lh = self.legs[i];
         let at = match lh.at {
@@ -419,6 +487,23 @@ impl Conn {
             .position(|l| l.state == super::LegState::Open && !l.held)
     }
 
+    /// `primary`: the leg that would be followed if the followed one
+    /// failed (the next open one that is not a held joiner): its bytes
+    /// ahead of the client are kept.
+    pub(super) fn standby(&self) -> Option<usize> {
+        self.legs
+            .iter()
+            .enumerate()
+            .filter(|(_, l)| l.state == super::LegState::Open && !l.held)
+            .map(|(i, _)| i)
+            .nth(1)
+    }
+
+    /// The bytes this connection keeps (`Check::ahead`).
+    pub(crate) fn ahead_held(&self) -> usize {
+        self.check.as_ref().map_or(0, |c| c.ahead_held())
+    }
+
     /// `primary`: the followed leg changed (the last one left): send on
     /// what its new replica sent ahead of the client, kept meanwhile —
     /// compared first with what the client got, so a replica whose stream
@@ -433,7 +518,12 @@ impl Conn {
             let sent = self.sent_hi;
             let live: Vec<bool> = self.legs.iter().map(|l| l.live()).collect();
             let Some(c) = self.check.as_mut() else { break };
-            let go = c.take_ahead(lead, sent, |i| live.get(i).copied().unwrap_or(false));
+            let go = c.take_ahead(
+                lead,
+                sent,
+                |i| live.get(i).copied().unwrap_or(false),
+                &mut ctx.counters.ahead_bytes,
+            );
             if go.is_empty() {
                 break;
             }
@@ -519,18 +609,19 @@ impl Conn {
         self.prune_points(ctx);
     }
 
-    /// `primary`: how far a follower's bytes are hashed when they come: up
-    /// to the followed replica's output (`None`: all of them). The rest
-    /// waits in `Check::ahead` and is hashed as the followed replica gets
-    /// there (`check_ahead`), so that the follower gives its hash at each
-    /// point where the followed replica ended a segment — the client's
-    /// stream is compared exactly, not only at block boundaries.
+    /// `primary`: how far the standby's bytes are hashed when they come:
+    /// up to the followed replica's output (`None`: all of them; the other
+    /// followers' always). The rest waits in `Check::ahead` and is hashed
+    /// as the followed replica gets there (`check_ahead`), so that the
+    /// standby gives its hash at each point where the followed replica
+    /// ended a segment: the stream a failover would continue is compared
+    /// with the client's exactly, not only at block boundaries.
     pub(super) fn follower_hash_limit(&self, i: usize) -> Option<SeqNum> {
-        if !self.follows_one() {
+        if !self.follows_one() || self.standby() != Some(i) {
             return None;
         }
         let lead = self.leader()?;
-        (lead != i).then(|| self.legs[lead].data_hi())
+        Some(self.legs[lead].data_hi())
     }
 
     /// `primary`: the followed replica's output reached `upto`: hash the
@@ -674,6 +765,17 @@ impl Conn {
         live: &[usize],
         given: &[(usize, u64)],
     ) {
+        if let Some(c) = self.check.as_mut() {
+            for &(j, h) in given.iter().filter(|g| g.1 == cl) {
+                if c.verified.len() <= j {
+                    c.verified.resize(j + 1, None);
+                }
+                if c.verified[j].is_none_or(|v| pos.is_after(v)) {
+                    c.verified[j] = Some(pos);
+                }
+                let _ = h;
+            }
+        }
         if given.iter().all(|g| g.1 == cl) {
             return;
         }

@@ -81,6 +81,9 @@ impl Conn {
         if l.state == LegState::Open && self.client_hi.is_after(l.ack) {
             return true;
         }
+        if l.owes_repeat {
+            return true;
+        }
         self.behind_another(i)
     }
 
@@ -95,7 +98,7 @@ impl Conn {
     /// BSDs: one per second) is not dead.
     pub(super) fn behind_another(&self, i: usize) -> bool {
         let l = &self.legs[i];
-        if l.state == LegState::Open && !l.learned {
+        if l.state == LegState::Open && !l.learned || l.owes_repeat {
             return true;
         }
         self.legs.iter().enumerate().any(|(j, o)| {

@@ -122,6 +122,11 @@ impl Conn {
         }
         self.last_activity = ctx.now;
         if seg.has(flags::ACK) {
+            if seg.ack.is_after(self.client_ack) {
+                for l in &mut self.legs {
+                    l.owes_repeat = false;
+                }
+            }
             self.client_ack = self.client_ack.max(seg.ack);
             if self.phase == Phase::SynAckSent && !seg.ack.is_before(self.router_isn.add(1)) {
                 self.phase = Phase::Established;

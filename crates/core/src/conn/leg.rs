@@ -84,6 +84,12 @@ pub(super) struct Leg {
     /// full) its acknowledgments stand still while the others move. Only
     /// its silence convicts it until the join ends (`Conn::fail_deadline`).
     pub(super) held: bool,
+    /// The replica the client follows (`primary`) has not repeated bytes
+    /// the client lacks while a follower did (and they could not be sent
+    /// from it): it owes them, and its silence convicts it
+    /// (`Conn::behind`). Cleared when it sends data or the client gets
+    /// further.
+    pub(super) owes_repeat: bool,
     /// A joiner's first output byte in the client's view (the group's
     /// output position when it joined).
     pub(super) out_start: Option<SeqNum>,
@@ -165,6 +171,7 @@ impl Conn {
             challenge_at: None,
             joined_at: None,
             held: false,
+            owes_repeat: false,
             out_start: None,
             log_nxt: self.client_isn.add(1),
             log_dup_at: None,

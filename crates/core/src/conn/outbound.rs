@@ -375,7 +375,10 @@ impl Conn {
             let n = match self.follower_hash_limit(i) {
                 Some(l)
                     if s.add(seg.payload_len).is_after(l)
-                        && self.check.as_ref().is_some_and(|c| c.has_room(seg.payload_len)) =>
+                        && self
+                            .check
+                            .as_ref()
+                            .is_some_and(|c| c.has_room(seg.payload_len, ctx.counters.ahead_bytes)) =>
                 {
                     usize::try_from(l.diff(s).max(0)).unwrap_or(0).min(data.len())
                 }
@@ -394,6 +397,7 @@ impl Conn {
         }
         let e = s.add(seg.payload_len);
         let prev_hi = self.legs[i].hi;
+        self.legs[i].owes_repeat = false;
         let end = e.add(seg.has(flags::FIN) as u32);
         if end.is_after(prev_hi) {
             self.legs[i].hi = end;
@@ -445,10 +449,37 @@ impl Conn {
                 .all(|l| l.fin == Some(f));
         }
         if self.follows_one() && self.leader() != Some(i) {
-            // A follower (`primary`): compared, never sent on. Bytes ahead
+            // A follower (`primary`): compared, not sent on. Bytes ahead
             // of the client are kept for a failover.
-            let ahead = seg.payload_len > 0 && e.is_after(self.sent_hi);
-            if ahead && self.check.as_mut().is_some_and(|c| c.keep_ahead(i, pkt, seg, s)) {
+            if self.client_seen && s.is_before(prev_hi) {
+                // It repeats bytes the client was sent and still lacks
+                // (lost on the way to it): the followed replica should
+                // repeat them too, but it may have died silently after
+                // sending them, and nothing else would show that. What of
+                // them is known to equal the client's bytes goes to it.
+                let verified = self.check.as_ref().and_then(|c| c.verified(i));
+                let upto = [e, self.sent_hi, verified.unwrap_or(s)]
+                    .into_iter()
+                    .min_by(|a, b| a.diff(*b).cmp(&0))
+                    .unwrap_or(s);
+                let from = if self.client_ack.is_after(s) { self.client_ack } else { s };
+                if upto.is_after(from) {
+                    let a = usize::try_from(from.diff(s)).unwrap_or(0);
+                    let b = usize::try_from(upto.diff(s)).unwrap_or(0);
+                    let bytes = seg.at.payload(&pkt)[a..b].to_vec();
+                    self.send_built(ctx, from, &bytes);
+                    ctx.counters.follower_repeats += 1;
+                } else if let Some(l) = self.leader() {
+                    // Bytes the router never got from the followed
+                    // replica (its copy lost on the way, the client lacks
+                    // them): it must repeat them; silent, it is dead.
+                    self.legs[l].owes_repeat = true;
+                }
+            }
+            let ahead =
+                seg.payload_len > 0 && e.is_after(self.sent_hi) && self.standby() == Some(i);
+            let total = &mut ctx.counters.ahead_bytes;
+            if ahead && self.check.as_mut().is_some_and(|c| c.keep_ahead(i, pkt, seg, s, total)) {
                 self.settle(ctx);
                 return;
             }

@@ -366,8 +366,21 @@ chunk. A server that stops reading a connection does not stall the others
 
 Supported: single-threaded event-driven servers on epoll, poll or select with non-blocking sockets
 (Redis, nginx with one worker, memcached -t 1, asyncio servers on any selector). Fork-per-
-connection servers (socat fork, inetd-style) need no order and are left alone. Not yet:
-multi-threaded servers; timers still fire at different points on different replicas.
+connection servers (socat fork, inetd-style) need no order and are left alone.
+
+What the shim orders: accepts and reads (accept, accept4, read, recv, readv), readiness
+(epoll_wait, poll, select). What it does not make the same on every replica (not interposed):
+the time (clock_gettime, gettimeofday, time, and the vDSO they use; rdtsc), timers (a timeout of
+epoll_wait/poll/select fires at a local instant, so Redis's cron and active expiry run at other
+points of the input on each replica), randomness (getrandom, /dev/urandom: Redis SPOP, RANDOMKEY,
+SRANDMEMBER, Lua math.random), the process id, threads. Replies that depend on them differ
+between replicas: Redis INFO, TIME, COMMAND DOCS, CLIENT LIST; HTTP Date: headers; keys with a
+TTL expire at other points. The router's default output policy (output = "primary": the client
+follows one replica per connection, the others are compared) keeps such replies whole and takes a
+follower whose reply differs out of that connection only; under vote = "majority" they get
+replicas evicted, and under output = "fastest" they splice the client's stream. State that
+depends on them (a TTL key expired on one replica only) diverges: keep such commands off
+replicated services, or expect the divergence to be reported.
 
 --supervise keeps `ftnet run` as the server's parent: it starts the server again whenever it ends
 (after 0.5 s, doubling up to 30 s while it keeps dying within 10 s) and passes SIGTERM, SIGINT and

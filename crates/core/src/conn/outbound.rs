@@ -469,10 +469,13 @@ impl Conn {
                     let bytes = seg.at.payload(&pkt)[a..b].to_vec();
                     self.send_built(ctx, from, &bytes);
                     ctx.counters.follower_repeats += 1;
-                } else if let Some(l) = self.leader() {
-                    // Bytes the router never got from the followed
-                    // replica (its copy lost on the way, the client lacks
-                    // them): it must repeat them; silent, it is dead.
+                } else if let (Some(l), true) = (self.leader(), e.is_after(self.client_ack)) {
+                    // The client lacks bytes the followed replica should
+                    // repeat (its copy lost on the way to the router or to
+                    // the client) and this follower's copy is not known to
+                    // equal it: the followed replica owes them, and if it
+                    // stays silent it is dead (it may have died silently
+                    // after sending them).
                     self.legs[l].owes_repeat = true;
                 }
             }

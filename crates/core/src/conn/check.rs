@@ -200,6 +200,10 @@ pub(crate) struct Check {
     /// (leg, packet, segment, where its bytes start in client space).
     pub(super) ahead: Vec<(usize, crate::packet::Packet, super::Seg, SeqNum)>,
     ahead_bytes: usize,
+    /// `primary`: the leg the client follows and where its bytes began to
+    /// go to the client (its hashes beyond are the client's, also those
+    /// of segments hashed late, after a gap filled).
+    lead_from: Option<(usize, SeqNum)>,
     /// Per leg: segments that came after a gap, waiting for it to fill.
     ooo: Vec<Vec<(SeqNum, Vec<u8>)>>,
     /// `primary`, per leg: the furthest point where its hash equalled
@@ -221,6 +225,7 @@ impl Check {
             ahead: Vec::new(),
             ahead_bytes: 0,
             verified: Vec::new(),
+            lead_from: None,
             ooo: Vec::new(),
             following_on: false,
         }
@@ -308,6 +313,11 @@ impl Check {
 
     fn boundary(&self, s: SeqNum) -> bool {
         self.offset(s) % BLOCK == 0
+    }
+
+    /// The start of the block `s` lies in (`s` itself at a boundary).
+    fn block_start(&self, s: SeqNum) -> SeqNum {
+        s.sub(self.offset(s) % BLOCK)
     }
 
     /// The first block boundary at or after `s`.
@@ -572,6 +582,13 @@ impl Conn {
         if data.is_empty() || self.legs.len() < 2 {
             return;
         }
+        let client_from = client_from.map(|from| match c.lead_from {
+            Some((l, f)) if l == i => f,
+            _ => {
+                c.lead_from = Some((i, from));
+                from
+            }
+        });
         let got = c.hash(i, s, data);
         self.record_hashes(ctx, i, got, client_from);
     }
@@ -770,7 +787,15 @@ impl Conn {
                 if c.verified.len() <= j {
                     c.verified.resize(j + 1, None);
                 }
-                if c.verified[j].is_none_or(|v| pos.is_after(v)) {
+                // The hash at `pos` covers its block's bytes before it:
+                // verified further only where that joins what was verified
+                // (a block not compared leaves a gap nothing later fills).
+                let from = if c.boundary(pos) { pos.sub(BLOCK) } else { c.block_start(pos) };
+                let joins = match c.verified[j] {
+                    None => from == c.base,
+                    Some(v) => !v.is_before(from),
+                };
+                if joins && c.verified[j].is_none_or(|v| pos.is_after(v)) {
                     c.verified[j] = Some(pos);
                 }
                 let _ = h;

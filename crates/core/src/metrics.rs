@@ -123,6 +123,10 @@ pub struct Counters {
     /// Repeats of bytes the client lacked that went to it from a follower
     /// whose stream was verified equal there (output policy `primary`).
     pub follower_repeats: u64,
+    /// Legs of a stateful service's connections whose replies differed from
+    /// what the client got with no majority against them (output policy
+    /// `primary`): kept for their input, their output dropped.
+    pub detached: u64,
     /// Connections opened (client SYN accepted into the table).
     pub connections_opened: u64,
     /// Replica evictions from a single connection.

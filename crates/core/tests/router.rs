@@ -3240,14 +3240,21 @@ fn a_replica_joins_an_open_connection_with_proof_of_state() {
     // The client follows replica 1 (output policy `primary`): the
     // joiner's copy waits; replica 1's identical bytes go out, compared
     // equal with the joiner's at the same position.
-    assert!(drain(&mut r).iter().all(|o| o.dst != CLIENT), "a follower's bytes wait");
+    assert!(
+        drain(&mut r).iter().all(|o| o.dst != CLIENT),
+        "a follower's bytes wait"
+    );
     from_replica(&mut r, t(32), &isns, 1, (6, 10, 6001), b"again");
     let out = drain(&mut r);
     let c: Vec<&Out> = out.iter().filter(|o| o.dst == CLIENT).collect();
     assert_eq!(c.len(), 1);
     assert_eq!(c[0].payload, b"again");
     assert_eq!(c[0].r.seq, SeqNum(risn).add(6));
-    assert_eq!(r.counters().divergences, 0, "the joiner's bytes sit where replica 1's do");
+    assert_eq!(
+        r.counters().divergences,
+        0,
+        "the joiner's bytes sit where replica 1's do"
+    );
     let st = r.status();
     assert_eq!(
         st.services[0].replicas[2].state,
@@ -4790,8 +4797,9 @@ fn a_live_join_resumes_the_input_before_the_proof() {
 /// Output policy `primary` (the default without voting): a reply whose
 /// length differs between replicas (Redis `INFO`) is never spliced. The
 /// client gets replica 1's bytes alone, whichever replica is faster; the
-/// followers whose bytes differ leave the connection (no majority: not the
-/// service), and the next reply on the connection is whole.
+/// followers whose bytes differ are detached (no majority: not out of the
+/// service, and still given the connection's input), and the next reply
+/// on the connection is whole.
 #[test]
 fn primary_never_splices_replies_that_differ() {
     let mut r = router(3);
@@ -4799,9 +4807,18 @@ fn primary_never_splices_replies_that_differ() {
     client_bytes(&mut r, t(1), risn, 0, b"INFO\r\n");
     // The followers are faster, and their replies are longer.
     from_replica(&mut r, t(2), &isns, 2, (1, 7, 7000), b"$9\r\nused:2222\r\n");
-    from_replica(&mut r, t(2), &isns, 3, (1, 7, 7000), b"$10\r\nused:33333\r\n");
+    from_replica(
+        &mut r,
+        t(2),
+        &isns,
+        3,
+        (1, 7, 7000),
+        b"$10\r\nused:33333\r\n",
+    );
     assert!(
-        drain(&mut r).iter().all(|o| o.dst != CLIENT || o.payload.is_empty()),
+        drain(&mut r)
+            .iter()
+            .all(|o| o.dst != CLIENT || o.payload.is_empty()),
         "nothing but the followed replica's bytes reaches the client"
     );
     from_replica(&mut r, t(3), &isns, 1, (1, 7, 7000), b"$6\r\nused:1\r\n");
@@ -4813,7 +4830,7 @@ fn primary_never_splices_replies_that_differ() {
         .collect();
     assert_eq!(got, b"$6\r\nused:1\r\n");
     let named = |ev: &[Event], i: u8| {
-        ev.iter().any(|e| matches!(e, Event::OutputDiffers { replica: a, evicted: true, service_wide: false, follows: Some(f), .. } if *a == replica(i) && *f == replica(1)))
+        ev.iter().any(|e| matches!(e, Event::OutputDiffers { replica: a, evicted: false, service_wide: false, follows: Some(f), .. } if *a == replica(i) && *f == replica(1)))
     };
     // Replica 2, the standby (the one a failover would follow), is
     // compared exactly where replica 1's reply ended.
@@ -4839,6 +4856,46 @@ fn primary_never_splices_replies_that_differ() {
     let ev = log_events(&mut r);
     assert!(named(&ev, 3), "{ev:?}");
     assert!(all_alive(&r));
+    assert!(
+        !ev.iter().any(|e| matches!(e, Event::Evicted { .. })),
+        "detached, not evicted: {ev:?}"
+    );
+    // The detached followers still get the client's input (their servers
+    // keep the service's state); their replies are acknowledged by the
+    // router and dropped.
+    let out = client_bytes(&mut r, t(7), risn, 12, b"SET a b\r\n");
+    for i in [1, 2, 3] {
+        assert!(
+            out.iter()
+                .any(|o| o.dst == replica(i) && o.payload == b"SET a b\r\n"),
+            "replica {i} gets the input"
+        );
+    }
+    from_replica(&mut r, t(8), &isns, 2, (16, 21, 7002), b"+OK\r\n");
+    let out = drain(&mut r);
+    assert!(out.iter().all(|o| o.dst != CLIENT || o.payload.is_empty()));
+    let ack = out
+        .iter()
+        .find(|o| o.dst == replica(2))
+        .expect("the router acknowledges a detached leg's output");
+    assert_eq!(ack.r.ack, SeqNum(isns[1]).add(21));
+    // The followed replica fails: nobody can continue what the client
+    // got, and the client is reset.
+    let rst = Repr::new(
+        PORT,
+        CPORT,
+        SeqNum(isns[0]).add(20),
+        SeqNum(0),
+        flags::RST,
+        0,
+    );
+    r.handle_packet(t(9), seg(replica(1), CLIENT, rst, b""));
+    let out = drain(&mut r);
+    assert!(
+        out.iter()
+            .any(|o| o.dst == CLIENT && o.r.flags & flags::RST != 0),
+        "the client is reset"
+    );
 }
 
 /// The same replies under `fastest`: the client's stream is spliced from
@@ -4884,7 +4941,12 @@ fn primary_failover_sends_on_what_the_follower_sent_ahead() {
     r.handle_packet(t(3), seg(replica(1), CLIENT, rst, b""));
     let out = drain(&mut r);
     let c: Vec<&Out> = out.iter().filter(|o| o.dst == CLIENT).collect();
-    assert_eq!(c.len(), 1, "{:?}", c.iter().map(|o| &o.payload).collect::<Vec<_>>());
+    assert_eq!(
+        c.len(),
+        1,
+        "{:?}",
+        c.iter().map(|o| &o.payload).collect::<Vec<_>>()
+    );
     assert_eq!(c[0].payload, b"world");
     assert_eq!(c[0].r.seq, SeqNum(risn).add(1));
     assert_eq!(r.counters().failover_sent_on, 1);
@@ -4906,7 +4968,14 @@ fn primary_failover_to_a_follower_that_differs_resets_the_client() {
         .flat_map(|o| o.payload.clone())
         .collect();
     assert_eq!(got, b":1000\r\n");
-    let rst = Repr::new(PORT, CPORT, SeqNum(isns[0]).add(8), SeqNum(0), flags::RST, 0);
+    let rst = Repr::new(
+        PORT,
+        CPORT,
+        SeqNum(isns[0]).add(8),
+        SeqNum(0),
+        flags::RST,
+        0,
+    );
     r.handle_packet(t(3), seg(replica(1), CLIENT, rst, b""));
     drain(&mut r);
     from_replica(&mut r, t(4), &isns, 2, (1, 7, 7000), b":1001\r\n+more\r\n");
@@ -4916,12 +4985,15 @@ fn primary_failover_to_a_follower_that_differs_resets_the_client() {
         "none of the follower's bytes"
     );
     assert!(
-        out.iter().any(|o| o.dst == CLIENT && o.r.flags & flags::RST != 0),
+        out.iter()
+            .any(|o| o.dst == CLIENT && o.r.flags & flags::RST != 0),
         "the client is reset"
     );
     let ev = log_events(&mut r);
     assert!(
-        ev.iter().any(|e| matches!(e, Event::OutputDiffers { replica: a, offset: 7, .. } if *a == replica(2))),
+        ev.iter().any(
+            |e| matches!(e, Event::OutputDiffers { replica: a, offset: 7, .. } if *a == replica(2))
+        ),
         "{ev:?}"
     );
 }

@@ -1060,7 +1060,11 @@ replicas = ["198.18.11.2", "198.18.12.2", "198.18.13.2"]
             ("output = \"fastest\"", ftnet_core::Voting::Fastest),
         ] {
             let t = GOOD.replace(base, &format!("{base}\n{line}"));
-            assert_eq!(parse("t.toml", &t).unwrap().core.services[0].voting, want, "{line}");
+            assert_eq!(
+                parse("t.toml", &t).unwrap().core.services[0].voting,
+                want,
+                "{line}"
+            );
         }
         bad(
             &GOOD.replace(base, &format!("{base}\noutput = \"first\"")),

@@ -126,7 +126,16 @@ impl TsFin {
     /// An event the router told the operator at `now`.
     pub(crate) fn note_event(&mut self, now: u64, ev: &Event) {
         match ev {
-            Event::Evicted { conn, replica, .. } => {
+            // A detached leg (output policy `primary`: its reply differed,
+            // it stays for its input) no longer counts for the output, FIN
+            // included: as good as gone for invariant 9.
+            Event::Evicted { conn, replica, .. }
+            | Event::OutputDiffers {
+                conn,
+                replica,
+                follows: Some(_),
+                ..
+            } => {
                 if let Some(f) = self.by_name.get(conn).and_then(|k| self.conns.get_mut(k)) {
                     f.left.entry(*replica).or_insert(now);
                 }

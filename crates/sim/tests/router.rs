@@ -311,7 +311,10 @@ fn a_divergent_replica_splices_under_fastest_never_under_primary() {
     let spliced = (0..16)
         .filter(|&s| run(s, &fastest).is_err_and(|e| e.contains("echo differs")))
         .count();
-    assert!(spliced > 0, "the checker never saw the altered byte reach the client");
+    assert!(
+        spliced > 0,
+        "the checker never saw the altered byte reach the client"
+    );
     for s in 0..16 {
         if let Err(e) = run(s, &primary) {
             panic!("seed {s} under primary: {e}");

@@ -88,7 +88,7 @@ else
 	check_eq "INFO connection: no malformed reply" null "$(field "$T/info.json" malformed_at)"
 	check "INFO connection: reset when r1 died (no replica left whose stream matches)" \
 		bash -c "[[ \$(python3 -c \"import json; print(json.load(open('$T/info.json'))['end'] or '')\") == *Reset* ]]"
-	check "the router says the INFO connection lost its last replica" grep -q "no replica left, client reset" "$LOG"
+	check "the router took r1 out of the service" grep -q "replica $(replica_ip 1) declared down" "$LOG"
 	settle 2 3
 	same_digests "survivors" 2 3
 fi

@@ -494,7 +494,7 @@ impl Conn {
     pub(super) fn leader(&self) -> Option<usize> {
         self.legs
             .iter()
-            .position(|l| l.state == super::LegState::Open && !l.held)
+            .position(|l| l.state == super::LegState::Open && !l.held && !l.detached)
     }
 
     /// `primary`: the leg that would be followed if the followed one
@@ -504,7 +504,7 @@ impl Conn {
         self.legs
             .iter()
             .enumerate()
-            .filter(|(_, l)| l.state == super::LegState::Open && !l.held)
+            .filter(|(_, l)| l.state == super::LegState::Open && !l.held && !l.detached)
             .map(|(i, _)| i)
             .nth(1)
     }
@@ -550,7 +550,14 @@ impl Conn {
                 self.check_ahead(ctx, e);
                 // Its FIN, if any, goes once every live replica closed
                 // there (`settle`).
-                self.forward_to_client(ctx, lead, p, &seg, None, seg.has(ftnet_wire::tcp::flags::FIN));
+                self.forward_to_client(
+                    ctx,
+                    lead,
+                    p,
+                    &seg,
+                    None,
+                    seg.has(ftnet_wire::tcp::flags::FIN),
+                );
                 self.sent_hi = e;
                 ctx.counters.failover_sent_on += 1;
             }
@@ -680,7 +687,7 @@ impl Conn {
     /// leg spoke, or (`last`) the point is about to be forgotten.
     fn judge(&mut self, ctx: &mut Ctx, pos: SeqNum, last: bool) {
         let live: Vec<usize> = (0..self.legs.len())
-            .filter(|&j| self.legs[j].live())
+            .filter(|&j| self.legs[j].counts())
             .collect();
         let Some(c) = self.check.as_ref() else { return };
         let Some(p) = c.points.iter().find(|p| p.pos == pos) else {
@@ -790,7 +797,11 @@ impl Conn {
                 // The hash at `pos` covers its block's bytes before it:
                 // verified further only where that joins what was verified
                 // (a block not compared leaves a gap nothing later fills).
-                let from = if c.boundary(pos) { pos.sub(BLOCK) } else { c.block_start(pos) };
+                let from = if c.boundary(pos) {
+                    pos.sub(BLOCK)
+                } else {
+                    c.block_start(pos)
+                };
                 let joins = match c.verified[j] {
                     None => from == c.base,
                     Some(v) => !v.is_before(from),
@@ -831,13 +842,21 @@ impl Conn {
                 offset,
                 agreeing,
                 live: live.len(),
-                evicted: true,
+                evicted: wide || !mode.service_wide || !self.legs[j].open(),
                 service_wide: wide,
                 follows,
             });
         }
         for (j, wide) in out {
-            self.evict(ctx, LegId(j), EvictReason::Diverged, wide);
+            if !wide && mode.service_wide && self.legs[j].open() {
+                // A stateful service, no verdict on its state: it keeps
+                // taking the input (its server's state stays the group's);
+                // its output is dropped from now on.
+                self.legs[j].detached = true;
+                ctx.counters.detached += 1;
+            } else {
+                self.evict(ctx, LegId(j), EvictReason::Diverged, wide);
+            }
         }
         self.settle(ctx);
     }
@@ -847,7 +866,7 @@ impl Conn {
     fn prune_points(&mut self, ctx: &mut Ctx) {
         loop {
             let live: Vec<usize> = (0..self.legs.len())
-                .filter(|&j| self.legs[j].live())
+                .filter(|&j| self.legs[j].counts())
                 .collect();
             let Some(c) = self.check.as_ref() else { return };
             let Some(p) = c.points.front() else { return };

@@ -151,7 +151,20 @@ impl Conn {
             return;
         }
         if self.follows_one() {
-            self.follow_on(ctx);
+            if self.legs.iter().any(|l| l.live() && l.detached)
+                && !self.legs.iter().any(|l| l.counts())
+            {
+                // The followed replica left and every one left is detached:
+                // none can continue what the client got. The client is
+                // reset (below, with no replica left).
+                for j in 0..self.legs.len() {
+                    if self.legs[j].live() {
+                        self.evict(ctx, crate::ids::LegId(j), EvictReason::Diverged, false);
+                    }
+                }
+            } else {
+                self.follow_on(ctx);
+            }
         }
         if self.resetting {
             // The client is gone: nothing for it; a replica evicted or
@@ -267,11 +280,11 @@ impl Conn {
                 fin_now = true;
             }
         } else if !self.fin_sent {
-            if let Some(f) = self.legs.iter().find(|l| l.live()).and_then(|l| l.fin) {
+            if let Some(f) = self.legs.iter().find(|l| l.counts()).and_then(|l| l.fin) {
                 if self
                     .legs
                     .iter()
-                    .filter(|l| l.live())
+                    .filter(|l| l.counts())
                     .all(|l| l.fin == Some(f))
                     && !self.sent_hi.is_before(f)
                 {

@@ -23,7 +23,7 @@ impl Conn {
             .legs
             .iter()
             .enumerate()
-            .filter(|&(j, o)| j != i && o.live() && o.open());
+            .filter(|&(j, o)| j != i && o.live() && o.open() && !o.detached);
         let (mut ack_gap, mut out_gap) = (0i64, 0i64);
         for (_, o) in others {
             ack_gap = ack_gap.max(i64::from(o.ack.diff(l.ack)));
@@ -109,8 +109,11 @@ impl Conn {
                     // Data only: a FIN the others did not send is no output
                     // they owe; alone it is the evidence of a crash that the
                     // next bytes from the others will confirm.
+                    // A detached leg's output is another stream: only
+                    // its input counts.
                     (LegState::Open, LegState::Open) => {
-                        o.ack.is_after(l.ack) || o.data_hi().is_after(l.data_hi())
+                        o.ack.is_after(l.ack)
+                            || (!o.detached && !l.detached && o.data_hi().is_after(l.data_hi()))
                     }
                     _ => false,
                 }
@@ -136,7 +139,7 @@ impl Conn {
     /// clock starts when it lacks bytes another has.
     fn fin_owed_since(&self, i: usize) -> Option<Instant> {
         let l = &self.legs[i];
-        if l.state != LegState::Open || l.fin.is_some() || self.recovering() {
+        if l.state != LegState::Open || l.fin.is_some() || self.recovering() || l.detached {
             return None;
         }
         self.legs
@@ -144,7 +147,7 @@ impl Conn {
             .enumerate()
             .filter(|&(j, o)| {
                 j != i
-                    && o.live()
+                    && o.counts()
                     && o.state == LegState::Open
                     && o.fin == Some(l.data_hi())
                     // Not yet answered a probe sent since that replica was
@@ -241,8 +244,10 @@ impl Conn {
         // Its output stands still while another's, ahead of it, moved.
         let out_from = l.out_at.max(since);
         let others_out = l.open()
-            && others()
-                .any(|o| o.out_at > out_from && o.open() && o.data_hi().is_after(l.data_hi()));
+            && !l.detached
+            && others().any(|o| {
+                o.out_at > out_from && o.open() && !o.detached && o.data_hi().is_after(l.data_hi())
+            });
         // An owed FIN alone is judged by silence only (`fin_owed_since`);
         // a held joiner's server takes nothing yet (`Leg::held`).
         if in_data && !l.held && (others_progressed || others_out) {

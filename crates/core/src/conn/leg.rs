@@ -90,6 +90,14 @@ pub(super) struct Leg {
     /// (`Conn::behind`). Cleared when it sends data or the client gets
     /// further.
     pub(super) owes_repeat: bool,
+    /// `primary`, a stateful service: its reply differed from what the
+    /// client got, with no majority against it (a reply of per-process
+    /// output, Redis `INFO`). It stays in the connection for its input, so
+    /// its server keeps the group's state; its output is acknowledged by
+    /// the router and dropped, no longer compared or weighed by failure
+    /// detection, and it cannot take the connection over (a failover with
+    /// only such legs left resets the client).
+    pub(super) detached: bool,
     /// A joiner's first output byte in the client's view (the group's
     /// output position when it joined).
     pub(super) out_start: Option<SeqNum>,
@@ -118,6 +126,11 @@ impl Leg {
     pub(super) fn live(&self) -> bool {
         matches!(self.state, LegState::SynSent | LegState::Open)
     }
+
+    /// Live, and its output counts (not `detached`).
+    pub(super) fn counts(&self) -> bool {
+        self.live() && !self.detached
+    }
     /// The segment's sequence number in the client's view (router space).
     pub(super) fn off_seq(&self, seg: &Seg) -> SeqNum {
         seg.seq.shift(self.off)
@@ -130,7 +143,12 @@ impl Leg {
     /// beyond its SND.NXT and stalls). Returns it in client space and in
     /// the replica's own space.
     pub(super) fn ack_for(&self, ack: SeqNum) -> (SeqNum, SeqNum) {
-        let c = ack.min(self.hi);
+        // A detached leg's output goes nowhere: all of it is acknowledged.
+        let c = if self.detached {
+            self.hi
+        } else {
+            ack.min(self.hi)
+        };
         // A joiner's output began where the group's stood when it joined:
         // an older ACK (a reordered or repeated client segment) would
         // acknowledge bytes before its SYN, and its stack would drop the
@@ -172,6 +190,7 @@ impl Conn {
             joined_at: None,
             held: false,
             owes_repeat: false,
+            detached: false,
             out_start: None,
             log_nxt: self.client_isn.add(1),
             log_dup_at: None,

@@ -302,6 +302,13 @@ impl Conn {
     ) {
         // The last ACK of a close comes as a pure ACK.
         self.check_closed(ctx);
+        if self.legs[i].detached {
+            // Its sequence numbers are another stream's: nothing of it goes
+            // to the client (its acknowledgments count, through `settle`).
+            ctx.counters.drop(DropReason::AckAbsorbed);
+            self.settle(ctx);
+            return;
+        }
         // One below what it was acknowledged, with nothing in it: a probe
         // (Linux sends zero-window probes and keep-alives at SND.UNA − 1;
         // a stack that rewinds SND.NXT to SND.UNA after a timeout sends
@@ -364,6 +371,21 @@ impl Conn {
             self.vote_data(ctx, i, &pkt, seg, s);
             return;
         }
+        if self.legs[i].detached {
+            // Its output goes nowhere (`Leg::detached`): acknowledged at
+            // once, whatever it is.
+            let end = s.add(seg.payload_len).add(seg.has(flags::FIN) as u32);
+            if end.is_after(self.legs[i].hi) {
+                self.legs[i].hi = end;
+                self.legs[i].out_at = ctx.now;
+                self.legs[i].progress_at = ctx.now;
+            }
+            ctx.counters.drop(DropReason::DuplicateSuppressed);
+            ctx.counters.suppressed_bytes += seg.payload_len as u64;
+            self.send_ack_to(ctx, i);
+            self.settle(ctx);
+            return;
+        }
         if self.check.is_some() && seg.payload_len > 0 {
             // `primary`: the followed replica's bytes beyond what the
             // client got are what the client gets; a follower's beyond the
@@ -375,12 +397,13 @@ impl Conn {
             let n = match self.follower_hash_limit(i) {
                 Some(l)
                     if s.add(seg.payload_len).is_after(l)
-                        && self
-                            .check
-                            .as_ref()
-                            .is_some_and(|c| c.has_room(seg.payload_len, ctx.counters.ahead_bytes)) =>
+                        && self.check.as_ref().is_some_and(|c| {
+                            c.has_room(seg.payload_len, ctx.counters.ahead_bytes)
+                        }) =>
                 {
-                    usize::try_from(l.diff(s).max(0)).unwrap_or(0).min(data.len())
+                    usize::try_from(l.diff(s).max(0))
+                        .unwrap_or(0)
+                        .min(data.len())
                 }
                 _ => data.len(),
             };
@@ -421,7 +444,7 @@ impl Conn {
         // that replica stopped early: it crashed (§III-D).
         let hi = self.legs[i].hi;
         for j in 0..self.legs.len() {
-            if j == i || !self.legs[j].live() {
+            if j == i || !self.legs[j].counts() {
                 continue;
             }
             if let Some(f) = self.legs[j].fin {
@@ -436,7 +459,7 @@ impl Conn {
             if self
                 .legs
                 .iter()
-                .any(|l| l.live() && l.hi.is_after(f.add(1)))
+                .any(|l| l.counts() && l.hi.is_after(f.add(1)))
             {
                 self.evict(ctx, LegId(i), EvictReason::Fin, false);
                 self.settle(ctx);
@@ -445,7 +468,7 @@ impl Conn {
             fin_agreed = self
                 .legs
                 .iter()
-                .filter(|l| l.live())
+                .filter(|l| l.counts())
                 .all(|l| l.fin == Some(f));
         }
         if self.follows_one() && self.leader() != Some(i) {
@@ -462,7 +485,11 @@ impl Conn {
                     .into_iter()
                     .min_by(|a, b| a.diff(*b).cmp(&0))
                     .unwrap_or(s);
-                let from = if self.client_ack.is_after(s) { self.client_ack } else { s };
+                let from = if self.client_ack.is_after(s) {
+                    self.client_ack
+                } else {
+                    s
+                };
                 if upto.is_after(from) {
                     let a = usize::try_from(from.diff(s)).unwrap_or(0);
                     let b = usize::try_from(upto.diff(s)).unwrap_or(0);
@@ -482,7 +509,12 @@ impl Conn {
             let ahead =
                 seg.payload_len > 0 && e.is_after(self.sent_hi) && self.standby() == Some(i);
             let total = &mut ctx.counters.ahead_bytes;
-            if ahead && self.check.as_mut().is_some_and(|c| c.keep_ahead(i, pkt, seg, s, total)) {
+            if ahead
+                && self
+                    .check
+                    .as_mut()
+                    .is_some_and(|c| c.keep_ahead(i, pkt, seg, s, total))
+            {
                 self.settle(ctx);
                 return;
             }

@@ -319,10 +319,7 @@ impl Router {
         }
         let mut v = Vec::new();
         for (svc, s) in self.config.services.iter().enumerate() {
-            if s.stateless
-                || !s.voting.unvoted()
-                || self.retired.contains(&ServiceId(svc))
-            {
+            if s.stateless || !s.voting.unvoted() || self.retired.contains(&ServiceId(svc)) {
                 continue;
             }
             for (i, r) in s.replicas.iter().enumerate() {

@@ -663,8 +663,10 @@ impl Router {
     fn remove(&mut self, key: ConnKey) {
         if let Some(mut c) = self.conns.remove(&key) {
             self.counters.log_bytes = self.counters.log_bytes.saturating_sub(c.log_held() as u64);
-            self.counters.ahead_bytes =
-                self.counters.ahead_bytes.saturating_sub(c.ahead_held() as u64);
+            self.counters.ahead_bytes = self
+                .counters
+                .ahead_bytes
+                .saturating_sub(c.ahead_held() as u64);
             let gone = c.removed(&mut self.out);
             if gone.rebuilding {
                 self.rebuild_dropped += 1;

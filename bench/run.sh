@@ -179,10 +179,13 @@ setup_up() {
 	ftnet-N*)
 		# ftnet-N<k>, ftnet-N<k>-poll: the router busy-polls 100 µs after each packet,
 		# ftnet-N<k>-vote: output voting (vote = "majority"),
+		# (ftnet-N<k> itself runs the default output policy, "primary"),
 		local n=${s#ftnet-N} extra=() l
 		l="fb${TAG}n"
 		if [[ $n == *-poll ]]; then n=${n%-poll} extra=(--busy-poll-us 100) l="fb${TAG}q"; fi
 		if [[ $n == *-vote ]]; then n=${n%-vote} extra=(--vote majority) l="fb${TAG}v"; fi
+		# ftnet-N<k>-fastest: output policy "fastest" (first copy of each byte wins)
+		if [[ $n == *-fastest ]]; then n=${n%-fastest} extra=(--output fastest) l="fb${TAG}f"; fi
 		# ftnet-N<k>-log: the client acknowledged from the router's input log (ack = "log")
 		if [[ $n == *-log ]]; then n=${n%-log} extra=(--ack log) l="fb${TAG}l"; fi
 		[[ $n =~ ^[1-9][0-9]?$ ]] || { echo "unknown setup $s" >&2; return 1; }

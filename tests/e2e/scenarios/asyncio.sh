@@ -6,7 +6,8 @@
 # polls without waiting in between; poll and select loops handle what one call reported in an
 # order of their own. The load is redis-benchmark -c 50 (APPEND of random values to 100 keys and
 # INCR/LPUSH/SET: replies and final state depend on the order across connections) with loss on
-# replica 2's link (the router's test hook), so r2 gets the clients' segments in another order.
+# the last replica's link (the router's test hook), so it gets the clients' segments in another order
+# (the last one: the clients follow the first live replica's replies, see redis-order.sh).
 # Pass, for each of RUNS runs: redis-benchmark exit 0 with no error, every live replica's
 # DEBUG DIGEST equal and not empty. FAULT=kill: a replica killed during the first run, 0 client
 # errors, survivors identical. FAULT=none also runs the control: the same load without the
@@ -23,7 +24,7 @@ RUNS=$(quick 2 3)
 N_REQ=$(quick 3000 6000)
 DROP=$(quick 50 100)
 SERVER="python3 $E2E_DIR/respserver.py --selector $SELECTOR --port {port}"
-lab_up --port "$REDIS_PORT" --shim --fault-drop "2:$DROP" --failure-ms 3000 --server "$SERVER"
+lab_up --port "$REDIS_PORT" --shim --fault-drop "$N:$DROP" --failure-ms 3000 --server "$SERVER"
 
 load() { # load RUN — the run's two loads; sets rc_mix, rc_app
 	rc_mix=0 rc_app=0
@@ -56,7 +57,7 @@ done
 if [[ $FAULT == none ]]; then
 	# The control: the same load and loss without the shim.
 	timeout 120 "$FTNET" lab down --name "$LAB" >/dev/null 2>&1
-	lab_up --port "$REDIS_PORT" --fault-drop "2:$DROP" --failure-ms 3000 --server "$SERVER"
+	lab_up --port "$REDIS_PORT" --fault-drop "$N:$DROP" --failure-ms 3000 --server "$SERVER"
 	load control
 	settle $(seq 1 "$N")
 	ds=()

@@ -173,8 +173,11 @@ pub mod router {
                     Tie::Reset
                 },
             }
+        } else if mode & 0x20 != 0 {
+            // Without voting the bit picks the output policy.
+            Voting::Primary
         } else {
-            Voting::Off
+            Voting::Fastest
         };
         let n = 1 + (mode >> 6) % 3;
         let mut c = Config::default();

@@ -252,9 +252,14 @@ pub fn render(v: &Value) -> String {
     if let Some(pc) = v["control"]["pending_commits"].as_u64().filter(|&n| n > 0) {
         let _ = writeln!(o, "  SYN-ACKs waiting for the agents: {pc}");
     }
-    // Output voting, when a service votes.
+    // Output voting and the output policy, where anything happened.
     if u(&c["voted_bytes"]) > 0 || u(&c["divergences"]) > 0 {
         for k in ["voted_bytes", "divergences"] {
+            let _ = writeln!(o, "  {k:<20} {}", u(&c[k]));
+        }
+    }
+    for k in ["detached", "failover_sent_on", "follower_repeats"] {
+        if u(&c[k]) > 0 {
             let _ = writeln!(o, "  {k:<20} {}", u(&c[k]));
         }
     }

@@ -734,24 +734,40 @@ impl Conn {
         self.probe_passed_at = Some(ctx.now);
         let ack = self.client_ack_field().unwrap_or(self.client_hi);
         let edge = self.group_edge().unwrap_or(ack);
+        self.empty_to_client(ctx, seq, flags::ACK, ack, edge);
+        ctx.counters.probes_passed += 1;
+    }
+
+    /// An empty segment to the client at `seq` with `fl`, acknowledging
+    /// `ack` with the window up to `edge` and the router's timestamp;
+    /// returns the window field sent.
+    fn empty_to_client(
+        &self,
+        ctx: &mut Ctx,
+        seq: SeqNum,
+        fl: u8,
+        ack: SeqNum,
+        edge: SeqNum,
+    ) -> u16 {
         let mut r = Repr::new(
             self.key.vport,
             self.key.cport,
             seq,
             ack,
-            flags::ACK,
+            fl,
             self.window_field(ack, edge),
         );
         if self.ts_on {
             r.timestamps = Some((self.router_ts(ctx.now), self.client_tsval));
         }
+        let window = r.window;
         ctx.tx.push_back(Packet::plain(r.emit_ipv4(
             self.key.vip,
             self.key.client,
             &[],
         )));
         ctx.counters.packets_out += 1;
-        ctx.counters.probes_passed += 1;
+        window
     }
 
     /// A pure ACK (or FIN-ACK) to the client with the group's ACK and
@@ -770,24 +786,7 @@ impl Conn {
         } else {
             flags::ACK
         };
-        let mut r = Repr::new(
-            self.key.vport,
-            self.key.cport,
-            seq,
-            ack,
-            fl,
-            self.window_field(ack, edge),
-        );
-        self.told_zero = r.window == 0;
-        if self.ts_on {
-            r.timestamps = Some((self.router_ts(ctx.now), self.client_tsval));
-        }
-        ctx.tx.push_back(Packet::plain(r.emit_ipv4(
-            self.key.vip,
-            self.key.client,
-            &[],
-        )));
-        ctx.counters.packets_out += 1;
+        self.told_zero = self.empty_to_client(ctx, seq, fl, ack, edge) == 0;
         self.adv_ack = self.adv_ack.max(ack);
         self.adv_edge = self.adv_edge.max(edge);
     }

@@ -141,6 +141,16 @@ pub enum Msg {
         mac: String,
         heartbeat_ms: u64,
         dead_after_ms: u64,
+        /// How often the services' orders get a clock tick (0: none: the
+        /// servers keep the kernel's time).
+        #[serde(default)]
+        tick_ms: u64,
+        /// The time the servers see before their first tick (ms since the
+        /// Unix epoch), so that what a server does with the time as it
+        /// starts (Redis seeds its random generators with it) is the same
+        /// on every replica.
+        #[serde(default)]
+        epoch_ms: u64,
     },
     Reject {
         reason: String,
@@ -291,9 +301,47 @@ pub fn shim_record(ev: &NumberedInput, isn: Option<u32>) -> [u8; SHIM_RECORD] {
         }
         InputKind::Data { end } => (2, end),
         InputKind::Join { base } => (3, base),
+        InputKind::Tick { at_us } => {
+            // The service's port names the service; 56 bits of µs.
+            b[8..14].fill(0);
+            b[16] = 6;
+            b[17..24].copy_from_slice(&at_us.min(SHIM_TIME_MAX).to_le_bytes()[..7]);
+            return b;
+        }
     };
     b[16] = kind;
     b[20..24].copy_from_slice(&end.to_le_bytes());
+    b
+}
+
+/// The largest time a tick record carries (56 bits of µs: year 4253).
+pub const SHIM_TIME_MAX: u64 = (1 << 56) - 1;
+
+/// The seed of the servers' random bytes (`getrandom`, `/dev/urandom`
+/// under the shim): the same on every replica of the group, and across
+/// router takeovers, because every agent derives it from the group's
+/// shared secret (HMAC-SHA256 with a label of its own, so it reveals
+/// nothing of the secret).
+pub fn shim_seed(secret: &[u8]) -> [u8; 16] {
+    let mut m = <Hmac<Sha256> as Mac>::new_from_slice(secret).expect("HMAC takes any key length");
+    m.update(b"ftnet shim seed v1");
+    let d = m.finalize().into_bytes();
+    let mut s = [0u8; 16];
+    s.copy_from_slice(&d[..16]);
+    s
+}
+
+/// The agent → shim hello (kind 7, not part of the order), the first
+/// record a shim gets: the seed of its server's random bytes (bytes
+/// 0..16), flags (bit 0: the order carries clock ticks, so the shim gives
+/// its server the ticks' time), and the time before the first tick in ms
+/// since the Unix epoch (48 bits LE, bytes 18..24).
+pub fn shim_hello(seed: &[u8; 16], tick_ms: u64, epoch_ms: u64) -> [u8; SHIM_RECORD] {
+    let mut b = [0u8; SHIM_RECORD];
+    b[0..16].copy_from_slice(seed);
+    b[16] = 7;
+    b[17] = u8::from(tick_ms > 0);
+    b[18..24].copy_from_slice(&epoch_ms.min((1 << 48) - 1).to_le_bytes()[..6]);
     b
 }
 
@@ -505,6 +553,11 @@ fn verify(
 pub struct Heartbeats {
     pub every: Duration,
     pub dead_after: Duration,
+    /// What the router's `Welcome` says of the servers' clock: how often
+    /// each service's order gets a clock tick (0: none), and the time the
+    /// servers see before their first tick (ms since the Unix epoch).
+    pub tick_ms: u64,
+    pub epoch_ms: u64,
 }
 
 impl Default for Heartbeats {
@@ -512,6 +565,8 @@ impl Default for Heartbeats {
         Heartbeats {
             every: Duration::from_millis(100),
             dead_after: Duration::from_millis(500),
+            tick_ms: 0,
+            epoch_ms: 0,
         }
     }
 }
@@ -739,6 +794,8 @@ impl RouterSession {
                     mac,
                     heartbeat_ms: ms(self.hb.every),
                     dead_after_ms: ms(self.hb.dead_after),
+                    tick_ms: self.hb.tick_ms,
+                    epoch_ms: self.hb.epoch_ms,
                 });
                 self.state = RState::Live { replica };
                 Some(RouterEvent::Registered { replica, host })
@@ -948,6 +1005,9 @@ pub struct AgentSession {
     shims_told: Option<u32>,
     /// The replicas out of service, as the last router said.
     pub down: Vec<OutOfService>,
+    /// The hello for the shims ([`shim_hello`]), once the router said
+    /// how the servers' clock goes.
+    pub hello: Option<[u8; SHIM_RECORD]>,
 }
 
 impl AgentSession {
@@ -972,6 +1032,7 @@ impl AgentSession {
             order_lost: None,
             shims_told: None,
             down: Vec::new(),
+            hello: None,
         };
         let hello = Msg::Hello {
             version: VERSION,
@@ -1041,6 +1102,8 @@ impl AgentSession {
                     mac,
                     heartbeat_ms,
                     dead_after_ms,
+                    tick_ms,
+                    epoch_ms,
                 },
             ) => {
                 if !verify(
@@ -1083,6 +1146,11 @@ impl AgentSession {
                         records: chunk.to_vec(),
                     });
                 }
+                self.hello = Some(shim_hello(
+                    &shim_seed(&self.secret),
+                    tick_ms.min(60_000),
+                    epoch_ms,
+                ));
                 Some(AgentEvent::Registered {
                     heartbeat: Duration::from_millis(every),
                     dead_after: Duration::from_millis(dead),
@@ -1128,6 +1196,7 @@ impl AgentSession {
                                 r.input_end = Some(base);
                             }
                         }
+                        InputKind::Tick { .. } => {}
                     }
                 }
                 Some(AgentEvent::Input(ev, isn))
@@ -1420,6 +1489,8 @@ mod tests {
                 mac: hex(&[0; 32]),
                 heartbeat_ms: 100,
                 dead_after_ms: 500,
+                tick_ms: 10,
+                epoch_ms: 0,
             },
             0,
             &mut out,
@@ -1427,11 +1498,65 @@ mod tests {
         assert!(matches!(ev, Some(AgentEvent::Rejected { .. })), "{ev:?}");
     }
 
+    /// Every agent of the group gives its shims the same hello: the seed
+    /// from the shared secret (another secret, another seed), the router's
+    /// tick and epoch; and a tick record carries the time and the service.
+    #[test]
+    fn agents_of_one_group_say_the_same_hello() {
+        let hb = Heartbeats {
+            tick_ms: 10,
+            epoch_ms: 1_800_000_000_000,
+            ..Heartbeats::default()
+        };
+        let hello_of = |secret: &[u8], nonce: u8| {
+            let (mut a, hello) = AgentSession::new(secret, R, "h", [nonce; 16], 0);
+            let mut r = RouterSession::new(secret, [nonce + 1; 16], hb, 0);
+            assert!(
+                a.hello.is_none(),
+                "no hello before the router said how the clock goes"
+            );
+            converse(&mut a, &mut r, hello, 0);
+            a.hello.expect("registered: a hello")
+        };
+        let h1 = hello_of(b"0123456789abcdef", 1);
+        let h2 = hello_of(b"0123456789abcdef", 7);
+        assert_eq!(h1, h2);
+        assert_ne!(h1[..16], hello_of(b"0123456789abcdeX", 1)[..16]);
+        assert_eq!(h1[16], 7);
+        assert_eq!(h1[17], 1, "ticks on");
+        let mut e = [0u8; 8];
+        e[..6].copy_from_slice(&h1[18..24]);
+        assert_eq!(u64::from_le_bytes(e), 1_800_000_000_000);
+        let tick = shim_record(
+            &NumberedInput {
+                seq: 5,
+                key: ConnKey {
+                    client: Ipv4Addr::UNSPECIFIED,
+                    cport: 0,
+                    vip: Ipv4Addr::new(198, 19, 0, 1),
+                    vport: 6379,
+                },
+                kind: InputKind::Tick {
+                    at_us: 0x0012_3456_789a_bcde,
+                },
+            },
+            None,
+        );
+        assert_eq!(
+            tick,
+            [
+                5, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xeb, 0x18, 6, 0xde, 0xbc, 0x9a, 0x78,
+                0x56, 0x34, 0x12
+            ]
+        );
+    }
+
     #[test]
     fn silence_means_lost_heartbeats_keep_alive() {
         let hb = Heartbeats {
             every: Duration::from_millis(100),
             dead_after: Duration::from_millis(500),
+            ..Heartbeats::default()
         };
         let (mut a, hello) = AgentSession::new(b"k", R, "h", [1; 16], 0);
         let mut r = RouterSession::new(b"k", [2; 16], hb, 0);

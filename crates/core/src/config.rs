@@ -178,6 +178,10 @@ pub struct Config {
     /// Emit `AgentMsg::Input` (the sequencer's total order of client input
     /// per service) for the replicas' shims.
     pub sequencer: bool,
+    /// With the sequencer: how often each service's order gets a clock
+    /// tick ([`crate::InputKind::Tick`]); `None`, no ticks (the servers'
+    /// shims then leave time to the kernel).
+    pub tick: Option<core::time::Duration>,
     /// Joins keep the service running while the state travels
     /// (`router/join.rs`): the service's input pauses only until the
     /// donor's checkpoint point is fixed (`Router::checkpoint_point`), the

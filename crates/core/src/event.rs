@@ -361,6 +361,14 @@ pub enum InputKind {
     /// after the SYN, modulo 2^32). For the joiner this is the
     /// connection's accept; a replica that has the connection drops it.
     Join { base: u32 },
+    /// The service's clock: the router's wall-clock time, in microseconds
+    /// since the Unix epoch, at this point of the input (the key names the
+    /// service: client 0.0.0.0, port 0, the service's first port). The
+    /// shims give their servers this time from here to the next tick, and
+    /// let a wait's timeout expire only at a tick, so that time and timers
+    /// fall at the same point of the input on every replica (FT-TCP §5's
+    /// replayed time with the router as the primary).
+    Tick { at_us: u64 },
 }
 
 /// A client input event the sequencer has not numbered yet: the router

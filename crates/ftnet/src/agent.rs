@@ -199,10 +199,32 @@ impl Shim {
     }
 }
 
+/// Where `ftnet run` finds the hello for its server: next to the shim socket.
+pub fn hello_path(shim_socket: &Path) -> PathBuf {
+    let mut p = shim_socket.as_os_str().to_owned();
+    p.push(".hello");
+    PathBuf::from(p)
+}
+
+/// The hello (the group's random seed and clock, from the router's
+/// `Welcome` and the shared secret) for `ftnet run` to pass its server:
+/// written whole (a rename) on every registration.
+fn write_hello(shim_socket: &Path, hello: &[u8; ftnet_control::SHIM_RECORD]) {
+    let path = hello_path(shim_socket);
+    let hex: String = hello.iter().map(|b| format!("{b:02x}")).collect();
+    let tmp = path.with_extension("hello.tmp");
+    let r = std::fs::write(&tmp, format!("{hex}\n")).and_then(|()| std::fs::rename(&tmp, &path));
+    if let Err(e) = r {
+        warn!("cannot write {}: {e}; servers started by `ftnet run` now get this host's time and random bytes", path.display());
+    }
+}
+
 /// The shims connected to this agent (normally one: the replica's server).
 #[derive(Default)]
 struct Shims {
     list: Mutex<Vec<Shim>>,
+    /// The socket's path (the hello is written next to it).
+    path: PathBuf,
 }
 
 impl Shims {
@@ -222,7 +244,10 @@ impl Shims {
                 .with_context(|| format!("removing stale {}", path.display()))?;
         }
         let l = UnixListener::bind(path).with_context(|| format!("binding {}", path.display()))?;
-        let shims = Arc::new(Shims::default());
+        let shims = Arc::new(Shims {
+            list: Mutex::default(),
+            path: path.to_path_buf(),
+        });
         let s = shims.clone();
         std::thread::Builder::new()
             .name("shims".into())
@@ -376,6 +401,9 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
     let sched = sys::realtime(args.realtime_priority);
     info!(router = %args.router, replica = %args.replica, host = %args.host, shim_socket = %args.shim_socket.display(), scheduling = %sched, "agent starting");
     let shims = Shims::listen(&args.shim_socket)?;
+    // A hello left by an agent before this one may name another router's
+    // clock: servers wait for this agent's.
+    let _ = std::fs::remove_file(hello_path(&args.shim_socket));
     while !sys::stop_requested() {
         tries = tries.saturating_add(1);
         let fast = tries <= FAST_TRIES;
@@ -460,6 +488,7 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
     }
     info!(records = records.len(), "agent stopped");
     let _ = std::fs::remove_file(&args.shim_socket);
+    let _ = std::fs::remove_file(hello_path(&args.shim_socket));
     Ok(())
 }
 
@@ -615,6 +644,9 @@ fn session(
                     heartbeat,
                     dead_after,
                 } => {
+                    if let Some(h) = s.hello {
+                        write_hello(&shims.path, &h);
+                    }
                     let order: Vec<String> = s
                         .order
                         .report()

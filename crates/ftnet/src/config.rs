@@ -121,6 +121,7 @@ struct RawControl {
     dead_after_ms: Option<Spanned<u64>>,
     commit_wait_ms: Option<Spanned<u64>>,
     realtime_priority: Option<Spanned<i64>>,
+    tick_ms: Option<Spanned<u64>>,
 }
 
 /// The agents' control channel (`[control]`): where the router listens,
@@ -139,6 +140,10 @@ pub struct ControlConfig {
     /// scheduling): their delay on a loaded host would read as an agent's
     /// silence.
     pub realtime_priority: i32,
+    /// How often each service's input order gets a clock tick, the time
+    /// the servers under the shim see (zero: no ticks; the servers keep
+    /// the kernel's clock and timers).
+    pub tick: Duration,
 }
 
 /// Read a shared secret file: its bytes, trailing whitespace removed; at
@@ -377,6 +382,11 @@ pub fn parse(file: &str, text: &str) -> Result<FileConfig, ConfigError> {
                 Some(p) => i32::try_from(*p.get_ref()).unwrap_or(0),
                 None => 10,
             };
+            let tick = match c.tick_ms {
+                Some(t) if *t.get_ref() > 1_000 => return Err(err(Some(t.span()), format!("tick_ms = {} out of range — use 1 to 1000 (how often the servers' clock moves; their timers fire at the ticks), or 0 to leave the servers the kernel's clock; the default is 10", t.get_ref()))),
+                Some(t) => Duration::from_millis(*t.get_ref()),
+                None => Duration::from_millis(10),
+            };
             Some(ControlConfig {
                 listen,
                 secret,
@@ -385,6 +395,7 @@ pub fn parse(file: &str, text: &str) -> Result<FileConfig, ConfigError> {
                 dead_after,
                 commit_wait,
                 realtime_priority,
+                tick,
             })
         }
     };
@@ -671,6 +682,8 @@ pub fn parse(file: &str, text: &str) -> Result<FileConfig, ConfigError> {
             limits,
             // The input order goes to the replicas' shims through the agents.
             sequencer: control.is_some(),
+            // Clock ticks into the order: the servers' time and timers.
+            tick: control.as_ref().map(|c| c.tick).filter(|t| !t.is_zero()),
             // Its agents fix the checkpoint's point with a fork and hold
             // a joiner's server until its state is proven.
             join_live: control.is_some(),
@@ -728,6 +741,8 @@ pub struct LabTuning {
     pub control_secret: Option<PathBuf>,
     /// `[control]` commit_wait_ms.
     pub commit_wait_ms: Option<u64>,
+    /// `[control]` tick_ms.
+    pub tick_ms: Option<u64>,
     /// Voting lines for the service.
     pub vote: Option<&'static str>,
     /// `stateless = true` for the service.
@@ -765,6 +780,9 @@ pub fn render_lab(
         ));
         if let Some(w) = tuning.commit_wait_ms {
             threads.push_str(&format!("commit_wait_ms = {w}\n"));
+        }
+        if let Some(t) = tuning.tick_ms {
+            threads.push_str(&format!("tick_ms = {t}\n"));
         }
     }
     format!(
@@ -861,6 +879,7 @@ replicas = ["198.18.11.2", "198.18.12.2", "198.18.13.2"]
                 busy_poll_us: Some(70),
                 control_secret: None,
                 commit_wait_ms: None,
+                tick_ms: None,
                 fault_drop: Some((r[1], 7)),
                 vote: Some("vote = \"majority\"\n"),
                 stateless: true,

@@ -206,6 +206,11 @@ pub struct UpArgs {
     /// record (output commit; with agents only; 0 = no wait) [default: the router's, 100].
     #[arg(long, value_name = "MS")]
     pub commit_wait_ms: Option<u64>,
+    /// How often the router's clock ticks into the input order: the time and timers of the
+    /// servers under the shim (with agents only; 0 = none: the servers keep the kernel's clock)
+    /// [default: the router's, 10].
+    #[arg(long, value_name = "MS")]
+    pub tick_ms: Option<u64>,
     /// Run `ftnet agent` in every replica namespace (control channel on the router's
     /// 198.18.(10+i).1:7400, secret in /run/ftnet/lab/<name>/secret) and wait until all registered.
     #[arg(long)]
@@ -344,6 +349,7 @@ pub fn run(cmd: LabCmd) -> anyhow::Result<i32> {
                 threads: None,
                 busy_poll_us: None,
                 commit_wait_ms: None,
+                tick_ms: None,
                 agents: false,
                 shim: false,
                 supervise: false,
@@ -675,6 +681,7 @@ fn up(lab: &Lab, args: &UpArgs) -> anyhow::Result<()> {
         busy_poll_us: args.busy_poll_us,
         control_secret: agents.then(|| secret.clone()),
         commit_wait_ms: args.commit_wait_ms,
+        tick_ms: args.tick_ms,
         vote: match args.vote.as_deref() {
             Some("majority") => Some("vote = \"majority\"\n"),
             Some("majority-reset") => Some("vote = \"majority\"\nvote_tie = \"reset\"\n"),

@@ -272,6 +272,10 @@ const ROUTER_HELP: &str = r#"Configuration format (every key but the [[service]]
   realtime_priority = 10                     # SCHED_RR for the threads that hear the agents (0: normal
                                              # scheduling): a loaded CPU must not delay a heartbeat
                                              # past dead_after_ms, where it reads as a lost host
+  tick_ms = 10                               # the servers' clock under the shim: the router's time
+                                             # enters each service's input order every tick_ms, and
+                                             # their clocks and timers move only there (0: the
+                                             # kernel's clock; replies that show the time differ)
   [[service]]                                # one block per service
   name = "redis"
   vip = "198.19.0.1"                         # the virtual IP clients connect to

@@ -20,6 +20,50 @@ pub fn shim_library() -> anyhow::Result<PathBuf> {
     Ok(lib)
 }
 
+/// How long `ftnet run` waits for its agent's hello before it starts the
+/// server without it.
+pub const HELLO_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// The agent's hello for the server (`FTNET_SHIM_HELLO`: the group's random
+/// seed and clock), written next to the shim socket once the agent
+/// registered with the router ([`crate::agent::hello_path`]). Waited for
+/// (at most [`HELLO_WAIT`]): a server started without it gets this host's
+/// time, random bytes and pid, and its replies that show them may differ
+/// from the other replicas' (said loudly).
+pub fn hello(socket: &Path) -> Option<String> {
+    let path = crate::agent::hello_path(socket);
+    let start = std::time::Instant::now();
+    let mut said = false;
+    loop {
+        if let Ok(s) = std::fs::read_to_string(&path) {
+            let h = s.trim();
+            if h.len() == 48 && h.bytes().all(|b| b.is_ascii_hexdigit()) {
+                if said {
+                    eprintln!("ftnet run: the agent's hello came: the server gets the group's clock and random seed");
+                }
+                return Some(h.to_string());
+            }
+        }
+        if start.elapsed() >= HELLO_WAIT {
+            eprintln!(
+                "ftnet run: WARNING: no hello from the agent at {} in {} s (is `ftnet agent --shim-socket {}` running and registered with the router?): the server starts with this host's clock, random bytes and pid, and its replies that show them may differ from the other replicas'",
+                path.display(),
+                HELLO_WAIT.as_secs(),
+                socket.display()
+            );
+            return None;
+        }
+        if !said && start.elapsed() >= std::time::Duration::from_secs(1) {
+            eprintln!(
+                "ftnet run: waiting for the agent's hello at {} (the group's clock and random seed; it comes once the agent registered with the router)",
+                path.display()
+            );
+            said = true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
 /// Replace this process with `cmd` under the shim; returns only on error.
 pub fn exec(socket: &Path, cmd: &[String]) -> anyhow::Result<i32> {
     let lib = shim_library()?;
@@ -27,11 +71,15 @@ pub fn exec(socket: &Path, cmd: &[String]) -> anyhow::Result<i32> {
         Ok(p) if !p.is_empty() => format!("{} {p}", lib.display()),
         _ => lib.display().to_string(),
     };
-    let err = std::process::Command::new(&cmd[0])
-        .args(&cmd[1..])
+    let mut c = std::process::Command::new(&cmd[0]);
+    c.args(&cmd[1..])
         .env("LD_PRELOAD", preload)
-        .env("FTNET_SHIM_SOCKET", socket)
-        .exec();
+        .env("FTNET_SHIM_SOCKET", socket);
+    match hello(socket) {
+        Some(h) => c.env("FTNET_SHIM_HELLO", h),
+        None => c.env_remove("FTNET_SHIM_HELLO"),
+    };
+    let err = c.exec();
     Err(err).with_context(|| format!("starting {}", cmd[0]))
 }
 
@@ -71,6 +119,10 @@ pub fn supervise(socket: &Path, cmd: &[String]) -> anyhow::Result<i32> {
         c.args(&cmd[1..])
             .env("LD_PRELOAD", &preload)
             .env("FTNET_SHIM_SOCKET", socket);
+        match hello(socket) {
+            Some(h) => c.env("FTNET_SHIM_HELLO", h),
+            None => c.env_remove("FTNET_SHIM_HELLO"),
+        };
         // SAFETY: between fork and exec only async-signal-safe calls are
         // made (sigprocmask on a set copied into the child).
         unsafe {

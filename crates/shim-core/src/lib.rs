@@ -110,9 +110,118 @@ pub use state::{ACCEPT_WAIT, HEAD_SLOW, HOLD};
 use state::{give_up, maybe_nothing_to_order, Conn, Reads, State};
 use std::collections::{HashMap, HashSet};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
+
+/// The clocks whose time comes from the router's ticks (`clock_gettime`'s
+/// clock ids; `gettimeofday` and `time` read the real-time clock).
+pub fn ticked_clock(id: i32) -> bool {
+    matches!(
+        id,
+        libc::CLOCK_REALTIME
+            | libc::CLOCK_REALTIME_COARSE
+            | libc::CLOCK_MONOTONIC
+            | libc::CLOCK_MONOTONIC_COARSE
+            | libc::CLOCK_MONOTONIC_RAW
+            | libc::CLOCK_BOOTTIME
+            | libc::CLOCK_TAI
+    )
+}
+
+/// What the agent says of the group's clock and randomness (the hello
+/// `ftnet run` passes the server in `FTNET_SHIM_HELLO`, from the agent): the
+/// seed of the server's random bytes, whether the order carries clock
+/// ticks (then the server's time is theirs), and the time before the first
+/// tick (ms since the Unix epoch).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Hello {
+    pub seed: [u8; 16],
+    pub ticks: bool,
+    pub epoch_ms: u64,
+}
+
+impl Hello {
+    /// The hello from its 48 hex digits (the agent's 24-byte record: seed,
+    /// kind 7, flags, 48 bits of ms). Allocates nothing: it is read from
+    /// the server's first clock call, which may come from inside malloc.
+    pub fn from_hex(hex: &[u8]) -> Option<Hello> {
+        if hex.len() != 48 {
+            return None;
+        }
+        let mut b = [0u8; 24];
+        for (i, pair) in hex.chunks_exact(2).enumerate() {
+            let d = |c: u8| match c {
+                b'0'..=b'9' => Some(c - b'0'),
+                b'a'..=b'f' => Some(c - b'a' + 10),
+                b'A'..=b'F' => Some(c - b'A' + 10),
+                _ => None,
+            };
+            b[i] = d(pair[0])? << 4 | d(pair[1])?;
+        }
+        if b[16] != 7 {
+            return None;
+        }
+        let mut seed = [0u8; 16];
+        seed.copy_from_slice(&b[..16]);
+        let mut t = [0u8; 8];
+        t[..6].copy_from_slice(&b[18..24]);
+        Some(Hello {
+            seed,
+            ticks: b[17] & 1 == 1,
+            epoch_ms: u64::from_le_bytes(t),
+        })
+    }
+
+    /// The pid the server sees: the same on every replica.
+    pub fn pid(&self) -> i32 {
+        let n = u16::from_le_bytes([self.seed[0], self.seed[1]]);
+        1000 + i32::from(n % 30_000)
+    }
+}
+
+/// The server's random bytes: SHA-256 in counter mode under the group's
+/// seed, one stream per process (every replica's server draws the same
+/// bytes in the same order).
+pub struct GroupRandom {
+    counter: u64,
+    block: [u8; 32],
+    used: usize,
+}
+
+impl Default for GroupRandom {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl GroupRandom {
+    pub const fn new() -> GroupRandom {
+        GroupRandom {
+            counter: 0,
+            block: [0; 32],
+            used: 0,
+        }
+    }
+
+    /// The stream's next `buf.len()` bytes under `seed`.
+    pub fn fill(&mut self, seed: &[u8; 16], buf: &mut [u8]) {
+        use sha2::{Digest, Sha256};
+        for b in buf.iter_mut() {
+            if self.used == 0 || self.used >= self.block.len() {
+                let mut h = Sha256::new();
+                h.update(b"ftnet random v1");
+                h.update(seed);
+                h.update(self.counter.to_le_bytes());
+                self.block.copy_from_slice(&h.finalize());
+                self.counter = self.counter.wrapping_add(1);
+                self.used = 0;
+            }
+            *b = self.block[self.used];
+            self.used += 1;
+        }
+    }
+}
 
 /// Input readiness in `poll(2)`'s terms.
 pub const POLL_INPUT: i16 = libc::POLLIN | libc::POLLRDNORM;
@@ -165,18 +274,90 @@ pub struct Shim<O: Os> {
     panicked: AtomicBool,
     /// Until when TCP input is withheld after a panic.
     panic_hold: Mutex<Option<Instant>>,
+    /// The agent's hello (`None`: the host's time, randomness and pid).
+    hello: Option<Hello>,
+    /// The server's time (µs since the Unix epoch): the last clock tick a
+    /// wait consumed (0: none yet).
+    vnow: AtomicU64,
+    /// The shim left its agent: no more ticks (`State::detached`).
+    detached: std::sync::Arc<AtomicBool>,
 }
 
 impl<O: Os> Shim<O> {
     /// A shim whose agent listens at `agent_path` (`FTNET_SHIM_SOCKET`);
-    /// none: plain libc behaviour.
-    pub fn new(os: O, agent_path: Option<Vec<u8>>) -> Self {
+    /// none: plain libc behaviour. `hello`: what the agent said of the
+    /// group's clock (`FTNET_SHIM_HELLO`).
+    pub fn new(os: O, agent_path: Option<Vec<u8>>, hello: Option<Hello>) -> Self {
+        let state = State::new(agent_path);
+        let detached = state.detached.clone();
         Shim {
             os,
-            state: Mutex::new(State::new(agent_path)),
+            state: Mutex::new(state),
+            detached,
             panicked: AtomicBool::new(false),
             panic_hold: Mutex::new(None),
+            hello,
+            vnow: AtomicU64::new(0),
         }
+    }
+
+    // ------------------------------------------------- time, randomness, pid
+
+    /// The time the server sees (µs since the Unix epoch) on a clock the
+    /// router's ticks drive ([`ticked_clock`]); `None`: the kernel's (no
+    /// ticks, a forked child, a panic, or the order given up: no more
+    /// ticks come). The last tick a wait consumed, or the hello's epoch
+    /// before the first.
+    pub fn time_us(&self) -> Option<u64> {
+        let h = self.hello?;
+        // Never this state's lock: the server's other threads (and its
+        // allocator, from inside malloc) read the clock too.
+        if !h.ticks
+            || self.os.in_child()
+            || self.panicked()
+            || self.detached.load(Ordering::Acquire)
+        {
+            return None;
+        }
+        let v = self.vnow.load(Ordering::Acquire);
+        Some(if v == 0 {
+            h.epoch_ms.saturating_mul(1000)
+        } else {
+            v
+        })
+    }
+
+    /// A clock tick consumed by a wait: the server's time moves to it
+    /// (never back: a router that took over may run a little behind).
+    fn tick_to(&self, at_us: u64) {
+        self.vnow.fetch_max(at_us, Ordering::AcqRel);
+    }
+
+    /// The time a wait's timeout counts from, when the ticks drive it.
+    fn wait_clock(&self) -> Option<u64> {
+        let h = self.hello?;
+        if !h.ticks || self.detached.load(Ordering::Acquire) {
+            return None;
+        }
+        let v = self.vnow.load(Ordering::Acquire);
+        Some(if v == 0 {
+            h.epoch_ms.saturating_mul(1000)
+        } else {
+            v
+        })
+    }
+
+    /// Consume the clock ticks at the head of what the server reads; true
+    /// when the wait's timeout (`vdeadline`, in the ticks' time) expired at
+    /// one of them.
+    fn consume_ticks(&self, s: &mut State, vdeadline: Option<u64>) -> bool {
+        while let Some(t) = s.take_tick() {
+            self.tick_to(t);
+            if vdeadline.is_some_and(|d| self.vnow.load(Ordering::Acquire) >= d) {
+                return true;
+            }
+        }
+        false
     }
 
     pub fn os(&self) -> &O {
@@ -620,6 +801,40 @@ impl<O: Os> Shim<O> {
         Some(self.os.now() + Duration::from_millis(ms))
     }
 
+    /// A wait's deadline: on this host's clock, or (when the router's
+    /// ticks drive the server's clock) in the ticks' time, µs.
+    /// Both are given: the real one applies once no more ticks can come
+    /// (the shim left its agent, see [`Shim::real_deadline`]).
+    fn deadlines(&self, timeout_ms: i32) -> (Option<Instant>, Option<u64>) {
+        let real = self.deadline(timeout_ms);
+        match self.wait_clock() {
+            Some(now) => (
+                real,
+                u64::try_from(timeout_ms)
+                    .ok()
+                    .map(|ms| now.saturating_add(ms.saturating_mul(1000))),
+            ),
+            None => (real, None),
+        }
+    }
+
+    /// The real deadline a wait for news may sleep to (none while ticks
+    /// end the wait: they come on the agent's socket, which wakes it).
+    fn wait_deadline(&self, deadline: Option<Instant>, vdeadline: Option<u64>) -> Option<Instant> {
+        if vdeadline.is_some() && !self.detached.load(Ordering::Acquire) {
+            None
+        } else {
+            deadline
+        }
+    }
+
+    /// Has a wait's real deadline passed, where it applies: without ticks,
+    /// or once they stopped (the shim left its agent mid-wait)?
+    fn real_deadline(&self, deadline: Option<Instant>, vdeadline: Option<u64>) -> bool {
+        (vdeadline.is_none() || self.detached.load(Ordering::Acquire))
+            && deadline.is_some_and(|d| self.os.now() >= d)
+    }
+
     fn ordered_epoll_wait(
         &self,
         epfd: Fd,
@@ -638,7 +853,7 @@ impl<O: Os> Shim<O> {
             }
         }
         let max = usize::try_from(max).unwrap_or(0);
-        let deadline = self.deadline(timeout_ms);
+        let (deadline, vdeadline) = self.deadlines(timeout_ms);
         let mut tmp = vec![libc::epoll_event { events: 0, u64: 0 }; max];
         loop {
             let n = os.epoll_wait(epfd, &mut tmp, 0);
@@ -649,10 +864,15 @@ impl<O: Os> Shim<O> {
             seen.clear();
             seen.extend_from_slice(got);
             let mut out: Vec<libc::epoll_event> = Vec::with_capacity(max);
+            let expired;
             {
                 let mut s = self.state();
                 s.pump_at_wait(os);
                 s.drain_accepts(os);
+                // The clock moves at the ticks the server reaches; its
+                // timeout expires only at one (the same point of the input
+                // on every replica), and then nothing ordered comes with it.
+                expired = self.consume_ticks(&mut s, vdeadline);
                 // data → fd for this epoll set (servers register the fd or a pointer; unique either way).
                 let fd_of: HashMap<u64, Fd> = s
                     .interest
@@ -692,7 +912,11 @@ impl<O: Os> Shim<O> {
                     .map(|((_, f), (_, d))| (*f, *d))
                     .collect();
                 let data_of = |f: Fd| input.get(&f).copied();
-                let (unordered, ordered) = s.give_input(os, &|f| input.contains_key(&f), max);
+                let (unordered, ordered) = if expired {
+                    (Vec::new(), Vec::new())
+                } else {
+                    s.give_input(os, &|f| input.contains_key(&f), max)
+                };
                 for data in unordered.into_iter().filter_map(data_of) {
                     if !out.iter().any(|o| o.u64 == data) {
                         out.push(libc::epoll_event {
@@ -720,10 +944,7 @@ impl<O: Os> Shim<O> {
                 }
                 out.truncate(max);
             }
-            if !out.is_empty() {
-                return Waited::Events(out);
-            }
-            if deadline.is_some_and(|d| os.now() >= d) {
+            if !out.is_empty() || expired || self.real_deadline(deadline, vdeadline) {
                 return Waited::Events(out);
             }
             // Nothing to give yet. Wait for the order (the agent's socket) or the
@@ -739,7 +960,7 @@ impl<O: Os> Shim<O> {
                     events: libc::POLLIN,
                     revents: 0,
                 }],
-                self.left_ms(deadline),
+                self.left_ms(self.wait_deadline(deadline, vdeadline)),
             );
         }
     }
@@ -790,7 +1011,7 @@ impl<O: Os> Shim<O> {
     /// handled in another order than the router's.
     fn ordered_poll(&self, user: &mut [libc::pollfd], timeout_ms: i32) -> i32 {
         let os = &self.os;
-        let deadline = self.deadline(timeout_ms);
+        let (deadline, vdeadline) = self.deadlines(timeout_ms);
         let mut tmp = user.to_vec();
         loop {
             for (t, u) in tmp.iter_mut().zip(user.iter()) {
@@ -801,10 +1022,12 @@ impl<O: Os> Shim<O> {
                 return n;
             }
             let agent;
+            let expired;
             {
                 let mut s = self.state();
                 s.pump_at_wait(os);
                 s.drain_accepts(os);
+                expired = self.consume_ticks(&mut s, vdeadline);
                 let asked: HashSet<Fd> = user
                     .iter()
                     .filter(|p| p.fd >= 0 && p.events & POLL_INPUT != 0)
@@ -819,7 +1042,11 @@ impl<O: Os> Shim<O> {
                         t.revents |= kernel_in;
                     }
                 }
-                let (unordered, ordered) = s.give_input(os, &|f| asked.contains(&f), 1);
+                let (unordered, ordered) = if expired {
+                    (Vec::new(), Vec::new())
+                } else {
+                    s.give_input(os, &|f| asked.contains(&f), 1)
+                };
                 for fd in unordered.into_iter().chain(ordered) {
                     for t in tmp.iter_mut().filter(|t| t.fd == fd) {
                         t.revents |= t.events & POLL_INPUT;
@@ -828,14 +1055,19 @@ impl<O: Os> Shim<O> {
                 agent = s.agent;
             }
             let ready = tmp.iter().filter(|t| t.revents != 0).count();
-            let expired = deadline.is_some_and(|d| os.now() >= d);
+            let expired = expired || self.real_deadline(deadline, vdeadline);
             if ready > 0 || expired {
                 for (u, t) in user.iter_mut().zip(tmp.iter()) {
                     u.revents = t.revents;
                 }
                 return i32::try_from(ready).unwrap_or(i32::MAX);
             }
-            self.wait_for_news(agent, n > 0, user, self.left_ms(deadline));
+            self.wait_for_news(
+                agent,
+                n > 0,
+                user,
+                self.left_ms(self.wait_deadline(deadline, vdeadline)),
+            );
         }
     }
 }

@@ -30,6 +30,11 @@ pub enum Kind {
     /// 2^32). An accept for a replica that does not have the connection,
     /// dropped by one that does.
     Join { base: u32 },
+    /// The service's clock (µs since the Unix epoch) from this point of
+    /// the order on: the time the server sees until the next tick, and the
+    /// only instants a wait's timeout expires at. The key names the
+    /// service (client 0, port 0, the service's port).
+    Tick { at_us: u64 },
 }
 
 impl Kind {
@@ -39,7 +44,7 @@ impl Kind {
         match *self {
             Kind::Accept { .. } => Some(0),
             Kind::Join { base } => Some(base),
-            Kind::Data { .. } => None,
+            Kind::Data { .. } | Kind::Tick { .. } => None,
         }
     }
 }
@@ -85,13 +90,18 @@ const KIND_DATA: u8 = 2;
 const KIND_JOIN: u8 = 3;
 const KIND_QUERY: u8 = 4;
 const KIND_HOLD: u8 = 5;
+const KIND_TICK: u8 = 6;
 
 /// `seq` u64 LE, client IPv4 (network order), cport u16 LE, vport u16 LE,
 /// kind u8, flags u8, 2 bytes zero, end u32 LE. Kinds: 1 accept (`end`:
 /// the client's ISN when flags is 1; 0 and flags 0 where it is not
 /// known), 2 data (`end`: the chunk's end), 3 join (`end`: the base
 /// offset), 4 position query (`seq`: the query's id; every other field 0),
-/// 5 hold (flags 1: the agent holds the input, 0: it no longer does).
+/// 5 hold (flags 1: the agent holds the input, 0: it no longer does), 6
+/// clock tick (bytes 17..24: the time, 56 bits of µs LE; the key: client
+/// 0, port 0, the service's port). (Kind 7, the hello, never travels on
+/// the socket: `ftnet run` passes it in the environment, see
+/// [`crate::Hello::from_hex`].)
 pub fn encode(rec: &Record) -> [u8; RECORD] {
     let mut b = [0u8; RECORD];
     let ev = match *rec {
@@ -118,6 +128,11 @@ pub fn encode(rec: &Record) -> [u8; RECORD] {
         }
         Kind::Data { end } => (KIND_DATA, end),
         Kind::Join { base } => (KIND_JOIN, base),
+        Kind::Tick { at_us } => {
+            b[16] = KIND_TICK;
+            b[17..24].copy_from_slice(&at_us.to_le_bytes()[..7]);
+            return b;
+        }
     };
     b[16] = k;
     b[20..24].copy_from_slice(&end.to_le_bytes());
@@ -139,6 +154,13 @@ pub fn decode(b: &[u8; RECORD]) -> Option<Record> {
         },
         KIND_DATA => Kind::Data { end },
         KIND_JOIN => Kind::Join { base: end },
+        KIND_TICK => {
+            let mut t = [0u8; 8];
+            t[..7].copy_from_slice(&b[17..24]);
+            Kind::Tick {
+                at_us: u64::from_le_bytes(t),
+            }
+        }
         KIND_QUERY => return Some(Record::Query { id: seq }),
         KIND_HOLD => return Some(Record::Hold { on: b[17] == 1 }),
         _ => return None,
@@ -278,6 +300,8 @@ impl Order {
                 }
                 o.end = Some(end);
             }
+            // The clock: no connection's.
+            Kind::Tick { .. } => {}
         }
         self.queue.push_back(ev);
         Ok(())
@@ -415,6 +439,27 @@ mod tests {
         let mut bad = b;
         bad[16] = 9;
         assert_eq!(decode(&bad), None);
+        // A clock tick (the agent's encoder is tested against these bytes).
+        let t = ev(
+            5,
+            Key {
+                client: 0,
+                cport: 0,
+                vport: 6379,
+            },
+            Kind::Tick {
+                at_us: 0x0012_3456_789a_bcde,
+            },
+        );
+        let b = encode(&t.into());
+        assert_eq!(
+            b,
+            [
+                5, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xeb, 0x18, 6, 0xde, 0xbc, 0x9a, 0x78,
+                0x56, 0x34, 0x12
+            ]
+        );
+        assert_eq!(decode(&b), Some(Record::Event(t)));
     }
 
     #[test]
@@ -547,7 +592,7 @@ mod tests {
             assert_eq!(h, want);
             assert_eq!(decode(&h), Some(Record::Hold { on }));
         }
-        for k in [0u8, 6, 0xff] {
+        for k in [0u8, 8, 0xff] {
             let mut bad = b;
             bad[16] = k;
             assert_eq!(decode(&bad), None);

@@ -129,6 +129,10 @@ pub(crate) struct State {
     /// server's offset then, since when, and whether that was said.
     unannounced_at: Option<Instant>,
     unannounced: HashMap<Fd, (u32, Instant, bool)>,
+    /// The shim left its agent (the order lost, or nothing to order): no
+    /// more clock ticks come. Shared with [`crate::Shim`], whose clock
+    /// reads it without this state's lock.
+    pub(crate) detached: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// The head of the order has not been given to the server for this long:
@@ -166,6 +170,8 @@ pub(crate) fn give_up(s: &mut State, os: &dyn Os, why: &str) {
 /// nothing to order), one line, then close the socket. Never blocks the
 /// server: a full socket loses the line, the close still tells.
 fn detach(s: &mut State, os: &dyn Os, code: u8, why: &str) {
+    // No more clock ticks come: the server's clock is the kernel's again.
+    s.detached.store(true, std::sync::atomic::Ordering::Release);
     if s.agent < 0 {
         return;
     }
@@ -324,6 +330,7 @@ impl State {
                         self.held_upstream = on;
                         continue;
                     }
+
                     Some(Record::Query { id }) => {
                         if self.queries.len() >= QUERIES_MAX {
                             self.queries.remove(0);
@@ -479,6 +486,8 @@ impl State {
                     let fd = match e.kind {
                         Kind::Accept { .. } | Kind::Join { .. } => listener_of(self, e.key.vport),
                         Kind::Data { .. } => self.event_fd(&by_key, e),
+                        // A batch stops before a tick.
+                        Kind::Tick { .. } => None,
                     };
                     let Some(fd) = fd.filter(|f| asks(*f)) else {
                         break;
@@ -508,6 +517,7 @@ impl State {
         let by_key = self.by_key();
         let head = self.head(&by_key)?;
         let ready = match head.kind {
+            Kind::Tick { .. } => true,
             Kind::Accept { .. } | Kind::Join { .. } => self.pending.contains_key(&head.key),
             Kind::Data { end } => self
                 .event_fd(&by_key, &head)
@@ -520,6 +530,8 @@ impl State {
     /// The earliest event of the order the server reads (arrived or not).
     fn head(&self, by_key: &ByKey) -> Option<Ev> {
         self.order.head(|e| match e.kind {
+            // The clock is everybody's.
+            Kind::Tick { .. } => true,
             Kind::Accept { .. } | Kind::Join { .. } => self
                 .listeners
                 .iter()
@@ -574,6 +586,7 @@ impl State {
         // Only now (once per head): whether the server reads it.
         let read = self.head(by_key).is_some_and(|e| e.seq == h.seq);
         let what = match h.kind {
+            Kind::Tick { .. } => "a clock tick: the server has not waited since it came".to_string(),
             _ if !read => match self.event_fd(by_key, &h) {
                 _ if h.kind.stream_base().is_some() => {
                     "passed over: the server does not read its listener".to_string()
@@ -613,6 +626,7 @@ impl State {
                 Kind::Accept { .. } => "accept",
                 Kind::Join { .. } => "join",
                 Kind::Data { .. } => "chunk",
+                Kind::Tick { .. } => "tick",
             },
             std::net::Ipv4Addr::from(h.key.client),
             h.key.cport,
@@ -753,9 +767,23 @@ impl State {
                     }
                     out.push(*e);
                 }
+                // The server handles what it got before the clock moves.
+                Kind::Tick { .. } => break,
             }
         }
         out
+    }
+
+    /// A clock tick at the head of what the server reads: consumed (the
+    /// caller, a wait, moves the server's clock to it).
+    pub(crate) fn take_tick(&mut self) -> Option<u64> {
+        let by_key = self.by_key();
+        let h = self.head(&by_key)?;
+        let Kind::Tick { at_us } = h.kind else {
+            return None;
+        };
+        self.order.consumed(h.seq);
+        Some(at_us)
     }
 
     /// A connection whose events are all consumed and that the kernel marks

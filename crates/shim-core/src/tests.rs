@@ -258,9 +258,36 @@ impl Os for Fake {
 
 /// A shim with its agent connected and one listener.
 fn shim() -> Shim<Fake> {
-    let s = Shim::new(Fake::new(), Some(b"/run/ftnet/shim.sock".to_vec()));
+    let s = Shim::new(Fake::new(), Some(b"/run/ftnet/shim.sock".to_vec()), None);
     assert_eq!(s.listen(LISTENER, || 0), 0);
     s
+}
+
+/// The hello of a group whose router ticks (epoch: `EPOCH_MS`).
+const EPOCH_MS: u64 = 1_800_000_000_000;
+
+/// A shim like [`shim`] whose server's clock is the router's ticks.
+fn ticked_shim() -> Shim<Fake> {
+    let h = Hello {
+        seed: [7; 16],
+        ticks: true,
+        epoch_ms: EPOCH_MS,
+    };
+    let s = Shim::new(Fake::new(), Some(b"/run/ftnet/shim.sock".to_vec()), Some(h));
+    assert_eq!(s.listen(LISTENER, || 0), 0);
+    s
+}
+
+fn tick(seq: u64, at_us: u64) -> Ev {
+    Ev {
+        seq,
+        key: Key {
+            client: 0,
+            cport: 0,
+            vport: PORT,
+        },
+        kind: Kind::Tick { at_us },
+    }
 }
 
 fn acc(seq: u64, key: Key) -> Ev {
@@ -903,4 +930,127 @@ fn a_held_joiner_hands_out_no_connection_unordered() {
         assert_eq!(read(&s, 10, 64), Ok(b"SET".to_vec()));
         assert!(s.os().told_agent().is_empty(), "{:?}", s.os().told_agent());
     }
+}
+
+/// The server's clock is the router's: the hello's epoch until a wait
+/// reaches the first tick, then each tick's time. A wait's timeout expires
+/// only at a tick (so a timer fires at the same point of the input on every
+/// replica), and then nothing ordered comes with it; a tick never jumps
+/// ahead of an event the server reads (the accept before it comes first, at
+/// the time of the tick before it); a wait with no timeout lets ticks pass.
+#[test]
+fn the_servers_clock_and_timeouts_follow_the_routers_ticks() {
+    let s = ticked_shim();
+    let t0 = EPOCH_MS * 1000;
+    assert_eq!(s.time_us(), Some(t0), "before the first tick: the epoch");
+    watch(&s, LISTENER);
+    s.os().connect(10, A);
+    s.os().order(&[
+        tick(1, t0 + 10_000),
+        acc(2, A),
+        tick(3, t0 + 20_000),
+        tick(4, t0 + 30_000),
+        acc(5, B),
+    ]);
+    // A 15 ms wait: the tick at +10 ms does not end it; the accept comes.
+    assert_eq!(wait(&s, 15), vec![LISTENER]);
+    assert_eq!(s.time_us(), Some(t0 + 10_000));
+    assert_eq!(accept(&s), Ok(10));
+    // A 15 ms wait from +10: +20 does not end it, +30 does, with nothing
+    // (B's accept is there and arrived, but comes after the timeout).
+    s.os().connect(11, B);
+    let real_before = s.os().now();
+    assert_eq!(wait(&s, 15), Vec::<Fd>::new());
+    assert_eq!(s.time_us(), Some(t0 + 30_000));
+    assert_eq!(s.os().now(), real_before, "no real time was waited");
+    // The next wait gets B's accept.
+    assert_eq!(wait(&s, 0), vec![LISTENER]);
+    assert_eq!(accept(&s), Ok(11));
+    // A wait without a timeout lets ticks pass until input comes: the
+    // agent sends two ticks and a chunk of A while the server waits.
+    let later: Vec<u8> = [tick(6, t0 + 40_000), tick(7, t0 + 50_000), data(8, A, 2)]
+        .iter()
+        .flat_map(|e| encode(&(*e).into()))
+        .collect();
+    s.os().arrive(10, b"hi");
+    watch(&s, 10);
+    *s.os().agent_later.borrow_mut() = later;
+    assert_eq!(wait(&s, -1), vec![10]);
+    assert_eq!(s.time_us(), Some(t0 + 50_000));
+    // A tick behind its time (a router that took over runs a little late)
+    // never moves the clock back.
+    s.os().order(&[tick(9, t0 + 45_000)]);
+    assert_eq!(read(&s, 10, 64), Ok(b"hi".to_vec()));
+    assert_eq!(wait(&s, 0), Vec::<Fd>::new());
+    assert_eq!(s.time_us(), Some(t0 + 50_000));
+}
+
+/// Without ticks in the hello (or without a hello) the clock is the
+/// kernel's, and a wait's timeout is real time.
+#[test]
+fn without_ticks_the_clock_and_timeouts_are_the_kernels() {
+    let s = shim();
+    assert_eq!(s.time_us(), None);
+    watch(&s, LISTENER);
+    let before = s.os().now();
+    assert_eq!(wait(&s, 30), Vec::<Fd>::new());
+    assert!(s.os().now() >= before + Duration::from_millis(30));
+    let h = Hello {
+        seed: [7; 16],
+        ticks: false,
+        epoch_ms: EPOCH_MS,
+    };
+    let s = Shim::new(Fake::new(), Some(b"/run/ftnet/shim.sock".to_vec()), Some(h));
+    assert_eq!(s.time_us(), None);
+}
+
+/// Once the shim left its agent (the order lost), no tick comes any more:
+/// the server's clock is the kernel's again rather than frozen.
+#[test]
+fn a_shim_that_lost_its_agent_gives_the_kernels_clock() {
+    let s = ticked_shim();
+    s.os().order(&[tick(1, EPOCH_MS * 1000 + 10_000)]);
+    watch(&s, LISTENER);
+    assert_eq!(wait(&s, 5), Vec::<Fd>::new());
+    assert_eq!(s.time_us(), Some(EPOCH_MS * 1000 + 10_000));
+    s.os().agent_gone.set(true);
+    s.os().advance(Duration::from_millis(200));
+    let _ = wait(&s, 5);
+    assert_eq!(s.time_us(), None);
+}
+
+/// The hello as the agent writes it (48 hex digits) and the group's random
+/// stream: the same seed gives the same bytes however they are asked for,
+/// another seed others; the pid is the seed's.
+#[test]
+fn the_hello_and_the_groups_random_bytes() {
+    let mut rec = [0u8; 24];
+    rec[..16].copy_from_slice(&[0xab; 16]);
+    rec[16] = 7;
+    rec[17] = 1;
+    rec[18..24].copy_from_slice(&EPOCH_MS.to_le_bytes()[..6]);
+    let hex: String = rec.iter().map(|b| format!("{b:02x}")).collect();
+    let h = Hello::from_hex(hex.as_bytes()).unwrap();
+    assert_eq!(
+        h,
+        Hello {
+            seed: [0xab; 16],
+            ticks: true,
+            epoch_ms: EPOCH_MS
+        }
+    );
+    assert_eq!(Hello::from_hex(&hex.as_bytes()[..46]), None);
+    assert_eq!(Hello::from_hex(hex.replace("07", "08").as_bytes()), None);
+    assert!((1000..31_000).contains(&h.pid()));
+    let (mut a, mut b, mut c) = (GroupRandom::new(), GroupRandom::new(), GroupRandom::new());
+    let mut x = [0u8; 100];
+    a.fill(&h.seed, &mut x);
+    let mut y = [0u8; 100];
+    b.fill(&h.seed, &mut y[..7]);
+    b.fill(&h.seed, &mut y[7..40]);
+    b.fill(&h.seed, &mut y[40..]);
+    assert_eq!(x, y);
+    let mut z = [0u8; 100];
+    c.fill(&[0xac; 16], &mut z);
+    assert_ne!(x, z);
 }

@@ -20,7 +20,7 @@
 // their man pages); each forwards to the real one.
 #![allow(clippy::missing_safety_doc)]
 
-use ftnet_shim_core::{ConnectError, Fd, Os, Shim, POLL_INPUT};
+use ftnet_shim_core::{ConnectError, Fd, GroupRandom, Hello, Os, Shim, POLL_INPUT};
 use libc::{c_int, c_void, size_t, sockaddr, socklen_t, ssize_t};
 use std::cell::Cell;
 use std::io;
@@ -93,6 +93,53 @@ real!(
     real_select,
     c"select",
     fn(c_int, *mut libc::fd_set, *mut libc::fd_set, *mut libc::fd_set, *mut libc::timeval) -> c_int
+);
+real!(
+    real_clock_gettime,
+    c"clock_gettime",
+    fn(libc::clockid_t, *mut libc::timespec) -> c_int
+);
+real!(
+    real_gettimeofday,
+    c"gettimeofday",
+    fn(*mut libc::timeval, *mut c_void) -> c_int
+);
+real!(real_time, c"time", fn(*mut libc::time_t) -> libc::time_t);
+real!(real_getpid, c"getpid", fn() -> libc::pid_t);
+real!(
+    real_getrandom,
+    c"getrandom",
+    fn(*mut c_void, size_t, libc::c_uint) -> ssize_t
+);
+real!(
+    real_getentropy,
+    c"getentropy",
+    fn(*mut c_void, size_t) -> c_int
+);
+real!(
+    real_open,
+    c"open",
+    fn(*const libc::c_char, c_int, libc::mode_t) -> c_int
+);
+real!(
+    real_open64,
+    c"open64",
+    fn(*const libc::c_char, c_int, libc::mode_t) -> c_int
+);
+real!(
+    real_openat,
+    c"openat",
+    fn(c_int, *const libc::c_char, c_int, libc::mode_t) -> c_int
+);
+real!(
+    real_fopen,
+    c"fopen",
+    fn(*const libc::c_char, *const libc::c_char) -> *mut libc::FILE
+);
+real!(
+    real_fopen64,
+    c"fopen64",
+    fn(*const libc::c_char, *const libc::c_char) -> *mut libc::FILE
 );
 real!(
     real_epoll_wait,
@@ -179,6 +226,7 @@ fn sockname(fd: c_int) -> Option<(u32, u16)> {
 
 impl Os for LibcOs {
     fn now(&self) -> Instant {
+        let _inside = Inside::enter();
         Instant::now()
     }
 
@@ -354,16 +402,35 @@ impl Os for LibcOs {
     }
 }
 
+static SHIM: OnceLock<Shim<LibcOs>> = OnceLock::new();
+
 fn shim() -> &'static Shim<LibcOs> {
-    static S: OnceLock<Shim<LibcOs>> = OnceLock::new();
-    S.get_or_init(|| {
+    SHIM.get_or_init(|| {
         // SAFETY: registers a handler that only stores to an atomic.
         unsafe { libc::pthread_atfork(None, None, Some(after_fork_in_child)) };
         let path = std::env::var_os("FTNET_SHIM_SOCKET").map(|p| {
             use std::os::unix::ffi::OsStrExt;
             p.as_bytes().to_vec()
         });
-        Shim::new(LibcOs, path)
+        Shim::new(LibcOs, path, env_hello())
+    })
+}
+
+/// The agent's hello, as `ftnet run` passed it (`FTNET_SHIM_HELLO`): read
+/// once, without allocating (the first clock call may come from inside the
+/// server's allocator).
+fn env_hello() -> Option<Hello> {
+    static HELLO: OnceLock<Option<Hello>> = OnceLock::new();
+    *HELLO.get_or_init(|| {
+        // SAFETY: getenv with a NUL-terminated name; the answer is null or a
+        // NUL-terminated string that lives while the environment is not
+        // changed (read at once).
+        let p = unsafe { libc::getenv(c"FTNET_SHIM_HELLO".as_ptr()) };
+        if p.is_null() {
+            return None;
+        }
+        // SAFETY: not null, NUL-terminated (getenv).
+        Hello::from_hex(unsafe { std::ffi::CStr::from_ptr(p) }.to_bytes())
     })
 }
 
@@ -371,7 +438,34 @@ fn shim() -> &'static Shim<LibcOs> {
 /// the shim's entry, e.g. its first initialisation) falls through to
 /// `libc` rather than unwind into the server.
 fn last_resort<R>(f: impl FnOnce() -> R, libc: impl FnOnce() -> R) -> R {
+    let _inside = Inside::enter();
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|_| libc())
+}
+
+thread_local! {
+    /// This thread runs the shim's own code: the time, pid and random
+    /// bytes it asks for (`Instant::now`, `std::process::id`, ...) are the
+    /// kernel's, never the server's (and never a second entry into the
+    /// shim's lock).
+    static INSIDE: Cell<bool> = const { Cell::new(false) };
+}
+
+struct Inside(bool);
+
+impl Inside {
+    fn enter() -> Inside {
+        Inside(INSIDE.with(|i| i.replace(true)))
+    }
+    fn now() -> bool {
+        INSIDE.with(Cell::get)
+    }
+}
+
+impl Drop for Inside {
+    fn drop(&mut self) {
+        let was = self.0;
+        INSIDE.with(|i| i.set(was));
+    }
 }
 
 // ---------------------------------------------------------------- exports
@@ -381,10 +475,345 @@ fn last_resort<R>(f: impl FnOnce() -> R, libc: impl FnOnce() -> R) -> R {
 // is only reached when the shim itself fails before it could run the
 // logic (`Shim` catches what the logic does): then no real call was made.
 
+// ------------------------------------------------- time, randomness, pid
+//
+// The server's clock, random bytes and pid are the group's (see
+// `ftnet_shim_core::Shim::time_us`, `random`, `pid`): the same at the same
+// point of the input on every replica. Not interposed: the vDSO called
+// directly (no libc), `rdtsc`, the `getrandom`/`clock_gettime` system
+// calls made with syscall(2), `arc4random`, and the shim's own calls
+// (`Inside`).
+
+/// The time the server sees on clock `id`, µs since the Unix epoch
+/// (`None`: the kernel's). Never initialises the shim, never allocates:
+/// the allocator reads the clock too, from inside malloc.
+fn server_time(id: libc::clockid_t) -> Option<u64> {
+    if Inside::now() || !ftnet_shim_core::ticked_clock(id) || IN_CHILD.load(Ordering::Relaxed) {
+        return None;
+    }
+    match SHIM.get() {
+        Some(s) => last_resort(|| s.time_us(), || None),
+        // Before the server's first interposed call: the hello's epoch.
+        None => env_hello()
+            .filter(|h| h.ticks)
+            .map(|h| h.epoch_ms.saturating_mul(1000)),
+    }
+}
+
+/// # Safety
+/// clock_gettime(2)'s contract: `tp` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn clock_gettime(id: libc::clockid_t, tp: *mut libc::timespec) -> c_int {
+    if !tp.is_null() {
+        if let Some(us) = server_time(id) {
+            // SAFETY: `tp` is not null and writable (clock_gettime(2)).
+            unsafe {
+                (*tp).tv_sec = libc::time_t::try_from(us / 1_000_000).unwrap_or(libc::time_t::MAX);
+                (*tp).tv_nsec = libc::c_long::try_from(us % 1_000_000 * 1000).unwrap_or(0);
+            }
+            return 0;
+        }
+    }
+    // SAFETY: the caller's arguments.
+    real_clock_gettime().map_or_else(enosys, |f| unsafe { f(id, tp) })
+}
+
+/// # Safety
+/// gettimeofday(2)'s contract: `tv` and `tz` are null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn gettimeofday(tv: *mut libc::timeval, tz: *mut c_void) -> c_int {
+    if !tv.is_null() && tz.is_null() {
+        if let Some(us) = server_time(libc::CLOCK_REALTIME) {
+            // SAFETY: `tv` is not null and writable.
+            unsafe {
+                (*tv).tv_sec = libc::time_t::try_from(us / 1_000_000).unwrap_or(libc::time_t::MAX);
+                (*tv).tv_usec = libc::suseconds_t::try_from(us % 1_000_000).unwrap_or(0);
+            }
+            return 0;
+        }
+    }
+    // SAFETY: the caller's arguments.
+    real_gettimeofday().map_or_else(enosys, |f| unsafe { f(tv, tz) })
+}
+
+/// # Safety
+/// time(2)'s contract: `t` is null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn time(t: *mut libc::time_t) -> libc::time_t {
+    if let Some(us) = server_time(libc::CLOCK_REALTIME) {
+        let secs = libc::time_t::try_from(us / 1_000_000).unwrap_or(libc::time_t::MAX);
+        if !t.is_null() {
+            // SAFETY: `t` is not null and writable.
+            unsafe { *t = secs };
+        }
+        return secs;
+    }
+    // SAFETY: the caller's argument.
+    real_time().map_or_else(|| -1, |f| unsafe { f(t) })
+}
+
+/// getpid(2): the same pid on every replica (a forked child sees its own).
+#[no_mangle]
+pub extern "C" fn getpid() -> libc::pid_t {
+    if !Inside::now() && !IN_CHILD.load(Ordering::Relaxed) {
+        if let Some(h) = env_hello() {
+            return h.pid();
+        }
+    }
+    match real_getpid() {
+        // SAFETY: no arguments.
+        Some(f) => unsafe { f() },
+        // SAFETY: getpid(2) takes no arguments.
+        None => libc::pid_t::try_from(unsafe { libc::syscall(libc::SYS_getpid) }).unwrap_or(-1),
+    }
+}
+
+/// The group's random bytes, one stream per process.
+static RANDOM: std::sync::Mutex<GroupRandom> = std::sync::Mutex::new(GroupRandom::new());
+
+/// Fill `len` bytes at `p` with the group's random bytes; `false`: the
+/// kernel's are to be used (no hello, a forked child, the shim's own
+/// call). Allocates nothing.
+///
+/// # Safety
+/// `p` is writable for `len` bytes.
+unsafe fn group_random(p: *mut c_void, len: size_t) -> bool {
+    if Inside::now() || p.is_null() || IN_CHILD.load(Ordering::Relaxed) {
+        return false;
+    }
+    let Some(h) = env_hello() else {
+        return false;
+    };
+    // SAFETY: writable for `len` bytes (the caller's contract).
+    let buf = unsafe { std::slice::from_raw_parts_mut(p.cast::<u8>(), len) };
+    RANDOM
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .fill(&h.seed, buf);
+    true
+}
+
+/// # Safety
+/// getrandom(2)'s contract: `buf` is writable for `len` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn getrandom(buf: *mut c_void, len: size_t, flags: libc::c_uint) -> ssize_t {
+    // SAFETY: the caller's contract.
+    if unsafe { group_random(buf, len) } {
+        return ssize_t::try_from(len).unwrap_or(ssize_t::MAX);
+    }
+    // SAFETY: the caller's arguments.
+    real_getrandom().map_or_else(enosys, |f| unsafe { f(buf, len, flags) })
+}
+
+/// # Safety
+/// getentropy(3)'s contract: `buf` is writable for `len` (≤ 256) bytes.
+#[no_mangle]
+pub unsafe extern "C" fn getentropy(buf: *mut c_void, len: size_t) -> c_int {
+    // SAFETY: the caller's contract.
+    if len <= 256 && unsafe { group_random(buf, len) } {
+        return 0;
+    }
+    // SAFETY: the caller's arguments.
+    real_getentropy().map_or_else(enosys, |f| unsafe { f(buf, len) })
+}
+
+/// Descriptors of `/dev/urandom` and `/dev/random` the server opened: its
+/// reads of them are the group's random bytes.
+static RANDOM_FDS: std::sync::Mutex<Vec<c_int>> = std::sync::Mutex::new(Vec::new());
+static RANDOM_FD_COUNT: AtomicUsize = AtomicUsize::new(0);
+
+/// Is `path` one of the kernel's random devices?
+///
+/// # Safety
+/// `path` is null or a NUL-terminated string.
+unsafe fn is_random_device(path: *const libc::c_char) -> bool {
+    if path.is_null() || Inside::now() {
+        return false;
+    }
+    // SAFETY: NUL-terminated (the caller's contract).
+    let p = unsafe { std::ffi::CStr::from_ptr(path) }.to_bytes();
+    p == b"/dev/urandom" || p == b"/dev/random"
+}
+
+fn note_random_fd(fd: c_int) -> c_int {
+    if fd >= 0 {
+        let mut v = RANDOM_FDS.lock().unwrap_or_else(|p| p.into_inner());
+        v.push(fd);
+        RANDOM_FD_COUNT.store(v.len(), Ordering::Release);
+    }
+    fd
+}
+
+fn forget_random_fd(fd: c_int) {
+    if RANDOM_FD_COUNT.load(Ordering::Acquire) == 0 {
+        return;
+    }
+    let mut v = RANDOM_FDS.lock().unwrap_or_else(|p| p.into_inner());
+    v.retain(|f| *f != fd);
+    RANDOM_FD_COUNT.store(v.len(), Ordering::Release);
+}
+
+fn is_random_fd(fd: c_int) -> bool {
+    RANDOM_FD_COUNT.load(Ordering::Acquire) > 0
+        && RANDOM_FDS
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(&fd)
+}
+
+/// # Safety
+/// open(2)'s contract.
+#[no_mangle]
+pub unsafe extern "C" fn open(
+    path: *const libc::c_char,
+    flags: c_int,
+    mode: libc::mode_t,
+) -> c_int {
+    // SAFETY: the caller's arguments.
+    let fd = real_open().map_or_else(enosys, |f| unsafe { f(path, flags, mode) });
+    // SAFETY: `path` is NUL-terminated (open(2)'s contract).
+    if unsafe { is_random_device(path) } {
+        return note_random_fd(fd);
+    }
+    fd
+}
+
+/// # Safety
+/// open(2)'s contract.
+#[no_mangle]
+pub unsafe extern "C" fn open64(
+    path: *const libc::c_char,
+    flags: c_int,
+    mode: libc::mode_t,
+) -> c_int {
+    // SAFETY: the caller's arguments.
+    let fd = real_open64().map_or_else(enosys, |f| unsafe { f(path, flags, mode) });
+    // SAFETY: `path` is NUL-terminated (open(2)'s contract).
+    if unsafe { is_random_device(path) } {
+        return note_random_fd(fd);
+    }
+    fd
+}
+
+/// # Safety
+/// openat(2)'s contract.
+#[no_mangle]
+pub unsafe extern "C" fn openat(
+    dir: c_int,
+    path: *const libc::c_char,
+    flags: c_int,
+    mode: libc::mode_t,
+) -> c_int {
+    // SAFETY: the caller's arguments.
+    let fd = real_openat().map_or_else(enosys, |f| unsafe { f(dir, path, flags, mode) });
+    // SAFETY: `path` is NUL-terminated (openat(2)'s contract).
+    if unsafe { is_random_device(path) } {
+        return note_random_fd(fd);
+    }
+    fd
+}
+
+/// glibc's `cookie_io_functions_t`.
+#[repr(C)]
+struct CookieIo {
+    read: Option<unsafe extern "C" fn(*mut c_void, *mut libc::c_char, size_t) -> ssize_t>,
+    write: Option<unsafe extern "C" fn(*mut c_void, *const libc::c_char, size_t) -> ssize_t>,
+    seek: Option<unsafe extern "C" fn(*mut c_void, *mut i64, c_int) -> c_int>,
+    close: Option<unsafe extern "C" fn(*mut c_void) -> c_int>,
+}
+
+extern "C" {
+    fn fopencookie(cookie: *mut c_void, mode: *const libc::c_char, io: CookieIo)
+        -> *mut libc::FILE;
+}
+
+/// The read of a `FILE` opened on a random device: the group's bytes.
+unsafe extern "C" fn random_cookie_read(
+    _cookie: *mut c_void,
+    buf: *mut libc::c_char,
+    len: size_t,
+) -> ssize_t {
+    // SAFETY: stdio hands a buffer writable for `len` bytes.
+    if unsafe { group_random(buf.cast(), len) } {
+        return ssize_t::try_from(len).unwrap_or(ssize_t::MAX);
+    }
+    -1
+}
+
+/// `fopen` of a random device while the group's bytes are to be had: a
+/// stream of them (glibc's stdio reads through its own `read`, which the
+/// shim does not see).
+///
+/// # Safety
+/// `path` and `mode` are NUL-terminated.
+unsafe fn fopen_random(
+    path: *const libc::c_char,
+    mode: *const libc::c_char,
+) -> Option<*mut libc::FILE> {
+    // SAFETY: NUL-terminated (fopen(3)'s contract).
+    if !unsafe { is_random_device(path) } || mode.is_null() {
+        return None;
+    }
+    // Reading only, and only when the group's bytes are there (probe one).
+    // SAFETY: NUL-terminated (fopen(3)'s contract).
+    let m = unsafe { std::ffi::CStr::from_ptr(mode) }.to_bytes();
+    if !m.starts_with(b"r") || m.contains(&b'+') {
+        return None;
+    }
+    let mut probe = [0u8; 0];
+    // SAFETY: a zero-length buffer.
+    if !unsafe { group_random(probe.as_mut_ptr().cast(), 0) } {
+        return None;
+    }
+    let io = CookieIo {
+        read: Some(random_cookie_read),
+        write: None,
+        seek: None,
+        close: None,
+    };
+    // SAFETY: a valid mode string and functions of glibc's signatures.
+    let f = unsafe { fopencookie(std::ptr::null_mut(), c"r".as_ptr(), io) };
+    (!f.is_null()).then_some(f)
+}
+
+/// # Safety
+/// fopen(3)'s contract.
+#[no_mangle]
+pub unsafe extern "C" fn fopen(
+    path: *const libc::c_char,
+    mode: *const libc::c_char,
+) -> *mut libc::FILE {
+    // SAFETY: the caller's contract.
+    if let Some(f) = unsafe { fopen_random(path, mode) } {
+        return f;
+    }
+    // SAFETY: the caller's arguments.
+    real_fopen().map_or(std::ptr::null_mut(), |f| unsafe { f(path, mode) })
+}
+
+/// # Safety
+/// fopen(3)'s contract.
+#[no_mangle]
+pub unsafe extern "C" fn fopen64(
+    path: *const libc::c_char,
+    mode: *const libc::c_char,
+) -> *mut libc::FILE {
+    // SAFETY: the caller's contract.
+    if let Some(f) = unsafe { fopen_random(path, mode) } {
+        return f;
+    }
+    // SAFETY: the caller's arguments.
+    real_fopen64().map_or(std::ptr::null_mut(), |f| unsafe { f(path, mode) })
+}
+
 /// # Safety
 /// read(2)'s contract: `buf` is writable for `count` bytes.
 #[no_mangle]
 pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, count: size_t) -> ssize_t {
+    // SAFETY: `buf` is writable for `count` bytes (read(2)'s contract).
+    if is_random_fd(fd) && unsafe { group_random(buf, count) } {
+        return ssize_t::try_from(count).unwrap_or(ssize_t::MAX);
+    }
     let Some(real) = real_read() else {
         return enosys();
     };
@@ -589,6 +1018,7 @@ pub unsafe extern "C" fn listen(fd: c_int, backlog: c_int) -> c_int {
 /// close(2) has no pointer arguments.
 #[no_mangle]
 pub unsafe extern "C" fn close(fd: c_int) -> c_int {
+    forget_random_fd(fd);
     // SAFETY: no pointers.
     let real = Real::new(|()| real_close().map_or_else(enosys, |f| unsafe { f(fd) }));
     last_resort(|| shim().close(fd, || real.call(())), || real.call(()))

@@ -156,6 +156,9 @@ pub const INCONCLUSIVE: &str = "inconclusive (smoltcp)";
 pub const CLIENT_IP: Ipv4Addr = Ipv4Addr::new(198, 18, 1, 2);
 pub const VIP: Ipv4Addr = Ipv4Addr::new(198, 19, 0, 1);
 pub const PORT: u16 = 7000;
+/// The routers' wall clock at the simulation's time 0 (µs since the Unix
+/// epoch): what the clock ticks say.
+const SIM_WALL_CLOCK_US: u64 = 1_800_000_000_000_000;
 
 /// Address of replica `i` (0-based).
 pub fn replica_ip(i: usize) -> Ipv4Addr {
@@ -406,11 +409,28 @@ struct SimAgent {
 impl SimAgent {
     /// Pass on all but the last `lag` events it was sent.
     fn deliver(&mut self, lag: usize) {
-        let n = self.inflight.len().saturating_sub(lag);
+        // The last `lag` events of connections are held back, with the
+        // clock ticks among and after them (a writer passes on in order).
+        let mut n = self.inflight.len();
+        let mut held = 0;
+        while n > 0 && held < lag {
+            n -= 1;
+            if !matches!(self.inflight[n].kind, InputKind::Tick { .. }) {
+                held += 1;
+            }
+        }
+        if held < lag {
+            n = 0;
+        }
         for e in self.inflight.drain(..n).collect::<Vec<_>>() {
             self.order.note(e);
+            if let InputKind::Tick { .. } = e.kind {
+                self.passed.push(e);
+                continue;
+            }
             let c = self.conns.entry(e.key).or_default();
             match e.kind {
+                InputKind::Tick { .. } => {}
                 InputKind::Accept => c.0 = true,
                 InputKind::Data { end } => c.1 = Some(end),
                 // A joiner's accept, at the client's position.
@@ -451,7 +471,12 @@ impl SimAgent {
             e.key.cport == cport
                 && matches!(e.kind, InputKind::Data { end } if end.wrapping_sub(read) as i32 >= 0)
         }) {
-            let rest = self.inflight.len() - (j + 1);
+            let rest = self
+                .inflight
+                .iter()
+                .skip(j + 1)
+                .filter(|e| !matches!(e.kind, InputKind::Tick { .. }))
+                .count();
             self.deliver(rest);
         }
     }
@@ -600,6 +625,9 @@ impl Sim {
                     },
                     limits: Default::default(),
                     sequencer: p.sequencer,
+                    // Clock ticks into the order, as `ftnet router` sends
+                    // them (`tick_ms`).
+                    tick: p.sequencer.then(|| Duration::from_millis(10)),
                     // Live joins where the plan says (the simulated agent
                     // then holds the joiner's server until its restore).
                     join_live: p.join.as_ref().is_some_and(|j| j.live),
@@ -607,7 +635,9 @@ impl Sim {
                 let mut secret = [0u8; 16];
                 setup.fill(&mut secret);
                 router_cfg = Some(cfg.clone());
-                Middle::Router(Box::new(Router::new(cfg, secret)))
+                let mut r = Router::new(cfg, secret);
+                r.set_wall_clock(SIM_WALL_CLOCK_US);
+                Middle::Router(Box::new(r))
             }
             Mode::Direct => Middle::Forward,
         };
@@ -1937,6 +1967,8 @@ impl Sim {
                     .flat_map(|s| s.replicas.clone())
                     .collect();
                 let mut r = Router::new(cfg, secret);
+                // The successor's clock: the same wall clock.
+                r.set_wall_clock(SIM_WALL_CLOCK_US);
                 let now = Instant(self.now);
                 // Each agent registers: where the order stands at it, then
                 // its records.
@@ -2040,8 +2072,12 @@ impl Sim {
         }
         let mut shim: HashMap<u16, (bool, Option<u32>)> = HashMap::new();
         for (seq, (key, kind)) in &global {
+            if let InputKind::Tick { .. } = kind {
+                continue;
+            }
             let st = shim.entry(key.cport).or_default();
             match kind {
+                InputKind::Tick { .. } => {}
                 InputKind::Accept => st.0 = true,
                 InputKind::Join { base } => {
                     if !st.0 {

@@ -158,6 +158,52 @@ impl Router {
         }
     }
 
+    /// When the next clock tick is due (none: no ticks).
+    pub(super) fn tick_due(&self) -> Option<Instant> {
+        (self.config.sequencer && self.config.tick.is_some()).then_some(self.tick_next)
+    }
+
+    /// A clock tick into each service's order: the router's wall-clock time
+    /// as an input event ([`InputKind::Tick`]), to the replicas that get
+    /// the service's input. Not while the order waits for the agents'
+    /// reports after a takeover (the time then jumps at the first tick
+    /// after it), nor while a join holds the service's input for its
+    /// checkpoint (the donor's server must stand still at the join's
+    /// point; a live join's joiner gets the ticks once the input resumes).
+    pub(super) fn clock_tick(&mut self, now: Instant) {
+        let Some(every) = self.config.tick else {
+            return;
+        };
+        self.tick_next = now + every;
+        let at_us = now.as_micros().saturating_add(self.wall_offset_us);
+        for si in 0..self.config.services.len() {
+            let svc = ServiceId(si);
+            let s = &self.config.services[si];
+            let Some(&vport) = s.ports.first() else {
+                continue;
+            };
+            if self.retired.contains(&svc)
+                || self.order[si].waiting.is_some()
+                || self
+                    .joins
+                    .iter()
+                    .any(|j| j.svc == svc && j.resumed.is_none())
+            {
+                continue;
+            }
+            self.out.input(Unnumbered {
+                key: ConnKey {
+                    client: Ipv4Addr::UNSPECIFIED,
+                    cport: 0,
+                    vip: s.vip,
+                    vport,
+                },
+                kind: crate::event::InputKind::Tick { at_us },
+                replicas: s.replicas.clone(),
+            });
+        }
+    }
+
     /// After a start or a takeover: hold every service's input numbering
     /// until its replicas' agents reported where the order stands
     /// ([`Router::order_report`]), or [`ORDER_WAIT`] after the first report

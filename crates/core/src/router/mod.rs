@@ -140,6 +140,11 @@ pub struct Router {
     retired: BTreeSet<ServiceId>,
     /// Draining before a stop ([`Router::set_draining`]).
     draining: bool,
+    /// Wall-clock microseconds since the Unix epoch at `Instant::ZERO`
+    /// ([`Router::set_wall_clock`]): what the clock ticks say.
+    wall_offset_us: u64,
+    /// When the services' next clock tick is due (`Config::tick`).
+    tick_next: Instant,
 }
 
 impl Router {
@@ -190,8 +195,17 @@ impl Router {
             join_retry: BTreeMap::new(),
             retired: BTreeSet::new(),
             draining: false,
+            wall_offset_us: 0,
+            tick_next: Instant::ZERO,
             config,
         }
+    }
+
+    /// The wall clock: `offset_us` microseconds since the Unix epoch at
+    /// `Instant::ZERO` of the driver's clock. The clock ticks of the order
+    /// carry `now` + this (the core still reads no clock).
+    pub fn set_wall_clock(&mut self, offset_us: u64) {
+        self.wall_offset_us = offset_us;
     }
 
     /// Feed one packet read from the network.
@@ -687,6 +701,9 @@ impl Router {
         if self.join_due().is_some_and(|t| t <= now) {
             self.join_tick(now);
         }
+        if self.tick_due().is_some_and(|t| t <= now) {
+            self.clock_tick(now);
+        }
         for svc in 0..self.order.len() {
             let due = self.order[svc]
                 .waiting
@@ -741,10 +758,17 @@ impl Router {
             .min();
         let conns = self.timers.peek().map(|Reverse((t, _))| *t);
         let probe = self.probe_next.values().min().copied();
-        [order, conns, self.drain_due(), probe, self.join_due()]
-            .into_iter()
-            .flatten()
-            .min()
+        [
+            order,
+            conns,
+            self.drain_due(),
+            probe,
+            self.join_due(),
+            self.tick_due(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     /// Next event for the operator's log.

@@ -120,7 +120,7 @@ pub mod router {
     use super::Bytes;
     use ftnet_core::{
         Ack, AgentMsg, Config, ConnKey, ConnRecord, Instant, Limits, Packet, ReplicaSetup, Router,
-        Service, Tie, Voting,
+        Delivery, Service, Tie, Voting,
     };
     use ftnet_wire::tcp::{flags, Repr, Segment};
     use ftnet_wire::vnet::{self, VnetHdr};
@@ -183,6 +183,8 @@ pub mod router {
         let mut c = Config::default();
         c.limits = LIMITS;
         c.sequencer = mode & 0x08 != 0;
+        // Clock ticks into the order, as `ftnet router` sends them.
+        c.tick = c.sequencer.then(|| std::time::Duration::from_millis(10));
         c.services.push(Service {
             name: "f".into(),
             vip: VIP,
@@ -191,6 +193,11 @@ pub mod router {
             voting,
             stateless: mode & 0x04 != 0,
             ack,
+            delivery: if mode & 0x02 != 0 {
+                Delivery::Safe
+            } else {
+                Delivery::BestEffort
+            },
         });
         c
     }

@@ -283,8 +283,9 @@ pub const SHIM_RECORD: usize = 24;
 
 /// The agent → shim record (the shim's `order::decode` reads it): `seq` u64
 /// LE, client IPv4 in network order, client port u16 LE, service port u16
-/// LE, kind u8 (1 accept, 2 data, 3 join), flags u8, 2 zero bytes, end u32
-/// LE. An accept carries the client's ISN in `end` with flags 1 where the
+/// LE, kind u8 (1 accept, 2 data, 3 join, 6 clock tick: bytes 17..24 the
+/// time in µs, the key the service's; 8 the client's reset under safe
+/// delivery), flags u8, 2 zero bytes, end u32 LE. An accept carries the client's ISN in `end` with flags 1 where the
 /// agent knows it (`isn`, from the connection's record): it tells a
 /// client's new connection from a reused port from the same accept said
 /// again by a router that took over. Other kinds ignore `isn`.
@@ -301,6 +302,7 @@ pub fn shim_record(ev: &NumberedInput, isn: Option<u32>) -> [u8; SHIM_RECORD] {
         }
         InputKind::Data { end } => (2, end),
         InputKind::Join { base } => (3, base),
+        InputKind::Reset => (8, 0),
         InputKind::Tick { at_us } => {
             // The service's port names the service; 56 bits of µs.
             b[8..14].fill(0);
@@ -1196,7 +1198,7 @@ impl AgentSession {
                                 r.input_end = Some(base);
                             }
                         }
-                        InputKind::Tick { .. } => {}
+                        InputKind::Tick { .. } | InputKind::Reset => {}
                     }
                 }
                 Some(AgentEvent::Input(ev, isn))

@@ -24,6 +24,27 @@ pub struct Service {
     pub stateless: bool,
     /// When the client is acknowledged (see [`Ack`]).
     pub ack: Ack,
+    /// When the servers get a chunk of input (see [`Delivery`]).
+    pub delivery: Delivery,
+}
+
+/// When a chunk of client input is released to the replicas' servers
+/// (AR-TCP §4.1's best-effort and safe delivery).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Delivery {
+    /// As soon as the router forwarded it within every live replica's
+    /// window: the servers read it as it arrives. A replica that lacks
+    /// bytes another's server read when the client resets is taken out
+    /// (`EvictReason::InputLost`).
+    #[default]
+    BestEffort,
+    /// Only once every live replica acknowledged it (the stable
+    /// watermark): a chunk the client's reset, the client's crash or an
+    /// eviction left on some replicas only is read by no server, so the
+    /// replicas keep the same input and none is taken out for it. Costs
+    /// the slowest replica's acknowledgment before any server reads.
+    Safe,
 }
 
 /// When the router acknowledges the client's bytes (FT-TCP §4.4's ack

@@ -369,6 +369,10 @@ pub enum InputKind {
     /// fall at the same point of the input on every replica (FT-TCP §5's
     /// replayed time with the router as the primary).
     Tick { at_us: u64 },
+    /// The client reset the connection (safe delivery): no chunk of it
+    /// follows, and its server sees the reset here, whatever bytes beyond
+    /// the last chunk its kernel holds (no server reads those).
+    Reset,
 }
 
 /// A client input event the sequencer has not numbered yet: the router

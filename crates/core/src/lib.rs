@@ -24,7 +24,7 @@ mod time;
 mod vote;
 mod wrap;
 
-pub use config::{Ack, Config, Limits, Service, Tie, Timeouts, Voting};
+pub use config::{Ack, Config, Delivery, Limits, Service, Tie, Timeouts, Voting};
 pub use event::{Adopted, AgentMsg, Event, EvictReason, InputKind, OutOfService};
 pub use key::ConnKey;
 pub use membership::{MemberState, MembershipError};

@@ -43,6 +43,7 @@ fn config_of(n: u8, stateless: bool) -> Config {
         voting: Default::default(),
         stateless,
         ack: ftnet_core::Ack::All,
+        delivery: Default::default(),
     });
     c
 }
@@ -414,6 +415,7 @@ fn syn_flood_keeps_table_bounded() {
         voting: Default::default(),
         stateless: false,
         ack: ftnet_core::Ack::All,
+        delivery: Default::default(),
     });
     c.limits.max_half_open = 100;
     c.limits.max_connections = 150;
@@ -894,6 +896,7 @@ fn closed_connections_give_way_when_the_table_is_full() {
         voting: Default::default(),
         stateless: false,
         ack: ftnet_core::Ack::All,
+        delivery: Default::default(),
     });
     c.limits.max_connections = 1;
     c.limits.max_half_open = 1;
@@ -1021,6 +1024,7 @@ fn several_services_are_kept_apart() {
         voting: Default::default(),
         stateless: false,
         ack: ftnet_core::Ack::All,
+        delivery: Default::default(),
     });
     // Same replica hosts, another VIP and port.
     c.services.push(Service {
@@ -1031,6 +1035,7 @@ fn several_services_are_kept_apart() {
         voting: Default::default(),
         stateless: false,
         ack: ftnet_core::Ack::All,
+        delivery: Default::default(),
     });
     let mut r = Router::new(c, [5; 16]);
     let syn_a = Repr::new(CPORT, PORT, SeqNum(1), SeqNum(0), flags::SYN, 1000);
@@ -2115,6 +2120,7 @@ fn sequencer_router_joining(n: u8, join_live: bool) -> Router {
         voting: Default::default(),
         stateless: false,
         ack: ftnet_core::Ack::All,
+        delivery: Default::default(),
     });
     Router::new(c, [9; 16])
 }
@@ -2964,6 +2970,7 @@ fn two_services(n: u8, services: [(&str, bool); 2]) -> Router {
             voting: Default::default(),
             stateless,
             ack: ftnet_core::Ack::All,
+            delivery: Default::default(),
         });
     }
     Router::new(c, [9; 16])
@@ -3018,6 +3025,7 @@ fn a_replica_taken_out_has_its_stale_servers_restarted() {
         voting: Default::default(),
         stateless: true,
         ack: ftnet_core::Ack::All,
+        delivery: Default::default(),
     });
     let mut r = Router::new(c, [9; 16]);
     assert_eq!(r.replica_failed(t(1), replica(2)), 1);
@@ -3085,6 +3093,7 @@ fn enable_needs_a_join_where_a_replica_missed_input() {
         voting: Default::default(),
         stateless: false,
         ack: ftnet_core::Ack::All,
+        delivery: Default::default(),
     });
     let mut r = Router::new(c, [9; 16]);
     assert_eq!(r.replica_failed(t(1), replica(3)), 1);
@@ -3525,6 +3534,7 @@ fn a_service_added_at_run_time_takes_connections() {
         voting: Default::default(),
         stateless: false,
         ack: ftnet_core::Ack::All,
+        delivery: Default::default(),
     };
     let mut syn = Repr::new(CPORT, PORT + 1, SeqNum(CISN), SeqNum(0), flags::SYN, 64240);
     syn.mss = Some(1460);
@@ -3618,6 +3628,7 @@ fn a_service_removed_at_run_time_lets_its_connections_finish() {
         voting: Default::default(),
         stateless: false,
         ack: ftnet_core::Ack::All,
+        delivery: Default::default(),
     };
     assert!(matches!(
         r.add_service(t(7), again.clone()),
@@ -3786,6 +3797,7 @@ fn a_vote_between_a_fin_and_more_bytes_takes_the_fin_for_a_crash() {
         },
         stateless: false,
         ack: ftnet_core::Ack::All,
+        delivery: Default::default(),
     });
     let mut r = Router::new(c, [9; 16]);
     let (risn, isns) = handshake(&mut r, 2);
@@ -3867,6 +3879,7 @@ fn router_log(n: u8, k: u8, cap: usize) -> Router {
         voting: Default::default(),
         stateless: false,
         ack: ftnet_core::Ack::Log { replicas: k },
+        delivery: Default::default(),
     });
     c.limits.log_per_connection = cap;
     Router::new(c, [9; 16])
@@ -4996,4 +5009,135 @@ fn primary_failover_to_a_follower_that_differs_resets_the_client() {
         ),
         "{ev:?}"
     );
+}
+
+/// `sequencer_router` with `delivery = "safe"`.
+fn safe_router(n: u8) -> Router {
+    let mut c = Config {
+        sequencer: true,
+        ..Default::default()
+    };
+    c.services.push(Service {
+        name: "t".into(),
+        vip: VIP,
+        ports: vec![PORT],
+        replicas: (1..=n).map(replica).collect(),
+        voting: Default::default(),
+        stateless: false,
+        ack: ftnet_core::Ack::All,
+        delivery: ftnet_core::Delivery::Safe,
+    });
+    Router::new(c, [9; 16])
+}
+
+/// The input events the sequencer numbered, in order.
+fn input_kinds(r: &mut Router) -> Vec<ftnet_core::InputKind> {
+    std::iter::from_fn(|| r.poll_agent_msg())
+        .filter_map(|e| match e {
+            AgentMsg::Input { kind, .. } => Some(kind),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Safe delivery (AR-TCP §4.1): a chunk is numbered — released to the
+/// servers — only once every live replica acknowledged it (the stable
+/// watermark), never as it arrives; a replica that leaves the connection
+/// lets the watermark move on without it.
+#[test]
+fn safe_delivery_numbers_only_what_every_replica_acknowledged() {
+    use ftnet_core::InputKind;
+    let mut r = safe_router(3);
+    let (risn, isns) = handshake(&mut r, 3);
+    client_bytes(&mut r, t(3), risn, 0, b"SET k v\r\n");
+    assert_eq!(
+        input_kinds(&mut r),
+        vec![InputKind::Accept],
+        "forwarded, not numbered"
+    );
+    r.handle_packet(t(4), ack_from(1, isns[0], SeqNum(CISN).add(10), 500));
+    r.handle_packet(t(4), ack_from(2, isns[1], SeqNum(CISN).add(10), 500));
+    assert_eq!(
+        input_kinds(&mut r),
+        vec![],
+        "replica 3 has not acknowledged it"
+    );
+    r.handle_packet(t(5), ack_from(3, isns[2], SeqNum(CISN).add(6), 500));
+    assert_eq!(
+        input_kinds(&mut r),
+        vec![InputKind::Data { end: 5 }],
+        "what all three hold"
+    );
+    r.handle_packet(t(6), ack_from(3, isns[2], SeqNum(CISN).add(10), 500));
+    assert_eq!(input_kinds(&mut r), vec![InputKind::Data { end: 9 }]);
+    // More bytes; replica 3 falls silent and is evicted: the other two
+    // acknowledged them, so they are released then.
+    client_bytes(&mut r, t(7), risn, 9, b"GET k\r\n");
+    r.handle_packet(t(8), ack_from(1, isns[0], SeqNum(CISN).add(17), 500));
+    r.handle_packet(t(8), ack_from(2, isns[1], SeqNum(CISN).add(17), 500));
+    assert_eq!(input_kinds(&mut r), vec![]);
+    let mut at = 8;
+    while r.status().services[0].replicas[2].alive && at < 10_000 {
+        at += 10;
+        r.handle_timeout(t(at));
+        drain(&mut r);
+    }
+    assert!(
+        !r.status().services[0].replicas[2].alive,
+        "replica 3 evicted"
+    );
+    assert_eq!(input_kinds(&mut r), vec![InputKind::Data { end: 16 }]);
+}
+
+/// The client resets while one replica lags (it has none of the request):
+/// under safe delivery no server read the request (it was never numbered),
+/// so the sequencer ends the connection's input (`Reset`) and every
+/// replica is reset at its own RCV.NXT, none taken out. Best effort, the
+/// same reset numbered the request (the others' servers ran it) and the
+/// lagging replica leaves the service (`InputLost`).
+#[test]
+fn safe_delivery_a_client_reset_while_a_replica_lags_leaves_the_same_input_everywhere() {
+    use ftnet_core::InputKind;
+    let mut r = safe_router(2);
+    let (risn, isns) = handshake(&mut r, 2);
+    client_bytes(&mut r, t(10), risn, 0, b"SET k v");
+    r.handle_packet(t(11), ack_from(1, isns[0], SeqNum(CISN).add(8), 500));
+    drain(&mut r);
+    client_rst(&mut r, t(12), 8);
+    let out = drain(&mut r);
+    assert_eq!(rst_seq_to(&out, 1), Some(SeqNum(CISN).add(8)), "{out:?}");
+    assert_eq!(
+        rst_seq_to(&out, 2),
+        Some(SeqNum(CISN).add(1)),
+        "at its own RCV.NXT: {out:?}"
+    );
+    assert_eq!(r.connections(), 0);
+    assert_eq!(
+        input_kinds(&mut r),
+        vec![InputKind::Accept, InputKind::Reset],
+        "the request was never released"
+    );
+    assert!(!log_events(&mut r)
+        .iter()
+        .any(|e| matches!(e, Event::Evicted { .. } | Event::ReplicaDown { .. })));
+    assert!(r.status().services[0].replicas.iter().all(|x| x.alive));
+
+    // The control: best effort.
+    let mut r = sequencer_router(2);
+    let (risn, isns) = handshake(&mut r, 2);
+    client_bytes(&mut r, t(10), risn, 0, b"SET k v");
+    r.handle_packet(t(11), ack_from(1, isns[0], SeqNum(CISN).add(8), 500));
+    client_rst(&mut r, t(12), 8);
+    drain(&mut r);
+    r.handle_packet(t(13), ack_from(2, isns[1], SeqNum(CISN).add(1), 500));
+    until_gone(&mut r, t(5000));
+    assert_eq!(
+        input_kinds(&mut r),
+        vec![InputKind::Accept, InputKind::Data { end: 7 }],
+        "released as it came"
+    );
+    assert!(log_events(&mut r).iter().any(|e| matches!(
+        e,
+        Event::Evicted { replica: a, reason: EvictReason::InputLost, .. } if *a == replica(2)
+    )));
 }

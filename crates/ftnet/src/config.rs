@@ -207,6 +207,7 @@ struct RawService {
     stateless: Option<Spanned<bool>>,
     ack: Option<Spanned<String>>,
     ack_replicas: Option<Spanned<u8>>,
+    delivery: Option<Spanned<String>>,
 }
 
 /// Read and validate `path`.
@@ -641,6 +642,23 @@ pub fn parse(file: &str, text: &str) -> Result<FileConfig, ConfigError> {
                 return Err(err(Some(span), format!("ack = {other:?} is not an ack strategy — use \"all\" (the client is acknowledged once every replica has its bytes) or \"log\" (once the router's log and ack_replicas replicas have them)")));
             }
         };
+        let delivery = match s
+            .delivery
+            .as_ref()
+            .map(|d| (d.get_ref().as_str(), d.span()))
+        {
+            None | Some(("best-effort", _)) => ftnet_core::Delivery::BestEffort,
+            Some(("safe", _)) => {
+                if control.is_none() {
+                    let span = s.delivery.as_ref().map(|d| d.span());
+                    return Err(err(span, format!("delivery = \"safe\" in service {name:?} orders the servers' input through the agents — add a [control] section (the sequencer runs only with agents)")));
+                }
+                ftnet_core::Delivery::Safe
+            }
+            Some((other, span)) => {
+                return Err(err(Some(span), format!("delivery = {other:?} is not a delivery mode — use \"best-effort\" (servers read client bytes as they arrive; the default) or \"safe\" (only once every live replica holds them: a client's reset or crash never leaves the replicas with different input)")));
+            }
+        };
         services.push(Service {
             name,
             vip,
@@ -649,6 +667,7 @@ pub fn parse(file: &str, text: &str) -> Result<FileConfig, ConfigError> {
             voting,
             stateless: s.stateless.map(|b| *b.get_ref()).unwrap_or(false),
             ack,
+            delivery,
         });
     }
     // Checked after all services are known: a replica may be listed before
@@ -749,6 +768,8 @@ pub struct LabTuning {
     pub stateless: bool,
     /// `ack = "log"` for the service.
     pub ack_log: bool,
+    /// `delivery = "safe"` for the service.
+    pub delivery_safe: bool,
 }
 
 /// Write a lab configuration (used by `ftnet lab up`).
@@ -791,10 +812,11 @@ pub fn render_lab(
         q(&ports.iter().map(|p| p.to_string()).collect::<Vec<_>>()),
         q(&replicas.iter().map(|r| format!("\"{r}\"")).collect::<Vec<_>>()),
         format!(
-            "{}{}{}",
+            "{}{}{}{}",
             tuning.vote.unwrap_or(""),
             if tuning.stateless { "stateless = true\n" } else { "" },
-            if tuning.ack_log { "ack = \"log\"\n" } else { "" }
+            if tuning.ack_log { "ack = \"log\"\n" } else { "" },
+            if tuning.delivery_safe { "delivery = \"safe\"\n" } else { "" }
         ),
     )
 }
@@ -884,6 +906,7 @@ replicas = ["198.18.11.2", "198.18.12.2", "198.18.13.2"]
                 vote: Some("vote = \"majority\"\n"),
                 stateless: true,
                 ack_log: true,
+                delivery_safe: false,
             },
             Path::new("/run/x.sock"),
         );

@@ -239,6 +239,10 @@ pub struct UpArgs {
     /// replica that lost a segment itself).
     #[arg(long, value_name = "MODE", value_parser = ["all", "log"])]
     pub ack: Option<String>,
+    /// When the servers get client input: `best-effort` (as it arrives, the default) or `safe`
+    /// (once every live replica holds it; with agents only).
+    #[arg(long, value_name = "MODE", value_parser = ["best-effort", "safe"])]
+    pub delivery: Option<String>,
     /// Two routers (namespaces router and router2) sharing the gateway addresses through
     /// keepalived's VRRP, joined to clients and replicas by bridges in namespace switch;
     /// implies --agents (a router that takes over rebuilds its table from their records).
@@ -357,6 +361,7 @@ pub fn run(cmd: LabCmd) -> anyhow::Result<i32> {
                 spares: 0,
                 stateless: false,
                 ack: None,
+                delivery: None,
                 vote: None,
                 output: None,
                 ha: false,
@@ -692,6 +697,7 @@ fn up(lab: &Lab, args: &UpArgs) -> anyhow::Result<()> {
         },
         stateless: args.stateless,
         ack_log: args.ack.as_deref() == Some("log"),
+        delivery_safe: args.delivery.as_deref() == Some("safe"),
     };
     std::fs::write(
         &cfg_path,

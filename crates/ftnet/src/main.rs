@@ -307,6 +307,11 @@ const ROUTER_HELP: &str = r#"Configuration format (every key but the [[service]]
                                              # the router: after a takeover a replica behind the
                                              # others leaves those connections)
   ack_replicas = 1                           # with ack = "log": 1..N
+  delivery = "best-effort"                   # when the servers (under the shim) get client bytes:
+                                             # "best-effort" = as they arrive; "safe" = once every
+                                             # live replica holds them, so a client's reset or crash
+                                             # never leaves the replicas with different input (the
+                                             # reset is then part of the order); needs [control]
 
 What the router changes in its network namespace (all undone on exit). <dev> is the interface the
 router reaches the replica by (`ip route get <replica>` at start-up, logged):
@@ -373,18 +378,37 @@ Supported: single-threaded event-driven servers on epoll, poll or select with no
 connection servers (socat fork, inetd-style) need no order and are left alone.
 
 What the shim orders: accepts and reads (accept, accept4, read, recv, readv), readiness
-(epoll_wait, poll, select). What it does not make the same on every replica (not interposed):
-the time (clock_gettime, gettimeofday, time, and the vDSO they use; rdtsc), timers (a timeout of
-epoll_wait/poll/select fires at a local instant, so Redis's cron and active expiry run at other
-points of the input on each replica), randomness (getrandom, /dev/urandom: Redis SPOP, RANDOMKEY,
-SRANDMEMBER, Lua math.random), the process id, threads. Replies that depend on them differ
-between replicas: Redis INFO, TIME, COMMAND DOCS, CLIENT LIST; HTTP Date: headers; keys with a
-TTL expire at other points. The router's default output policy (output = "primary": the client
-follows one replica per connection, the others are compared) keeps such replies whole and takes a
-follower whose reply differs out of that connection only; under vote = "majority" they get
-replicas evicted, and under output = "fastest" they splice the client's stream. State that
-depends on them (a TTL key expired on one replica only) diverges: keep such commands off
-replicated services, or expect the divergence to be reported.
+(epoll_wait, poll, select).
+
+What it makes the same on every replica besides (from the router and the agent):
+  time     clock_gettime (REALTIME, MONOTONIC, BOOTTIME, TAI and their COARSE/RAW kinds),
+           gettimeofday and time return the router's clock as of the last tick the server's
+           wait reached: the router puts a tick into each service's input order every
+           [control] tick_ms (10 ms), so every replica sees the same time at the same point of
+           its input. Before the first tick: the hour the router started.
+  timers   a timeout of epoll_wait/poll/select expires only at a tick (the wait then returns
+           nothing ordered), so Redis's cron and active expiry, nginx's timers run at the same
+           point of the input everywhere; a wait with no timeout lets ticks pass.
+  random   getrandom, getentropy and reads of /dev/urandom and /dev/random (open, openat,
+           fopen) return one stream per server from the group's seed (derived by every agent
+           from the shared secret): Redis's dict seed, SPOP, RANDOMKEY, SRANDMEMBER.
+  pid      getpid is the same on every replica (a forked child sees its own), so a server
+           that seeds its generators with time and pid (Redis) seeds them alike.
+Before it execs CMD, `ftnet run` waits (at most 30 s) for its agent's hello (<socket>.hello,
+written once the agent registered with the router) and passes it as FTNET_SHIM_HELLO; without it
+the server keeps this host's clock, random bytes and pid, said loudly.
+
+Not covered (replies that depend on them still differ between replicas): the vDSO or the
+clock_gettime/getrandom system calls called directly (not through libc), rdtsc, CPU time
+(getrusage, CLOCK_PROCESS_CPUTIME_ID: Redis INFO's used_cpu), arc4random, threads (the order is
+one thread's: a server's worker threads, Redis io-threads), memory addresses shown in replies,
+and a replica that joined later: its server drew its own random state when it started (Redis's
+PRNG state is not in its checkpoint). Replies that show the process's own resources still differ
+(Redis INFO's memory and CPU figures, MEMORY USAGE, DEBUG OBJECT). The
+router's default output policy (output = "primary": the client follows one replica per
+connection, the others are compared) keeps such replies whole and takes a follower whose reply
+differs out of that connection only; under vote = "majority" they get replicas evicted, and under
+output = "fastest" they splice the client's stream.
 
 --supervise keeps `ftnet run` as the server's parent: it starts the server again whenever it ends
 (after 0.5 s, doubling up to 30 s while it keeps dying within 10 s) and passes SIGTERM, SIGINT and

@@ -1764,6 +1764,7 @@ mod tests {
                 voting: Default::default(),
                 stateless: false,
                 ack: ftnet_core::Ack::All,
+                delivery: Default::default(),
             });
         }
         let mut r = Router::new(core, [7; 16]);

@@ -77,8 +77,15 @@
 //! the replica leaves the group at once. Meanwhile the shim withholds
 //! sequenced input for [`HOLD`], and only then follows the kernel's order
 //! (for connections left with this replica alone). Not supported yet:
-//! multi-threaded servers, blocking sockets, timers (a server's timers run
-//! at different points of the input on different replicas).
+//! multi-threaded servers, blocking sockets.
+//!
+//! The order also carries the router's **clock ticks** ([`Kind::Tick`]):
+//! the server's time ([`Shim::time_us`], for the cdylib's `clock_gettime`,
+//! `gettimeofday`, `time`) is the last tick one of its waits reached, and a
+//! wait's timeout expires only at a tick, so time and timers fall at the
+//! same point of the input on every replica. With the agent's [`Hello`]
+//! (the group's seed) the server's random bytes ([`GroupRandom`]) and pid
+//! ([`Hello::pid`]) are the same everywhere too.
 //!
 //! # Panics
 //!
@@ -240,6 +247,9 @@ pub enum ReadPlan {
     AtEof,
     /// The reported chunk: at most this many bytes, accounted.
     Chunk(usize),
+    /// The client reset the connection at this point of the order (the
+    /// event's number; none: told before): `ECONNRESET`, no call.
+    Reset(Option<u64>),
 }
 
 /// What an `accept`/`accept4` of the server's does.
@@ -457,6 +467,13 @@ impl<O: Os> Shim<O> {
         let limit = match plan {
             ReadPlan::Pass => return real(None),
             ReadPlan::WouldBlock => return self.would_block(),
+            ReadPlan::Reset(seq) => {
+                if let (Some(seq), false) = (seq, peek) {
+                    let _ = self.catch(call, || self.reset_told(fd, seq));
+                }
+                self.os.set_errno(libc::ECONNRESET);
+                return -1;
+            }
             ReadPlan::AtEof => None,
             ReadPlan::Chunk(b) => Some(b),
         };
@@ -595,6 +612,22 @@ impl<O: Os> Shim<O> {
                 .copied()
         });
         let key = key.map(|(k, _)| k);
+        if s.conns.get(&fd).is_some_and(|c| c.reset) {
+            return ReadPlan::Reset(None);
+        }
+        if let (
+            Some(k),
+            Some(Ev {
+                seq,
+                kind: Kind::Reset,
+                ..
+            }),
+        ) = (key, next)
+        {
+            if s.granted.get(&k) == Some(&seq) || s.exposed(os).is_some_and(|h| h.seq == seq) {
+                return ReadPlan::Reset(Some(seq));
+            }
+        }
         if let (
             Some(k),
             Some(Ev {
@@ -650,6 +683,19 @@ impl<O: Os> Shim<O> {
                     }
                 }
                 _ => break,
+            }
+        }
+    }
+
+    /// The server was told of the client's reset (event `seq`) on `fd`.
+    fn reset_told(&self, fd: Fd, seq: u64) {
+        let mut s = self.state();
+        let s = &mut *s;
+        s.order.consumed(seq);
+        if let Some(c) = s.conns.get_mut(&fd) {
+            c.reset = true;
+            if s.granted.get(&c.key) == Some(&seq) {
+                s.granted.remove(&c.key);
             }
         }
     }
@@ -724,6 +770,7 @@ impl<O: Os> Shim<O> {
                         key,
                         gen: seq,
                         consumed: base,
+                        reset: false,
                     },
                 );
                 s.reads.insert(cfd, Reads::default());
@@ -872,7 +919,7 @@ impl<O: Os> Shim<O> {
                 // The clock moves at the ticks the server reaches; its
                 // timeout expires only at one (the same point of the input
                 // on every replica), and then nothing ordered comes with it.
-                expired = self.consume_ticks(&mut s, vdeadline);
+                let ticked = self.consume_ticks(&mut s, vdeadline);
                 // data → fd for this epoll set (servers register the fd or a pointer; unique either way).
                 let fd_of: HashMap<u64, Fd> = s
                     .interest
@@ -912,6 +959,14 @@ impl<O: Os> Shim<O> {
                     .map(|((_, f), (_, d))| (*f, *d))
                     .collect();
                 let data_of = |f: Fd| input.get(&f).copied();
+                // In the ticks' time a wait that cannot give the head of the
+                // order (not asked here) ends at once, as a timeout of 0
+                // would have: the same on every replica, whether or not
+                // the head's bytes have arrived.
+                expired = ticked
+                    || (vdeadline.is_some()
+                        && !self.detached.load(Ordering::Acquire)
+                        && s.head_unasked(&|f| input.contains_key(&f)));
                 let (unordered, ordered) = if expired {
                     (Vec::new(), Vec::new())
                 } else {
@@ -1027,7 +1082,7 @@ impl<O: Os> Shim<O> {
                 let mut s = self.state();
                 s.pump_at_wait(os);
                 s.drain_accepts(os);
-                expired = self.consume_ticks(&mut s, vdeadline);
+                let ticked = self.consume_ticks(&mut s, vdeadline);
                 let asked: HashSet<Fd> = user
                     .iter()
                     .filter(|p| p.fd >= 0 && p.events & POLL_INPUT != 0)
@@ -1042,6 +1097,10 @@ impl<O: Os> Shim<O> {
                         t.revents |= kernel_in;
                     }
                 }
+                expired = ticked
+                    || (vdeadline.is_some()
+                        && !self.detached.load(Ordering::Acquire)
+                        && s.head_unasked(&|f| asked.contains(&f)));
                 let (unordered, ordered) = if expired {
                     (Vec::new(), Vec::new())
                 } else {

@@ -35,6 +35,11 @@ pub enum Kind {
     /// only instants a wait's timeout expires at. The key names the
     /// service (client 0, port 0, the service's port).
     Tick { at_us: u64 },
+    /// The client reset the connection (a service with safe delivery): no
+    /// chunk of it follows; the server's next read of it fails with
+    /// `ECONNRESET` here, whatever bytes beyond the last chunk its kernel
+    /// holds (not every replica got them: no server reads them).
+    Reset,
 }
 
 impl Kind {
@@ -44,7 +49,7 @@ impl Kind {
         match *self {
             Kind::Accept { .. } => Some(0),
             Kind::Join { base } => Some(base),
-            Kind::Data { .. } | Kind::Tick { .. } => None,
+            Kind::Data { .. } | Kind::Tick { .. } | Kind::Reset => None,
         }
     }
 }
@@ -91,6 +96,7 @@ const KIND_JOIN: u8 = 3;
 const KIND_QUERY: u8 = 4;
 const KIND_HOLD: u8 = 5;
 const KIND_TICK: u8 = 6;
+const KIND_RESET: u8 = 8;
 
 /// `seq` u64 LE, client IPv4 (network order), cport u16 LE, vport u16 LE,
 /// kind u8, flags u8, 2 bytes zero, end u32 LE. Kinds: 1 accept (`end`:
@@ -99,7 +105,8 @@ const KIND_TICK: u8 = 6;
 /// offset), 4 position query (`seq`: the query's id; every other field 0),
 /// 5 hold (flags 1: the agent holds the input, 0: it no longer does), 6
 /// clock tick (bytes 17..24: the time, 56 bits of µs LE; the key: client
-/// 0, port 0, the service's port). (Kind 7, the hello, never travels on
+/// 0, port 0, the service's port), 8 the client's reset (safe delivery;
+/// `end` 0). (Kind 7, the hello, never travels on
 /// the socket: `ftnet run` passes it in the environment, see
 /// [`crate::Hello::from_hex`].)
 pub fn encode(rec: &Record) -> [u8; RECORD] {
@@ -128,6 +135,7 @@ pub fn encode(rec: &Record) -> [u8; RECORD] {
         }
         Kind::Data { end } => (KIND_DATA, end),
         Kind::Join { base } => (KIND_JOIN, base),
+        Kind::Reset => (KIND_RESET, 0),
         Kind::Tick { at_us } => {
             b[16] = KIND_TICK;
             b[17..24].copy_from_slice(&at_us.to_le_bytes()[..7]);
@@ -154,6 +162,7 @@ pub fn decode(b: &[u8; RECORD]) -> Option<Record> {
         },
         KIND_DATA => Kind::Data { end },
         KIND_JOIN => Kind::Join { base: end },
+        KIND_RESET => Kind::Reset,
         KIND_TICK => {
             let mut t = [0u8; 8];
             t[..7].copy_from_slice(&b[17..24]);
@@ -302,6 +311,13 @@ impl Order {
             }
             // The clock: no connection's.
             Kind::Tick { .. } => {}
+            // The end of a connection's input: like a chunk, only of one
+            // accepted in the order and not closed.
+            Kind::Reset => {
+                if !self.open.contains_key(&ev.key) {
+                    return Ok(());
+                }
+            }
         }
         self.queue.push_back(ev);
         Ok(())
@@ -592,7 +608,7 @@ mod tests {
             assert_eq!(h, want);
             assert_eq!(decode(&h), Some(Record::Hold { on }));
         }
-        for k in [0u8, 8, 0xff] {
+        for k in [0u8, 7, 9, 0xff] {
             let mut bad = b;
             bad[16] = k;
             assert_eq!(decode(&bad), None);

@@ -41,6 +41,9 @@ pub(crate) struct Conn {
     pub(crate) gen: u64,
     /// Stream offset the server has read up to (mod 2^32).
     pub(crate) consumed: u32,
+    /// The server was told of the client's reset ([`Kind::Reset`]): its
+    /// reads fail with `ECONNRESET` from then on.
+    pub(crate) reset: bool,
 }
 
 /// Whether the server reads a sequenced connection or a listener: from its
@@ -485,14 +488,14 @@ impl State {
                 for e in batch.iter().take(limit) {
                     let fd = match e.kind {
                         Kind::Accept { .. } | Kind::Join { .. } => listener_of(self, e.key.vport),
-                        Kind::Data { .. } => self.event_fd(&by_key, e),
+                        Kind::Data { .. } | Kind::Reset => self.event_fd(&by_key, e),
                         // A batch stops before a tick.
                         Kind::Tick { .. } => None,
                     };
                     let Some(fd) = fd.filter(|f| asks(*f)) else {
                         break;
                     };
-                    if let Kind::Data { .. } = e.kind {
+                    if let Kind::Data { .. } | Kind::Reset = e.kind {
                         self.granted.insert(e.key, e.seq);
                     }
                     ordered.push(fd);
@@ -518,6 +521,7 @@ impl State {
         let head = self.head(&by_key)?;
         let ready = match head.kind {
             Kind::Tick { .. } => true,
+            Kind::Reset => self.event_fd(&by_key, &head).is_some(),
             Kind::Accept { .. } | Kind::Join { .. } => self.pending.contains_key(&head.key),
             Kind::Data { end } => self
                 .event_fd(&by_key, &head)
@@ -536,7 +540,9 @@ impl State {
                 .listeners
                 .iter()
                 .any(|(fd, p)| *p == e.key.vport && self.reads(*fd)),
-            Kind::Data { .. } => self.event_fd(by_key, e).is_some_and(|fd| self.reads(fd)),
+            Kind::Data { .. } | Kind::Reset => {
+                self.event_fd(by_key, e).is_some_and(|fd| self.reads(fd))
+            }
         })
     }
 
@@ -617,6 +623,7 @@ impl State {
                 ),
                 None => "its connection is not known".to_string(),
             },
+            Kind::Reset => "the client's reset: the server has not read it".to_string(),
         };
         Some(format!(
             "input held for {} ms at event {} ({} of {}:{}): {what}; {} event(s) behind it",
@@ -627,6 +634,7 @@ impl State {
                 Kind::Join { .. } => "join",
                 Kind::Data { .. } => "chunk",
                 Kind::Tick { .. } => "tick",
+                Kind::Reset => "reset",
             },
             std::net::Ipv4Addr::from(h.key.client),
             h.key.cport,
@@ -769,9 +777,42 @@ impl State {
                 }
                 // The server handles what it got before the clock moves.
                 Kind::Tick { .. } => break,
+                Kind::Reset => {
+                    let Some(fd) = self.event_fd(by_key, e) else {
+                        continue;
+                    };
+                    if !self.reads(fd) {
+                        continue;
+                    }
+                    if out.iter().any(|x| x.key == e.key) {
+                        break;
+                    }
+                    out.push(*e);
+                }
             }
         }
         out
+    }
+
+    /// The head of what the server reads is an event this wait cannot give
+    /// (its descriptor is not among those the call asks input of: a
+    /// connection asyncio has accepted but not registered yet, another
+    /// epoll set's): the wait cannot move the order on.
+    pub(crate) fn head_unasked(&self, asks: &dyn Fn(Fd) -> bool) -> bool {
+        let by_key = self.by_key();
+        let Some(h) = self.head(&by_key) else {
+            return false;
+        };
+        let fd = match h.kind {
+            Kind::Tick { .. } => return false,
+            Kind::Accept { .. } | Kind::Join { .. } => self
+                .listeners
+                .iter()
+                .find(|(f, p)| **p == h.key.vport && self.reads(**f))
+                .map(|(f, _)| *f),
+            Kind::Data { .. } | Kind::Reset => self.event_fd(&by_key, &h),
+        };
+        fd.is_some_and(|f| !asks(f))
     }
 
     /// A clock tick at the head of what the server reads: consumed (the
@@ -790,10 +831,9 @@ impl State {
     /// readable with nothing to read: EOF or an error, which the server may
     /// see (when is not part of the order).
     pub(crate) fn at_eof(&self, os: &dyn Os, fd: Fd) -> bool {
-        self.conns
-            .get(&fd)
-            .is_some_and(|c| !self.order.pending_for(&c.key, c.gen))
-            && os.unread(fd) == 0
+        self.conns.get(&fd).is_some_and(|c| {
+            c.reset || (!self.order.pending_for(&c.key, c.gen) && os.unread(fd) == 0)
+        })
     }
 
     /// A connection taken from the kernel that never got an accept event

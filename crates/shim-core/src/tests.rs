@@ -1054,3 +1054,76 @@ fn the_hello_and_the_groups_random_bytes() {
     c.fill(&[0xac; 16], &mut z);
     assert_ne!(x, z);
 }
+
+/// Safe delivery: the client's reset is an event of the order. The server
+/// reads the last chunk, then (at the reset's place, after B's chunk that
+/// came before it) its read fails with `ECONNRESET`, and the bytes its
+/// kernel holds beyond the last chunk (not every replica got them) are
+/// never read; it stays reset.
+#[test]
+fn a_client_reset_in_the_order_ends_the_connections_input_there() {
+    let s = shim();
+    s.os().connect(10, A);
+    s.os().connect(11, B);
+    s.os().order(&[
+        acc(1, A),
+        acc(2, B),
+        data(3, A, 2),
+        data(4, B, 3),
+        Ev {
+            seq: 5,
+            key: A,
+            kind: Kind::Reset,
+        },
+    ]);
+    assert_eq!(accept(&s), Ok(10));
+    assert_eq!(accept(&s), Ok(11));
+    watch(&s, 10);
+    watch(&s, 11);
+    s.os().arrive(10, b"hi, and more");
+    s.os().arrive(11, b"abc");
+    assert_eq!(wait(&s, 0), vec![10, 11]);
+    assert_eq!(read(&s, 10, 64), Ok(b"hi".to_vec()));
+    assert_eq!(
+        read(&s, 10, 64),
+        Err(libc::EAGAIN),
+        "B's chunk comes before the reset"
+    );
+    assert_eq!(read(&s, 11, 64), Ok(b"abc".to_vec()));
+    assert_eq!(wait(&s, 0), vec![10]);
+    let reads = s.os().reads.get();
+    assert_eq!(read(&s, 10, 64), Err(libc::ECONNRESET));
+    assert_eq!(read(&s, 10, 64), Err(libc::ECONNRESET), "and stays reset");
+    assert_eq!(
+        s.os().reads.get(),
+        reads,
+        "the bytes beyond the last chunk are never read"
+    );
+    assert_eq!(s.os().unread(10), 10);
+}
+
+/// In the ticks' time, a wait whose set lacks the head of the order (asyncio
+/// registers an accepted socket a few loop iterations later and polls with
+/// no timeout meanwhile) ends at once with nothing ordered, as a timeout
+/// of 0 would have, instead of waiting for a tick that cannot come before
+/// that head; once the socket is in the set, the chunk is given.
+#[test]
+fn a_wait_that_cannot_give_the_head_ends_at_its_timeout_in_the_ticks_time() {
+    let s = ticked_shim();
+    watch(&s, LISTENER);
+    s.os().connect(10, A);
+    s.os()
+        .order(&[acc(1, A), data(2, A, 2), tick(3, EPOCH_MS * 1000 + 10_000)]);
+    assert_eq!(wait(&s, 0), vec![LISTENER]);
+    assert_eq!(accept(&s), Ok(10));
+    s.os().arrive(10, b"hi");
+    assert_eq!(
+        wait(&s, 0),
+        Vec::<Fd>::new(),
+        "its socket is not in the set yet"
+    );
+    assert_eq!(s.time_us(), Some(EPOCH_MS * 1000), "the clock did not move");
+    watch(&s, 10);
+    assert_eq!(wait(&s, 0), vec![10]);
+    assert_eq!(read(&s, 10, 64), Ok(b"hi".to_vec()));
+}

@@ -9,7 +9,9 @@
 //!   names) and the calls the logic makes on its own behalf;
 //! - the exported `extern "C"` functions (`read`, `recv`, `readv`,
 //!   `accept`, `accept4`, `listen`, `close`, `epoll_ctl`, `epoll_wait`,
-//!   `poll`, `select`): each converts its arguments (pointers to slices,
+//!   `poll`, `select`; and the server's clock, random bytes and pid:
+//!   `clock_gettime`, `gettimeofday`, `time`, `getrandom`, `getentropy`,
+//!   `open`, `open64`, `openat`, `fopen`, `fopen64`, `getpid`): each converts its arguments (pointers to slices,
 //!   `fd_set`s to `pollfd`s) and hands `ftnet_shim_core::Shim` the real
 //!   call as a closure. The logic runs inside `catch_unwind`; the real call
 //!   runs outside it, at most once; on a panic (a shim bug) the call falls

@@ -748,6 +748,18 @@ impl Host {
         }
     }
 
+    /// How far into the client's stream of the connection from `cport` this
+    /// server's kernel has received (what its server read, restored bytes
+    /// of a joined connection included, plus what waits in the socket).
+    pub fn received(&self, cport: u16) -> Option<usize> {
+        let App::Server { socks, .. } = &self.app else {
+            return None;
+        };
+        let k = socks.iter().find(|k| k.peer_port == Some(cport))?;
+        let s = self.sockets.get::<tcp::Socket>(k.handle);
+        Some(k.rx.len() + s.recv_queue())
+    }
+
     /// Server sockets by client port (only those that accepted a
     /// connection).
     pub fn by_peer(&self) -> HashMap<u16, &ServerSock> {

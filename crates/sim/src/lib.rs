@@ -136,8 +136,8 @@ pub use params::{
 };
 
 use ftnet_core::{
-    AgentMsg, Config, ConnKey, ConnRecord, Counters, Event, EvictReason, InputKind, Instant,
-    NumberedInput, Packet, Router, Service, Timeouts,
+    AgentMsg, Config, ConnKey, ConnRecord, Counters, Delivery, Event, EvictReason, InputKind,
+    Instant, NumberedInput, Packet, Router, Service, Timeouts,
 };
 use ftnet_wire::{ipv4, tcp};
 use host::Host;
@@ -430,7 +430,7 @@ impl SimAgent {
             }
             let c = self.conns.entry(e.key).or_default();
             match e.kind {
-                InputKind::Tick { .. } => {}
+                InputKind::Tick { .. } | InputKind::Reset => {}
                 InputKind::Accept => c.0 = true,
                 InputKind::Data { end } => c.1 = Some(end),
                 // A joiner's accept, at the client's position.
@@ -615,6 +615,7 @@ impl Sim {
                         voting: p.voting,
                         stateless: false,
                         ack: p.ack,
+                        delivery: p.delivery,
                     }],
                     timeouts: Timeouts {
                         failure_detection: Duration::from_millis(p.failure_detection_ms),
@@ -1223,6 +1224,46 @@ impl Sim {
         self.hosts.iter().position(|h| h.ip == a)
     }
 
+    /// Invariant 10 (safe delivery, the stable watermark): a chunk is
+    /// numbered only once every replica still in its connection holds it —
+    /// each one's kernel has received the client's stream up to its end.
+    /// A replica that left the connection (evicted, down) or whose host
+    /// crashed is not asked.
+    fn check_stable(
+        &self,
+        seq: u64,
+        key: &ConnKey,
+        end: u32,
+        replicas: &[Ipv4Addr],
+        batch: &[Event],
+    ) -> Result<(), String> {
+        let conn = key.to_string();
+        let gone = |a: &Ipv4Addr| {
+            self.events.iter().chain(batch).any(|e| match e {
+                Event::Evicted {
+                    conn: c, replica, ..
+                } => c == &conn && replica == a,
+                Event::ReplicaDown { replica, .. } => replica == a,
+                _ => false,
+            })
+        };
+        for a in replicas.iter().filter(|a| !gone(a)) {
+            let Some(h) = self.hosts.iter().find(|h| h.ip == *a && h.alive) else {
+                continue;
+            };
+            let Some(got) = h.received(key.cport) else {
+                continue;
+            };
+            if (got as u64) < u64::from(end) {
+                return Err(format!(
+                    "invariant 10 (safe delivery): input event {seq} numbers the chunk of port {} ending at {end}, but replica {a} has received only {got} byte(s) of it",
+                    key.cport
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// Route everything the router wants to send, checking that each packet
     /// is well formed and addressed as COSCANet-FT §III requires.
     fn drain_middle(&mut self) -> Result<(), String> {
@@ -1266,6 +1307,9 @@ impl Sim {
                         kind,
                         replicas,
                     } => {
+                        if let (Delivery::Safe, InputKind::Data { end }) = (self.p.delivery, kind) {
+                            self.check_stable(*seq, key, *end, replicas, &evs)?;
+                        }
                         for a in replicas {
                             let rng = &mut self.agent_rng;
                             self.agents
@@ -2077,7 +2121,7 @@ impl Sim {
             }
             let st = shim.entry(key.cport).or_default();
             match kind {
-                InputKind::Tick { .. } => {}
+                InputKind::Tick { .. } | InputKind::Reset => {}
                 InputKind::Accept => st.0 = true,
                 InputKind::Join { base } => {
                     if !st.0 {

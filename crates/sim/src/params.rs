@@ -2,7 +2,7 @@
 //! settings, workload and crash plan. Everything is data so that a failing
 //! run can be printed and reproduced from its seed alone.
 
-use ftnet_core::{Ack, Tie, Voting};
+use ftnet_core::{Ack, Delivery, Tie, Voting};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
@@ -420,6 +420,9 @@ pub struct Params {
     /// When the client is acknowledged (`Ack::Log`: from the router's
     /// input log, which repairs a replica that lost a segment itself).
     pub ack: Ack,
+    /// When the servers get client bytes (`Delivery::Safe`: the sequencer
+    /// numbers only what every live replica acknowledged).
+    pub delivery: Delivery,
     /// With voting: this replica (the last one) is divergent, see
     /// `HostParams::corrupt_echo_at`.
     pub divergent: Option<usize>,
@@ -468,6 +471,7 @@ impl Params {
             refused_conns: 0,
             voting: Voting::Fastest,
             ack: Ack::All,
+            delivery: Delivery::BestEffort,
             divergent: None,
             takeover: None,
             desync: None,
@@ -665,6 +669,7 @@ impl Params {
             refused_conns: 0,
             voting,
             ack: Ack::All,
+            delivery: Delivery::BestEffort,
             divergent,
             takeover,
             desync: None,
@@ -740,6 +745,19 @@ impl Params {
             if let Some(m) = others {
                 let me = &mut p.replica[j.replica].mtu;
                 *me = (*me).max(m);
+            }
+        }
+        {
+            // Safe delivery for 30 % of the seeds with the sequencer, from a
+            // stream of its own; FTNET_SIM_DELIVERY=safe|best-effort forces it.
+            let mut d = SmallRng::seed_from_u64(seed ^ 0x7361_6665_2d64_6c76);
+            if p.sequencer && d.gen_bool(0.3) {
+                p.delivery = Delivery::Safe;
+            }
+            match std::env::var("FTNET_SIM_DELIVERY").as_deref() {
+                Ok("safe") if p.sequencer => p.delivery = Delivery::Safe,
+                Ok("best-effort") => p.delivery = Delivery::BestEffort,
+                _ => {}
             }
         }
         p
@@ -965,7 +983,7 @@ impl Params {
             )
         };
         format!(
-            "{:?} N={} conns={}x{}B write<={} close={:?} crash={:?} net=[delay {}..{}us loss {:.3} dup {:.3} reorder {:.3}/{}us] fd={}ms client=[{}] replicas=[{}] inject={:?} fuzz={} refused={} voting={:?} ack={:?} divergent={:?} takeover={:?} desync={:?} membership={} sequencer={} join={}",
+            "{:?} N={} conns={}x{}B write<={} close={:?} crash={:?} net=[delay {}..{}us loss {:.3} dup {:.3} reorder {:.3}/{}us] fd={}ms client=[{}] replicas=[{}] inject={:?} fuzz={} refused={} voting={:?} ack={:?} delivery={:?} divergent={:?} takeover={:?} desync={:?} membership={} sequencer={} join={}",
             self.mode,
             self.replicas,
             self.conns,
@@ -987,6 +1005,7 @@ impl Params {
             self.refused_conns,
             self.voting,
             self.ack,
+            self.delivery,
             self.replica
                 .iter()
                 .enumerate()

@@ -84,6 +84,10 @@ impl Conn {
         if service_wide {
             ctx.down.push((self.svc, self.legs[i].replica, reason));
         }
+        if self.safe {
+            // The stable watermark may have moved: the slowest replica left.
+            self.number_acked(ctx, SeqNum(0));
+        }
     }
 
     /// The leg of replica `replica` if `seq` (an ICMP error's quote) is

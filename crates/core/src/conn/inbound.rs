@@ -148,6 +148,7 @@ impl Conn {
             self.log_client(ctx, seg.seq, seg.at.payload(&pkt));
         }
         if ctx.sequencer
+            && !self.safe
             && seg.payload_len > 0
             && !seg.seq.is_after(self.input_hi)
             && matches!(self.phase, Phase::Established | Phase::Closed { .. })
@@ -224,6 +225,10 @@ impl Conn {
                 // With an input log, a replica that lacks bytes the
                 // others have gets them first, then the abort (`log.rs`).
                 return;
+            } else if self.safe_reset(ctx) {
+                // Safe delivery: no server read a byte some live replica
+                // lacks; each is reset where it stands.
+                return;
             } else if self.wait_reset(ctx) {
                 // Without: a replica behind another is reset once it
                 // acknowledged as much, or leaves (`log.rs`).
@@ -291,6 +296,8 @@ impl Conn {
     /// contiguous in the client's stream (a cumulative ACK), so they may
     /// be numbered, also those that came beyond a hole the client filled
     /// later. An acknowledgment may count the client's FIN.
+    /// With safe delivery `ack` is not used: bytes are numbered only up
+    /// to what every live replica acknowledged (the stable watermark).
     pub(super) fn number_acked(&mut self, ctx: &mut Ctx, ack: SeqNum) {
         if !ctx.sequencer
             || self.recovering()
@@ -298,11 +305,50 @@ impl Conn {
         {
             return;
         }
+        let ack = if self.safe {
+            match self.stable() {
+                Some(a) => a,
+                None => return,
+            }
+        } else {
+            ack
+        };
         let top = match self.client_fin {
             Some(f) => ack.min(f),
             None => ack,
         };
         self.number_to(ctx, top);
+    }
+
+    /// Safe delivery: what every open replica whose position is known
+    /// acknowledged (none while one's is not known).
+    fn stable(&self) -> Option<SeqNum> {
+        let open = self.legs.iter().filter(|l| l.open());
+        if open.clone().any(|l| !l.learned) {
+            return None;
+        }
+        open.map(|l| l.ack).reduce(|a, b| a.min(b))
+    }
+
+    /// The client's exact reset under safe delivery (not with an input log,
+    /// whose bytes reach every replica first, nor on a rebuilt connection):
+    /// the sequencer says the connection ended (its servers see the reset
+    /// at that point of the order, and read none of the bytes beyond the
+    /// last chunk, which not every replica holds), and every open replica
+    /// is reset at its own RCV.NXT: none lacks a byte a server read, so
+    /// none is taken out.
+    fn safe_reset(&mut self, ctx: &mut Ctx) -> bool {
+        if !self.safe || !ctx.sequencer || self.recovering() || self.log.is_some() {
+            return false;
+        }
+        if self.order_accepted {
+            self.input(ctx, InputKind::Reset);
+        }
+        self.reset_wait = None;
+        self.resetting = true;
+        self.reset_caught_up(ctx);
+        self.phase = Phase::Dead;
+        true
     }
 
     /// Send one client segment to every open replica, translated for each.

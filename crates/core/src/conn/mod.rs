@@ -151,6 +151,9 @@ pub struct Conn {
     client_hi: SeqNum,
     /// Client stream: end of the data announced to the sequencer.
     input_hi: SeqNum,
+    /// Safe delivery (`Delivery::Safe`): client bytes are numbered only
+    /// once every live replica acknowledged them.
+    safe: bool,
     /// The sequencer's Accept of this connection went out (by this router,
     /// or by the one before a takeover, as the agents' records say).
     order_accepted: bool,
@@ -274,6 +277,7 @@ impl Conn {
             legs: Vec::new(),
             client_hi: syn.seq.add(1),
             input_hi: syn.seq.add(1),
+            safe: false,
             order_accepted: false,
             order_to: Vec::new(),
             client_fin: None,
@@ -330,6 +334,11 @@ impl Conn {
 
     /// Compare the replicas' later copies after the fact (`None`: not; a
     /// connection that votes compares before it sends).
+    /// The service's delivery (see [`crate::Delivery`]).
+    pub(crate) fn set_delivery(&mut self, d: crate::config::Delivery) {
+        self.safe = d == crate::config::Delivery::Safe;
+    }
+
     pub(crate) fn set_check(&mut self, mode: Option<CheckMode>) {
         self.check = match mode {
             Some(m) if self.vote.is_none() => Some(Box::new(Check::new(m, self.router_isn.add(1)))),

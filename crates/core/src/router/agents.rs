@@ -39,6 +39,7 @@ impl Router {
                 }
                 let mut c = Conn::adopted(key, svc, now, from, rec);
                 c.set_check(self.check_mode(svc));
+                c.set_delivery(self.config.services[svc.0].delivery);
                 c.set_ack(
                     self.config.services[svc.0].ack,
                     self.config.limits.log_per_connection,

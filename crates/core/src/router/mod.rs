@@ -467,6 +467,7 @@ impl Router {
         let voting = self.config.services[svc.0].voting;
         let mut c = Conn::new(key, svc, now, seg, isn, ts_base, voting);
         c.set_check(self.check_mode(svc));
+        c.set_delivery(self.config.services[svc.0].delivery);
         c.set_ack(
             self.config.services[svc.0].ack,
             self.config.limits.log_per_connection,
@@ -908,6 +909,7 @@ mod tests {
             voting: Default::default(),
             stateless: false,
             ack: crate::config::Ack::All,
+            delivery: Default::default(),
         });
         Router::new(c, [7; 16])
     }

@@ -750,14 +750,19 @@ impl Host {
 
     /// How far into the client's stream of the connection from `cport` this
     /// server's kernel has received (what its server read, restored bytes
-    /// of a joined connection included, plus what waits in the socket).
+    /// of a joined connection included, plus what waits in the socket, plus
+    /// the client's FIN once it came).
     pub fn received(&self, cport: u16) -> Option<usize> {
         let App::Server { socks, .. } = &self.app else {
             return None;
         };
         let k = socks.iter().find(|k| k.peer_port == Some(cport))?;
         let s = self.sockets.get::<tcp::Socket>(k.handle);
-        Some(k.rx.len() + s.recv_queue())
+        // The client's FIN counts (sequence space): a router that took
+        // over knows no FIN and may number up to a replica's ACK of it (a
+        // shim takes a closed connection's last chunk as complete).
+        let fin = usize::from(k.saw_fin || (!s.may_recv() && s.state() != tcp::State::Listen));
+        Some(k.rx.len() + s.recv_queue() + fin)
     }
 
     /// Server sockets by client port (only those that accepted a

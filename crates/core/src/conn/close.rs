@@ -14,6 +14,21 @@ impl Conn {
     pub(crate) fn evict(
         &mut self,
         ctx: &mut Ctx,
+        leg: LegId,
+        reason: EvictReason,
+        service_wide: bool,
+    ) {
+        self.evict_leg(ctx, leg, reason, service_wide);
+        if self.safe {
+            // The stable watermark may have moved: a replica that held it
+            // back left.
+            self.number_acked(ctx, SeqNum(0));
+        }
+    }
+
+    fn evict_leg(
+        &mut self,
+        ctx: &mut Ctx,
         LegId(i): LegId,
         reason: EvictReason,
         service_wide: bool,
@@ -83,10 +98,6 @@ impl Conn {
         });
         if service_wide {
             ctx.down.push((self.svc, self.legs[i].replica, reason));
-        }
-        if self.safe {
-            // The stable watermark may have moved: the slowest replica left.
-            self.number_acked(ctx, SeqNum(0));
         }
     }
 

@@ -322,7 +322,7 @@ impl Conn {
 
     /// Safe delivery: what every open replica whose position is known
     /// acknowledged (none while one's is not known).
-    fn stable(&self) -> Option<SeqNum> {
+    pub(super) fn stable(&self) -> Option<SeqNum> {
         let open = self.legs.iter().filter(|l| l.open());
         if open.clone().any(|l| !l.learned) {
             return None;

@@ -318,12 +318,18 @@ impl Conn {
         if !ctx.sequencer {
             return;
         }
-        let top = self
-            .legs
-            .iter()
-            .filter(|l| l.open() && l.learned)
-            .map(|l| l.ack)
-            .reduce(|a, b| a.max(b));
+        // Safe delivery numbers only what every replica acknowledged (the
+        // router that died did the same): an acknowledgment past the last
+        // chunk is the rule there, and announces nothing.
+        let top = if self.safe {
+            self.stable()
+        } else {
+            self.legs
+                .iter()
+                .filter(|l| l.open() && l.learned)
+                .map(|l| l.ack)
+                .reduce(|a, b| a.max(b))
+        };
         let top = match (top, self.client_fin) {
             (Some(t), Some(f)) => Some(t.min(f)),
             (t, _) => t,

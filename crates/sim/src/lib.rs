@@ -612,7 +612,17 @@ impl Sim {
                     sequencer: p.sequencer,
                     // Clock ticks into the order, as `ftnet router` sends
                     // them (`tick_ms`).
-                    tick: p.sequencer.then(|| Duration::from_millis(10)),
+                    // (FTNET_SIM_TICK_MS=0 turns them off, for a diagnosis.)
+                    tick: p
+                        .sequencer
+                        .then(|| {
+                            let ms = std::env::var("FTNET_SIM_TICK_MS")
+                                .ok()
+                                .and_then(|v| v.parse().ok())
+                                .unwrap_or(10u64);
+                            (ms > 0).then(|| Duration::from_millis(ms))
+                        })
+                        .flatten(),
                     // Live joins where the plan says (the simulated agent
                     // then holds the joiner's server until its restore).
                     join_live: p.join.as_ref().is_some_and(|j| j.live),

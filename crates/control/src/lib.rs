@@ -145,12 +145,6 @@ pub enum Msg {
         /// servers keep the kernel's time).
         #[serde(default)]
         tick_ms: u64,
-        /// The time the servers see before their first tick (ms since the
-        /// Unix epoch), so that what a server does with the time as it
-        /// starts (Redis seeds its random generators with it) is the same
-        /// on every replica.
-        #[serde(default)]
-        epoch_ms: u64,
     },
     Reject {
         reason: String,
@@ -315,6 +309,14 @@ pub fn shim_record(ev: &NumberedInput, isn: Option<u32>) -> [u8; SHIM_RECORD] {
     b[20..24].copy_from_slice(&end.to_le_bytes());
     b
 }
+
+/// The time a server under the shim sees before its first clock tick
+/// (2026-01-01T00:00:00Z, ms since the Unix epoch): the same on every
+/// replica whenever each started, so that what a server does with the time
+/// as it starts (Redis seeds its random generators with it and its pid) is
+/// the same everywhere. The first tick, within `tick_ms` of its first wait,
+/// moves it to the router's clock.
+pub const SHIM_EPOCH_MS: u64 = 1_767_225_600_000;
 
 /// The largest time a tick record carries (56 bits of µs: year 4253).
 pub const SHIM_TIME_MAX: u64 = (1 << 56) - 1;
@@ -556,10 +558,8 @@ pub struct Heartbeats {
     pub every: Duration,
     pub dead_after: Duration,
     /// What the router's `Welcome` says of the servers' clock: how often
-    /// each service's order gets a clock tick (0: none), and the time the
-    /// servers see before their first tick (ms since the Unix epoch).
+    /// each service's order gets a clock tick (0: none).
     pub tick_ms: u64,
-    pub epoch_ms: u64,
 }
 
 impl Default for Heartbeats {
@@ -568,7 +568,6 @@ impl Default for Heartbeats {
             every: Duration::from_millis(100),
             dead_after: Duration::from_millis(500),
             tick_ms: 0,
-            epoch_ms: 0,
         }
     }
 }
@@ -797,7 +796,6 @@ impl RouterSession {
                     heartbeat_ms: ms(self.hb.every),
                     dead_after_ms: ms(self.hb.dead_after),
                     tick_ms: self.hb.tick_ms,
-                    epoch_ms: self.hb.epoch_ms,
                 });
                 self.state = RState::Live { replica };
                 Some(RouterEvent::Registered { replica, host })
@@ -1105,7 +1103,6 @@ impl AgentSession {
                     heartbeat_ms,
                     dead_after_ms,
                     tick_ms,
-                    epoch_ms,
                 },
             ) => {
                 if !verify(
@@ -1151,7 +1148,7 @@ impl AgentSession {
                 self.hello = Some(shim_hello(
                     &shim_seed(&self.secret),
                     tick_ms.min(60_000),
-                    epoch_ms,
+                    SHIM_EPOCH_MS,
                 ));
                 Some(AgentEvent::Registered {
                     heartbeat: Duration::from_millis(every),
@@ -1492,7 +1489,6 @@ mod tests {
                 heartbeat_ms: 100,
                 dead_after_ms: 500,
                 tick_ms: 10,
-                epoch_ms: 0,
             },
             0,
             &mut out,
@@ -1507,7 +1503,6 @@ mod tests {
     fn agents_of_one_group_say_the_same_hello() {
         let hb = Heartbeats {
             tick_ms: 10,
-            epoch_ms: 1_800_000_000_000,
             ..Heartbeats::default()
         };
         let hello_of = |secret: &[u8], nonce: u8| {
@@ -1528,7 +1523,7 @@ mod tests {
         assert_eq!(h1[17], 1, "ticks on");
         let mut e = [0u8; 8];
         e[..6].copy_from_slice(&h1[18..24]);
-        assert_eq!(u64::from_le_bytes(e), 1_800_000_000_000);
+        assert_eq!(u64::from_le_bytes(e), SHIM_EPOCH_MS);
         let tick = shim_record(
             &NumberedInput {
                 seq: 5,

@@ -206,14 +206,22 @@ pub fn hello_path(shim_socket: &Path) -> PathBuf {
     PathBuf::from(p)
 }
 
-/// The hello (the group's random seed and clock, from the router's
-/// `Welcome` and the shared secret) for `ftnet run` to pass its server:
-/// written whole (a rename) on every registration.
-fn write_hello(shim_socket: &Path, hello: &[u8; ftnet_control::SHIM_RECORD]) {
+/// The hello (the group's random seed from the shared secret, the servers'
+/// clock) for `ftnet run` to pass its server: written whole (a rename) at
+/// the agent's start, `provisional` (the router not heard yet: ticks
+/// assumed), and on every registration, `registered` (whether the router
+/// ticks, from its `Welcome`). A second line says which.
+fn write_hello(shim_socket: &Path, hello: &[u8; ftnet_control::SHIM_RECORD], registered: bool) {
     let path = hello_path(shim_socket);
     let hex: String = hello.iter().map(|b| format!("{b:02x}")).collect();
     let tmp = path.with_extension("hello.tmp");
-    let r = std::fs::write(&tmp, format!("{hex}\n")).and_then(|()| std::fs::rename(&tmp, &path));
+    let what = if registered {
+        "registered"
+    } else {
+        "provisional"
+    };
+    let r = std::fs::write(&tmp, format!("{hex}\n{what}\n"))
+        .and_then(|()| std::fs::rename(&tmp, &path));
     if let Err(e) = r {
         warn!("cannot write {}: {e}; servers started by `ftnet run` now get this host's time and random bytes", path.display());
     }
@@ -401,9 +409,17 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
     let sched = sys::realtime(args.realtime_priority);
     info!(router = %args.router, replica = %args.replica, host = %args.host, shim_socket = %args.shim_socket.display(), scheduling = %sched, "agent starting");
     let shims = Shims::listen(&args.shim_socket)?;
-    // A hello left by an agent before this one may name another router's
-    // clock: servers wait for this agent's.
-    let _ = std::fs::remove_file(hello_path(&args.shim_socket));
+    // The hello before any router is heard (a spare's server starts before
+    // its replica is a member): the group's seed, ticks assumed.
+    write_hello(
+        &args.shim_socket,
+        &ftnet_control::shim_hello(
+            &ftnet_control::shim_seed(&args.secret),
+            1,
+            ftnet_control::SHIM_EPOCH_MS,
+        ),
+        false,
+    );
     while !sys::stop_requested() {
         tries = tries.saturating_add(1);
         let fast = tries <= FAST_TRIES;
@@ -645,7 +661,7 @@ fn session(
                     dead_after,
                 } => {
                     if let Some(h) = s.hello {
-                        write_hello(&shims.path, &h);
+                        write_hello(&shims.path, &h, true);
                     }
                     let order: Vec<String> = s
                         .order

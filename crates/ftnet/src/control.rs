@@ -363,10 +363,6 @@ pub fn start(
             every: cfg.heartbeat,
             dead_after: cfg.dead_after,
             tick_ms: u64::try_from(cfg.tick.as_millis()).unwrap_or(0),
-            // The servers' time before their first tick: this router's
-            // start, to the hour (a standby started within the same hour
-            // says the same).
-            epoch_ms: crate::sys::epoch_micros() / 1000 / 3_600_000 * 3_600_000,
         },
     );
     std::thread::Builder::new()

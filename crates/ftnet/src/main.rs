@@ -385,7 +385,8 @@ What it makes the same on every replica besides (from the router and the agent):
            gettimeofday and time return the router's clock as of the last tick the server's
            wait reached: the router puts a tick into each service's input order every
            [control] tick_ms (10 ms), so every replica sees the same time at the same point of
-           its input. Before the first tick: the hour the router started.
+           its input. Before the first tick: 2026-01-01 00:00 UTC, on every
+           replica whenever each started.
   timers   a timeout of epoll_wait/poll/select expires only at a tick (the wait then returns
            nothing ordered), so Redis's cron and active expiry, nginx's timers run at the same
            point of the input everywhere; a wait with no timeout lets ticks pass.
@@ -394,9 +395,11 @@ What it makes the same on every replica besides (from the router and the agent):
            from the shared secret): Redis's dict seed, SPOP, RANDOMKEY, SRANDMEMBER.
   pid      getpid is the same on every replica (a forked child sees its own), so a server
            that seeds its generators with time and pid (Redis) seeds them alike.
-Before it execs CMD, `ftnet run` waits (at most 30 s) for its agent's hello (<socket>.hello,
-written once the agent registered with the router) and passes it as FTNET_SHIM_HELLO; without it
-the server keeps this host's clock, random bytes and pid, said loudly.
+Before it execs CMD, `ftnet run` waits for its agent's hello (<socket>.hello: the agent writes it
+as it starts, and again once it registered with the router, which says whether it ticks) — up to
+3 s for the registered one, then the first; at most 30 s for any — and passes it as
+FTNET_SHIM_HELLO. Without it the server keeps this host's clock, random bytes and pid, said
+loudly.
 
 Not covered (replies that depend on them still differ between replicas): the vDSO or the
 clock_gettime/getrandom system calls called directly (not through libc), rdtsc, CPU time

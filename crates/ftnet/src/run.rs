@@ -21,41 +21,57 @@ pub fn shim_library() -> anyhow::Result<PathBuf> {
 }
 
 /// How long `ftnet run` waits for its agent's hello before it starts the
-/// server without it.
+/// server without it (no agent running).
 pub const HELLO_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+/// How long it waits for the agent to register with the router (the hello
+/// then says whether the router ticks) before it takes the agent's
+/// provisional one (ticks assumed: a spare's agent is refused until its
+/// replica is a member).
+pub const REGISTERED_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
 
 /// The agent's hello for the server (`FTNET_SHIM_HELLO`: the group's random
-/// seed and clock), written next to the shim socket once the agent
-/// registered with the router ([`crate::agent::hello_path`]). Waited for
-/// (at most [`HELLO_WAIT`]): a server started without it gets this host's
-/// time, random bytes and pid, and its replies that show them may differ
-/// from the other replicas' (said loudly).
+/// seed and clock), written next to the shim socket by the agent
+/// ([`crate::agent::hello_path`]): at its start (`provisional`) and once it
+/// registered with the router (`registered`). A server started without it
+/// gets this host's time, random bytes and pid, and its replies that show
+/// them may differ from the other replicas' (said loudly).
 pub fn hello(socket: &Path) -> Option<String> {
     let path = crate::agent::hello_path(socket);
     let start = std::time::Instant::now();
     let mut said = false;
     loop {
+        let mut provisional = None;
         if let Ok(s) = std::fs::read_to_string(&path) {
-            let h = s.trim();
+            let mut lines = s.lines();
+            let h = lines.next().unwrap_or("").trim().to_string();
             if h.len() == 48 && h.bytes().all(|b| b.is_ascii_hexdigit()) {
-                if said {
-                    eprintln!("ftnet run: the agent's hello came: the server gets the group's clock and random seed");
+                if lines.next() == Some("registered") {
+                    return Some(h);
                 }
-                return Some(h.to_string());
+                provisional = Some(h);
             }
         }
-        if start.elapsed() >= HELLO_WAIT {
+        let waited = start.elapsed();
+        let have = provisional.is_some();
+        if let Some(h) = provisional.filter(|_| waited >= REGISTERED_WAIT) {
             eprintln!(
-                "ftnet run: WARNING: no hello from the agent at {} in {} s (is `ftnet agent --shim-socket {}` running and registered with the router?): the server starts with this host's clock, random bytes and pid, and its replies that show them may differ from the other replicas'",
+                "ftnet run: the agent has not registered with the router in {} s: the server gets the group's seed and assumes the router's clock ticks (with [control] tick_ms = 0 its clock would stay at 2026-01-01 until then: start servers after their agents registered)",
+                REGISTERED_WAIT.as_secs()
+            );
+            return Some(h);
+        }
+        if waited >= HELLO_WAIT {
+            eprintln!(
+                "ftnet run: WARNING: no hello from the agent at {} in {} s (is `ftnet agent --shim-socket {}` running?): the server starts with this host's clock, random bytes and pid, and its replies that show them may differ from the other replicas'",
                 path.display(),
                 HELLO_WAIT.as_secs(),
                 socket.display()
             );
             return None;
         }
-        if !said && start.elapsed() >= std::time::Duration::from_secs(1) {
+        if !said && waited >= std::time::Duration::from_secs(1) && !have {
             eprintln!(
-                "ftnet run: waiting for the agent's hello at {} (the group's clock and random seed; it comes once the agent registered with the router)",
+                "ftnet run: waiting for the agent's hello at {} (the group's clock and random seed)",
                 path.display()
             );
             said = true;

@@ -2107,6 +2107,11 @@ fn sequencer_router(n: u8) -> Router {
 
 /// `sequencer_router`, with live joins (`Config::join_live`) or not.
 fn sequencer_router_joining(n: u8, join_live: bool) -> Router {
+    sequencer_router_with(n, join_live, Default::default())
+}
+
+/// A router with the sequencer, live joins or not, and this delivery.
+fn sequencer_router_with(n: u8, join_live: bool, delivery: ftnet_core::Delivery) -> Router {
     let mut c = Config {
         sequencer: true,
         join_live,
@@ -2120,7 +2125,7 @@ fn sequencer_router_joining(n: u8, join_live: bool) -> Router {
         voting: Default::default(),
         stateless: false,
         ack: ftnet_core::Ack::All,
-        delivery: Default::default(),
+        delivery,
     });
     Router::new(c, [9; 16])
 }
@@ -5013,21 +5018,7 @@ fn primary_failover_to_a_follower_that_differs_resets_the_client() {
 
 /// `sequencer_router` with `delivery = "safe"`.
 fn safe_router(n: u8) -> Router {
-    let mut c = Config {
-        sequencer: true,
-        ..Default::default()
-    };
-    c.services.push(Service {
-        name: "t".into(),
-        vip: VIP,
-        ports: vec![PORT],
-        replicas: (1..=n).map(replica).collect(),
-        voting: Default::default(),
-        stateless: false,
-        ack: ftnet_core::Ack::All,
-        delivery: ftnet_core::Delivery::Safe,
-    });
-    Router::new(c, [9; 16])
+    sequencer_router_with(n, false, ftnet_core::Delivery::Safe)
 }
 
 /// The input events the sequencer numbered, in order.

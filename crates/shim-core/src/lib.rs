@@ -357,6 +357,14 @@ impl<O: Os> Shim<O> {
         })
     }
 
+    /// In the ticks' time (`vdeadline`: a wait with a timeout), a wait that
+    /// cannot give the head of the order (not among what it `asks`) ends at
+    /// once, as a timeout of 0 would have: the same on every replica,
+    /// whether or not the head's bytes have arrived.
+    fn stuck(&self, s: &State, vdeadline: Option<u64>, asks: &dyn Fn(Fd) -> bool) -> bool {
+        vdeadline.is_some() && !self.detached.load(Ordering::Acquire) && s.head_unasked(asks)
+    }
+
     /// Consume the clock ticks at the head of what the server reads; true
     /// when the wait's timeout (`vdeadline`, in the ticks' time) expired at
     /// one of them.
@@ -959,14 +967,7 @@ impl<O: Os> Shim<O> {
                     .map(|((_, f), (_, d))| (*f, *d))
                     .collect();
                 let data_of = |f: Fd| input.get(&f).copied();
-                // In the ticks' time a wait that cannot give the head of the
-                // order (not asked here) ends at once, as a timeout of 0
-                // would have: the same on every replica, whether or not
-                // the head's bytes have arrived.
-                expired = ticked
-                    || (vdeadline.is_some()
-                        && !self.detached.load(Ordering::Acquire)
-                        && s.head_unasked(&|f| input.contains_key(&f)));
+                expired = ticked || self.stuck(&s, vdeadline, &|f| input.contains_key(&f));
                 let (unordered, ordered) = if expired {
                     (Vec::new(), Vec::new())
                 } else {
@@ -1097,10 +1098,7 @@ impl<O: Os> Shim<O> {
                         t.revents |= kernel_in;
                     }
                 }
-                expired = ticked
-                    || (vdeadline.is_some()
-                        && !self.detached.load(Ordering::Acquire)
-                        && s.head_unasked(&|f| asked.contains(&f)));
+                expired = ticked || self.stuck(&s, vdeadline, &|f| asked.contains(&f));
                 let (unordered, ordered) = if expired {
                     (Vec::new(), Vec::new())
                 } else {

@@ -759,7 +759,8 @@ impl State {
                     }
                     break;
                 }
-                Kind::Data { end } => {
+                // A chunk, or the client's reset (which is always there).
+                Kind::Data { .. } | Kind::Reset => {
                     let Some(fd) = self.event_fd(by_key, e) else {
                         continue;
                     };
@@ -770,25 +771,15 @@ impl State {
                         break;
                     }
                     let Some(c) = self.conns.get(&fd) else { break };
-                    if !self.chunk_arrived(os, fd, c, end) {
-                        break;
+                    if let Kind::Data { end } = e.kind {
+                        if !self.chunk_arrived(os, fd, c, end) {
+                            break;
+                        }
                     }
                     out.push(*e);
                 }
                 // The server handles what it got before the clock moves.
                 Kind::Tick { .. } => break,
-                Kind::Reset => {
-                    let Some(fd) = self.event_fd(by_key, e) else {
-                        continue;
-                    };
-                    if !self.reads(fd) {
-                        continue;
-                    }
-                    if out.iter().any(|x| x.key == e.key) {
-                        break;
-                    }
-                    out.push(*e);
-                }
             }
         }
         out

@@ -230,6 +230,7 @@ struct SegInfo {
     fin: bool,
     /// The ACK flag: the ACK field means something.
     has_ack: bool,
+    syn: bool,
 }
 
 fn seg_info(data: &[u8]) -> Option<SegInfo> {
@@ -256,6 +257,7 @@ fn seg_info(data: &[u8]) -> Option<SegInfo> {
         pure_ack,
         fin: f & tcp::flags::FIN != 0,
         has_ack: f & tcp::flags::ACK != 0,
+        syn: f & tcp::flags::SYN != 0,
     })
 }
 
@@ -977,6 +979,15 @@ impl Sim {
                 match (from, to) {
                     (Node::Host(h), _) => {
                         self.watch[h].last_tx.insert(si.cport, self.now);
+                        // The host's own SYN sets where its SND.UNA starts:
+                        // the first ACK it receives may be the router's
+                        // far-ahead position probe, reordered ahead of the
+                        // rest, which must not become the reference.
+                        if si.syn {
+                            self.watch[h]
+                                .ack_in
+                                .insert(si.cport, si.seq.wrapping_add(1));
+                        }
                         if si.has_ack {
                             self.watch[h].ack_out.insert(si.cport, si.ack);
                         }

@@ -540,6 +540,12 @@ pub mod control {
             }
         }
         let mut d = Decoder::default();
+        if registered && b.bool() {
+            // After the handshake: the frames must carry the session's tag.
+            if let Some(k) = r.frame_keys() {
+                d.expect_sealed(k.recv);
+            }
+        }
         let mut out = Vec::new();
         while !b.done() {
             let n = usize::from(b.u8());

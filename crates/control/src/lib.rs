@@ -17,7 +17,17 @@
 //! ```
 //!
 //! Both sides keep a nonce of their own in the MAC, so a recorded exchange
-//! cannot be replayed to either. A peer that fails any step gets
+//! cannot be replayed to either.
+//!
+//! Every frame after the `Welcome` (both ways) is **sealed**: its JSON is
+//! followed by a 32-byte HMAC-SHA256 tag under the session's key (derived
+//! from the secret and both nonces, so it is new in every session) over the
+//! direction, the frame's number in that direction and the JSON
+//! ([`Sealer`], [`Decoder::expect_sealed`]). A frame forged by anyone on the
+//! path, replayed from this or another session, reordered or cut fails its
+//! tag: the receiver closes the connection ([`FrameError::Forged`]) and the
+//! router counts it. (The frames are authenticated, not encrypted: what
+//! they say is the connections' addresses and sequence numbers.) A peer that fails any step gets
 //! `Reject{reason}` and the connection is closed; the reason is what the
 //! router logs. The sessions take the time and the nonces as arguments and
 //! return messages to send: no I/O, no clock, no randomness here (the
@@ -58,8 +68,9 @@ fn ms(d: Duration) -> u64 {
 /// 6: joins (`Checkpoint`, `State`, `Restored`, `StateFailed`, `JoinEnded`);
 /// 7: `Restart` (a stale server of a replica out of service is ended);
 /// 8: `Snapshot` (a join's donor fixed its checkpoint: the input resumes
-/// while the state travels).
-pub const VERSION: u32 = 8;
+/// while the state travels); 9: every frame after the `Welcome` sealed
+/// ([`Sealer`]).
+pub const VERSION: u32 = 9;
 /// Largest frame accepted (a connection record is ~300 bytes; an order
 /// report is ~10 KB per service port).
 pub const MAX_FRAME: usize = 256 * 1024;
@@ -458,26 +469,175 @@ pub enum FrameError {
     TooLarge(usize),
     #[error("malformed message: {0}")]
     Malformed(String),
+    #[error("frame {0} of the session failed its authentication tag (forged, replayed, reordered or cut on the way)")]
+    Forged(u64),
 }
 
-/// Encode one message as a frame.
-pub fn encode(msg: &Msg) -> Vec<u8> {
-    let body = serde_json::to_vec(msg).unwrap_or_default();
-    let mut out = Vec::with_capacity(4 + body.len());
-    out.extend_from_slice(&u32::try_from(body.len()).unwrap_or(u32::MAX).to_be_bytes());
-    out.extend_from_slice(&body);
+/// Bytes of a sealed frame's tag (HMAC-SHA256).
+pub const TAG: usize = 32;
+
+/// The router → agent direction, in a frame's tag.
+const TO_AGENT: &str = "router->agent";
+/// The agent → router direction, in a frame's tag.
+const TO_ROUTER: &str = "agent->router";
+
+/// One direction of a session's sealed frames: the session's key, the
+/// direction and how many frames went that way.
+#[derive(Clone)]
+pub struct FrameKey {
+    key: [u8; 32],
+    dir: &'static str,
+    count: u64,
+}
+
+impl std::fmt::Debug for FrameKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the key.
+        write!(f, "FrameKey({} #{})", self.dir, self.count)
+    }
+}
+
+impl FrameKey {
+    fn mac(&self, body: &[u8]) -> Hmac<Sha256> {
+        let mut m =
+            <Hmac<Sha256> as Mac>::new_from_slice(&self.key).expect("HMAC takes any key length");
+        m.update(b"ftnet-frame-v1");
+        m.update(self.dir.as_bytes());
+        m.update(&self.count.to_be_bytes());
+        m.update(body);
+        m
+    }
+}
+
+/// The session key both ends derive once the agent proved the secret and
+/// the router answered: an HMAC of the secret over both nonces and the
+/// replica, so no two sessions share one.
+fn session_key(
+    secret: &[u8],
+    agent_nonce: &str,
+    router_nonce: &str,
+    replica: Ipv4Addr,
+) -> [u8; 32] {
+    let mut k = [0u8; 32];
+    k.copy_from_slice(
+        &mac(secret, "session", agent_nonce, router_nonce, replica)
+            .finalize()
+            .into_bytes(),
+    );
+    k
+}
+
+/// A session's frame keys as one end sees them: what it sends with and
+/// what it receives with.
+#[derive(Debug, Clone)]
+pub struct FrameKeys {
+    pub send: FrameKey,
+    pub recv: FrameKey,
+}
+
+fn frame_keys(key: [u8; 32], router: bool) -> FrameKeys {
+    let (send, recv) = if router {
+        (TO_AGENT, TO_ROUTER)
+    } else {
+        (TO_ROUTER, TO_AGENT)
+    };
+    FrameKeys {
+        send: FrameKey {
+            key,
+            dir: send,
+            count: 0,
+        },
+        recv: FrameKey {
+            key,
+            dir: recv,
+            count: 0,
+        },
+    }
+}
+
+/// Encodes frames, sealed once the session has its key. The router arms
+/// it with [`Sealer::seal_after_welcome`]: its `Welcome` goes out plain and
+/// everything after it sealed; the agent, which has seen the `Welcome`,
+/// seals from then on ([`Sealer::seal`]).
+#[derive(Debug, Default)]
+pub struct Sealer {
+    key: Option<FrameKey>,
+    armed: Option<FrameKey>,
+}
+
+impl Sealer {
+    /// Seal every frame from now on.
+    pub fn seal(&mut self, key: FrameKey) {
+        self.key = Some(key);
+        self.armed = None;
+    }
+
+    /// Seal every frame after the next `Welcome` encoded.
+    pub fn seal_after_welcome(&mut self, key: FrameKey) {
+        if self.key.is_none() {
+            self.armed = Some(key);
+        }
+    }
+
+    pub fn is_sealing(&self) -> bool {
+        self.key.is_some()
+    }
+
+    /// One message as a frame.
+    pub fn encode(&mut self, msg: &Msg) -> Vec<u8> {
+        let body = serde_json::to_vec(msg).unwrap_or_default();
+        let frame = match &mut self.key {
+            None => frame(&body, None),
+            Some(k) => {
+                let tag = k.mac(&body).finalize().into_bytes();
+                k.count += 1;
+                frame(&body, Some(&tag))
+            }
+        };
+        if matches!(msg, Msg::Welcome { .. }) {
+            if let Some(k) = self.armed.take() {
+                self.key = Some(k);
+            }
+        }
+        frame
+    }
+}
+
+fn frame(body: &[u8], tag: Option<&[u8]>) -> Vec<u8> {
+    let n = body.len() + tag.map_or(0, <[u8]>::len);
+    let mut out = Vec::with_capacity(4 + n);
+    out.extend_from_slice(&u32::try_from(n).unwrap_or(u32::MAX).to_be_bytes());
+    out.extend_from_slice(body);
+    if let Some(t) = tag {
+        out.extend_from_slice(t);
+    }
     out
+}
+
+/// Encode one message as an unsealed frame (the handshake's).
+pub fn encode(msg: &Msg) -> Vec<u8> {
+    frame(&serde_json::to_vec(msg).unwrap_or_default(), None)
 }
 
 /// Accumulates bytes from the socket and yields whole messages.
 #[derive(Debug, Default)]
 pub struct Decoder {
     buf: Vec<u8>,
+    key: Option<FrameKey>,
 }
 
 impl Decoder {
     pub fn push(&mut self, bytes: &[u8]) {
         self.buf.extend_from_slice(bytes);
+    }
+
+    /// Every frame from the next one on must carry a valid tag under `key`.
+    pub fn expect_sealed(&mut self, key: FrameKey) {
+        self.key = Some(key);
+    }
+
+    pub fn is_sealed(&self) -> bool {
+        self.key.is_some()
     }
 
     /// The next complete message, `Ok(None)` if more bytes are needed.
@@ -492,8 +652,20 @@ impl Decoder {
         if self.buf.len() < 4 + len {
             return Ok(None);
         }
-        let msg = serde_json::from_slice(&self.buf[4..4 + len])
-            .map_err(|e| FrameError::Malformed(e.to_string()));
+        let mut body = &self.buf[4..4 + len];
+        if let Some(k) = &mut self.key {
+            // Checked before a byte of it is parsed.
+            let Some(cut) = len.checked_sub(TAG) else {
+                return Err(FrameError::Forged(k.count));
+            };
+            let (b, tag) = body.split_at(cut);
+            if k.mac(b).verify_slice(tag).is_err() {
+                return Err(FrameError::Forged(k.count));
+            }
+            k.count += 1;
+            body = b;
+        }
+        let msg = serde_json::from_slice(body).map_err(|e| FrameError::Malformed(e.to_string()));
         self.buf.drain(..4 + len);
         msg.map(Some)
     }
@@ -654,6 +826,7 @@ pub struct RouterSession {
     state: RState,
     last_heard_ms: u64,
     opened_ms: u64,
+    keys: Option<FrameKeys>,
 }
 
 impl RouterSession {
@@ -666,7 +839,15 @@ impl RouterSession {
             state: RState::AwaitHello,
             last_heard_ms: now_ms,
             opened_ms: now_ms,
+            keys: None,
         }
+    }
+
+    /// The session's frame keys, once the agent proved the secret and was
+    /// welcomed: the `Welcome` is the last plain frame the router sends
+    /// ([`Sealer::seal_after_welcome`]), the `Auth` the last it takes.
+    pub fn frame_keys(&self) -> Option<FrameKeys> {
+        self.keys.clone()
     }
 
     /// The registered replica, once authenticated.
@@ -791,6 +972,10 @@ impl RouterSession {
                     );
                 }
                 let mac = sign(&self.secret, "router", &agent_nonce, &self.nonce, replica);
+                self.keys = Some(frame_keys(
+                    session_key(&self.secret, &agent_nonce, &self.nonce, replica),
+                    true,
+                ));
                 out.push(Msg::Welcome {
                     mac,
                     heartbeat_ms: ms(self.hb.every),
@@ -1008,6 +1193,7 @@ pub struct AgentSession {
     /// The hello for the shims ([`shim_hello`]), once the router said
     /// how the servers' clock goes.
     pub hello: Option<[u8; SHIM_RECORD]>,
+    keys: Option<FrameKeys>,
 }
 
 impl AgentSession {
@@ -1033,6 +1219,7 @@ impl AgentSession {
             shims_told: None,
             down: Vec::new(),
             hello: None,
+            keys: None,
         };
         let hello = Msg::Hello {
             version: VERSION,
@@ -1045,6 +1232,12 @@ impl AgentSession {
 
     pub fn is_live(&self) -> bool {
         matches!(self.state, AState::Live { .. })
+    }
+
+    /// The session's frame keys, once the router's `Welcome` proved the
+    /// secret: every frame after it, both ways, is sealed.
+    pub fn frame_keys(&self) -> Option<FrameKeys> {
+        self.keys.clone()
     }
 
     /// The replica's server lost the input order (`reason` for the logs):
@@ -1115,6 +1308,10 @@ impl AgentSession {
                 ) {
                     return self.reject("the router could not prove the shared secret — wrong router address or secret".into());
                 }
+                self.keys = Some(frame_keys(
+                    session_key(&self.secret, &self.nonce, &router_nonce, self.replica),
+                    false,
+                ));
                 let every = heartbeat_ms.clamp(10, 60_000);
                 let dead = dead_after_ms.clamp(every * 2, 600_000);
                 self.state = AState::Live {
@@ -1310,6 +1507,133 @@ mod tests {
             }
         }
         (ae, re)
+    }
+
+    /// Both ends as the binaries run them: frames on two byte streams, the
+    /// router sealing what follows its `Welcome`, the agent what follows
+    /// its receipt; each decoder expects sealed frames from the same points.
+    struct Wire {
+        a: AgentSession,
+        r: RouterSession,
+        a_dec: Decoder,
+        r_dec: Decoder,
+        a_seal: Sealer,
+        r_seal: Sealer,
+    }
+
+    impl Wire {
+        fn new(agent_nonce: [u8; 16], router_nonce: [u8; 16]) -> Wire {
+            let (a, hello) = AgentSession::new(b"s3cret", R, "host1", agent_nonce, 0);
+            let r = RouterSession::new(b"s3cret", router_nonce, Heartbeats::default(), 0);
+            let mut w = Wire {
+                a,
+                r,
+                a_dec: Decoder::default(),
+                r_dec: Decoder::default(),
+                a_seal: Sealer::default(),
+                r_seal: Sealer::default(),
+            };
+            let mut to_router = encode(&hello);
+            for _ in 0..8 {
+                w.r_dec.push(&std::mem::take(&mut to_router));
+                let mut out = Vec::new();
+                while let Some(m) = w.r_dec.next_msg().unwrap() {
+                    w.r.handle(m, 0, |x| x == R, &mut out);
+                    if !w.r_dec.is_sealed() {
+                        if let Some(k) = w.r.frame_keys() {
+                            w.r_dec.expect_sealed(k.recv);
+                            w.r_seal.seal_after_welcome(k.send);
+                        }
+                    }
+                }
+                let to_agent: Vec<u8> = out.iter().flat_map(|m| w.r_seal.encode(m)).collect();
+                w.a_dec.push(&to_agent);
+                let mut out = Vec::new();
+                while let Some(m) = w.a_dec.next_msg().unwrap() {
+                    w.a.handle(m, 0, &mut out);
+                    if !w.a_dec.is_sealed() {
+                        if let Some(k) = w.a.frame_keys() {
+                            w.a_dec.expect_sealed(k.recv);
+                            w.a_seal.seal(k.send);
+                        }
+                    }
+                }
+                to_router = out.iter().flat_map(|m| w.a_seal.encode(m)).collect();
+            }
+            assert!(w.a.is_live() && w.r.replica() == Some(R));
+            assert!(w.r_dec.is_sealed() && w.a_dec.is_sealed());
+            assert!(w.r_seal.is_sealing() && w.a_seal.is_sealing());
+            w
+        }
+    }
+
+    /// After the handshake every frame is sealed both ways: the agent's
+    /// sealed heartbeat and `Stored` are taken, in order; a forged one
+    /// (plain, altered, sealed under another session's key, or a replay of
+    /// one the router already took) is refused before it is parsed.
+    #[test]
+    fn after_the_welcome_frames_are_sealed_and_forged_or_replayed_ones_refused() {
+        let key = ConnKey {
+            client: Ipv4Addr::new(198, 18, 1, 2),
+            cport: 40000,
+            vip: Ipv4Addr::new(198, 19, 0, 1),
+            vport: 6379,
+        };
+        let hb = Msg::Heartbeat { seq: 7, records: 0 };
+        let stored = Msg::Stored { keys: vec![key] };
+        // Sealed frames are taken in order.
+        let mut w = Wire::new([1; 16], [2; 16]);
+        let hb_frame = w.a_seal.encode(&hb);
+        let stored_frame = w.a_seal.encode(&stored);
+        w.r_dec.push(&hb_frame);
+        w.r_dec.push(&stored_frame);
+        let first = w.r_dec.next_msg().unwrap();
+        assert_eq!(first, Some(hb.clone()));
+        assert_eq!(w.r_dec.next_msg(), Ok(Some(stored.clone())));
+        // A replay of a frame the router took.
+        w.r_dec.push(&hb_frame);
+        assert!(matches!(w.r_dec.next_msg(), Err(FrameError::Forged(_))));
+        // A plain frame from whoever is on the path.
+        let mut w = Wire::new([1; 16], [2; 16]);
+        w.r_dec.push(&encode(&stored));
+        assert!(matches!(w.r_dec.next_msg(), Err(FrameError::Forged(_))));
+        // A sealed frame altered on the way (another connection's key).
+        let mut w = Wire::new([1; 16], [2; 16]);
+        let mut f = w.a_seal.encode(&stored);
+        let at = f.windows(5).position(|x| x == b"40000").unwrap();
+        f[at..at + 5].copy_from_slice(b"40001");
+        w.r_dec.push(&f);
+        assert!(matches!(w.r_dec.next_msg(), Err(FrameError::Forged(_))));
+        // A frame recorded from another session of the same agent (same
+        // secret, other nonces), replayed into this one.
+        let mut old = Wire::new([3; 16], [4; 16]);
+        let recorded = old.a_seal.encode(&hb);
+        let mut w = Wire::new([1; 16], [2; 16]);
+        w.r_dec.push(&recorded);
+        assert!(matches!(w.r_dec.next_msg(), Err(FrameError::Forged(_))));
+        // Frames reordered: the second one first.
+        let mut w = Wire::new([1; 16], [2; 16]);
+        let _one = w.a_seal.encode(&hb);
+        let two = w.a_seal.encode(&stored);
+        w.r_dec.push(&two);
+        assert!(matches!(w.r_dec.next_msg(), Err(FrameError::Forged(_))));
+        // Shorter than a tag.
+        let mut w = Wire::new([1; 16], [2; 16]);
+        w.r_dec.push(&[0, 0, 0, 3, b'{', b'}', b' ']);
+        assert!(matches!(w.r_dec.next_msg(), Err(FrameError::Forged(_))));
+        // The agent refuses a forged router frame (a restart, a record) the same way.
+        let mut w = Wire::new([1; 16], [2; 16]);
+        w.a_dec.push(&encode(&Msg::Restart {
+            reason: "forged".into(),
+        }));
+        assert!(matches!(w.a_dec.next_msg(), Err(FrameError::Forged(_))));
+        let mut w = Wire::new([1; 16], [2; 16]);
+        let ack = w.r_seal.encode(&Msg::HeartbeatAck { seq: 7 });
+        w.a_dec.push(&ack);
+        assert_eq!(w.a_dec.next_msg(), Ok(Some(Msg::HeartbeatAck { seq: 7 })));
+        // The key never shows in a debug print.
+        let k = w.r.frame_keys().unwrap();
+        assert!(!format!("{k:?}").contains(&format!("{:?}", k.send.key[0..4].to_vec())));
     }
 
     #[test]

@@ -6,7 +6,9 @@
 
 use crate::sys;
 use anyhow::Context;
-use ftnet_control::{AgentEvent, AgentSession, ConnKey, ConnRecord, Decoder, Msg, OrderLog};
+use ftnet_control::{
+    AgentEvent, AgentSession, ConnKey, ConnRecord, Decoder, Msg, OrderLog, Sealer,
+};
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddrV4, TcpStream};
@@ -528,6 +530,8 @@ fn session(
     stream.set_write_timeout(Some(Duration::from_secs(2)))?;
     stream.write_all(&ftnet_control::encode(&hello))?;
     let mut dec = Decoder::default();
+    // Sealed once the router's Welcome proved the secret (both ways).
+    let mut seal = Sealer::default();
     let mut buf = vec![0u8; 256 * 1024];
     let mut out = Vec::new();
     let mut stall = sys::StallWatch::new("agent loop");
@@ -539,10 +543,7 @@ fn session(
                     "the agent is stopping: its server can no longer get the order",
                     &mut out,
                 );
-                let wire: Vec<u8> = out
-                    .drain(..)
-                    .flat_map(|m| ftnet_control::encode(&m))
-                    .collect();
+                let wire: Vec<u8> = out.drain(..).flat_map(|m| seal.encode(&m)).collect();
                 let _ = stream.write_all(&wire);
             }
             return Ok(AgentEvent::RouterLost);
@@ -577,7 +578,14 @@ fn session(
         // Every input record of this read goes to the shims in one write.
         let mut recs: Vec<u8> = Vec::new();
         while let Some(m) = dec.next_msg()? {
-            match s.handle(m, now_ms(), &mut out) {
+            let ev = s.handle(m, now_ms(), &mut out);
+            if !dec.is_sealed() {
+                if let Some(k) = s.frame_keys() {
+                    dec.expect_sealed(k.recv);
+                    seal.seal(k.send);
+                }
+            }
+            match ev {
                 Some(AgentEvent::Input(e, isn)) => {
                     recs.extend_from_slice(&ftnet_control::shim_record(&e, isn))
                 }
@@ -649,7 +657,7 @@ fn session(
             // sends a SYN-ACK).
             let mut wire = Vec::new();
             for m in out.drain(..) {
-                wire.extend(ftnet_control::encode(&m));
+                wire.extend(seal.encode(&m));
             }
             stream.write_all(&wire)?;
         }

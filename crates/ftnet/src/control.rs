@@ -14,7 +14,7 @@
 use crate::config::ControlConfig;
 use crate::sys;
 use anyhow::Context;
-use ftnet_control::{Decoder, Heartbeats, Msg, RouterEvent, RouterSession};
+use ftnet_control::{Decoder, Heartbeats, Msg, RouterEvent, RouterSession, Sealer};
 use ftnet_core::{Adopted, AgentMsg, ConnKey, ConnRecord, OrderReport, OutOfService};
 use std::collections::{HashMap, HashSet};
 use std::io::{Read, Write};
@@ -81,6 +81,9 @@ pub trait RouterHandle: Send + Sync + 'static {
 pub struct Registry {
     agents: Mutex<HashMap<Ipv4Addr, Agent>>,
     dropped_records: std::sync::atomic::AtomicU64,
+    /// Frames that failed their tag after the handshake (forged, replayed,
+    /// cut): each ended its session.
+    rejected_frames: std::sync::atomic::AtomicU64,
     /// Agents whose queue overflowed (replica → session): they missed a
     /// record; their session thread ends them and takes the replica out.
     overflowed: Mutex<HashMap<Ipv4Addr, u64>>,
@@ -298,6 +301,7 @@ impl Registry {
         serde_json::json!({
             "agents": list,
             "dropped_records": self.dropped_records.load(std::sync::atomic::Ordering::Relaxed),
+            "rejected_frames": self.rejected_frames.load(std::sync::atomic::Ordering::Relaxed),
             "pending_commits": self.pending_commits(),
         })
     }
@@ -441,10 +445,11 @@ fn serve(
     let mut registered: Option<Ipv4Addr> = None;
     // Writes come from this thread (session messages) and from the record
     // writer (records as soon as the data plane queues them).
-    let writer = Arc::new(Mutex::new(stream.try_clone()?));
+    let writer = Arc::new(Mutex::new(Out::new(stream.try_clone()?)));
     writer
         .lock()
         .unwrap_or_else(|p| p.into_inner())
+        .stream
         .set_write_timeout(Some(WRITE_TIMEOUT.max(hb.dead_after)))?;
     let done = Arc::new(WriterState::default());
     let _stop_writer = StopOnDrop(done.clone());
@@ -533,10 +538,27 @@ fn serve(
                         )
                     };
                     events.extend(s.handle_admitting(m, now_ms(), admit, &mut out));
+                    if !dec.is_sealed() {
+                        if let Some(k) = s.frame_keys() {
+                            // The agent proved the secret: what it sends
+                            // next is sealed, and what this side sends
+                            // after its Welcome.
+                            dec.expect_sealed(k.recv);
+                            writer
+                                .lock()
+                                .unwrap_or_else(|p| p.into_inner())
+                                .seal
+                                .seal_after_welcome(k.send);
+                        }
+                    }
                 }
                 Ok(None) => break,
                 Err(e) => {
-                    warn!(%peer, "control connection {id}: {e}; closing");
+                    if matches!(e, ftnet_control::FrameError::Forged(_)) {
+                        reg.rejected_frames
+                            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
+                    warn!(%peer, replica = ?registered, "control connection {id}: {e}; closing");
                     if let Some(r) = registered {
                         if shims > 0 {
                             order_lost(router, r, peer, &format!("its agent's connection broke ({e}) while {shims} server(s) followed the order through it"));
@@ -549,16 +571,13 @@ fn serve(
         }
         stall.mark("read and handle");
         events.extend(s.on_timeout(now_ms(), &mut out));
-        let mut wire = Vec::new();
-        for m in out.drain(..) {
-            wire.extend(ftnet_control::encode(&m));
-        }
-        if !wire.is_empty() {
-            if let Err(e) = writer
+        if !out.is_empty() {
+            let sent = writer
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
-                .write_all(&wire)
-            {
+                .send(out.iter());
+            out.clear();
+            if let Err(e) = sent {
                 if registered.is_none() {
                     return Err(e.into());
                 }
@@ -586,9 +605,8 @@ fn serve(
                         ) {
                             drop(agents);
                             warn!(%peer, "agent refused: {reason}");
-                            let reject = ftnet_control::encode(&Msg::Reject { reason });
                             let mut w = writer.lock().unwrap_or_else(|p| p.into_inner());
-                            let _ = w.write_all(&reject);
+                            let _ = w.send([&Msg::Reject { reason }]);
                             let _ = stream.shutdown(std::net::Shutdown::Both);
                             return Ok(());
                         }
@@ -843,6 +861,34 @@ fn order_lost(router: &dyn RouterHandle, replica: Ipv4Addr, peer: SocketAddr, re
     );
 }
 
+/// The agent's connection as the session and its record writer write to
+/// it: one sealer, so the frames' numbers follow the order they go out in.
+struct Out {
+    stream: TcpStream,
+    seal: Sealer,
+}
+
+impl Out {
+    fn new(stream: TcpStream) -> Out {
+        Out {
+            stream,
+            seal: Sealer::default(),
+        }
+    }
+
+    /// The messages as frames, in one write.
+    fn send<'a>(&mut self, msgs: impl IntoIterator<Item = &'a Msg>) -> std::io::Result<()> {
+        let mut wire = Vec::new();
+        for m in msgs {
+            wire.extend(self.seal.encode(m));
+        }
+        if wire.is_empty() {
+            return Ok(());
+        }
+        self.stream.write_all(&wire)
+    }
+}
+
 /// Between a session and its record writer: the session ends (`stop`), or
 /// the writer could not write (`failed`: a record is lost, maybe a frame cut).
 #[derive(Default)]
@@ -886,23 +932,27 @@ impl Drop for StopOnDrop {
 /// when several are waiting), until the session ends. A write that fails
 /// (or blocks beyond the write timeout) loses records and may cut a frame:
 /// the writer stops and says why (the session takes the replica out).
-fn write_records(rx: &Receiver<Msg>, w: &Mutex<TcpStream>, done: &WriterState) {
-    let mut wire = Vec::new();
+fn write_records(rx: &Receiver<Msg>, w: &Mutex<Out>, done: &WriterState) {
+    let mut batch = Vec::new();
     while !done.load(std::sync::atomic::Ordering::Relaxed) {
         let m = match rx.recv_timeout(Duration::from_millis(100)) {
             Ok(m) => m,
             Err(mpsc::RecvTimeoutError::Timeout) => continue,
             Err(mpsc::RecvTimeoutError::Disconnected) => return,
         };
-        wire.clear();
-        wire.extend(ftnet_control::encode(&m));
+        batch.clear();
+        batch.push(m);
         for _ in 0..255 {
             match rx.try_recv() {
-                Ok(m) => wire.extend(ftnet_control::encode(&m)),
+                Ok(m) => batch.push(m),
                 Err(_) => break,
             }
         }
-        if let Err(e) = w.lock().unwrap_or_else(|p| p.into_inner()).write_all(&wire) {
+        if let Err(e) = w
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .send(batch.iter())
+        {
             done.fail(format!("writing records to the agent: {e}"));
             return;
         }
@@ -1038,7 +1088,7 @@ mod tests {
         c.set_write_timeout(Some(Duration::from_millis(100)))
             .unwrap();
         let (tx, rx) = mpsc::sync_channel(1 << 20);
-        let w = Mutex::new(c);
+        let w = Mutex::new(Out::new(c));
         let state = WriterState::default();
         let mut n = 0;
         // Far more than the socket buffers hold.

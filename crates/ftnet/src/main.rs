@@ -344,6 +344,8 @@ Example:
 
 const AGENT_HELP: &str = r#"The agent opens a TCP connection to the router's [control] listen address and both sides prove
 they hold the shared secret (HMAC-SHA256 over fresh nonces of both; nothing secret crosses the wire).
+Every frame after that carries a tag under that session's key: a frame forged, altered or replayed
+on the path ends the session (the agent reconnects) and the router counts it.
 Then it heartbeats at the router's pace. If the router hears nothing for dead_after_ms, it declares
 the replica's host lost: the replica leaves every connection at once and gets no new ones. An agent
 that is stopped cleanly closes its connection; that does not mark the replica down.

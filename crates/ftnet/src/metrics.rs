@@ -307,6 +307,12 @@ pub fn render(doc: &Value) -> String {
             "Connection records an agent could not take",
             num(&c["dropped_records"]),
         );
+        counter(
+            &mut r,
+            "ftnet_control_rejected_frames",
+            "Control frames that failed their authentication tag (forged, replayed, altered); each ended its session",
+            num(&c["rejected_frames"]),
+        );
         gauge(
             &mut r,
             "ftnet_pending_commits",
@@ -473,7 +479,7 @@ mod tests {
                     {"addr": "198.18.12.2", "state": "down", "alive": false, "connections": 0, "lag_in_bytes": 0, "lag_out_bytes": 0}
                 ]}]
             },
-            "control": {"agents": [{"replica": "198.18.11.2", "state": "registered"}], "dropped_records": 0, "pending_commits": 0}
+            "control": {"agents": [{"replica": "198.18.11.2", "state": "registered"}], "dropped_records": 0, "rejected_frames": 2, "pending_commits": 0}
         });
         observe(&Event::Evicted {
             conn: "c".into(),
@@ -492,6 +498,7 @@ mod tests {
             "ftnet_replica_up{service=\"redis\",replica=\"198.18.12.2\"} 0\n",
             "ftnet_replica_state{service=\"redis\",replica=\"198.18.12.2\",state=\"down\"} 1\n",
             "ftnet_agents 1\n",
+            "ftnet_control_rejected_frames_total 2\n",
             "ftnet_evictions_total{replica=\"198.18.12.2\",reason=\"stalled\"} 1\n",
             "# TYPE ftnet_join_pause_milliseconds histogram\n",
             "# EOF\n",

@@ -210,6 +210,10 @@ pub fn render(v: &Value) -> String {
                 u(&a["records"]),
             );
         }
+        let rejected = u(&v["control"]["rejected_frames"]);
+        if rejected > 0 {
+            let _ = writeln!(o, "  frames that failed their tag (forged, replayed; each ended its session): {rejected}");
+        }
         let dropped = u(&v["control"]["dropped_records"]);
         if dropped > 0 {
             let _ = writeln!(o, "  records not delivered (agent queue full): {dropped}");

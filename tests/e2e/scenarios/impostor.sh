@@ -8,10 +8,14 @@
 #   (3) SIGHUP is sent to r1's agent.
 #   (4) 400 unauthenticated connections to the control port from the client side, each with a
 #       200 kB hello.
+#   (5) a forger on an agent's path: with r3's agent stopped, a session for r3 (tests/e2e/forge.py,
+#       from r3's address) registers, has its sealed heartbeat answered, then a frame no agent
+#       sealed follows: a replay of that heartbeat, a plain `Stored`, an altered heartbeat.
 # Pass: (1) and (2) refused and logged with the reason; r2's real agent stays registered, r2
 # stays alive (a registered intruder falling silent would have it marked down); r1's agent
 # survives SIGHUP, logs it as ignored and stays registered; a fresh connection is served by all
-# three replicas.
+# three replicas; (5) each forged frame ends its session, is logged and counted
+# (`control.rejected_frames`: 3), and r3 stays in service.
 #
 #   client 198.18.1.2 (intruder) ──veth── router (control :7400) ──veth── r1 (agent)
 #                                                                 ──veth── r2 (agent, 2nd agent)
@@ -153,4 +157,28 @@ wait "$HELD_PID" || rc=$?
 check_eq "fresh connection echoed ($(cat "$T/fresh.json"))" 0 "$rc"
 check "the fresh connection is served by all three replicas (connections per replica: $conns)" \
 	python3 -c "import sys; c=[int(x) for x in '$conns'.split()]; sys.exit(0 if len(c) == 3 and min(c) >= 1 else 1)"
+
+# (5) Frames after the handshake are sealed: a forger on the path (who has no session key) can
+# neither replay, alter nor inject one.
+R3=$(replica_ip 3)
+rejected() { status_json | python3 -c 'import json,sys; print(json.load(sys.stdin)["control"]["rejected_frames"])'; }
+check_eq "no frame rejected before" 0 "$(rejected)"
+kill -TERM "$(cat "$DIR/r3/agent.pid")"
+r3_gone() { [[ $(status_json | python3 -c "import json,sys; d=json.load(sys.stdin); print(len([a for a in d['control']['agents'] if a['replica'] == '$R3' and a['state'] == 'registered']))") == 0 ]]; }
+check "r3's agent stopped" wait_for 5 r3_gone
+n=0
+for forge in replay plain alter; do
+	timeout 20 "$FTNET" lab exec --name "$LAB" r3 -- python3 "$E2E_DIR/forge.py" --router 198.18.13.1:7400 \
+		--replica "$R3" --secret-file "$DIR/secret" --forge "$forge" >"$T/forge-$forge.json" 2>&1 || true
+	n=$((n + 1))
+	say "forged ($forge): $(head -c 300 "$T/forge-$forge.json")"
+	check_eq "$forge: registered, its sealed heartbeat answered, closed after the forgery" \
+		'{"registered": true, "ack_ok": true, "closed_after_forgery": true}' "$(cat "$T/forge-$forge.json")"
+	# (The status snapshot is refreshed every 250 ms.)
+	counted() { [[ $(rejected) == "$1" ]]; }
+	check "$forge: counted ($n)" wait_for 3 counted "$n"
+done
+check "the router logged each forged frame" test "$(grep -c "failed its authentication tag" "$LOG")" -eq 3
+alive3() { status_json | python3 -c "import json,sys; d=json.load(sys.stdin); print([r['alive'] for r in d['status']['services'][0]['replicas'] if r['addr'] == '$R3'][0])"; }
+check_eq "r3 stays in service" True "$(alive3)"
 e2e_finish

@@ -8,9 +8,13 @@
 #   expiry, EXPIRE, TIME, SADD + SPOP + SRANDMEMBER, RANDOMKEY, Lua math.random, INCR.
 # Pass: every writer exits 0; no replica evicted, no divergence counted; TIME's answers are within
 # 2 s of this host's clock; after the TTL keys expired, every replica's DEBUG DIGEST is equal.
-# FAULT=none also runs the control: the same load with the router's ticks off (`--tick-ms 0`: the
-# servers keep the kernel's clock), where the vote must take a replica out — the ticks are what
-# keeps the replicas' replies equal.
+# FAULT=none also runs two controls, where the vote must take a replica out:
+#  - the clock: the same load with the router's ticks off (`--tick-ms 0`: the servers keep the
+#    kernel's clock);
+#  - the random bytes: ticks on, but r3's server gets a hello whose seed differs in one bit (its
+#    `ftnet run` hands it the agent's hello; the server command rewrites it), so r3's getrandom and
+#    /dev/urandom differ (Redis's dict hash seed: RANDOMKEY and SPOP pick differently).
+# The ticks and the group's seed are what keep the replicas' replies equal.
 set -euo pipefail
 # shellcheck source=tests/e2e/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
@@ -93,6 +97,8 @@ settle 1 2 3
 same_digests "after the load" 1 2 3
 
 # The control: the same load with the servers on the kernel's clock.
+cp "$LOG" "$T/router-run.log"
+for r in 1 2 3; do cp "$(replica_dir "$r")/server.log" "$T/r$r-server-run.log"; done
 timeout 120 "$FTNET" lab down --name "$LAB" >/dev/null 2>&1
 lab_up --port "$REDIS_PORT" --shim --vote majority --tick-ms 0
 load control || true
@@ -100,4 +106,18 @@ sleep 0.5
 n_alive=$(alive)
 say "control (no ticks): $(divergences) divergence(s), $n_alive replica(s) left"
 check "control: without the router's clock a replica's replies differ and it is evicted" test "$n_alive" -lt 3
+
+# The second control: the clock from the router, r3's random bytes from another seed.
+cp "$LOG" "$T/router-control.log"
+timeout 120 "$FTNET" lab down --name "$LAB" >/dev/null 2>&1
+# shellcheck disable=SC2016 # expanded by the replica's sh -c
+other_seed='if [ "$FTNET_REPLICA" = 3 ]; then case $FTNET_SHIM_HELLO in 0*) h=1${FTNET_SHIM_HELLO#?};; *) h=0${FTNET_SHIM_HELLO#?};; esac; export FTNET_SHIM_HELLO=$h; fi; '
+lab_up --port "$REDIS_PORT" --shim --vote majority \
+	--server "${other_seed}exec redis-server --port {port} --bind 0.0.0.0 --save '' --appendonly no --protected-mode no --enable-debug-command yes --dir {dir}"
+load random || true
+sleep 0.5
+n_alive=$(alive)
+say "control (r3's random bytes from another seed): $(divergences) divergence(s), $n_alive replica(s) left"
+check "control: with another seed r3's replies differ and it is evicted" test "$n_alive" -lt 3
+check "control: the replica evicted is r3" grep -q "198.18.13.2.*evicted\|evicted.*198.18.13.2" "$LOG"
 e2e_finish

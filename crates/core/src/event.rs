@@ -179,6 +179,9 @@ pub enum Event {
         offset: u32,
         agreeing: usize,
         live: usize,
+        /// What it sent there and what was agreed (a few bytes of each,
+        /// escaped), for the log.
+        detail: String,
     },
     /// A service that does not vote: replica `replica`'s reply bytes up to
     /// server-stream `offset` (bytes after the SYN, modulo 2^32) hash

@@ -56,17 +56,21 @@ pub struct ServiceStatus {
 }
 
 /// One replica's leg of a connection in [`ConnSample`]: stream offsets
-/// (bytes after the SYN, modulo 2^32) as the router knows them.
+/// (bytes after the SYN, modulo 2^32) as the router knows them; `None`
+/// (null) where the router never learnt them (the replica never answered
+/// the SYN, or it has not spoken since a takeover).
 #[derive(Debug, Clone, Serialize)]
 pub struct LegSample {
     pub addr: Ipv4Addr,
+    /// The leg's state; `Closed` for one still open in a connection that
+    /// closed (the replica's own state is in the replicas' table).
     pub state: String,
     /// Server stream: the end of what this replica sent.
-    pub sent: u32,
+    pub sent: Option<u32>,
     /// Client stream: what this replica acknowledged.
-    pub acked: u32,
+    pub acked: Option<u32>,
     /// Client stream: the right edge of its window.
-    pub window_edge: u32,
+    pub window_edge: Option<u32>,
     /// Position learnt (after a takeover).
     pub learned: bool,
 }

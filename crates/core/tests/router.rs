@@ -5132,3 +5132,103 @@ fn safe_delivery_a_client_reset_while_a_replica_lags_leaves_the_same_input_every
         Event::Evicted { replica: a, reason: EvictReason::InputLost, .. } if *a == replica(2)
     )));
 }
+
+/// How long `Router::status` takes at a full table (65,536 connections of
+/// three replicas): it runs under the data plane's lock every 250 ms, so
+/// packets wait that long. A figure, printed; `cargo test --release -p
+/// ftnet-core --test router status_at_a_full_table -- --ignored --nocapture`.
+#[test]
+#[ignore = "a measurement: prints the figure"]
+fn status_at_a_full_table() {
+    let mut c = config_of(3, false);
+    c.limits.max_half_open = 1 << 20;
+    let mut r = Router::new(c, [9; 16]);
+    let n = r.status().counters.connections_opened;
+    assert_eq!(n, 0);
+    let mut opened = 0u32;
+    for i in 0..65_536u32 {
+        let client = Ipv4Addr::new(198, 18, 2 + (i >> 14) as u8, ((i >> 6) & 0xff) as u8);
+        let cport = 10_000 + (i & 0x3f) as u16;
+        let mut syn = Repr::new(cport, PORT, SeqNum(CISN), SeqNum(0), flags::SYN, 64240);
+        syn.mss = Some(1460);
+        r.handle_packet(t(0), seg(client, VIP, syn, b""));
+        drain(&mut r);
+        let mut risn = None;
+        for k in 1..=3u8 {
+            let sa = Repr::new(
+                PORT,
+                cport,
+                SeqNum(1_000_000 * u32::from(k)),
+                SeqNum(CISN).add(1),
+                flags::SYN | flags::ACK,
+                65160,
+            );
+            let p = seg(replica(k), client, sa, b"");
+            r.handle_packet(t(1), p);
+            for o in drain(&mut r) {
+                if o.r.flags == flags::SYN | flags::ACK {
+                    risn = Some(o.r.seq);
+                }
+            }
+        }
+        let Some(risn) = risn else { continue };
+        let ack = Repr::new(
+            cport,
+            PORT,
+            SeqNum(CISN).add(1),
+            risn.add(1),
+            flags::ACK,
+            502,
+        );
+        r.handle_packet(t(2), seg(client, VIP, ack, b""));
+        drain(&mut r);
+        opened += 1;
+    }
+    let st = r.status();
+    assert_eq!(st.connections, 65_536, "opened {opened}");
+    let runs = 20;
+    let t0 = std::time::Instant::now();
+    for _ in 0..runs {
+        std::hint::black_box(r.status());
+    }
+    let per = t0.elapsed() / runs;
+    println!(
+        "status at {} connections (3 replicas each): {:.2} ms per call",
+        st.connections,
+        per.as_secs_f64() * 1000.0
+    );
+}
+
+/// The status's sample of a connection: a replica that never answered
+/// the SYN has no stream offsets to show (none, not 2^32 - 1 from the
+/// ISNs); one that answered has them.
+#[test]
+fn a_replica_that_never_answered_has_no_offsets_in_the_status() {
+    let mut r = router(2);
+    let syn = Repr::new(CPORT, PORT, SeqNum(CISN), SeqNum(0), flags::SYN, 64240);
+    r.handle_packet(t(0), seg(CLIENT, VIP, syn, b""));
+    drain(&mut r);
+    let sa = Repr::new(
+        PORT,
+        CPORT,
+        SeqNum(777),
+        SeqNum(CISN).add(1),
+        flags::SYN | flags::ACK,
+        65160,
+    );
+    r.handle_packet(t(1), seg(replica(1), CLIENT, sa, b""));
+    drain(&mut r);
+    let st = r.status();
+    let legs = &st.sample[0].legs;
+    assert_eq!(
+        (legs[0].sent, legs[0].acked),
+        (Some(0), Some(0)),
+        "{legs:?}"
+    );
+    assert_eq!(
+        (legs[1].sent, legs[1].acked, legs[1].window_edge),
+        (None, None, None),
+        "{legs:?}"
+    );
+    assert_eq!(legs[1].state, "SynSent");
+}

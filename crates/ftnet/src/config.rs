@@ -41,6 +41,10 @@ pub struct FileConfig {
     pub table: u32,
     pub mtu: u32,
     pub status_socket: PathBuf,
+    /// `status_group`: the group (its id) whose members may read the
+    /// status socket (`ftnet status` without root); `None`: root only.
+    /// Operator requests on it (drain, replica changes) stay root's.
+    pub status_group: Option<(String, u32)>,
     /// `metrics_listen`: where `/metrics` (Prometheus) and `/healthz` are
     /// served over HTTP; `None` = not served.
     pub metrics_listen: Option<std::net::SocketAddr>,
@@ -148,6 +152,21 @@ pub struct ControlConfig {
 
 /// Read a shared secret file: its bytes, trailing whitespace removed; at
 /// least 16 bytes. The error says how to make one.
+/// The id of the group called `name` on this host (`getgrnam_r`).
+pub fn group_id(name: &str) -> Option<u32> {
+    let c = std::ffi::CString::new(name).ok()?;
+    let mut buf = vec![0 as libc::c_char; 16384];
+    // SAFETY: an all-zero `group` is a valid value of this plain C struct
+    // (null pointers, zero ids); getgrnam_r fills it in.
+    let mut grp: libc::group = unsafe { std::mem::zeroed() };
+    let mut res: *mut libc::group = std::ptr::null_mut();
+    // SAFETY: every pointer is valid for the call: `c` is NUL-terminated,
+    // `grp` and `res` are writable, `buf` is writable for its length.
+    let rc =
+        unsafe { libc::getgrnam_r(c.as_ptr(), &mut grp, buf.as_mut_ptr(), buf.len(), &mut res) };
+    (rc == 0 && !res.is_null()).then_some(grp.gr_gid)
+}
+
 pub fn read_secret(path: &Path) -> Result<Vec<u8>, String> {
     let raw = std::fs::read(path).map_err(|e| format!("cannot read secret file {}: {e} — create one with `head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \\n' > {}`", path.display(), path.display()))?;
     let mut s = raw;
@@ -171,6 +190,7 @@ struct RawRouter {
     table: Option<Spanned<u32>>,
     mtu: Option<Spanned<u32>>,
     status_socket: Option<Spanned<String>>,
+    status_group: Option<Spanned<String>>,
     metrics_listen: Option<Spanned<String>>,
     threads: Option<Spanned<u32>>,
     busy_poll_us: Option<Spanned<u64>>,
@@ -294,6 +314,18 @@ pub fn parse(file: &str, text: &str) -> Result<FileConfig, ConfigError> {
         }
         Some(s) => PathBuf::from(s.into_inner()),
         None => PathBuf::from(format!("/run/ftnet/{tun}.sock")),
+    };
+    let status_group = match router.status_group {
+        Some(g) => match group_id(g.get_ref()) {
+            Some(gid) => Some((g.get_ref().clone(), gid)),
+            None => {
+                return Err(err(
+                    Some(g.span()),
+                    format!("status_group {:?}: no such group on this host — create it (`groupadd {}`) or leave status_group out (root only)", g.get_ref(), g.get_ref()),
+                ))
+            }
+        },
+        None => None,
     };
 
     let metrics_listen = match router.metrics_listen {
@@ -682,6 +714,7 @@ pub fn parse(file: &str, text: &str) -> Result<FileConfig, ConfigError> {
         table,
         mtu,
         status_socket,
+        status_group,
         metrics_listen,
         threads,
         busy_poll,

@@ -147,7 +147,11 @@ pub fn run(cfg: FileConfig, path: &Path) -> anyhow::Result<()> {
     }));
 
     let snapshot = Arc::new(Mutex::new(String::from("{}")));
-    let socket = StatusSocket::bind(&cfg.status_socket, snapshot.clone())?;
+    let socket = StatusSocket::bind(
+        &cfg.status_socket,
+        cfg.status_group.as_ref(),
+        snapshot.clone(),
+    )?;
     info!(socket = %cfg.status_socket.display(), "status socket listening");
 
     let secret = sys::random_secret().context("reading 16 random bytes from /dev/urandom")?;
@@ -981,11 +985,12 @@ fn log_event(ev: &Event) {
             offset,
             agreeing,
             live,
+            detail,
         } => {
             if agreeing * 2 > *live {
-                warn!("connection {conn}: replica {replica} diverged at reply byte {offset}: its bytes differ from what {agreeing} of {live} live replicas sent (the client got theirs)")
+                warn!("connection {conn}: replica {replica} diverged at reply byte {offset}: its bytes differ from what {agreeing} of {live} live replicas sent (the client got theirs): {detail}")
             } else {
-                warn!("connection {conn}: replica {replica} diverged at reply byte {offset}: no majority among {live} live replicas; vote_tie applied ({agreeing} replica(s) on the side kept)")
+                warn!("connection {conn}: replica {replica} diverged at reply byte {offset}: no majority among {live} live replicas; vote_tie applied ({agreeing} replica(s) on the side kept): {detail}")
             }
         }
         Event::OutputDiffers {
@@ -1157,14 +1162,34 @@ fn refresh_status(router: &Router, shared: &Shared) {
             .load(std::sync::atomic::Ordering::Relaxed),
     )
     .filter(|d| *d != u64::MAX);
+    let draining = shared
+        .drain
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .is_some();
+    let status = router.status();
+    // What this router is doing: serving; rebuilding connections adopted
+    // from the agents after a takeover; or draining (`ftnet drain`).
+    let role = if draining {
+        "draining"
+    } else if status.rebuilding > 0 {
+        "rebuilding"
+    } else {
+        "active"
+    };
     let mut doc = serde_json::json!({
+        "version": env!("CARGO_PKG_VERSION"),
+        "role": role,
+        // When this snapshot was taken (ms since the Unix epoch; it is
+        // refreshed every 250 ms while the data plane runs).
+        "timestamp_ms": sys::epoch_micros() / 1000,
         "uptime_s": shared.started.elapsed().as_secs_f64(),
         // The router's clock, which the states' `since_ms` are on.
         "now_ms": shared.now().as_millis(),
         "tun": shared.tun,
         "tun_dropped": dropped,
         "pid": std::process::id(),
-        "status": router.status(),
+        "status": status,
     });
     if let Some((since, deadline)) = *shared.drain.lock().unwrap_or_else(|p| p.into_inner()) {
         doc["draining"] = serde_json::json!({
@@ -1200,7 +1225,14 @@ impl StatusSocket {
         Ok(())
     }
 
-    fn bind(path: &Path, snapshot: Arc<Mutex<String>>) -> anyhow::Result<StatusSocket> {
+    /// Bind the socket: mode 0600 (root only), or 0660 with `group` as
+    /// its group (its members may read the status; operator requests stay
+    /// root's: the peer's credentials are checked).
+    fn bind(
+        path: &Path,
+        group: Option<&(String, u32)>,
+        snapshot: Arc<Mutex<String>>,
+    ) -> anyhow::Result<StatusSocket> {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         }
@@ -1213,6 +1245,20 @@ impl StatusSocket {
         }
         let listener = UnixListener::bind(path)
             .with_context(|| format!("binding status socket {}", path.display()))?;
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = match group {
+                Some((name, gid)) => {
+                    std::os::unix::fs::chown(path, None, Some(*gid)).with_context(|| {
+                        format!("giving status socket {} to group {name}", path.display())
+                    })?;
+                    0o660
+                }
+                None => 0o600,
+            };
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+                .with_context(|| format!("setting the mode of status socket {}", path.display()))?;
+        }
         let admin: Arc<OnceLock<Arc<Shared>>> = Arc::new(OnceLock::new());
         let handler = admin.clone();
         std::thread::Builder::new()
@@ -1232,6 +1278,10 @@ impl StatusSocket {
                             Ok(s) => s.clone(),
                             Err(p) => p.into_inner().clone(),
                         }
+                    } else if peer_uid(&conn) != Some(0) {
+                        // A member of status_group reads; only root acts.
+                        warn!(uid = ?peer_uid(&conn), "status socket: an operator request from a user that is not root refused");
+                        serde_json::json!({"ok": false, "error": "operator requests (drain, replica changes) need root; status_group members may only read the status"}).to_string()
                     } else {
                         match handler.get() {
                             Some(sh) => admin_request(sh, req.trim()).to_string(),
@@ -1255,6 +1305,27 @@ impl StatusSocket {
     fn serve_admin(&self, shared: Arc<Shared>) {
         let _ = self.admin.set(shared);
     }
+}
+
+/// The user id of the process at the other end of a Unix socket
+/// (`SO_PEERCRED`).
+fn peer_uid(conn: &std::os::unix::net::UnixStream) -> Option<u32> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: an all-zero `ucred` is a valid value of this plain C struct.
+    let mut cred: libc::ucred = unsafe { std::mem::zeroed() };
+    let mut len = libc::socklen_t::try_from(std::mem::size_of::<libc::ucred>()).unwrap_or(0);
+    // SAFETY: the descriptor is the open socket `conn` owns; `cred` and
+    // `len` are writable and `len` holds `cred`'s size.
+    let rc = unsafe {
+        libc::getsockopt(
+            conn.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    };
+    (rc == 0).then_some(cred.uid)
 }
 
 /// SIGHUP: read the config file again and apply what can change while the
@@ -1742,6 +1813,73 @@ mod tests {
     use super::*;
     use ftnet_core::{Config, Packet};
     use ftnet_io::MemDevice;
+
+    /// Ask the status socket `req` as user and group 65534 (nobody,
+    /// nogroup); what came back, or the error.
+    fn ask_as_nobody(path: &Path, req: &str) -> String {
+        let script = "import socket,sys\ns=socket.socket(socket.AF_UNIX)\ntry:\n s.connect(sys.argv[1])\nexcept OSError as e:\n print('refused', e.errno); sys.exit(0)\ns.sendall(sys.argv[2].encode()); s.shutdown(socket.SHUT_WR)\nprint(s.makefile().read().strip())";
+        let out = std::process::Command::new("setpriv")
+            .args([
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                // Debian's (a python3 earlier on root's PATH may be in a
+                // directory nobody cannot enter).
+                "/usr/bin/python3",
+                "-c",
+                script,
+            ])
+            .arg(path)
+            .arg(req)
+            .output()
+            .expect("setpriv (util-linux) and python3 run");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
+    /// The status socket is root's (0600) unless `status_group` is set;
+    /// then (0660) its members read the status, and an operator request
+    /// from anyone but root is refused (the peer's credentials).
+    #[test]
+    fn the_status_socket_is_roots_unless_a_group_may_read_it() {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        // SAFETY: geteuid has no preconditions.
+        let euid = unsafe { libc::geteuid() };
+        assert_eq!(euid, 0, "this test runs as root, as the router does");
+        let dir = std::env::temp_dir().join(format!("ftnet-status-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let snapshot = Arc::new(Mutex::new("{\"role\":\"active\"}".to_string()));
+        // Root only.
+        let p = dir.join("root.sock");
+        let _root = StatusSocket::bind(&p, None, snapshot.clone()).unwrap();
+        assert_eq!(
+            std::fs::metadata(&p).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+        assert_eq!(ask_as_nobody(&p, "status"), "refused 13");
+        // A group may read.
+        let gid = crate::config::group_id("nogroup").expect("Debian's nogroup");
+        let p = dir.join("group.sock");
+        let _grp = StatusSocket::bind(&p, Some(&("nogroup".into(), gid)), snapshot).unwrap();
+        let m = std::fs::metadata(&p).unwrap();
+        assert_eq!((m.permissions().mode() & 0o777, m.gid()), (0o660, gid));
+        assert_eq!(ask_as_nobody(&p, "status"), "{\"role\":\"active\"}");
+        let no = ask_as_nobody(&p, "drain 5");
+        assert!(no.contains("need root"), "{no}");
+        // Root's request passes the check (this router is not serving yet).
+        let mut c = std::os::unix::net::UnixStream::connect(&p).unwrap();
+        c.write_all(b"drain 5").unwrap();
+        c.shutdown(std::net::Shutdown::Write).unwrap();
+        let mut back = String::new();
+        c.read_to_string(&mut back).unwrap();
+        assert!(back.contains("still starting"), "{back}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     /// `replica enable` of a down replica: a join where its servers follow
     /// the order (they missed input), the operator's word elsewhere (plain

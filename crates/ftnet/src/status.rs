@@ -100,6 +100,12 @@ fn u(v: &Value) -> u64 {
     v.as_u64().unwrap_or(0)
 }
 
+/// A stream offset the router may not know (null): `-` then.
+fn known(v: &Value) -> String {
+    v.as_u64()
+        .map_or_else(|| "-".to_string(), |n| n.to_string())
+}
+
 /// A replica's membership for the table: alive (serving), awaiting its
 /// agent, draining, joining, removed, or down with the verdict's reason;
 /// with how long it has been so where the router says since when.
@@ -133,9 +139,11 @@ pub fn render(v: &Value) -> String {
     let st = &v["status"];
     let _ = writeln!(
         o,
-        "router pid {} on {}, up {:.1} s — {} connection(s), {} half-open",
+        "router pid {} on {} (ftnet {}, {}), up {:.1} s — {} connection(s), {} half-open",
         u(&v["pid"]),
         v["tun"].as_str().unwrap_or("?"),
+        v["version"].as_str().unwrap_or("?"),
+        v["role"].as_str().unwrap_or("?"),
         v["uptime_s"].as_f64().unwrap_or(0.0),
         u(&st["connections"]),
         u(&st["half_open"]),
@@ -298,9 +306,9 @@ pub fn render(v: &Value) -> String {
                     "    {:<16} {:<8} sent {} | acked {}, window edge {}",
                     l["addr"].as_str().unwrap_or("?"),
                     l["state"].as_str().unwrap_or("?"),
-                    u(&l["sent"]),
-                    u(&l["acked"]),
-                    u(&l["window_edge"]),
+                    known(&l["sent"]),
+                    known(&l["acked"]),
+                    known(&l["window_edge"]),
                 );
             }
         }

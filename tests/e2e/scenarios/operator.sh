@@ -10,7 +10,8 @@
 #   (6) SIGHUP is sent to the running router (what `systemctl reload` sends): the unchanged file reloads to no change.
 # Pass: (1)-(5) exit 1 at once with an error naming the running router's (or that program's) pid
 # and leave the policy rules exactly as they were; after (6) the router is still running and logged the signal
-# as ignored; every probe succeeded; every replica alive.
+# as ignored; every probe succeeded; every replica alive; `ftnet status --json` names the router's
+# version and role (active) with a fresh timestamp, and its socket is root's alone (0600).
 #
 #   client 198.18.1.2 ──veth── router ns: ftnet router (pid P, TUN ftnet0, table 7000) ── r1, r2
 #   probe.py                   + the second routers of (1)-(5), which must not touch it
@@ -91,4 +92,10 @@ say "probes: $(cat "$T/probe.json")"
 check_eq "every probe through the VIP answered" 0 "$rc"
 alive=$(lab status --name "$LAB" --json 2>/dev/null | python3 -c 'import json,sys; d=json.load(sys.stdin); print(all(r["alive"] for r in d["status"]["services"][0]["replicas"]))' 2>/dev/null || echo "no status")
 check_eq "every replica alive" True "$alive"
+# What `ftnet status --json` says of the router itself: its version, its role, when the snapshot
+# was taken; the socket is root's (no status_group in the lab).
+ver=$("$FTNET" --version | awk '{print $2}')
+head=$(lab status --name "$LAB" --json | python3 -c 'import json,sys,time; d=json.load(sys.stdin); print(d["version"], d["role"], abs(time.time() * 1000 - d["timestamp_ms"]) < 5000)')
+check_eq "status: version, role, a fresh timestamp" "$ver active True" "$head"
+check_eq "status socket mode" 600 "$(stat -c %a "$DIR/router.sock")"
 e2e_finish

@@ -464,43 +464,49 @@ impl Conn {
             legs: self
                 .legs
                 .iter()
-                .map(|l| LegSample {
-                    addr: l.addr,
-                    state: format!("{:?}", l.state),
-                    sent: out(l.hi),
-                    acked: cin(l.ack),
-                    window_edge: cin(l.edge),
-                    learned: l.learned,
+                .map(|l| {
+                    // A leg that never answered the SYN still has the
+                    // ISNs as its positions.
+                    let known = l.learned && l.ack != self.client_isn;
+                    let closed = matches!(self.phase, Phase::Closed { .. } | Phase::Dead);
+                    LegSample {
+                        addr: l.addr,
+                        state: if closed && l.state == LegState::Open {
+                            "Closed".to_string()
+                        } else {
+                            format!("{:?}", l.state)
+                        },
+                        sent: known.then(|| out(l.hi)),
+                        acked: known.then(|| cin(l.ack)),
+                        window_edge: known.then(|| cin(l.edge)),
+                        learned: l.learned,
+                    }
                 })
                 .collect(),
         }
     }
 
     /// Per open leg: (replica, output lag, input lag), lags in bytes.
-    pub(crate) fn lags(&self) -> Vec<(ReplicaId, u64, u64)> {
-        (0..self.legs.len())
-            .filter(|&i| self.legs[i].state == LegState::Open)
-            .map(|i| {
-                let (o, inn) = self.lag(i);
-                (self.legs[i].replica, o, inn)
-            })
-            .collect()
-    }
-
-    /// (output lag, input lag) of leg `i` in bytes.
-    fn lag(&self, i: usize) -> (u64, u64) {
-        let l = &self.legs[i];
+    /// (No allocation: the status walks every connection under the data
+    /// plane's lock.)
+    pub(crate) fn lags(&self) -> impl Iterator<Item = (ReplicaId, u64, u64)> + '_ {
         let max_ack = self
             .legs
             .iter()
             .filter(|o| o.open())
             .map(|o| o.ack)
-            .reduce(|a, b| a.max(b))
-            .unwrap_or(l.ack);
-        (
-            self.sent_hi.diff(l.hi).max(0) as u64,
-            max_ack.diff(l.ack).max(0) as u64,
-        )
+            .reduce(|a, b| a.max(b));
+        self.legs
+            .iter()
+            .filter(|l| l.state == LegState::Open)
+            .map(move |l| {
+                let max_ack = max_ack.unwrap_or(l.ack);
+                (
+                    l.replica,
+                    self.sent_hi.diff(l.hi).max(0) as u64,
+                    max_ack.diff(l.ack).max(0) as u64,
+                )
+            })
     }
 }
 

@@ -135,11 +135,11 @@ impl Conn {
                 .is_some_and(|f| f == seen && f.is_before(decided))
         {
             // It closes where the majority's bytes go on.
-            diverged_at = Some(seen);
+            diverged_at = Some((seen, "it closed (FIN) where the agreed bytes go on".into()));
         }
-        if let Some(at) = diverged_at {
+        if let Some((at, detail)) = diverged_at {
             let others = self.live_legs() - 1;
-            self.diverge(ctx, i, at, others, true);
+            self.diverge(ctx, i, at, others, true, detail);
             self.settle(ctx);
             return;
         }
@@ -164,15 +164,15 @@ impl Conn {
     /// Take `bytes` at `s` from leg `i`, where `s` is not after what the
     /// vote has of it: compare the part below the decided point with the
     /// decided bytes, offer the rest. `Ok(true)` when it has more of the
-    /// leg than before, `Err(at)` when the leg contradicts the decided
-    /// bytes at `at`.
+    /// leg than before, `Err((at, detail))` when the leg contradicts the
+    /// decided bytes at `at` (`detail`: both, as [`excerpts`] shows them).
     pub(super) fn vote_accept(
         &mut self,
         ctx: &mut Ctx,
         i: usize,
         s: SeqNum,
         bytes: &[u8],
-    ) -> Result<bool, SeqNum> {
+    ) -> Result<bool, (SeqNum, String)> {
         let Some(v) = self.vote.as_mut() else {
             return Ok(false);
         };
@@ -192,13 +192,17 @@ impl Conn {
                 .zip(&fresh[..n])
                 .position(|(a, b)| a != b)
             {
-                return Err(seen.add(len32(k)));
+                let agreed: Vec<u8> = v.agreed.range(from + k..).take(EXCERPT).copied().collect();
+                return Err((seen.add(len32(k)), excerpts(&fresh[k..n], &agreed)));
             }
         }
         if e.is_after(decided) {
             if v.fin {
                 // The majority closed here.
-                return Err(decided);
+                return Err((
+                    decided,
+                    "it sent more where the agreed bytes end (FIN)".into(),
+                ));
             }
             let from = decided.max(seen);
             let rest = &bytes[from.diff(s) as usize..];
@@ -221,6 +225,7 @@ impl Conn {
         at: SeqNum,
         agreeing: usize,
         blame: bool,
+        detail: String,
     ) {
         ctx.counters.divergences += 1;
         ctx.out.event(Event::Diverged {
@@ -229,6 +234,7 @@ impl Conn {
             offset: at.0.wrapping_sub(self.router_isn.0.wrapping_add(1)),
             agreeing,
             live: self.live_legs(),
+            detail,
         });
         if let Some(v) = &mut self.vote {
             v.pending[i] = Vec::new();
@@ -273,6 +279,14 @@ impl Conn {
                     diverged,
                 } => {
                     let bytes: Vec<u8> = v.pending[live[from]][..len].to_vec();
+                    // What each diverging replica sent there, for the log.
+                    let details: Vec<String> = diverged
+                        .iter()
+                        .map(|&(o, at)| {
+                            let theirs = v.pending[live[o]].get(at..).unwrap_or_default();
+                            excerpts(theirs, bytes.get(at..).unwrap_or_default())
+                        })
+                        .collect();
                     for &k in &live {
                         let p = &mut v.pending[k];
                         let n = len.min(p.len());
@@ -284,8 +298,8 @@ impl Conn {
                     self.send_built(ctx, decided, &bytes);
                     self.sent_hi = self.sent_hi.max(decided.add(len32(len)));
                     let agreeing = live.len() - diverged.len();
-                    for (o, at) in diverged {
-                        self.diverge(ctx, live[o], decided.add(len32(at)), agreeing, true);
+                    for ((o, at), detail) in diverged.into_iter().zip(details) {
+                        self.diverge(ctx, live[o], decided.add(len32(at)), agreeing, true, detail);
                     }
                 }
                 Outcome::Split { groups }
@@ -311,20 +325,30 @@ impl Conn {
                         let Some(win) = groups.iter().min_by_key(|g| first(g)).cloned() else {
                             break;
                         };
-                        for g in groups.iter().filter(|g| **g != win) {
-                            for &o in g {
-                                self.diverge(ctx, live[o], decided, win.len(), true);
-                            }
+                        let out: Vec<(usize, String)> = groups
+                            .iter()
+                            .filter(|g| **g != win)
+                            .flatten()
+                            .map(|&o| {
+                                let kept = &v.pending[live[win[0]]];
+                                (o, excerpts(&v.pending[live[o]], kept))
+                            })
+                            .collect();
+                        for (o, detail) in out {
+                            self.diverge(ctx, live[o], decided, win.len(), true, detail);
                         }
                     }
                     Tie::Reset => {
                         // Nobody is blamed; the client is reset (by
                         // `settle`, with no replica left) rather than sent
                         // bytes no majority vouched for.
-                        for g in &groups {
-                            for &o in g {
-                                self.diverge(ctx, live[o], decided, 0, false);
-                            }
+                        let out: Vec<(usize, String)> = groups
+                            .iter()
+                            .flatten()
+                            .map(|&o| (o, excerpts(&v.pending[live[o]], &[])))
+                            .collect();
+                        for (o, detail) in out {
+                            self.diverge(ctx, live[o], decided, 0, false, detail);
                         }
                         for &k in &live {
                             self.evict(ctx, LegId(k), EvictReason::Diverged, false);
@@ -361,4 +385,31 @@ impl Conn {
             self.evict(ctx, LegId(k), EvictReason::Lagging, false);
         }
     }
+}
+
+/// Bytes of each side a divergence's log shows.
+const EXCERPT: usize = 24;
+
+/// What a diverging replica sent and what was agreed, from where they
+/// differ: at most [`EXCERPT`] bytes each, printable ASCII as it is and
+/// the rest escaped (`\r`, `\x00`), so an operator sees which reply
+/// differed and how.
+pub(crate) fn excerpts(theirs: &[u8], agreed: &[u8]) -> String {
+    let show = |b: &[u8]| -> String {
+        let mut s: String = b
+            .iter()
+            .take(EXCERPT)
+            .flat_map(|&c| std::ascii::escape_default(c))
+            .map(char::from)
+            .collect();
+        if b.len() > EXCERPT {
+            s.push('…');
+        }
+        s
+    };
+    format!(
+        "it sent \"{}\" where the agreed bytes are \"{}\"",
+        show(theirs),
+        show(agreed)
+    )
 }

@@ -814,9 +814,9 @@ impl Router {
 
     /// A snapshot of services, replicas, connections and counters.
     pub fn status(&self) -> Status {
-        let mut services = Vec::new();
+        let mut services: Vec<(Vec<ReplicaStatus>, usize)> = Vec::new();
         for (si, s) in self.config.services.iter().enumerate() {
-            let mut replicas: Vec<ReplicaStatus> = s
+            let replicas: Vec<ReplicaStatus> = s
                 .replicas
                 .iter()
                 .enumerate()
@@ -839,9 +839,19 @@ impl Router {
                     lag_in_bytes: 0,
                 })
                 .collect();
-            let mut n = 0;
-            for c in self.conns.values().filter(|c| c.service() == ServiceId(si)) {
-                n += 1;
+            services.push((replicas, 0));
+        }
+        // One pass over the table (it is walked under the data plane's
+        // lock): the counts and lags of every service, the connections
+        // being rebuilt, and the sample's keys (the SAMPLE_CONNS smallest,
+        // kept in a bounded heap instead of sorting the whole table).
+        let sort_key = |k: &ConnKey| (k.client, k.cport, k.vip, k.vport);
+        let mut smallest: std::collections::BinaryHeap<(Ipv4Addr, u16, Ipv4Addr, u16)> =
+            std::collections::BinaryHeap::with_capacity(SAMPLE_CONNS + 1);
+        let mut rebuilding = 0;
+        for (k, c) in &self.conns {
+            if let Some((replicas, n)) = services.get_mut(c.service().0) {
+                *n += 1;
                 for (replica, o, inn) in c.lags() {
                     let r = &mut replicas[replica.0];
                     r.connections += 1;
@@ -849,26 +859,45 @@ impl Router {
                     r.lag_in_bytes = r.lag_in_bytes.max(inn);
                 }
             }
-            let removed = self.retired.contains(&ServiceId(si));
-            if removed && n == 0 {
-                // Gone: nothing of it is left to show.
-                continue;
+            if c.is_rebuilding() {
+                rebuilding += 1;
             }
-            services.push(ServiceStatus {
-                name: s.name.clone(),
-                vip: s.vip,
-                ports: s.ports.clone(),
-                replicas,
-                connections: n,
-                removed,
-            });
+            let sk = sort_key(k);
+            if smallest.len() < SAMPLE_CONNS || smallest.peek().is_some_and(|top| sk < *top) {
+                smallest.push(sk);
+                if smallest.len() > SAMPLE_CONNS {
+                    smallest.pop();
+                }
+            }
         }
-        let mut keys: Vec<&ConnKey> = self.conns.keys().collect();
-        keys.sort_unstable_by_key(|k| (k.client, k.cport, k.vip, k.vport));
-        let sample = keys
+        let services = services
             .into_iter()
-            .take(SAMPLE_CONNS)
-            .filter_map(|k| self.conns.get(k))
+            .enumerate()
+            .filter_map(|(si, (replicas, n))| {
+                let s = &self.config.services[si];
+                let removed = self.retired.contains(&ServiceId(si));
+                // A removed service with nothing left of it is not shown.
+                (!removed || n > 0).then(|| ServiceStatus {
+                    name: s.name.clone(),
+                    vip: s.vip,
+                    ports: s.ports.clone(),
+                    replicas,
+                    connections: n,
+                    removed,
+                })
+            })
+            .collect();
+        let sample = smallest
+            .into_sorted_vec()
+            .into_iter()
+            .filter_map(|(client, cport, vip, vport)| {
+                self.conns.get(&ConnKey {
+                    client,
+                    cport,
+                    vip,
+                    vport,
+                })
+            })
             .map(|c| c.sample())
             .collect();
         Status {
@@ -876,7 +905,7 @@ impl Router {
             services,
             connections: self.conns.len(),
             half_open: self.half_open_count,
-            rebuilding: self.conns.values().filter(|c| c.is_rebuilding()).count(),
+            rebuilding,
             counters: self.counters.clone(),
             drops: self.counters.drop_table(),
         }

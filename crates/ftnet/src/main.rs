@@ -243,7 +243,6 @@ const ROUTER_HELP: &str = r#"Configuration format (every key but the [[service]]
   table = 7000                               # policy routing table, also the rules' priority
   mtu = 1500
   status_socket = "/run/ftnet/ftnet0.sock"   # default /run/ftnet/<tun>.sock
-  status_group = "adm"                       # may read the status socket (0660); default root only (0600)
   metrics_listen = "127.0.0.1:9100"          # HTTP /metrics (Prometheus, OpenMetrics text) and
                                              # /healthz (503 once the data plane stalls 2 s); default: off
   threads = 2                                # 1, or even: half read client packets, half replies (default: CPUs, ≤ 8)
@@ -388,9 +387,8 @@ What it makes the same on every replica besides (from the router and the agent):
            gettimeofday and time return the router's clock as of the last tick the server's
            wait reached: the router puts a tick into each service's input order every
            [control] tick_ms (10 ms), so every replica sees the same time at the same point of
-           its input. Until the server's first client input (its first accept): 2026-01-01
-           00:00 UTC, on every replica whenever each started, so that every replica's clock
-           (and the phase of its periodic timers) starts at the same tick.
+           its input. Before the first tick: 2026-01-01 00:00 UTC, on every
+           replica whenever each started.
   timers   a timeout of epoll_wait/poll/select expires only at a tick (the wait then returns
            nothing ordered), so Redis's cron and active expiry, nginx's timers run at the same
            point of the input everywhere; a wait with no timeout lets ticks pass.
@@ -408,9 +406,7 @@ loudly.
 Not covered (replies that depend on them still differ between replicas): the vDSO or the
 clock_gettime/getrandom system calls called directly (not through libc), rdtsc, CPU time
 (getrusage, CLOCK_PROCESS_CPUTIME_ID: Redis INFO's used_cpu), arc4random, threads (the order is
-one thread's: a server's worker threads, Redis io-threads), loop turns the kernel starts on its own
-(a socket that became writable, a peer that closed: each replica's at its own moment; a server
-that changes state once per turn may differ there), memory addresses shown in replies,
+one thread's: a server's worker threads, Redis io-threads), memory addresses shown in replies,
 and a replica that joined later: its server drew its own random state when it started (Redis's
 PRNG state is not in its checkpoint). Replies that show the process's own resources still differ
 (Redis INFO's memory and CPU figures, MEMORY USAGE, DEBUG OBJECT). The

@@ -365,36 +365,17 @@ impl<O: Os> Shim<O> {
         vdeadline.is_some() && !self.detached.load(Ordering::Acquire) && s.head_unasked(asks)
     }
 
-    /// Consume the clock ticks at the head of what the server reads,
-    /// moving its clock to each; true when the wait's timeout
-    /// (`vdeadline`, in the ticks' time) expired at one of them.
-    ///
-    /// Until the input begins (the first accept or chunk the server
-    /// consumes) ticks do not move the clock, which stays at the hello's
-    /// time; when the input's first event is at the head, the clock moves
-    /// to the last tick before it (a wait with a timeout ends at each tick
-    /// before the input, with the clock where it was). The replicas' servers start at
-    /// different times and so get different first ticks: moved by them,
-    /// each would set its periodic timers (Redis's cron and active expiry)
-    /// to a phase of its own and run them at different points of the input
-    /// for good. This way every replica's clock starts at the same tick,
-    /// and before any client's timer is armed.
+    /// Consume the clock ticks at the head of what the server reads; true
+    /// when the wait's timeout (`vdeadline`, in the ticks' time) expired at
+    /// one of them.
     fn consume_ticks(&self, s: &mut State, vdeadline: Option<u64>) -> bool {
-        let reached = |t: u64| {
-            self.tick_to(t);
-            vdeadline.is_some_and(|d| self.vnow.load(Ordering::Acquire) >= d)
-        };
         while let Some(t) = s.take_tick() {
-            match t {
-                Some(t) if reached(t) => return true,
-                Some(_) => {}
-                // A wait with a timeout ends at each tick before the input
-                // (the server finds its clock where it was, and waits again).
-                None if vdeadline.is_some() => return true,
-                None => {}
+            self.tick_to(t);
+            if vdeadline.is_some_and(|d| self.vnow.load(Ordering::Acquire) >= d) {
+                return true;
             }
         }
-        s.input_starts().is_some_and(reached)
+        false
     }
 
     pub fn os(&self) -> &O {

@@ -211,8 +211,6 @@ pub struct Order {
     /// closed first), not closed yet by the server: their generations,
     /// ascending.
     older: HashMap<Key, Vec<u64>>,
-    /// An event other than a clock tick was consumed: the input began.
-    input_began: bool,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -336,16 +334,8 @@ impl Order {
     /// The event `seq` was consumed.
     pub fn consumed(&mut self, seq: u64) {
         if let Some(i) = self.queue.iter().position(|e| e.seq == seq) {
-            if let Some(e) = self.queue.remove(i) {
-                self.input_began |= !matches!(e.kind, Kind::Tick { .. });
-            }
+            self.queue.remove(i);
         }
-    }
-
-    /// Has the server consumed an event other than a tick (an accept, a
-    /// chunk)? Before that, ticks do not move its clock.
-    pub fn input_began(&self) -> bool {
-        self.input_began
     }
 
     /// The received events, in order.

@@ -971,13 +971,7 @@ impl<O: Os> Shim<O> {
                 let (unordered, ordered) = if expired {
                     (Vec::new(), Vec::new())
                 } else {
-                    // One ordered event per wait, as `poll` gives: what a
-                    // server does once per loop turn (Redis's beforeSleep:
-                    // its fast expiry cycle) then runs between the same
-                    // events on every replica. A batch of all the events
-                    // that have arrived would end where this replica's
-                    // timing put it.
-                    s.give_input(os, &|f| input.contains_key(&f), 1)
+                    s.give_input(os, &|f| input.contains_key(&f), max)
                 };
                 for data in unordered.into_iter().filter_map(data_of) {
                     if !out.iter().any(|o| o.u64 == data) {

@@ -243,6 +243,7 @@ const ROUTER_HELP: &str = r#"Configuration format (every key but the [[service]]
   table = 7000                               # policy routing table, also the rules' priority
   mtu = 1500
   status_socket = "/run/ftnet/ftnet0.sock"   # default /run/ftnet/<tun>.sock
+  status_group = "adm"                       # may read the status socket (0660); default root only (0600)
   metrics_listen = "127.0.0.1:9100"          # HTTP /metrics (Prometheus, OpenMetrics text) and
                                              # /healthz (503 once the data plane stalls 2 s); default: off
   threads = 2                                # 1, or even: half read client packets, half replies (default: CPUs, ≤ 8)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Redis throughput with the determinism shim and output voting, one run:
-#   ftnet N=1, ftnet N=3, ftnet N=3 with every replica under `ftnet run` (sequencer + shim), and
-#   the same with output voting (vote = "majority"),
+#   ftnet N=1, ftnet N=3, ftnet N=3 with every replica under `ftnet run` (sequencer + shim), the
+#   same with safe delivery (delivery = "safe"), and the same with output voting (vote = "majority"),
 # `redis-benchmark -c 50 -r 10000 -t set,incr,lpush,sadd,hset -n REQS` through the VIP, median of
 # REPS repetitions per setup (interleaved). Writes bench/results/redis-<date>-<sha>.md and .json.
 #
@@ -30,9 +30,10 @@ cleanup() { for l in "${LABS[@]}"; do timeout 60 "$FTNET" lab down --name "$l" >
 trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
-declare -A ARGS=([n1]="--replicas 1" [n3]="--replicas 3" [n3shim]="--replicas 3 --shim" [n3vote]="--replicas 3 --shim --vote majority")
-for s in n1 n3 n3shim n3vote; do
-	l="rb${TAG}${s:0:2}${s:2:1}"
+declare -A ARGS=([n1]="--replicas 1" [n3]="--replicas 3" [n3shim]="--replicas 3 --shim" [n3safe]="--replicas 3 --shim --delivery safe" [n3vote]="--replicas 3 --shim --vote majority")
+declare -A CODE=([n1]=1 [n3]=3 [n3shim]=s [n3safe]=d [n3vote]=v)
+for s in n1 n3 n3shim n3safe n3vote; do
+	l="rb${TAG}${CODE[$s]}"
 	LABS+=("$l")
 	# shellcheck disable=SC2086
 	timeout 120 "$FTNET" lab up --name "$l" ${ARGS[$s]} >/dev/null
@@ -40,7 +41,7 @@ done
 RAW=$(mktemp)
 for ((r = 1; r <= REPS; r++)); do
 	i=0
-	for s in n1 n3 n3shim n3vote; do
+	for s in n1 n3 n3shim n3safe n3vote; do
 		l=${LABS[$i]}; i=$((i + 1))
 		out=$(timeout 900 "$FTNET" lab exec --name "$l" client -- redis-benchmark -h 198.19.0.1 -c 50 -r 10000 \
 			-n "$REQS" -t set,incr,lpush,sadd,hset -q 2>&1 | tr '\r' '\n' | grep 'requests per second' || true)
@@ -55,8 +56,8 @@ python3 - "$RAW" "$base" "$REQS" "$REPS" <<'PY'
 import json, statistics, sys, platform, os
 raw, base, reqs, reps = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 rows = [l.split() for l in open(raw) if l.strip()]
-setups = ["n1", "n3", "n3shim", "n3vote"]
-names = {"n1": "ftnet N=1", "n3": "ftnet N=3", "n3shim": "ftnet N=3, sequencer + shim", "n3vote": "ftnet N=3, sequencer + shim + voting"}
+setups = ["n1", "n3", "n3shim", "n3safe", "n3vote"]
+names = {"n1": "ftnet N=1", "n3": "ftnet N=3", "n3shim": "ftnet N=3, sequencer + shim", "n3safe": "ftnet N=3, sequencer + shim + safe delivery", "n3vote": "ftnet N=3, sequencer + shim + voting"}
 tests = []
 for s, r, t, v in rows:
     if t not in tests:
@@ -65,7 +66,7 @@ med = {(s, t): statistics.median([float(v) for s2, r, t2, v in rows if s2 == s a
 doc = {"requests_per_test": reqs, "reps": reps, "clients": 50, "medians": {f"{s}/{t}": med[(s, t)] for s in setups for t in tests}, "raw": rows,
        "machine": {"nproc": os.cpu_count(), "kernel": platform.release()}}
 json.dump(doc, open(base + ".json", "w"), indent=1)
-L = [f"# Redis through ftnet, with and without the determinism shim and output voting — commit {os.path.basename(base)}", "",
+L = [f"# Redis through ftnet, with and without the determinism shim, safe delivery and output voting — commit {os.path.basename(base)}", "",
      f"`redis-benchmark -c 50 -r 10000 -n {reqs} -t set,incr,lpush,sadd,hset` through the VIP; requests/s, median of {reps} (interleaved). "
      f"{os.cpu_count()} cores, Linux {platform.release()}; every replica and the router share them.", "",
      "| setup | " + " | ".join(tests) + " | × N=3 without shim |", "|---|" + "---:|" * (len(tests) + 1)]

@@ -606,6 +606,7 @@ pub mod shim {
     fn order(b: &mut Bytes) {
         let mut o = Order::default();
         let mut pushed = 0usize;
+        let mut keys: std::collections::HashSet<Key> = std::collections::HashSet::new();
         // Connections the server took (key, generation), as the shim's
         // state keeps them.
         let mut held = Vec::new();
@@ -622,6 +623,7 @@ pub mod shim {
                         "a decoded record encodes back to itself"
                     );
                     if let Record::Event(ev) = r {
+                        keys.insert(ev.key);
                         if o.push(ev).is_err() {
                             // The shim gives the order up here.
                             return;
@@ -661,6 +663,14 @@ pub mod shim {
                 assert!(
                     matches!(e.kind, Kind::Tick { .. }) || o.gen_of(e).is_some(),
                     "a queued event has a connection"
+                );
+            }
+            // The per-key count says what a scan of the queue says.
+            for &k in &keys {
+                assert_eq!(
+                    o.pending_for_key(&k),
+                    o.iter().any(|e| e.key == k),
+                    "pending_for_key({k:?})"
                 );
             }
         }
@@ -714,6 +724,12 @@ pub mod shim {
             false
         }
         fn set_errno(&self, _errno: i32) {}
+        fn thread(&self) -> i32 {
+            1
+        }
+        fn initial_thread(&self) -> bool {
+            true
+        }
         fn connect_agent(&self, _path: &[u8]) -> Result<Fd, ftnet_shim_core::ConnectError> {
             Ok(AGENT)
         }

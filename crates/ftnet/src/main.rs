@@ -371,9 +371,9 @@ Example (replica host 198.18.11.2, router reachable at 198.18.11.1):
 const RUN_HELP: &str = r#"`ftnet run` execs CMD with LD_PRELOAD=libftnet_shim.so (found next to the ftnet executable, or
 at $FTNET_SHIM_LIB) and FTNET_SHIM_SOCKET=<socket>. The shim connects to the agent and exposes the
 server's input in the order the router's sequencer gave the client segments
-of all connections: accepts in that order, epoll_wait/poll/select readiness in that order (poll
-and select report one ordered event per call), and one read returns at most one router-defined
-chunk. A server that stops reading a connection does not stall the others
+of all connections: accepts in that order, epoll_wait/poll/select readiness in that order (one
+ordered event per call, so what a server does once per loop turn runs between the same events
+everywhere), and one read returns at most one router-defined chunk. A server that stops reading a connection does not stall the others
 (the order passes over connections not registered for input, and returns to them in place).
 
 Supported: single-threaded event-driven servers on epoll, poll or select with non-blocking sockets
@@ -388,11 +388,15 @@ What it makes the same on every replica besides (from the router and the agent):
            gettimeofday and time return the router's clock as of the last tick the server's
            wait reached: the router puts a tick into each service's input order every
            [control] tick_ms (10 ms), so every replica sees the same time at the same point of
-           its input. Before the first tick: 2026-01-01 00:00 UTC, on every
-           replica whenever each started.
-  timers   a timeout of epoll_wait/poll/select expires only at a tick (the wait then returns
-           nothing ordered), so Redis's cron and active expiry, nginx's timers run at the same
-           point of the input everywhere; a wait with no timeout lets ticks pass.
+           its input. Before the input begins (the server's first accept): 2026-01-01 00:00 UTC,
+           on every replica whenever each started; then the tick before that accept. Only the
+           thread whose waits follow the order sees this clock; the server's other threads
+           (its allocator's, Redis's background threads) see the host's.
+  timers   a wait with a timeout (epoll_wait/poll/select) ends at the next tick, with nothing
+           ordered in its answer, and its timeout expires only at a tick; so Redis's cron,
+           its active expiry (slow and fast) and nginx's timers run at the same point of the
+           input everywhere. A zero timeout never waits; a wait with no timeout lets ticks
+           pass.
   random   getrandom, getentropy and reads of /dev/urandom and /dev/random (open, openat,
            fopen) return one stream per server from the group's seed (derived by every agent
            from the shared secret): Redis's dict seed, SPOP, RANDOMKEY, SRANDMEMBER.
@@ -409,7 +413,9 @@ clock_gettime/getrandom system calls called directly (not through libc), rdtsc, 
 (getrusage, CLOCK_PROCESS_CPUTIME_ID: Redis INFO's used_cpu), arc4random, threads (the order is
 one thread's: a server's worker threads, Redis io-threads), memory addresses shown in replies,
 and a replica that joined later: its server drew its own random state when it started (Redis's
-PRNG state is not in its checkpoint). Replies that show the process's own resources still differ
+PRNG state is not in its checkpoint), and its timers keep a phase of their own (Redis's cron and
+slow expiry cycle run at other ticks than the group's, so RANDOMKEY and DBSIZE, which see
+expired keys not yet deleted, may differ). Replies that show the process's own resources still differ
 (Redis INFO's memory and CPU figures, MEMORY USAGE, DEBUG OBJECT). The
 router's default output policy (output = "primary": the client follows one replica per
 connection, the others are compared) keeps such replies whole and takes a follower whose reply

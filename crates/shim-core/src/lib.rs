@@ -117,7 +117,7 @@ pub use state::{ACCEPT_WAIT, HEAD_SLOW, HOLD};
 use state::{give_up, maybe_nothing_to_order, Conn, Reads, State};
 use std::collections::{HashMap, HashSet};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -291,6 +291,13 @@ pub struct Shim<O: Os> {
     vnow: AtomicU64,
     /// The shim left its agent: no more ticks (`State::detached`).
     detached: std::sync::Arc<AtomicBool>,
+    /// The thread whose waits follow the order (its id; 0: none waited
+    /// yet). Only it sees the group's clock: the server's other threads
+    /// (an allocator's background thread, Redis's bio threads) wait with
+    /// absolute deadlines on the kernel's clock, and with the group's time
+    /// (behind the kernel's in a joiner catching up, or the hello's epoch)
+    /// they found every deadline passed and spun.
+    order_thread: AtomicI32,
 }
 
 impl<O: Os> Shim<O> {
@@ -308,6 +315,24 @@ impl<O: Os> Shim<O> {
             panic_hold: Mutex::new(None),
             hello,
             vnow: AtomicU64::new(0),
+            order_thread: AtomicI32::new(0),
+        }
+    }
+
+    /// The calling thread's wait follows the order: it is the thread that
+    /// sees the group's clock from now on.
+    fn follows_order_here(&self) {
+        self.order_thread.store(self.os.thread(), Ordering::Relaxed);
+    }
+
+    /// Does the calling thread see the group's clock? The thread whose
+    /// waits follow the order, or before any such wait the process's first
+    /// thread (where a server reads the clock as it starts: Redis seeds its
+    /// generators from it).
+    fn clock_thread(&self) -> bool {
+        match self.order_thread.load(Ordering::Relaxed) {
+            0 => self.os.initial_thread(),
+            t => self.os.thread() == t,
         }
     }
 
@@ -326,6 +351,7 @@ impl<O: Os> Shim<O> {
             || self.os.in_child()
             || self.panicked()
             || self.detached.load(Ordering::Acquire)
+            || !self.clock_thread()
         {
             return None;
         }
@@ -365,17 +391,45 @@ impl<O: Os> Shim<O> {
         vdeadline.is_some() && !self.detached.load(Ordering::Acquire) && s.head_unasked(asks)
     }
 
-    /// Consume the clock ticks at the head of what the server reads; true
-    /// when the wait's timeout (`vdeadline`, in the ticks' time) expired at
-    /// one of them.
+    /// The clock ticks at the head of what the server reads; true when the
+    /// wait ends there, with nothing ordered in its answer.
+    ///
+    /// A wait with a timeout (`vdeadline`, in the ticks' time) consumes one
+    /// tick and ends at it, whether its timeout expired or not: what the
+    /// server does once per loop turn (Redis's `beforeSleep` with its fast
+    /// expiry cycle) then runs right after each tick, the same point of the
+    /// input on every replica. Had the wait gone on to give the events
+    /// after the tick, that work would run after however many of them had
+    /// arrived by then; had it consumed every tick that had arrived, the
+    /// server's timers would fire after a number of ticks its own timing
+    /// chose. A wait without a timeout lets ticks pass (the server runs
+    /// nothing until it returns).
+    ///
+    /// Until the input begins (the first accept, join or chunk the server
+    /// consumes) ticks do not move the clock, which stays at the hello's
+    /// time; when the input's first event is at the head, the clock moves
+    /// to the last tick before it (and a wait with a timeout ends there,
+    /// as at a tick). The replicas' servers start at different times and
+    /// see different first ticks: moved by them, each would set its
+    /// periodic timers (Redis's cron and slow expiry) to a phase of its
+    /// own, and run them at different points of the input for good.
     fn consume_ticks(&self, s: &mut State, vdeadline: Option<u64>) -> bool {
+        let timed = vdeadline.is_some();
         while let Some(t) = s.take_tick() {
-            self.tick_to(t);
-            if vdeadline.is_some_and(|d| self.vnow.load(Ordering::Acquire) >= d) {
+            if let Some(t) = t {
+                self.tick_to(t);
+            }
+            if timed {
                 return true;
             }
         }
-        false
+        match s.input_starts() {
+            Some(t) => {
+                self.tick_to(t);
+                timed
+            }
+            None => false,
+        }
     }
 
     pub fn os(&self) -> &O {
@@ -583,6 +637,7 @@ impl<O: Os> Shim<O> {
             if !self.ordered_wait_applies(asked) {
                 return None;
             }
+            self.follows_order_here();
             Some(self.ordered_poll(fds, timeout_ms))
         })
         .flatten()
@@ -967,11 +1022,23 @@ impl<O: Os> Shim<O> {
                     .map(|((_, f), (_, d))| (*f, *d))
                     .collect();
                 let data_of = |f: Fd| input.get(&f).copied();
+                if input
+                    .keys()
+                    .any(|f| s.conns.contains_key(f) || s.listeners.contains_key(f))
+                {
+                    self.follows_order_here();
+                }
                 expired = ticked || self.stuck(&s, vdeadline, &|f| input.contains_key(&f));
                 let (unordered, ordered) = if expired {
                     (Vec::new(), Vec::new())
                 } else {
-                    s.give_input(os, &|f| input.contains_key(&f), max)
+                    // One ordered event per wait, as `poll` gives: what a
+                    // server does once per loop turn (Redis's beforeSleep:
+                    // its fast expiry cycle) then runs between the same
+                    // events on every replica. A batch of all the events
+                    // that have arrived would end where this replica's
+                    // timing put it.
+                    s.give_input(os, &|f| input.contains_key(&f), 1)
                 };
                 for data in unordered.into_iter().filter_map(data_of) {
                     if !out.iter().any(|o| o.u64 == data) {
@@ -1000,7 +1067,13 @@ impl<O: Os> Shim<O> {
                 }
                 out.truncate(max);
             }
-            if !out.is_empty() || expired || self.real_deadline(deadline, vdeadline) {
+            // A zero timeout never waits: the server only asked what is
+            // there now.
+            if !out.is_empty()
+                || expired
+                || timeout_ms == 0
+                || self.real_deadline(deadline, vdeadline)
+            {
                 return Waited::Events(out);
             }
             // Nothing to give yet. Wait for the order (the agent's socket) or the
@@ -1112,7 +1185,9 @@ impl<O: Os> Shim<O> {
                 agent = s.agent;
             }
             let ready = tmp.iter().filter(|t| t.revents != 0).count();
-            let expired = expired || self.real_deadline(deadline, vdeadline);
+            // A zero timeout never waits: the server only asked what is
+            // there now.
+            let expired = expired || timeout_ms == 0 || self.real_deadline(deadline, vdeadline);
             if ready > 0 || expired {
                 for (u, t) in user.iter_mut().zip(tmp.iter()) {
                     u.revents = t.revents;

@@ -197,6 +197,10 @@ pub fn decode(b: &[u8; RECORD]) -> Option<Record> {
 #[derive(Debug, Default)]
 pub struct Order {
     queue: VecDeque<Ev>,
+    /// How many events of each key `queue` holds (a key's entry is gone at
+    /// 0): asked per pending connection at every wait, which a scan of a
+    /// long queue (a joiner catching up) made quadratic.
+    queued: HashMap<Key, usize>,
     /// Connections the server closed (with their client's ISN where
     /// known): later events for them are dropped (they may still be on
     /// their way when the close happens), and the same accept said again
@@ -211,6 +215,8 @@ pub struct Order {
     /// closed first), not closed yet by the server: their generations,
     /// ascending.
     older: HashMap<Key, Vec<u64>>,
+    /// An event other than a clock tick was consumed: the input began.
+    input_began: bool,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -320,7 +326,18 @@ impl Order {
             }
         }
         self.queue.push_back(ev);
+        *self.queued.entry(ev.key).or_default() += 1;
         Ok(())
+    }
+
+    /// One event of `key` left the queue.
+    fn unqueued(&mut self, key: &Key) {
+        if let Some(n) = self.queued.get_mut(key) {
+            *n -= 1;
+            if *n == 0 {
+                self.queued.remove(key);
+            }
+        }
     }
 
     /// The first event the server may see now: the earliest one that
@@ -334,8 +351,17 @@ impl Order {
     /// The event `seq` was consumed.
     pub fn consumed(&mut self, seq: u64) {
         if let Some(i) = self.queue.iter().position(|e| e.seq == seq) {
-            self.queue.remove(i);
+            if let Some(e) = self.queue.remove(i) {
+                self.unqueued(&e.key);
+                self.input_began |= !matches!(e.kind, Kind::Tick { .. });
+            }
         }
+    }
+
+    /// Has the server consumed an event other than a tick (an accept, a
+    /// join, a chunk)? Before that, ticks do not move its clock.
+    pub fn input_began(&self) -> bool {
+        self.input_began
     }
 
     /// The received events, in order.
@@ -362,15 +388,17 @@ impl Order {
     /// Does the server still have events pending for connection `gen` of
     /// `key`?
     pub fn pending_for(&self, key: &Key, gen: u64) -> bool {
-        self.queue
-            .iter()
-            .any(|e| e.key == *key && self.gen_of(e) == Some(gen))
+        self.pending_for_key(key)
+            && self
+                .queue
+                .iter()
+                .any(|e| e.key == *key && self.gen_of(e) == Some(gen))
     }
 
     /// Does the server still have events pending for any connection of
     /// `key` (its accept among them)?
     pub fn pending_for_key(&self, key: &Key) -> bool {
-        self.queue.iter().any(|e| e.key == *key)
+        self.queued.contains_key(key)
     }
 
     /// The server closed connection `gen` of `key`: forget its pending
@@ -379,8 +407,12 @@ impl Order {
     pub fn close(&mut self, key: Key, gen: u64) {
         let next = self.gens(&key).filter(|g| *g > gen).min();
         let upto = next.unwrap_or(u64::MAX);
+        let before = self.queue.len();
         self.queue
             .retain(|e| e.key != key || e.seq < gen || e.seq >= upto);
+        for _ in self.queue.len()..before {
+            self.unqueued(&key);
+        }
         if let Some(v) = self.older.get_mut(&key) {
             v.retain(|g| *g != gen);
             if v.is_empty() {
@@ -516,6 +548,60 @@ mod tests {
         assert!(matches!(decode(&b), Some(Record::Event(e)) if e.seq == u64::MAX));
         let b = encode(&Record::Query { id: u64::MAX });
         assert_eq!(decode(&b), Some(Record::Query { id: u64::MAX }));
+    }
+
+    /// The per-key count behind `pending_for_key` agrees with the queue
+    /// through pushes, consumption (in and out of order), closes and late
+    /// events dropped; and it answers at once with a long queue (a joiner
+    /// catching up asks it per pending connection at every wait).
+    #[test]
+    fn pending_for_key_follows_the_queue() {
+        let agree = |o: &Order| {
+            for k in [A, B] {
+                assert_eq!(
+                    o.pending_for_key(&k),
+                    o.iter().any(|e| e.key == k),
+                    "{k:?} in {:?}",
+                    o.iter().collect::<Vec<_>>()
+                );
+            }
+        };
+        let mut o = Order::default();
+        o.push(ev(1, A, ACC)).unwrap();
+        o.push(ev(2, B, ACC)).unwrap();
+        o.push(ev(3, A, Kind::Data { end: 4 })).unwrap();
+        agree(&o);
+        o.consumed(2);
+        agree(&o);
+        o.consumed(1);
+        o.consumed(1); // twice: no effect
+        agree(&o);
+        o.push(ev(4, B, Kind::Data { end: 9 })).unwrap();
+        o.push(ev(5, B, Kind::Data { end: 12 })).unwrap();
+        agree(&o);
+        o.close(B, 2);
+        agree(&o);
+        assert!(!o.pending_for_key(&B) && o.pending_for_key(&A));
+        o.push(ev(6, B, Kind::Data { end: 20 })).unwrap(); // late: dropped
+        agree(&o);
+        o.consumed(3);
+        agree(&o);
+        assert!(o.is_empty() && o.queued.is_empty());
+        // 200,000 events queued: 100,000 asks take no scan of them.
+        for i in 0..200_000u64 {
+            let end = u32::try_from(i % 1_000_000).unwrap() + 100;
+            o.push(ev(7 + i, A, if i == 0 { ACC } else { Kind::Data { end } }))
+                .unwrap();
+        }
+        let t = std::time::Instant::now();
+        for _ in 0..100_000 {
+            assert!(!o.pending_for_key(&B));
+        }
+        assert!(
+            t.elapsed() < std::time::Duration::from_millis(500),
+            "{:?}",
+            t.elapsed()
+        );
     }
 
     /// Passing over a connection the server does not read, and its events

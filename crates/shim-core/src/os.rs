@@ -32,6 +32,10 @@ pub trait Os {
     fn in_child(&self) -> bool;
     /// Set the calling thread's `errno` (an answer that says `EAGAIN`).
     fn set_errno(&self, errno: i32);
+    /// The calling thread's id (`gettid(2)`), never 0.
+    fn thread(&self) -> i32;
+    /// The calling thread is the process's first (its id is the pid).
+    fn initial_thread(&self) -> bool;
 
     /// Connect a non-blocking, close-on-exec Unix stream socket to the
     /// agent at `path`.

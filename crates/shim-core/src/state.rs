@@ -75,6 +75,9 @@ impl Default for Reads {
 pub(crate) struct State {
     /// Sequencing is on (the agent socket is connected and the order whole).
     pub(crate) on: bool,
+    /// The last tick consumed before the input began (it did not move the
+    /// clock; the clock starts there when the input begins).
+    pub(crate) early_tick: Option<u64>,
     /// Gave up (logged once): plain libc from now on.
     pub(crate) off: bool,
     /// Lost the order while following it: sequenced input is withheld
@@ -806,16 +809,38 @@ impl State {
         fd.is_some_and(|f| !asks(f))
     }
 
-    /// A clock tick at the head of what the server reads: consumed (the
-    /// caller, a wait, moves the server's clock to it).
-    pub(crate) fn take_tick(&mut self) -> Option<u64> {
+    /// The clock tick at the head of what the server reads, consumed (the
+    /// caller, a wait, moves the server's clock to it): `Some(Some(time))`,
+    /// or `Some(None)` for one before the input began (it does not move
+    /// the clock: see [`crate::Shim`]'s clock); `None` if the head is no
+    /// tick.
+    pub(crate) fn take_tick(&mut self) -> Option<Option<u64>> {
         let by_key = self.by_key();
         let h = self.head(&by_key)?;
         let Kind::Tick { at_us } = h.kind else {
             return None;
         };
+        let began = self.order.input_began();
         self.order.consumed(h.seq);
-        Some(at_us)
+        if !began {
+            self.early_tick = Some(at_us);
+        }
+        Some(began.then_some(at_us))
+    }
+
+    /// The input begins at the head of the order (an accept, a join or a
+    /// chunk, before any was consumed): the last tick before it, which the clock
+    /// starts at (`None` if there was none, or the input began already).
+    pub(crate) fn input_starts(&mut self) -> Option<u64> {
+        if self.order.input_began() {
+            return None;
+        }
+        let by_key = self.by_key();
+        let h = self.head(&by_key)?;
+        if matches!(h.kind, Kind::Tick { .. }) {
+            return None;
+        }
+        self.early_tick.take()
     }
 
     /// A connection whose events are all consumed and that the kernel marks
@@ -823,7 +848,9 @@ impl State {
     /// see (when is not part of the order).
     pub(crate) fn at_eof(&self, os: &dyn Os, fd: Fd) -> bool {
         self.conns.get(&fd).is_some_and(|c| {
-            c.reset || (!self.order.pending_for(&c.key, c.gen) && os.unread(fd) == 0)
+            // The kernel's count first: a scan of the order for the
+            // connection's events is long while a joiner catches up.
+            c.reset || (os.unread(fd) == 0 && !self.order.pending_for(&c.key, c.gen))
         })
     }
 

@@ -69,6 +69,8 @@ struct Fake {
     socks: RefCell<HashMap<Fd, Sock>>,
     /// Real reads of the server's sockets.
     reads: Cell<usize>,
+    /// The calling thread's id (1: the process's first).
+    thread: Cell<i32>,
 }
 
 impl Fake {
@@ -85,6 +87,7 @@ impl Fake {
             queue: RefCell::default(),
             socks: RefCell::default(),
             reads: Cell::new(0),
+            thread: Cell::new(1),
         }
     }
 
@@ -174,6 +177,12 @@ impl Os for Fake {
     }
     fn in_child(&self) -> bool {
         false
+    }
+    fn thread(&self) -> i32 {
+        self.thread.get()
+    }
+    fn initial_thread(&self) -> bool {
+        self.thread.get() == 1
     }
     fn set_errno(&self, errno: i32) {
         self.errno.set(errno);
@@ -932,34 +941,58 @@ fn a_held_joiner_hands_out_no_connection_unordered() {
     }
 }
 
-/// The server's clock is the router's: the hello's epoch until a wait
-/// reaches the first tick, then each tick's time. A wait's timeout expires
-/// only at a tick (so a timer fires at the same point of the input on every
-/// replica), and then nothing ordered comes with it; a tick never jumps
-/// ahead of an event the server reads (the accept before it comes first, at
-/// the time of the tick before it); a wait with no timeout lets ticks pass.
+/// The server's clock is the router's ticks, met one per wait.
+/// - Before the input begins (the first accept), ticks do not move the
+///   clock: each replica's server started at its own time and met its own
+///   first ticks. A wait with a timeout ends at each, the clock where it
+///   was. With the first accept at the head, the clock starts at the last
+///   tick before it (a wait with a timeout ends there too).
+/// - A wait with a timeout ends at the next tick, whether its timeout
+///   expired or not, with nothing ordered in its answer; its timeout
+///   expires only at a tick. So a server's loop turn (Redis's fast expiry
+///   cycle) and its timers run at the same point of the input on every
+///   replica.
+/// - A zero timeout never waits; a wait with no timeout lets ticks pass.
 #[test]
 fn the_servers_clock_and_timeouts_follow_the_routers_ticks() {
     let s = ticked_shim();
     let t0 = EPOCH_MS * 1000;
     assert_eq!(s.time_us(), Some(t0), "before the first tick: the epoch");
     watch(&s, LISTENER);
+    s.os().order(&[tick(1, t0 + 5_000), tick(2, t0 + 7_000)]);
+    assert_eq!(wait(&s, 1_000), Vec::<Fd>::new());
+    assert_eq!(wait(&s, 1_000), Vec::<Fd>::new());
+    assert_eq!(s.time_us(), Some(t0), "no input yet: the clock stays");
+    let real_before = s.os().now();
+    assert_eq!(wait(&s, 0), Vec::<Fd>::new(), "a zero timeout");
+    assert_eq!(s.os().now(), real_before, "a zero timeout never waits");
     s.os().connect(10, A);
     s.os().order(&[
-        tick(1, t0 + 10_000),
-        acc(2, A),
-        tick(3, t0 + 20_000),
-        tick(4, t0 + 30_000),
-        acc(5, B),
+        tick(3, t0 + 10_000),
+        acc(4, A),
+        tick(5, t0 + 20_000),
+        tick(6, t0 + 30_000),
+        acc(7, B),
     ]);
-    // A 15 ms wait: the tick at +10 ms does not end it; the accept comes.
+    assert_eq!(wait(&s, 15), Vec::<Fd>::new(), "the tick before the input");
+    assert_eq!(s.time_us(), Some(t0));
+    // The accept at the head: the clock starts at the tick before it, and
+    // the wait ends there.
+    assert_eq!(wait(&s, 15), Vec::<Fd>::new());
+    assert_eq!(
+        s.time_us(),
+        Some(t0 + 10_000),
+        "the clock starts with the input"
+    );
     assert_eq!(wait(&s, 15), vec![LISTENER]);
-    assert_eq!(s.time_us(), Some(t0 + 10_000));
     assert_eq!(accept(&s), Ok(10));
-    // A 15 ms wait from +10: +20 does not end it, +30 does, with nothing
-    // (B's accept is there and arrived, but comes after the timeout).
+    // A 15 ms wait from +10 ends at +20 (not expired), the next at +30
+    // (expired), each with nothing: B's accept is there and arrived, but
+    // after them.
     s.os().connect(11, B);
     let real_before = s.os().now();
+    assert_eq!(wait(&s, 15), Vec::<Fd>::new());
+    assert_eq!(s.time_us(), Some(t0 + 20_000));
     assert_eq!(wait(&s, 15), Vec::<Fd>::new());
     assert_eq!(s.time_us(), Some(t0 + 30_000));
     assert_eq!(s.os().now(), real_before, "no real time was waited");
@@ -968,7 +1001,7 @@ fn the_servers_clock_and_timeouts_follow_the_routers_ticks() {
     assert_eq!(accept(&s), Ok(11));
     // A wait without a timeout lets ticks pass until input comes: the
     // agent sends two ticks and a chunk of A while the server waits.
-    let later: Vec<u8> = [tick(6, t0 + 40_000), tick(7, t0 + 50_000), data(8, A, 2)]
+    let later: Vec<u8> = [tick(8, t0 + 40_000), tick(9, t0 + 50_000), data(10, A, 2)]
         .iter()
         .flat_map(|e| encode(&(*e).into()))
         .collect();
@@ -979,10 +1012,36 @@ fn the_servers_clock_and_timeouts_follow_the_routers_ticks() {
     assert_eq!(s.time_us(), Some(t0 + 50_000));
     // A tick behind its time (a router that took over runs a little late)
     // never moves the clock back.
-    s.os().order(&[tick(9, t0 + 45_000)]);
+    s.os().order(&[tick(11, t0 + 45_000)]);
     assert_eq!(read(&s, 10, 64), Ok(b"hi".to_vec()));
     assert_eq!(wait(&s, 0), Vec::<Fd>::new());
     assert_eq!(s.time_us(), Some(t0 + 50_000));
+}
+
+/// A wait with a timeout meets one tick: it ends there although the next
+/// tick (and the events after it) have arrived, so a server's loop turn
+/// falls after each tick on every replica, however many had arrived.
+#[test]
+fn a_wait_meets_one_tick() {
+    let s = ticked_shim();
+    let t0 = EPOCH_MS * 1000;
+    watch(&s, LISTENER);
+    s.os().connect(10, A);
+    s.os().connect(11, B);
+    s.os().order(&[
+        acc(1, A),
+        tick(2, t0 + 10_000),
+        tick(3, t0 + 20_000),
+        acc(4, B),
+    ]);
+    assert_eq!(wait(&s, 100), vec![LISTENER]);
+    assert_eq!(accept(&s), Ok(10));
+    assert_eq!(wait(&s, 100), Vec::<Fd>::new());
+    assert_eq!(s.time_us(), Some(t0 + 10_000));
+    assert_eq!(wait(&s, 0), Vec::<Fd>::new());
+    assert_eq!(s.time_us(), Some(t0 + 20_000));
+    assert_eq!(wait(&s, 100), vec![LISTENER]);
+    assert_eq!(accept(&s), Ok(11));
 }
 
 /// Without ticks in the hello (or without a hello) the clock is the
@@ -1004,13 +1063,45 @@ fn without_ticks_the_clock_and_timeouts_are_the_kernels() {
     assert_eq!(s.time_us(), None);
 }
 
+/// Only the thread whose waits follow the order sees the group's clock
+/// (before any such wait: the process's first thread, where Redis seeds
+/// its generators). Another thread (jemalloc's background thread, which
+/// sleeps until an absolute time on the kernel's clock) gets the kernel's:
+/// with the group's it found its deadline passed and spun, a CPU's worth
+/// in a joiner whose clock stood at the epoch while it restored its state.
+#[test]
+fn only_the_thread_that_follows_the_order_sees_the_groups_clock() {
+    let s = ticked_shim();
+    let t0 = EPOCH_MS * 1000;
+    assert_eq!(s.time_us(), Some(t0), "the first thread, before any wait");
+    s.os().thread.set(2);
+    assert_eq!(s.time_us(), None, "another thread: the kernel's clock");
+    // The server's loop runs on thread 7 (not the first).
+    s.os().thread.set(7);
+    watch(&s, LISTENER);
+    s.os().connect(10, A);
+    s.os().order(&[acc(1, A), tick(2, t0 + 10_000)]);
+    assert_eq!(wait(&s, 5), vec![LISTENER]);
+    assert_eq!(accept(&s), Ok(10));
+    assert_eq!(wait(&s, 5), Vec::<Fd>::new());
+    assert_eq!(s.time_us(), Some(t0 + 10_000));
+    s.os().thread.set(1);
+    assert_eq!(s.time_us(), None, "the first thread no longer follows it");
+    s.os().thread.set(2);
+    assert_eq!(s.time_us(), None);
+}
+
 /// Once the shim left its agent (the order lost), no tick comes any more:
 /// the server's clock is the kernel's again rather than frozen.
 #[test]
 fn a_shim_that_lost_its_agent_gives_the_kernels_clock() {
     let s = ticked_shim();
-    s.os().order(&[tick(1, EPOCH_MS * 1000 + 10_000)]);
+    s.os().connect(10, A);
+    s.os()
+        .order(&[acc(1, A), tick(2, EPOCH_MS * 1000 + 10_000)]);
     watch(&s, LISTENER);
+    assert_eq!(wait(&s, 5), vec![LISTENER]);
+    assert_eq!(accept(&s), Ok(10));
     assert_eq!(wait(&s, 5), Vec::<Fd>::new());
     assert_eq!(s.time_us(), Some(EPOCH_MS * 1000 + 10_000));
     s.os().agent_gone.set(true);
@@ -1082,13 +1173,14 @@ fn a_client_reset_in_the_order_ends_the_connections_input_there() {
     watch(&s, 11);
     s.os().arrive(10, b"hi, and more");
     s.os().arrive(11, b"abc");
-    assert_eq!(wait(&s, 0), vec![10, 11]);
+    assert_eq!(wait(&s, 0), vec![10]);
     assert_eq!(read(&s, 10, 64), Ok(b"hi".to_vec()));
     assert_eq!(
         read(&s, 10, 64),
         Err(libc::EAGAIN),
         "B's chunk comes before the reset"
     );
+    assert_eq!(wait(&s, 0), vec![11]);
     assert_eq!(read(&s, 11, 64), Ok(b"abc".to_vec()));
     assert_eq!(wait(&s, 0), vec![10]);
     let reads = s.os().reads.get();
@@ -1126,4 +1218,34 @@ fn a_wait_that_cannot_give_the_head_ends_at_its_timeout_in_the_ticks_time() {
     watch(&s, 10);
     assert_eq!(wait(&s, 0), vec![10]);
     assert_eq!(read(&s, 10, 64), Ok(b"hi".to_vec()));
+}
+
+/// A wait gives one ordered event, however many have arrived: the
+/// server's loop turns (and what it does once per turn, such as Redis's
+/// fast expiry cycle in beforeSleep) fall between the same events on every
+/// replica, whatever each one's timing let arrive. (A batch of all that
+/// had arrived put the turn's end where this replica's timing did: Redis
+/// replicas then answered RANDOMKEY differently.)
+#[test]
+fn a_wait_gives_one_ordered_event_whatever_has_arrived() {
+    let s = shim();
+    s.os().connect(10, A);
+    s.os().connect(11, B);
+    s.os().order(&[
+        acc(1, A),
+        acc(2, B),
+        data(3, A, 2),
+        data(4, B, 3),
+        data(5, A, 4),
+    ]);
+    assert_eq!(accept(&s), Ok(10));
+    assert_eq!(accept(&s), Ok(11));
+    watch(&s, 10);
+    watch(&s, 11);
+    s.os().arrive(10, b"hi, and more");
+    s.os().arrive(11, b"abc");
+    for (fd, want) in [(10, &b"hi"[..]), (11, b"abc"), (10, b", ")] {
+        assert_eq!(wait(&s, 0), vec![fd]);
+        assert_eq!(read(&s, fd, 64), Ok(want.to_vec()));
+    }
 }

@@ -246,6 +246,24 @@ impl Os for LibcOs {
         set_errno(errno);
     }
 
+    fn thread(&self) -> i32 {
+        THREAD_ID.with(|t| {
+            if t.get() == 0 {
+                // SAFETY: gettid(2) takes no argument and cannot fail.
+                let id = unsafe { libc::syscall(libc::SYS_gettid) };
+                t.set(i32::try_from(id).unwrap_or(-1));
+            }
+            t.get()
+        })
+    }
+
+    fn initial_thread(&self) -> bool {
+        // The kernel's pid, not the group's (this library's getpid).
+        // SAFETY: getpid(2) takes no argument and cannot fail.
+        let pid = unsafe { libc::syscall(libc::SYS_getpid) };
+        i64::from(self.thread()) == pid
+    }
+
     fn connect_agent(&self, path: &[u8]) -> Result<Fd, ConnectError> {
         // SAFETY: sockaddr_un is plain old data; all zeroes is a valid value.
         let mut sa: libc::sockaddr_un = unsafe { std::mem::zeroed() };
@@ -450,6 +468,9 @@ thread_local! {
     /// kernel's, never the server's (and never a second entry into the
     /// shim's lock).
     static INSIDE: Cell<bool> = const { Cell::new(false) };
+    /// The calling thread's id (0: not asked yet). A forked child's copy
+    /// is its parent's thread's, but a child never sees the group's clock.
+    static THREAD_ID: Cell<i32> = const { Cell::new(0) };
 }
 
 struct Inside(bool);

@@ -115,7 +115,7 @@ pub use os::{ConnectError, Fd, Os};
 pub use state::{ACCEPT_WAIT, HEAD_SLOW, HOLD};
 
 use state::{give_up, maybe_nothing_to_order, Conn, Reads, State};
-use std::collections::{HashMap, HashSet};
+
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
@@ -984,7 +984,7 @@ impl<O: Os> Shim<O> {
                 // on every replica), and then nothing ordered comes with it.
                 let ticked = self.consume_ticks(&mut s, vdeadline);
                 // data → fd for this epoll set (servers register the fd or a pointer; unique either way).
-                let fd_of: HashMap<u64, Fd> = s
+                let fd_of: state::FdMap<u64, Fd> = s
                     .interest
                     .iter()
                     .filter(|((e, _), _)| *e == epfd)
@@ -1015,7 +1015,7 @@ impl<O: Os> Shim<O> {
                     }
                 }
                 // fd → data of what this epoll set asks input of.
-                let input: HashMap<Fd, u64> = s
+                let input: state::FdMap<Fd, u64> = s
                     .interest
                     .iter()
                     .filter(|((e, _), (ev, _))| *e == epfd && ev & EPOLLIN != 0)
@@ -1157,7 +1157,7 @@ impl<O: Os> Shim<O> {
                 s.pump_at_wait(os);
                 s.drain_accepts(os);
                 let ticked = self.consume_ticks(&mut s, vdeadline);
-                let asked: HashSet<Fd> = user
+                let asked: state::FdSet<Fd> = user
                     .iter()
                     .filter(|p| p.fd >= 0 && p.events & POLL_INPUT != 0)
                     .map(|p| p.fd)

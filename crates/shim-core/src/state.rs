@@ -34,6 +34,39 @@ const QUERIES_MAX: usize = 1024;
 /// Sequenced connections by key and generation.
 pub(crate) type ByKey = HashMap<(Key, u64), Fd>;
 
+/// A hasher for maps keyed by the process's own numbers (descriptors, the
+/// server's epoll data): a multiply and rotate per word. The shim builds
+/// such maps at every wait, where SipHash took most of its time; keys a
+/// client chooses (its address and port) stay in SipHash maps.
+#[derive(Default, Clone, Copy)]
+pub(crate) struct FdHasher(u64);
+
+impl std::hash::Hasher for FdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.write_u64(u64::from(*b));
+        }
+    }
+    fn write_u64(&mut self, x: u64) {
+        self.0 = (self.0.rotate_left(5) ^ x).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+    fn write_i32(&mut self, x: i32) {
+        self.write_u64(u64::from(x.cast_unsigned()));
+    }
+    fn write_u32(&mut self, x: u32) {
+        self.write_u64(u64::from(x));
+    }
+    fn write_usize(&mut self, x: usize) {
+        self.write_u64(x as u64);
+    }
+}
+
+pub(crate) type FdMap<K, V> = HashMap<K, V, std::hash::BuildHasherDefault<FdHasher>>;
+pub(crate) type FdSet<K> = std::collections::HashSet<K, std::hash::BuildHasherDefault<FdHasher>>;
+
 pub(crate) struct Conn {
     pub(crate) key: Key,
     /// Its generation: the number of the accept (or join) event that
@@ -96,7 +129,7 @@ pub(crate) struct State {
     queries: Vec<u64>,
     pub(crate) order: Order,
     /// Sequenced connections the server holds, by fd.
-    pub(crate) conns: HashMap<Fd, Conn>,
+    pub(crate) conns: FdMap<Fd, Conn>,
     /// Connections taken from the kernel's accept queue, not yet handed
     /// out, with when they were taken; oldest first where a key repeats
     /// (a client that reset a connection may reuse its port at once: the
@@ -107,11 +140,11 @@ pub(crate) struct State {
     /// replicated input, so they are handed out at once, unordered.
     pub(crate) local: Vec<(Fd, Fd)>,
     /// Listening sockets: fd → local port.
-    pub(crate) listeners: HashMap<Fd, u16>,
+    pub(crate) listeners: FdMap<Fd, u16>,
     /// epoll registrations: (epfd, fd) → (events, data).
-    pub(crate) interest: HashMap<(Fd, Fd), (u32, u64)>,
+    pub(crate) interest: FdMap<(Fd, Fd), (u32, u64)>,
     /// Whether the server reads each sequenced connection and listener.
-    pub(crate) reads: HashMap<Fd, Reads>,
+    pub(crate) reads: FdMap<Fd, Reads>,
     /// Chunks the last `epoll_wait` reported, by connection (at most one
     /// each): a read of that connection may return that chunk.
     pub(crate) granted: HashMap<Key, u64>,
@@ -134,7 +167,7 @@ pub(crate) struct State {
     /// ([`State::unannounced`]), and what it found: by connection, the
     /// server's offset then, since when, and whether that was said.
     unannounced_at: Option<Instant>,
-    unannounced: HashMap<Fd, (u32, Instant, bool)>,
+    unannounced: FdMap<Fd, (u32, Instant, bool)>,
     /// The shim left its agent (the order lost, or nothing to order): no
     /// more clock ticks come. Shared with [`crate::Shim`], whose clock
     /// reads it without this state's lock.
@@ -668,7 +701,7 @@ impl State {
             .filter_map(|e| Some((e.key, self.order.gen_of(e)?)))
             .collect();
         let mut said = Vec::new();
-        let mut seen = HashMap::new();
+        let mut seen = FdMap::default();
         for (&fd, c) in &self.conns {
             if announced.contains(&(c.key, c.gen)) {
                 continue;

@@ -4,7 +4,7 @@
 
 use super::*;
 use std::cell::{Cell, RefCell};
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::io;
 
 thread_local! {

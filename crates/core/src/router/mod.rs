@@ -812,63 +812,106 @@ impl Router {
         self.draining
     }
 
-    /// A snapshot of services, replicas, connections and counters.
+    /// A snapshot of services, replicas, connections and counters, from one
+    /// pass over the whole table at once. A router serving traffic builds
+    /// it in slices instead ([`Router::status_slice`]), so that the walk
+    /// never holds the data plane for long.
     pub fn status(&self) -> Status {
+        let mut pass = StatusPass::default();
+        while !self.status_slice(&mut pass, usize::MAX) {}
+        self.status_of(pass)
+    }
+
+    /// Walk the next `budget` connections of the table for the status
+    /// pass `pass`; `true` once the pass has seen the whole table.
+    ///
+    /// The walk resumes at a position in the table's iteration order, so
+    /// while connections open and close between slices a pass may count
+    /// one of them twice or not at all; the figures it gives (connections
+    /// and lags per replica, the sample) are those of a table that churned
+    /// during the pass. The totals (`connections`, `half_open`) are exact.
+    pub fn status_slice(&self, pass: &mut StatusPass, budget: usize) -> bool {
+        if pass.services.is_empty() {
+            pass.services = self
+                .config
+                .services
+                .iter()
+                .map(|s| (0, vec![(0, 0, 0); s.replicas.len()]))
+                .collect();
+        }
+        let sort_key = |k: &ConnKey| (k.client, k.cport, k.vip, k.vport);
+        let mut walked = 0;
+        // Skipping to the position looks at the table's control bytes
+        // only, not at the connections.
+        for (k, c) in self.conns.iter().skip(pass.at).take(budget) {
+            walked += 1;
+            if let Some((n, replicas)) = pass.services.get_mut(c.service().0) {
+                *n += 1;
+                for (replica, o, inn) in c.lags() {
+                    if let Some(r) = replicas.get_mut(replica.0) {
+                        r.0 += 1;
+                        r.1 = r.1.max(o);
+                        r.2 = r.2.max(inn);
+                    }
+                }
+            }
+            if c.is_rebuilding() {
+                pass.rebuilding += 1;
+            }
+            if c.closed_since().is_none() {
+                pass.open += 1;
+            }
+            let sk = sort_key(k);
+            if pass.smallest.len() < SAMPLE_CONNS
+                || pass.smallest.peek().is_some_and(|top| sk < *top)
+            {
+                pass.smallest.push(sk);
+                if pass.smallest.len() > SAMPLE_CONNS {
+                    pass.smallest.pop();
+                }
+            }
+        }
+        pass.at += walked;
+        walked < budget
+    }
+
+    /// The status from a finished pass (see [`Router::status_slice`]) and
+    /// the router's state now: membership, counters and totals are read
+    /// here, in O(services × replicas).
+    pub fn status_of(&self, pass: StatusPass) -> Status {
         let mut services: Vec<(Vec<ReplicaStatus>, usize)> = Vec::new();
         for (si, s) in self.config.services.iter().enumerate() {
+            let counted = pass.services.get(si);
             let replicas: Vec<ReplicaStatus> = s
                 .replicas
                 .iter()
                 .enumerate()
                 .map(|(ri, &addr)| (ReplicaId(ri), addr))
-                .map(|(r, addr)| ReplicaStatus {
-                    addr,
-                    alive: self.in_service(ServiceId(si), r),
-                    awaiting_agent: self.up(ServiceId(si), r) && !self.in_service(ServiceId(si), r),
-                    state: self.health[si][r.0].state(),
-                    since_ms: self.health[si][r.0].since().map(Instant::as_millis),
-                    down: match self.health[si][r.0] {
-                        Member::Down { reason, since } => Some(ReplicaDown {
-                            reason,
-                            since_ms: since.as_millis(),
-                        }),
-                        _ => None,
-                    },
-                    connections: 0,
-                    lag_out_bytes: 0,
-                    lag_in_bytes: 0,
+                .map(|(r, addr)| {
+                    let (connections, lag_out_bytes, lag_in_bytes) = counted
+                        .and_then(|(_, rs)| rs.get(r.0).copied())
+                        .unwrap_or((0, 0, 0));
+                    ReplicaStatus {
+                        addr,
+                        alive: self.in_service(ServiceId(si), r),
+                        awaiting_agent: self.up(ServiceId(si), r)
+                            && !self.in_service(ServiceId(si), r),
+                        state: self.health[si][r.0].state(),
+                        since_ms: self.health[si][r.0].since().map(Instant::as_millis),
+                        down: match self.health[si][r.0] {
+                            Member::Down { reason, since } => Some(ReplicaDown {
+                                reason,
+                                since_ms: since.as_millis(),
+                            }),
+                            _ => None,
+                        },
+                        connections,
+                        lag_out_bytes,
+                        lag_in_bytes,
+                    }
                 })
                 .collect();
-            services.push((replicas, 0));
-        }
-        // One pass over the table (it is walked under the data plane's
-        // lock): the counts and lags of every service, the connections
-        // being rebuilt, and the sample's keys (the SAMPLE_CONNS smallest,
-        // kept in a bounded heap instead of sorting the whole table).
-        let sort_key = |k: &ConnKey| (k.client, k.cport, k.vip, k.vport);
-        let mut smallest: std::collections::BinaryHeap<(Ipv4Addr, u16, Ipv4Addr, u16)> =
-            std::collections::BinaryHeap::with_capacity(SAMPLE_CONNS + 1);
-        let mut rebuilding = 0;
-        for (k, c) in &self.conns {
-            if let Some((replicas, n)) = services.get_mut(c.service().0) {
-                *n += 1;
-                for (replica, o, inn) in c.lags() {
-                    let r = &mut replicas[replica.0];
-                    r.connections += 1;
-                    r.lag_out_bytes = r.lag_out_bytes.max(o);
-                    r.lag_in_bytes = r.lag_in_bytes.max(inn);
-                }
-            }
-            if c.is_rebuilding() {
-                rebuilding += 1;
-            }
-            let sk = sort_key(k);
-            if smallest.len() < SAMPLE_CONNS || smallest.peek().is_some_and(|top| sk < *top) {
-                smallest.push(sk);
-                if smallest.len() > SAMPLE_CONNS {
-                    smallest.pop();
-                }
-            }
+            services.push((replicas, counted.map_or(0, |c| c.0)));
         }
         let services = services
             .into_iter()
@@ -887,7 +930,10 @@ impl Router {
                 })
             })
             .collect();
-        let sample = smallest
+        // The sample is looked up now: a connection of the pass that has
+        // closed since is left out.
+        let sample = pass
+            .smallest
             .into_sorted_vec()
             .into_iter()
             .filter_map(|(client, cport, vip, vport)| {
@@ -905,10 +951,34 @@ impl Router {
             services,
             connections: self.conns.len(),
             half_open: self.half_open_count,
-            rebuilding,
+            rebuilding: pass.rebuilding,
             counters: self.counters.clone(),
             drops: self.counters.drop_table(),
         }
+    }
+}
+
+/// A status pass over the connection table in progress: what the slices
+/// walked so far add up to (see [`Router::status_slice`]).
+#[derive(Debug, Default)]
+pub struct StatusPass {
+    /// Connections walked (the position in the table's iteration order).
+    at: usize,
+    /// Per service: connections, and per replica (connections, largest
+    /// output lag, largest input lag).
+    services: Vec<(usize, Vec<(usize, u64, u64)>)>,
+    rebuilding: usize,
+    open: usize,
+    /// The sample's keys: the [`SAMPLE_CONNS`] smallest, in a bounded heap.
+    smallest: BinaryHeap<(Ipv4Addr, u16, Ipv4Addr, u16)>,
+}
+
+impl StatusPass {
+    /// Connections the pass walked that had not closed (those in their
+    /// post-close quiet period left out); see [`Router::open_connections`]
+    /// for an exact count.
+    pub fn open(&self) -> usize {
+        self.open
     }
 }
 

@@ -4,11 +4,12 @@
 # Sourced by test.sh, demo.sh and quickbench.sh; can also be run on its own.
 #
 # Packages: redis-server redis-tools socat nginx iperf3 haproxy python3 iproute2 procps psmisc
-# curl ca-certificates keepalived g++ (libFuzzer, built for the fuzz targets, is C++). On Debian 12 the `nginx` package itself is built with http_dav_module
+# curl ca-certificates keepalived g++ (libFuzzer, built for the fuzz targets, is C++) chromium
+# python3-websocket (the status page's test drives a headless browser over the DevTools protocol). On Debian 12 the `nginx` package itself is built with http_dav_module
 # (nginx-light/-full/-core are only transitional or module bundles there); on older releases
 # `nginx` pulls one of nginx-core/-full/-light, which all have it too. We check with `nginx -V`.
 
-FTNET_DEB_PACKAGES=(redis-server redis-tools socat nginx iperf3 haproxy python3 iproute2 procps psmisc curl ca-certificates keepalived g++)
+FTNET_DEB_PACKAGES=(redis-server redis-tools socat nginx iperf3 haproxy python3 iproute2 procps psmisc curl ca-certificates keepalived g++ chromium python3-websocket)
 FTNET_SERVICES=(redis-server nginx haproxy iperf3 keepalived)
 
 # command → package, for the check that decides whether to install anything at all.
@@ -17,7 +18,7 @@ ftnet_missing_packages() {
 		[redis-server]=redis-server [redis-cli]=redis-tools [redis-benchmark]=redis-tools
 		[socat]=socat [nginx]=nginx [iperf3]=iperf3 [haproxy]=haproxy [python3]=python3
 		[ip]=iproute2 [pgrep]=procps [killall]=psmisc [curl]=curl [keepalived]=keepalived
-		[c++]=g++
+		[c++]=g++ [chromium]=chromium
 	)
 	local cmd missing=()
 	for cmd in "${!pkg_of[@]}"; do
@@ -27,6 +28,7 @@ ftnet_missing_packages() {
 		missing+=(nginx)
 	fi
 	[[ -e /etc/ssl/certs/ca-certificates.crt ]] || missing+=(ca-certificates)
+	[[ -e /usr/lib/python3/dist-packages/websocket/__init__.py ]] || missing+=(python3-websocket)
 	((${#missing[@]})) && printf '%s\n' "${missing[@]}" | sort -u
 	return 0
 }

@@ -114,6 +114,10 @@ pub enum Event {
         /// The open connections it was taken out of (each also an
         /// `Evicted` with reason `ReplicaDown`).
         connections: usize,
+        /// How long before this verdict a segment of one of its
+        /// connections last came from it (`None`: none ever did): the
+        /// failure's detection delay, as the router can see it.
+        silent_ms: Option<u64>,
     },
     /// An operator brought a replica that was out of service back
     /// ([`crate::Router::enable_replica`]): new connections use it again.

@@ -28,7 +28,7 @@ pub use config::{Ack, Config, Delivery, Limits, Service, Tie, Timeouts, Voting};
 pub use event::{Adopted, AgentMsg, Event, EvictReason, InputKind, OutOfService};
 pub use key::ConnKey;
 pub use membership::{MemberState, MembershipError};
-pub use metrics::{Counters, DropReason};
+pub use metrics::{Counters, DropReason, Histogram, HISTOGRAM_BUCKETS};
 pub use order::{NumberedInput, OrderReport, ORDER_LOG, ORDER_WAIT};
 pub use packet::Packet;
 pub use record::{ConnRecord, ReplicaSetup};

@@ -184,9 +184,86 @@ pub struct Counters {
     /// Client segments not (wholly) logged because a log was at its bound
     /// (per connection or router-wide): their bytes wait for every replica.
     pub log_full: u64,
+    /// Output commit: how long SYN-ACKs waited for their connection's
+    /// record to be stored at the agents (confirmed or not).
+    pub commit_wait: Histogram,
+    /// The gap in the reply bytes a client got around a replica leaving
+    /// its connection: from the last payload segment before the eviction
+    /// to the first after it. Counted for connections that had sent the
+    /// client payload in the second before the eviction and sent more
+    /// within a minute after it (an idle connection has no stall to show).
+    pub stall_after_eviction: Histogram,
     /// Drops by reason, indexed like [`DropReason::ALL`].
     #[serde(skip)]
     pub drops: [u64; DropReason::COUNT],
+}
+
+/// Buckets of a [`Histogram`]: ≤ 1 ms, ≤ 2 ms, … ≤ 65,536 ms, more.
+pub const HISTOGRAM_BUCKETS: usize = 18;
+
+/// Durations in power-of-two millisecond buckets (a Prometheus histogram
+/// once exported; `ftnet` does). Fixed size: observing allocates nothing.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Histogram {
+    /// Per bucket (not cumulative): see [`HISTOGRAM_BUCKETS`].
+    pub counts: [u64; HISTOGRAM_BUCKETS],
+    /// Sum of the observed durations, µs.
+    pub sum_us: u64,
+}
+
+impl Histogram {
+    pub fn observe(&mut self, d: core::time::Duration) {
+        let us = u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
+        let ms = us.div_ceil(1000);
+        let i = if ms <= 1 {
+            0
+        } else {
+            (64 - (ms - 1).leading_zeros()) as usize
+        };
+        self.counts[i.min(HISTOGRAM_BUCKETS - 1)] += 1;
+        self.sum_us = self.sum_us.saturating_add(us);
+    }
+
+    pub fn count(&self) -> u64 {
+        self.counts.iter().sum()
+    }
+
+    /// The upper bound of bucket `i` in ms (`None`: the last, unbounded).
+    pub fn upper_ms(i: usize) -> Option<u64> {
+        (i + 1 < HISTOGRAM_BUCKETS).then(|| 1u64 << i)
+    }
+}
+
+#[cfg(test)]
+mod histogram_tests {
+    use super::*;
+    use core::time::Duration;
+
+    #[test]
+    fn durations_fall_in_power_of_two_millisecond_buckets() {
+        let mut h = Histogram::default();
+        for (us, bucket) in [
+            (0, 0),
+            (1000, 0),
+            (1001, 1),
+            (2000, 1),
+            (3000, 2),
+            (4000, 2),
+            (4001, 3),
+            (65_536_000, 16),
+            (65_536_001, 17),
+            (u64::MAX, 17),
+        ] {
+            let before = h.counts[bucket];
+            h.observe(Duration::from_micros(us));
+            assert_eq!(h.counts[bucket], before + 1, "{us} µs -> bucket {bucket}");
+        }
+        assert_eq!(h.count(), 10);
+        assert_eq!(Histogram::upper_ms(0), Some(1));
+        assert_eq!(Histogram::upper_ms(16), Some(65_536));
+        assert_eq!(Histogram::upper_ms(17), None);
+        assert_eq!(h.sum_us, u64::MAX, "the sum saturates");
+    }
 }
 
 impl Counters {

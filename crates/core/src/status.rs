@@ -28,6 +28,13 @@ pub struct ReplicaStatus {
     /// Largest distance between the client bytes this replica acknowledged
     /// and the most any replica acknowledged.
     pub lag_in_bytes: u64,
+    /// Payload bytes that came from it on its connections (every copy,
+    /// those withheld from the client too).
+    pub bytes_from: u64,
+    /// Milliseconds since a segment of one of its connections last came
+    /// from it (`None`: none has yet).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub heard_ms_ago: Option<u64>,
     /// Out of service: why, and since when.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub down: Option<ReplicaDown>,
@@ -49,6 +56,9 @@ pub struct ServiceStatus {
     pub ports: Vec<u16>,
     pub replicas: Vec<ReplicaStatus>,
     pub connections: usize,
+    /// Payload bytes from the service's clients (counted once) and to them.
+    pub client_bytes_in: u64,
+    pub client_bytes_out: u64,
     /// Removed at run time (SIGHUP): no new connections; shown while its
     /// open ones finish.
     #[serde(skip_serializing_if = "std::ops::Not::not")]

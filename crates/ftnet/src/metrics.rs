@@ -9,6 +9,12 @@
 //! reason, joins and their pauses, takeover rebuild times. A scrape never
 //! takes the data plane's lock.
 //!
+//! `/` is a live status page (`page/`: services, replicas with state and
+//! lag, counters with rates, the recent failovers as a timeline), drawn by
+//! its script from `/status.json` (the snapshot and the timeline) every
+//! 250 ms; it loads nothing from anywhere else (a Content-Security-Policy
+//! says so to the browser).
+//!
 //! `/healthz` answers 200 while the data plane makes progress (its loop
 //! refreshed the snapshot within the last 2 s) and 503 otherwise.
 //!
@@ -37,7 +43,9 @@ struct FromEvents {
     evictions: Family<Labels, Counter>,
     joins: Family<Labels, Counter>,
     join_pause: Histogram,
+    join_time: Histogram,
     rebuild: Histogram,
+    detection: Histogram,
     divergences: Family<Labels, Counter>,
 }
 
@@ -48,7 +56,9 @@ fn from_events() -> &'static FromEvents {
         joins: Family::default(),
         // Milliseconds: 1 ms to ~65 s.
         join_pause: Histogram::new(exponential_buckets(1.0, 2.0, 17)),
+        join_time: Histogram::new(exponential_buckets(1.0, 2.0, 17)),
         rebuild: Histogram::new(exponential_buckets(1.0, 2.0, 17)),
+        detection: Histogram::new(exponential_buckets(1.0, 2.0, 17)),
         divergences: Family::default(),
     })
 }
@@ -57,8 +67,176 @@ fn labels(kv: &[(&str, String)]) -> Labels {
     kv.iter().map(|(k, v)| (k.to_string(), v.clone())).collect()
 }
 
+/// Entries the status page's timeline keeps (the oldest go first).
+const TIMELINE_LEN: usize = 200;
+/// Entries of one kind for one replica this close together are one entry
+/// with a count (an eviction from 60 connections is one line).
+const TIMELINE_MERGE_MS: u64 = 1000;
+
+/// The recent failovers and changes, for the status page.
+static TIMELINE: Mutex<std::collections::VecDeque<Value>> =
+    Mutex::new(std::collections::VecDeque::new());
+
+/// Add to the timeline: `kind` (a CSS-safe word: down, up, evicted,
+/// diverged, joined, …), the replica it is about (if any) and a sentence.
+pub fn note(kind: &str, replica: Option<std::net::Ipv4Addr>, text: String) {
+    let t_ms = crate::sys::epoch_micros() / 1000;
+    let mut tl = TIMELINE.lock().unwrap_or_else(|p| p.into_inner());
+    let replica = replica.map(|r| r.to_string());
+    if let Some(last) = tl.back_mut() {
+        if last["kind"] == kind
+            && last["replica"].as_str() == replica.as_deref()
+            && t_ms.saturating_sub(last["t_ms"].as_u64().unwrap_or(0)) < TIMELINE_MERGE_MS
+        {
+            last["count"] = Value::from(last["count"].as_u64().unwrap_or(1) + 1);
+            return;
+        }
+    }
+    if tl.len() >= TIMELINE_LEN {
+        tl.pop_front();
+    }
+    tl.push_back(serde_json::json!({
+        "t_ms": t_ms, "kind": kind, "replica": replica, "text": text, "count": 1,
+    }));
+}
+
+/// The timeline as JSON (oldest first).
+fn timeline_json() -> String {
+    let tl = TIMELINE.lock().unwrap_or_else(|p| p.into_inner());
+    Value::Array(tl.iter().cloned().collect()).to_string()
+}
+
+/// What `ev` adds to the timeline, if anything.
+fn note_event(ev: &Event) {
+    let name = |r: &ftnet_core::EvictReason| {
+        serde_json::to_value(r)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_else(|| format!("{r:?}"))
+    };
+    match ev {
+        Event::ReplicaDown {
+            service,
+            replica,
+            reason,
+            connections,
+            silent_ms,
+        } => note(
+            "down",
+            Some(*replica),
+            format!(
+                "{service}: replica {replica} declared down ({}), out of {connections} connection(s){}",
+                name(reason),
+                silent_ms.map_or(String::new(), |ms| format!(", last heard {ms} ms before"))
+            ),
+        ),
+        Event::Evicted {
+            replica, reason, ..
+        } => note(
+            "evicted",
+            Some(*replica),
+            format!("replica {replica} left a connection ({})", name(reason)),
+        ),
+        Event::ConnectionLost { conn } => note(
+            "lost",
+            None,
+            format!("connection {conn} lost its last replica"),
+        ),
+        Event::ReplicaUp { service, replica } => note(
+            "up",
+            Some(*replica),
+            format!("{service}: replica {replica} back in service (operator)"),
+        ),
+        Event::ReplicaRejoined {
+            service,
+            replica,
+            down_ms,
+            ..
+        } => note(
+            "up",
+            Some(*replica),
+            format!("{service}: replica {replica} answers again, back after {down_ms} ms"),
+        ),
+        Event::ReplicaAdded {
+            service, replica, ..
+        } => note(
+            "change",
+            Some(*replica),
+            format!("{service}: replica {replica} added"),
+        ),
+        Event::ReplicaDraining {
+            service, replica, ..
+        } => note(
+            "change",
+            Some(*replica),
+            format!("{service}: replica {replica} draining"),
+        ),
+        Event::ReplicaDrained { service, replica } => note(
+            "change",
+            Some(*replica),
+            format!("{service}: replica {replica} drained"),
+        ),
+        Event::ReplicaRemoved {
+            service, replica, ..
+        } => note(
+            "change",
+            Some(*replica),
+            format!("{service}: replica {replica} removed"),
+        ),
+        Event::ServiceAdded { service, vip, .. } => {
+            note("change", None, format!("service {service} ({vip}) added"))
+        }
+        Event::ServiceRemoved { service, .. } => {
+            note("change", None, format!("service {service} removed"))
+        }
+        Event::Diverged { replica, .. } | Event::OutputDiffers { replica, .. } => note(
+            "diverged",
+            Some(*replica),
+            format!("replica {replica}: replies differ"),
+        ),
+        Event::TableRebuilt {
+            connections,
+            after_ms,
+        } => note(
+            "takeover",
+            None,
+            format!("takeover: {connections} connection(s) rebuilt in {after_ms} ms"),
+        ),
+        Event::JoinStarted {
+            service, replica, ..
+        } => note(
+            "joining",
+            Some(*replica),
+            format!("{service}: replica {replica} joins"),
+        ),
+        Event::Joined {
+            service,
+            replica,
+            pause_ms,
+            join_ms,
+            ..
+        } => note(
+            "joined",
+            Some(*replica),
+            format!("{service}: replica {replica} joined in {join_ms} ms (input paused {pause_ms} ms)"),
+        ),
+        Event::JoinFailed {
+            service,
+            replica,
+            reason,
+            ..
+        } => note(
+            "down",
+            Some(*replica),
+            format!("{service}: join of replica {replica} failed: {reason}"),
+        ),
+        _ => {}
+    }
+}
+
 /// Count what `ev` tells (called for every event as it is logged).
 pub fn observe(ev: &Event) {
+    note_event(ev);
     let m = from_events();
     let name = |r: &ftnet_core::EvictReason| {
         serde_json::to_value(r)
@@ -102,7 +280,14 @@ pub fn observe(ev: &Event) {
                 ]))
                 .inc();
             m.join_pause.observe(*pause_ms as f64);
+            if let Event::Joined { join_ms, .. } = ev {
+                m.join_time.observe(*join_ms as f64);
+            }
         }
+        Event::ReplicaDown {
+            silent_ms: Some(ms),
+            ..
+        } => m.detection.observe(*ms as f64),
         Event::TableRebuilt { after_ms, .. } => m.rebuild.observe(*after_ms as f64),
         Event::Diverged { replica, .. } | Event::OutputDiffers { replica, .. } => {
             m.divergences
@@ -238,11 +423,20 @@ pub fn render(doc: &Value) -> String {
     let lag_in: Family<Labels, Gauge> = Family::default();
     let lag_out: Family<Labels, Gauge> = Family::default();
     let svc_conns: Family<Labels, Gauge> = Family::default();
+    let svc_in: Family<Labels, Counter> = Family::default();
+    let svc_out: Family<Labels, Counter> = Family::default();
+    let rep_bytes: Family<Labels, Counter> = Family::default();
     for s in st["services"].as_array().into_iter().flatten() {
         let service = s["name"].as_str().unwrap_or("?").to_string();
         svc_conns
             .get_or_create(&labels(&[("service", service.clone())]))
             .set(num(&s["connections"]) as i64);
+        svc_in
+            .get_or_create(&labels(&[("service", service.clone())]))
+            .inc_by(num(&s["client_bytes_in"]));
+        svc_out
+            .get_or_create(&labels(&[("service", service.clone())]))
+            .inc_by(num(&s["client_bytes_out"]));
         for rp in s["replicas"].as_array().into_iter().flatten() {
             let replica = rp["addr"].as_str().unwrap_or("?").to_string();
             let l = labels(&[("service", service.clone()), ("replica", replica.clone())]);
@@ -253,6 +447,7 @@ pub fn render(doc: &Value) -> String {
             ls.push(("state".into(), st_name));
             state.get_or_create(&ls).set(1);
             conns.get_or_create(&l).set(num(&rp["connections"]) as i64);
+            rep_bytes.get_or_create(&l).inc_by(num(&rp["bytes_from"]));
             lag_in
                 .get_or_create(&l)
                 .set(num(&rp["lag_in_bytes"]) as i64);
@@ -265,6 +460,21 @@ pub fn render(doc: &Value) -> String {
         "ftnet_service_connections",
         "Open connections per service",
         svc_conns,
+    );
+    r.register(
+        "ftnet_service_client_bytes_in",
+        "Payload bytes from the service's clients (counted once)",
+        svc_in,
+    );
+    r.register(
+        "ftnet_service_client_bytes_out",
+        "Payload bytes to the service's clients",
+        svc_out,
+    );
+    r.register(
+        "ftnet_replica_bytes",
+        "Payload bytes that came from the replica (every copy, withheld ones too)",
+        rep_bytes,
     );
     r.register(
         "ftnet_replica_up",
@@ -342,6 +552,32 @@ pub fn render(doc: &Value) -> String {
         m.join_pause.clone(),
     );
     r.register(
+        "ftnet_join_milliseconds",
+        "A join from its start to the joiner serving",
+        m.join_time.clone(),
+    );
+    r.register(
+        "ftnet_failure_detection_milliseconds",
+        "A replica declared down: how long before the verdict a segment of its connections last came from it",
+        m.detection.clone(),
+    );
+    for (key, name, help) in [
+        (
+            "commit_wait",
+            "ftnet_commit_wait_milliseconds",
+            "Output commit: how long SYN-ACKs waited for their record at the agents",
+        ),
+        (
+            "stall_after_eviction",
+            "ftnet_stall_after_eviction_milliseconds",
+            "The gap in reply bytes to a client around a replica leaving its connection (connections sending when it left)",
+        ),
+    ] {
+        if let Some(h) = CoreHistogram::from_json(&st["counters"][key]) {
+            r.register(name, help, h);
+        }
+    }
+    r.register(
         "ftnet_takeover_rebuild_milliseconds",
         "After a takeover: first record to every adopted connection rebuilt",
         m.rebuild.clone(),
@@ -351,6 +587,52 @@ pub fn render(doc: &Value) -> String {
         out = "# EOF\n".into();
     }
     out
+}
+
+/// A histogram the router core keeps (`ftnet_core::Histogram`: power-of-two
+/// millisecond buckets), read back from the snapshot's JSON.
+#[derive(Debug)]
+struct CoreHistogram {
+    /// (upper bound in ms, count in that bucket), the last one +Inf.
+    buckets: Vec<(f64, u64)>,
+    sum_ms: f64,
+}
+
+impl CoreHistogram {
+    fn from_json(v: &Value) -> Option<CoreHistogram> {
+        let counts = v["counts"].as_array()?;
+        let buckets = counts
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                let upper = ftnet_core::Histogram::upper_ms(i).map_or(f64::MAX, |u| u as f64);
+                (upper, c.as_u64().unwrap_or(0))
+            })
+            .collect();
+        Some(CoreHistogram {
+            buckets,
+            sum_ms: num(&v["sum_us"]) as f64 / 1000.0,
+        })
+    }
+}
+
+impl prometheus_client::encoding::EncodeMetric for CoreHistogram {
+    fn encode(
+        &self,
+        mut encoder: prometheus_client::encoding::MetricEncoder,
+    ) -> Result<(), std::fmt::Error> {
+        let count = self.buckets.iter().map(|b| b.1).sum();
+        encoder.encode_histogram::<prometheus_client::encoding::NoLabelSet>(
+            self.sum_ms,
+            count,
+            &self.buckets,
+            None,
+        )
+    }
+
+    fn metric_type(&self) -> prometheus_client::metrics::MetricType {
+        prometheus_client::metrics::MetricType::Histogram
+    }
 }
 
 /// Serve `/metrics` and `/healthz` on `addr` from a thread of its own.
@@ -408,6 +690,40 @@ fn answer(mut s: TcpStream, snapshot: &Mutex<String>) -> std::io::Result<()> {
     }
     let path = path.split('?').next().unwrap_or("");
     match path {
+        "/" | "/index.html" => reply(
+            &mut s,
+            "200 OK",
+            "text/html; charset=utf-8",
+            include_str!("page/index.html"),
+        ),
+        "/status.js" => reply(
+            &mut s,
+            "200 OK",
+            "text/javascript; charset=utf-8",
+            include_str!("page/status.js"),
+        ),
+        "/favicon.svg" | "/favicon.ico" => reply(
+            &mut s,
+            "200 OK",
+            "image/svg+xml",
+            include_str!("page/favicon.svg"),
+        ),
+        "/status.css" => reply(
+            &mut s,
+            "200 OK",
+            "text/css; charset=utf-8",
+            include_str!("page/status.css"),
+        ),
+        "/status.json" => {
+            let text = snapshot.lock().map(|t| t.clone()).unwrap_or_default();
+            let text = if text.trim().is_empty() {
+                "{}".into()
+            } else {
+                text
+            };
+            let body = format!("{{\"snapshot\":{text},\"timeline\":{}}}", timeline_json());
+            reply(&mut s, "200 OK", "application/json", &body)
+        }
         "/metrics" => {
             let text = snapshot.lock().map(|t| t.clone()).unwrap_or_default();
             let doc: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
@@ -446,14 +762,16 @@ fn answer(mut s: TcpStream, snapshot: &Mutex<String>) -> std::io::Result<()> {
             &mut s,
             "404 Not Found",
             "text/plain",
-            "not found: /metrics or /healthz\n",
+            "not found: / (status page), /status.json, /metrics or /healthz\n",
         ),
     }
 }
 
 fn reply(s: &mut TcpStream, status: &str, ctype: &str, body: &str) -> std::io::Result<()> {
+    // The page loads nothing from anywhere but this listener (the policy
+    // makes a browser refuse to), and nothing is cached.
     let head = format!(
-        "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\nCache-Control: no-store\r\nX-Content-Type-Options: nosniff\r\nContent-Security-Policy: default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'\r\n\r\n",
         body.len()
     );
     s.write_all(head.as_bytes())?;
@@ -472,10 +790,11 @@ mod tests {
             "tun_dropped": 7,
             "status": {
                 "connections": 3, "half_open": 1, "rebuilding": 0,
-                "counters": {"packets_in": 10, "divergences": 2},
+                "counters": {"packets_in": 10, "divergences": 2,
+                    "commit_wait": {"counts": [3, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1], "sum_us": 1500}},
                 "drops": [["truncated", 4], ["draining", 1]],
-                "services": [{"name": "redis", "connections": 3, "replicas": [
-                    {"addr": "198.18.11.2", "state": "serving", "alive": true, "connections": 3, "lag_in_bytes": 0, "lag_out_bytes": 5},
+                "services": [{"name": "redis", "connections": 3, "client_bytes_in": 100, "client_bytes_out": 900, "replicas": [
+                    {"addr": "198.18.11.2", "state": "serving", "alive": true, "connections": 3, "lag_in_bytes": 0, "lag_out_bytes": 5, "bytes_from": 900},
                     {"addr": "198.18.12.2", "state": "down", "alive": false, "connections": 0, "lag_in_bytes": 0, "lag_out_bytes": 0}
                 ]}]
             },
@@ -501,9 +820,78 @@ mod tests {
             "ftnet_control_rejected_frames_total 2\n",
             "ftnet_evictions_total{replica=\"198.18.12.2\",reason=\"stalled\"} 1\n",
             "# TYPE ftnet_join_pause_milliseconds histogram\n",
+            "ftnet_service_client_bytes_in_total{service=\"redis\"} 100\n",
+            "ftnet_service_client_bytes_out_total{service=\"redis\"} 900\n",
+            "ftnet_replica_bytes_total{service=\"redis\",replica=\"198.18.11.2\"} 900\n",
+            "ftnet_commit_wait_milliseconds_bucket{le=\"1.0\"} 3\n",
+            "ftnet_commit_wait_milliseconds_bucket{le=\"2.0\"} 4\n",
+            "ftnet_commit_wait_milliseconds_bucket{le=\"+Inf\"} 5\n",
+            "ftnet_commit_wait_milliseconds_count 5\n",
+            "ftnet_commit_wait_milliseconds_sum 1.5\n",
+            "ftnet_failure_detection_milliseconds_count",
             "# EOF\n",
         ] {
             assert!(t.contains(want), "{want:?} missing in:\n{t}");
         }
+    }
+
+    #[test]
+    fn the_timeline_keeps_failovers_and_merges_bursts() {
+        let r2: std::net::Ipv4Addr = "198.18.99.2".parse().unwrap();
+        for _ in 0..50 {
+            observe(&Event::Evicted {
+                conn: "c".into(),
+                replica: r2,
+                reason: ftnet_core::EvictReason::Reset,
+                remaining: 2,
+                detail: String::new(),
+            });
+        }
+        observe(&Event::ReplicaDown {
+            service: "redis".into(),
+            replica: r2,
+            reason: ftnet_core::EvictReason::Reset,
+            connections: 50,
+            silent_ms: Some(3),
+        });
+        let tl: Value = serde_json::from_str(&timeline_json()).unwrap();
+        let tl = tl.as_array().unwrap();
+        let ev: Vec<&Value> = tl
+            .iter()
+            .filter(|e| e["replica"] == "198.18.99.2")
+            .collect();
+        assert_eq!(ev.len(), 2, "{tl:?}");
+        assert_eq!(ev[0]["kind"], "evicted");
+        assert_eq!(ev[0]["count"], 50, "a burst is one entry");
+        assert_eq!(ev[1]["kind"], "down");
+        assert!(ev[1]["text"]
+            .as_str()
+            .unwrap()
+            .contains("declared down (reset)"));
+        assert!(ev[1]["text"]
+            .as_str()
+            .unwrap()
+            .contains("last heard 3 ms before"));
+        for _ in 0..(TIMELINE_LEN + 10) {
+            note("change", None, "x".into());
+            // Not merged: another kind between.
+            note("up", None, "y".into());
+        }
+        let tl: Value = serde_json::from_str(&timeline_json()).unwrap();
+        assert_eq!(tl.as_array().unwrap().len(), TIMELINE_LEN, "bounded");
+    }
+
+    #[test]
+    fn the_status_page_loads_only_from_its_router() {
+        let html = include_str!("page/index.html");
+        let js = include_str!("page/status.js");
+        for text in [html, js, include_str!("page/status.css")] {
+            assert!(
+                !text.contains("http://") && !text.contains("https://") && !text.contains("//cdn"),
+                "absolute URL in the page"
+            );
+        }
+        assert!(html.contains("src=\"/status.js\""));
+        assert!(js.contains("fetch(\"/status.json\""));
     }
 }

@@ -153,6 +153,11 @@ pub fn run(cfg: FileConfig, path: &Path) -> anyhow::Result<()> {
         snapshot.clone(),
     )?;
     info!(socket = %cfg.status_socket.display(), "status socket listening");
+    crate::metrics::note(
+        "start",
+        None,
+        format!("router started (pid {})", std::process::id()),
+    );
 
     let secret = sys::random_secret().context("reading 16 random bytes from /dev/urandom")?;
     let shared = Arc::new(Shared {
@@ -831,6 +836,24 @@ fn flush_evict_bursts() {
 
 fn log_event(ev: &Event) {
     crate::metrics::observe(ev);
+    if matches!(
+        ev,
+        Event::ReplicaDown { .. }
+            | Event::ReplicaUp { .. }
+            | Event::ReplicaRejoined { .. }
+            | Event::ReplicaAdded { .. }
+            | Event::ReplicaDraining { .. }
+            | Event::ReplicaDrained { .. }
+            | Event::ReplicaRemoved { .. }
+            | Event::ServiceAdded { .. }
+            | Event::ServiceRemoved { .. }
+            | Event::JoinStarted { .. }
+            | Event::Joined { .. }
+            | Event::JoinFailed { .. }
+            | Event::TableRebuilt { .. }
+    ) {
+        wake_status();
+    }
     // The reason's snake_case wire name ("stalled", "no_syn_ack"), the same
     // word `ftnet status --json` and the docs use.
     let why = |r: &ftnet_core::EvictReason| {
@@ -879,9 +902,14 @@ fn log_event(ev: &Event) {
             replica,
             reason,
             connections,
+            silent_ms,
         } => {
+            let heard = match silent_ms {
+                Some(ms) => format!("last heard from on a connection {ms} ms before"),
+                None => "never heard from on a connection".into(),
+            };
             warn!(
-                "service {service}: replica {replica} declared down ({}); taken out of its {connections} open connection(s) (each at debug level); new connections skip it",
+                "service {service}: replica {replica} declared down ({}); {heard}; taken out of its {connections} open connection(s) (each at debug level); new connections skip it",
                 why(reason)
             )
         }
@@ -1157,6 +1185,7 @@ const STATUS_SLICE: usize = 512;
 /// and publishes the snapshot that the status socket, `ftnet status` and
 /// `/metrics` serve; until the router stops.
 fn status_loop(shared: &Shared) {
+    let _ = STATUS_THREAD.set(std::thread::current());
     while !sys::stop_requested() {
         let began = std::time::Instant::now();
         let dropped = tun_dropped(&shared.tun);
@@ -1186,7 +1215,36 @@ fn status_loop(shared: &Shared) {
             (r.status_of(pass), draining)
         };
         refresh_status(status, draining, shared, began.elapsed(), slices + 1);
-        std::thread::sleep(STATUS_EVERY.saturating_sub(began.elapsed()));
+        // Until the next refresh is due, or a change of membership wakes
+        // the thread early (`wake_status`; not sooner than STATUS_MIN_GAP).
+        std::thread::sleep(STATUS_MIN_GAP.saturating_sub(began.elapsed()));
+        let due = began + STATUS_EVERY;
+        while !sys::stop_requested()
+            && !STATUS_WOKEN.swap(false, std::sync::atomic::Ordering::AcqRel)
+        {
+            let left = due.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            std::thread::park_timeout(left);
+        }
+    }
+}
+
+/// The status thread, for `wake_status`.
+static STATUS_THREAD: OnceLock<std::thread::Thread> = OnceLock::new();
+/// A wake-up for the status thread is pending.
+static STATUS_WOKEN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+/// The least time between two status refreshes, however often woken.
+const STATUS_MIN_GAP: Duration = Duration::from_millis(20);
+
+/// A replica's or a service's state changed: refresh the status now rather
+/// than up to [`STATUS_EVERY`] later (the status page, `ftnet status` and
+/// `/metrics` show a failover at once).
+fn wake_status() {
+    STATUS_WOKEN.store(true, std::sync::atomic::Ordering::Release);
+    if let Some(t) = STATUS_THREAD.get() {
+        t.unpark();
     }
 }
 

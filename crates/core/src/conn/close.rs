@@ -1,7 +1,7 @@
 //! Group bookkeeping: evictions, what the client hears after the group
 //! changed (`settle`), and the end of the connection.
 
-use super::{Conn, Ctx, LegState, Phase};
+use super::{Conn, Ctx, LegState, Phase, STALL_ACTIVE};
 use crate::event::{Event, EvictReason};
 use crate::ids::{LegId, ReplicaId};
 use crate::packet::Packet;
@@ -33,6 +33,11 @@ impl Conn {
         reason: EvictReason,
         service_wide: bool,
     ) {
+        if self.legs[i].state != LegState::Evicted && self.stall_from.is_none() {
+            self.stall_from = self
+                .last_payload_out
+                .filter(|t| ctx.now.saturating_sub(*t) <= STALL_ACTIVE);
+        }
         if self.legs[i].held && self.legs[i].state != LegState::Evicted {
             self.held_lost = Some((self.legs[i].replica, reason));
         }
@@ -258,7 +263,10 @@ impl Conn {
                         // Output commit: the record first (the router
                         // announces it after this input), then the SYN-ACK.
                         self.synack_options();
-                        self.phase = Phase::Committing { by: ctx.now + wait };
+                        self.phase = Phase::Committing {
+                            by: ctx.now + wait,
+                            since: ctx.now,
+                        };
                     }
                     _ => self.emit_synack(ctx),
                 }

@@ -171,9 +171,12 @@ impl Conn {
     /// `Committing`: the record is stored (`confirmed`) or the wait ran
     /// out; the client gets its SYN-ACK.
     pub(crate) fn commit_synack(&mut self, ctx: &mut Ctx, confirmed: bool) {
-        if !self.is_committing() {
+        let Phase::Committing { since, .. } = self.phase else {
             return;
-        }
+        };
+        ctx.counters
+            .commit_wait
+            .observe(ctx.now.saturating_sub(since));
         if confirmed {
             ctx.counters.synacks_committed += 1;
         } else {

@@ -110,6 +110,8 @@ enum Phase {
     /// It goes out `by` then even unconfirmed.
     Committing {
         by: Instant,
+        /// When the wait began (for `Counters::commit_wait`).
+        since: Instant,
     },
     /// The client got our SYN-ACK; waiting for its ACK.
     SynAckSent,
@@ -250,7 +252,18 @@ pub struct Conn {
     log_lost: Option<bool>,
     /// The last segment to the client offered it a zero window.
     told_zero: bool,
+    /// When the client was last sent payload.
+    last_payload_out: Option<Instant>,
+    /// A replica left while the client was getting payload: the last
+    /// payload segment before (`Counters::stall_after_eviction`).
+    stall_from: Option<Instant>,
 }
+
+/// An eviction opens a stall only on a connection that sent the client
+/// payload this recently; a stall longer than `STALL_COUNTED_MAX` is taken
+/// for a connection that went idle and is not counted.
+const STALL_ACTIVE: core::time::Duration = core::time::Duration::from_secs(1);
+const STALL_COUNTED_MAX: core::time::Duration = core::time::Duration::from_secs(60);
 
 /// Largest distance two related sequence numbers may have; beyond it a
 /// segment is out of window (RFC 9293 windows are at most 2^30).
@@ -314,6 +327,8 @@ impl Conn {
             log: None,
             log_lost: None,
             told_zero: false,
+            last_payload_out: None,
+            stall_from: None,
             resetting: false,
             reset_wait: None,
             check: None,

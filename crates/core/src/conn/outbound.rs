@@ -1,7 +1,7 @@
 //! Replica → client (COSCANet-FT §III-D): a replica's segments, what the
 //! client is sent of them, and what the replicas are sent in its name.
 
-use super::{may_challenge, Conn, Ctx, LegState, Phase, Seg, MAX_WIN};
+use super::{may_challenge, Conn, Ctx, LegState, Phase, Seg, MAX_WIN, STALL_COUNTED_MAX};
 use crate::event::EvictReason;
 use crate::ids::LegId;
 use crate::metrics::DropReason;
@@ -635,6 +635,9 @@ impl Conn {
             off += chunk.len();
         }
         ctx.counters.client_bytes_out += data.len() as u64;
+        if !data.is_empty() {
+            self.payload_out(ctx);
+        }
         self.adv_ack = self.adv_ack.max(ack);
         self.adv_edge = self.adv_edge.max(edge);
     }
@@ -678,8 +681,22 @@ impl Conn {
         ctx.tx.push_back(p);
         ctx.counters.packets_out += 1;
         ctx.counters.client_bytes_out += seg.payload_len as u64;
+        if seg.payload_len > 0 {
+            self.payload_out(ctx);
+        }
         self.adv_ack = self.adv_ack.max(ack);
         self.adv_edge = self.adv_edge.max(edge);
+    }
+
+    /// Payload went to the client: a stall an eviction opened ends here.
+    fn payload_out(&mut self, ctx: &mut Ctx) {
+        if let Some(from) = self.stall_from.take() {
+            let gap = ctx.now.saturating_sub(from);
+            if gap <= STALL_COUNTED_MAX {
+                ctx.counters.stall_after_eviction.observe(gap);
+            }
+        }
+        self.last_payload_out = Some(ctx.now);
     }
 
     /// An ACK to replica `i` in the client's name, for what the client

@@ -67,7 +67,7 @@ impl Conn {
             // A closed connection is kept for `time_wait`, idle or not.
             Timer::Idle => (!closed).then(|| self.last_activity + t.idle),
             Timer::Commit => match self.phase {
-                Phase::Committing { by } => Some(by),
+                Phase::Committing { by, .. } => Some(by),
                 _ => None,
             },
             Timer::AdoptWait => match &self.adoption {
@@ -231,7 +231,10 @@ mod tests {
     fn phase(i: usize, closed: Instant, commit: Instant) -> Phase {
         match i {
             0 => Phase::Handshake,
-            1 => Phase::Committing { by: commit },
+            1 => Phase::Committing {
+                by: commit,
+                since: Instant::ZERO,
+            },
             2 => Phase::SynAckSent,
             3 => Phase::Established,
             _ => Phase::Closed { at: closed },
@@ -323,7 +326,10 @@ mod tests {
         c.phase = Phase::Closed { at: ms(100) };
         assert_eq!(c.next_deadline(&t), ms(100) + t.time_wait);
         assert_eq!(c.deadline(Timer::Idle, &t), None);
-        c.phase = Phase::Committing { by: ms(50) };
+        c.phase = Phase::Committing {
+            by: ms(50),
+            since: ms(0),
+        };
         assert_eq!(c.next_deadline(&t), ms(50));
         assert_eq!(c.deadline(Timer::TimeWait, &t), None);
     }

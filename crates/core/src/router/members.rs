@@ -29,11 +29,17 @@ impl Router {
             }
             let connections = self.evict_everywhere(now, svc, replica, EvictReason::ReplicaDown);
             let s = &self.config.services[svc.0];
+            let silent_ms = self.heard[svc.0]
+                .get(replica.0)
+                .copied()
+                .flatten()
+                .map(|t| u64::try_from(now.saturating_sub(t).as_millis()).unwrap_or(u64::MAX));
             self.out.event(Event::ReplicaDown {
                 service: s.name.clone(),
                 replica: s.replicas[replica.0],
                 reason,
                 connections,
+                silent_ms,
             });
             self.announce_out_of_service();
             let addr = self.config.services[svc.0].replicas[replica.0];
@@ -401,6 +407,8 @@ impl Router {
                 let s = &mut self.config.services[svc.0];
                 s.replicas.push(addr);
                 self.health[svc.0].push(m);
+                self.heard[svc.0].push(None);
+                self.replica_bytes[svc.0].push(0);
                 ReplicaId(s.replicas.len() - 1)
             }
         };
@@ -439,6 +447,9 @@ impl Router {
             }
         }
         self.health.push(vec![Member::Serving; s.replicas.len()]);
+        self.heard.push(vec![None; s.replicas.len()]);
+        self.replica_bytes.push(vec![0; s.replicas.len()]);
+        self.service_bytes.push((0, 0));
         self.order.push(SvcOrder::default());
         self.out.event(Event::ServiceAdded {
             service: s.name.clone(),

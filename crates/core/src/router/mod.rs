@@ -85,6 +85,14 @@ pub struct Router {
     /// removed. A replica marked down stays down until an operator enables
     /// it again: it missed input while out, so its state is not the group's.
     health: Vec<Vec<Member>>,
+    /// Per service, per replica (like `health`): when a segment of one of
+    /// its connections last came from it (`Event::ReplicaDown::silent_ms`).
+    heard: Vec<Vec<Option<Instant>>>,
+    /// Per service, per replica: payload bytes that came from it on its
+    /// connections (the copies the router withheld counted too).
+    replica_bytes: Vec<Vec<u64>>,
+    /// Per service: payload bytes from its clients and to them.
+    service_bytes: Vec<(u64, u64)>,
     /// With [`Router::require_agents`]: the replicas whose own agent has
     /// registered with this router. Only those get new connections.
     agents: Option<BTreeSet<Ipv4Addr>>,
@@ -167,6 +175,9 @@ impl Router {
             counters: Counters::default(),
             transmit: VecDeque::new(),
             out: Outbox::default(),
+            heard: health.iter().map(|h| vec![None; h.len()]).collect(),
+            replica_bytes: health.iter().map(|h| vec![0; h.len()]).collect(),
+            service_bytes: vec![(0, 0); health.len()],
             health,
             by_vip,
             by_replica,
@@ -319,6 +330,10 @@ impl Router {
         f: impl FnOnce(&mut Conn, &mut Ctx) -> R,
     ) -> Option<R> {
         let c = self.conns.get_mut(&key)?;
+        let before = (
+            self.counters.client_bytes_in,
+            self.counters.client_bytes_out,
+        );
         let mut ctx = Ctx {
             now,
             tx: &mut self.transmit,
@@ -330,7 +345,12 @@ impl Router {
             challenges: &mut self.challenges,
             log_total: self.config.limits.log_total,
         };
-        Some(f(c, &mut ctx))
+        let r = f(c, &mut ctx);
+        if let Some(b) = self.service_bytes.get_mut(c.service().0) {
+            b.0 += self.counters.client_bytes_in - before.0;
+            b.1 += self.counters.client_bytes_out - before.1;
+        }
+        Some(r)
     }
 
     fn on_client(
@@ -522,6 +542,16 @@ impl Router {
         let Some(i) = c.leg_of(replica) else {
             return Err(DropReason::EvictedReplica);
         };
+        if let Some(h) = self.heard.get_mut(svc.0).and_then(|v| v.get_mut(replica.0)) {
+            *h = Some(now);
+        }
+        if let Some(b) = self
+            .replica_bytes
+            .get_mut(svc.0)
+            .and_then(|v| v.get_mut(replica.0))
+        {
+            *b += u64::from(seg.payload_len);
+        }
         self.on_conn(now, key, |c, ctx| c.replica_input(ctx, i, pkt, seg))
             .ok_or(DropReason::UnknownConnection)??;
         self.after(now, key);
@@ -908,6 +938,22 @@ impl Router {
                         connections,
                         lag_out_bytes,
                         lag_in_bytes,
+                        bytes_from: self
+                            .replica_bytes
+                            .get(si)
+                            .and_then(|v| v.get(r.0))
+                            .copied()
+                            .unwrap_or(0),
+                        heard_ms_ago: self
+                            .heard
+                            .get(si)
+                            .and_then(|v| v.get(r.0))
+                            .copied()
+                            .flatten()
+                            .map(|t| {
+                                u64::try_from(self.last_now.saturating_sub(t).as_millis())
+                                    .unwrap_or(u64::MAX)
+                            }),
                     }
                 })
                 .collect();
@@ -920,12 +966,16 @@ impl Router {
                 let s = &self.config.services[si];
                 let removed = self.retired.contains(&ServiceId(si));
                 // A removed service with nothing left of it is not shown.
+                let (client_bytes_in, client_bytes_out) =
+                    self.service_bytes.get(si).copied().unwrap_or((0, 0));
                 (!removed || n > 0).then(|| ServiceStatus {
                     name: s.name.clone(),
                     vip: s.vip,
                     ports: s.ports.clone(),
                     replicas,
                     connections: n,
+                    client_bytes_in,
+                    client_bytes_out,
                     removed,
                 })
             })

@@ -7,6 +7,8 @@
 # curl ca-certificates keepalived g++ (libFuzzer, built for the fuzz targets, is C++). On Debian 12 the `nginx` package itself is built with http_dav_module
 # (nginx-light/-full/-core are only transitional or module bundles there); on older releases
 # `nginx` pulls one of nginx-core/-full/-light, which all have it too. We check with `nginx -V`.
+# iproute2 is for the lab, the demo and the tests (namespaces, veths, looking at rules); the
+# router itself sets its routing over rtnetlink and runs no `ip`.
 
 FTNET_DEB_PACKAGES=(redis-server redis-tools socat nginx iperf3 haproxy python3 iproute2 procps psmisc curl ca-certificates keepalived g++)
 FTNET_SERVICES=(redis-server nginx haproxy iperf3 keepalived)

@@ -73,7 +73,9 @@ pub enum Error {
 }
 
 /// Run `ip ARGS...`; on failure the error names the full command line and
-/// its stderr, because that is what an operator needs to fix it.
+/// its stderr, because that is what an operator needs to fix it. For the
+/// lab and the tests: the router itself configures the kernel over
+/// rtnetlink ([`netlink`]) and runs no `ip`.
 pub fn ip(args: &[&str]) -> Result<String, Error> {
     run("ip", args)
 }

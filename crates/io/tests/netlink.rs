@@ -92,6 +92,17 @@ fn routing_over_netlink_installs_what_ip_would_without_an_ip_binary() {
             ("fttest3", Some("tun"), false)
         );
         assert_eq!(ftnet_io::link_show("ftnone").expect("link"), None);
+        let lo = ftnet_io::link_show("lo").expect("link").expect("lo");
+        assert_eq!((lo.kind, lo.queues), (None, None));
+        // A multi-queue TUN reports its attached queues.
+        let mut mq = TunOptions::new("fttest4");
+        mq.queues = 2;
+        let two = Tun::open_queues(&mq).expect("two queues");
+        let l = ftnet_io::link_show("fttest4")
+            .expect("link")
+            .expect("exists");
+        assert_eq!((l.kind.as_deref(), l.queues), (Some("tun"), Some(2)));
+        drop(two);
 
         // One replica on a network of its own, one behind a gateway.
         ip("link add ftrep3 type veth peer name ftrep3p");
@@ -102,6 +113,8 @@ fn routing_over_netlink_installs_what_ip_would_without_an_ip_binary() {
             ip(&format!("link set {d} up"));
         }
         ip("route add 198.18.40.0/24 via 10.77.0.2 dev ftrep4");
+        let veth = ftnet_io::link_show("ftrep3").expect("link").expect("veth");
+        assert_eq!(veth.kind.as_deref(), Some("veth"));
         // Rules nobody recorded, at our priority and elsewhere: both stay.
         ip("rule add from 1.2.3.4 lookup 7123 pref 7123");
         ip("rule add from 5.6.7.8 lookup 100 pref 100");

@@ -8,6 +8,8 @@
 # python3-websocket (the status page's test drives a headless browser over the DevTools protocol). On Debian 12 the `nginx` package itself is built with http_dav_module
 # (nginx-light/-full/-core are only transitional or module bundles there); on older releases
 # `nginx` pulls one of nginx-core/-full/-light, which all have it too. We check with `nginx -V`.
+# iproute2 is for the lab, the demo and the tests (namespaces, veths, looking at rules); the
+# router itself sets its routing over rtnetlink and runs no `ip`.
 
 FTNET_DEB_PACKAGES=(redis-server redis-tools socat nginx iperf3 haproxy python3 iproute2 procps psmisc curl ca-certificates keepalived g++ chromium python3-websocket)
 FTNET_SERVICES=(redis-server nginx haproxy iperf3 keepalived)

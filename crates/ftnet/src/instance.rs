@@ -330,17 +330,17 @@ pub fn check_tun_free(name: &str) -> anyhow::Result<()> {
     // A TUN whose holder just died may take a moment to go away: a held TUN
     // whose holder cannot be seen is looked at again for up to a second.
     for _ in 0..10 {
-        let Ok(out) = ftnet_io::ip(&["-d", "-j", "link", "show", "dev", name]) else {
-            return Ok(()); // no such interface: we create it
+        // What `ip -d link show dev NAME` says, asked over netlink.
+        let link = match ftnet_io::link_show(name) {
+            Ok(Some(l)) => l,
+            Ok(None) => return Ok(()), // no such interface: we create it
+            Err(e) => return Err(e.into()),
         };
-        let v: serde_json::Value = serde_json::from_str(&out).unwrap_or_default();
-        let link = &v[0]["linkinfo"];
-        if link["info_kind"].as_str() != Some("tun") {
+        if link.kind.as_deref() != Some("tun") {
             bail!("interface {name} exists and is not a TUN device — choose another tun name");
         }
-        let data = &link["info_data"];
-        let attached = data["numqueues"].as_u64().unwrap_or(0) > 0;
-        let persist = data["persist"].as_bool().unwrap_or(false);
+        let attached = link.queues.unwrap_or(0) > 0;
+        let persist = link.persist;
         if persist && !attached {
             return Ok(());
         }

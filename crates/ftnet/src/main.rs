@@ -314,11 +314,14 @@ const ROUTER_HELP: &str = r#"Configuration format (every key but the [[service]]
                                              # never leaves the replicas with different input (the
                                              # reset is then part of the order); needs [control]
 
-What the router changes in its network namespace (all undone on exit). <dev> is the interface the
-router reaches the replica by (`ip route get <replica>` at start-up, logged):
-  sysctl net.ipv4.ip_forward=1, rp_filter=0 on all, default and the TUN
-  ip route add default dev <tun> table <table>
-  ip route add blackhole default table <table> metric 4294967295
+What the router changes in its network namespace (all undone on exit), over rtnetlink (it runs no
+`ip` command; each change is logged as the equivalent `ip` command, shown here). <dev> is the
+interface the router reaches the replica by (the kernel's route to it at start-up, as
+`ip route get <replica>` shows it; logged):
+  sysctl net.ipv4.ip_forward=1, rp_filter=0 on all, default and the TUN (files under /proc/sys)
+  ip link set dev <tun> up mtu <mtu> txqueuelen <tun_queue_len>
+  ip route replace default dev <tun> table <table>
+  ip route replace blackhole default table <table> metric 4294967295
   ip rule add pref <table+1> nop                                                    (target of the gotos)
   ip rule add to <vip>/32 lookup <table> pref <table>                                (per VIP)
   ip rule add from <replica> iif <dev> ipproto tcp sport <port> lookup <table> pref <table>

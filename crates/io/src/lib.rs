@@ -1,16 +1,19 @@
 //! The I/O side of the router: the TUN device it reads client and replica
 //! packets from (with virtio-net offloads, so the kernel hands over 64 KB
-//! GSO super-packets), and the policy routing that steers packets into it.
+//! GSO super-packets), and the policy routing that steers packets into it,
+//! both configured over rtnetlink (no `ip` command is run).
 //!
 //! Architecture invariant: this crate knows nothing about connections; it
 //! moves [`ftnet_core::Packet`]s and configures the kernel.
 
 mod device;
+pub mod netlink;
 mod routing;
 pub mod steer;
 mod tun;
 
 pub use device::{Device, MemDevice};
+pub use netlink::{link_show, Link};
 pub use routing::{remove_recorded, rules_at, Binding, Plan, ReplicaRules, Routing, RoutingSpec};
 pub use tun::{Tun, TunOptions, RECV_BUF_LEN};
 
@@ -30,6 +33,14 @@ pub enum Error {
     /// The TUN name is empty, too long for `IFNAMSIZ` or has odd bytes.
     #[error("invalid interface name {0:?}: 1 to 15 bytes, no '/', ':' or whitespace")]
     BadName(String),
+    /// The kernel refused a netlink request (or it could not be sent);
+    /// `cmd` is the equivalent `ip` command line.
+    #[error("`{cmd}` failed (netlink): {source}")]
+    Netlink {
+        cmd: String,
+        #[source]
+        source: io::Error,
+    },
     /// An external command (iproute2) exited with an error.
     #[error("`{cmd}` failed ({status}): {stderr}")]
     Command {
@@ -62,7 +73,9 @@ pub enum Error {
 }
 
 /// Run `ip ARGS...`; on failure the error names the full command line and
-/// its stderr, because that is what an operator needs to fix it.
+/// its stderr, because that is what an operator needs to fix it. For the
+/// lab and the tests: the router itself configures the kernel over
+/// rtnetlink ([`netlink`]) and runs no `ip`.
 pub fn ip(args: &[&str]) -> Result<String, Error> {
     run("ip", args)
 }

@@ -46,8 +46,14 @@
 //! installed: the caller keeps that record where a successor finds it (the
 //! router's lock file), so that after a crash exactly those rules — and no
 //! rule of a running router — are removed ([`remove_recorded`]).
+//!
+//! Rules and routes are kept, logged and recorded as the words of the
+//! equivalent `ip rule add` / `ip route replace` command, and installed and
+//! removed over rtnetlink ([`crate::netlink`]): no `ip` binary is run. The
+//! sysctls are files under `/proc/sys` (the kernel has no netlink interface
+//! for them) and are written as files.
 
-use crate::{ip, Error};
+use crate::{netlink, Error};
 use std::net::Ipv4Addr;
 use tracing::{info, warn};
 
@@ -73,16 +79,12 @@ pub struct Binding {
 }
 
 impl Binding {
-    /// The interface the router reaches `replica` by (`ip route get`).
-    /// Fails if it has no route, or only one through the TUN itself.
+    /// The interface the router reaches `replica` by (the kernel's answer
+    /// to `ip route get`, asked over netlink). Fails if it has no route, or
+    /// only one through the TUN itself.
     pub fn resolve(tun: &str, replica: Ipv4Addr) -> Result<Binding, Error> {
         let r = replica;
-        let out = ip(&["-o", "route", "get", &r.to_string()])?;
-        let (dev, via) = parse_route_get(&out).ok_or_else(|| Error::Command {
-            cmd: format!("ip -o route get {r}"),
-            status: "no output device".into(),
-            stderr: out.trim().to_string(),
-        })?;
+        let (dev, via) = netlink::route_get(r)?;
         if dev == tun {
             return Err(Error::Command {
                 cmd: format!("ip -o route get {r}"),
@@ -224,10 +226,10 @@ pub struct Plan {
     table: u32,
     tun: String,
     bindings: Vec<Binding>,
-    /// `ip rule add` arguments, in the order they are added (the kernel
+    /// `ip rule add` words, in the order they are added (the kernel
     /// evaluates rules of one priority in that order).
     rules: Vec<Vec<String>>,
-    /// `ip route replace` arguments.
+    /// `ip route replace` words.
     routes: Vec<Vec<String>>,
 }
 
@@ -248,8 +250,12 @@ fn strings(v: &[&str]) -> Vec<String> {
     v.iter().map(|s| s.to_string()).collect()
 }
 
+fn words(v: &[String]) -> Vec<&str> {
+    v.iter().map(String::as_str).collect()
+}
+
 impl Plan {
-    /// Resolve each replica's interface (`ip route get`) and list the rules
+    /// Resolve each replica's interface (a route lookup) and list the rules
     /// and routes. Fails if a replica has no route, or only one through the
     /// TUN itself.
     pub fn new(spec: &RoutingSpec) -> Result<Plan, Error> {
@@ -368,21 +374,6 @@ impl Plan {
     }
 }
 
-/// Output device and next hop from `ip -o route get` ("198.18.11.2 dev r1
-/// src 198.18.11.1 uid 0 \ cache", "10.1.0.5 via 10.0.0.1 dev eth1 ...").
-fn parse_route_get(out: &str) -> Option<(String, Option<Ipv4Addr>)> {
-    let words: Vec<&str> = out.split_whitespace().collect();
-    let after = |k: &str| {
-        words
-            .iter()
-            .position(|w| *w == k)
-            .and_then(|i| words.get(i + 1))
-    };
-    let dev = after("dev")?.to_string();
-    let via = after("via").and_then(|v| v.parse().ok());
-    Some((dev, via))
-}
-
 impl Routing {
     /// The interfaces replicas are bound to, as installed.
     pub fn devs(&self) -> Vec<String> {
@@ -411,17 +402,13 @@ impl Routing {
         }
         let mut done = 0;
         for rule in &rr.rules {
-            let mut args = strings(&["rule", "add"]);
-            args.extend(rule.iter().cloned());
-            if let Err(e) = ip(&args.iter().map(String::as_str).collect::<Vec<_>>()) {
+            if let Err(e) = netlink::rule_add(&words(rule)) {
                 for rule in rr.rules[..done].iter().rev() {
-                    let mut args = strings(&["rule", "del"]);
-                    args.extend(rule.iter().cloned());
-                    let _ = ip(&args.iter().map(String::as_str).collect::<Vec<_>>());
+                    let _ = netlink::rule_del(&words(rule));
                 }
                 return Err(e);
             }
-            info!("rule: {}", rule.join(" "));
+            info!("ip rule add {}", rule.join(" "));
             done += 1;
         }
         self.rules.extend(rr.rules.iter().cloned());
@@ -483,17 +470,13 @@ impl Routing {
             // `replace` rather than `add`: a crashed run may have left the
             // route in the table (it vanishes with the TUN, but the TUN may
             // persist).
-            let mut args = strings(&["route", "replace"]);
-            args.extend(route.iter().cloned());
-            ip(&args.iter().map(String::as_str).collect::<Vec<_>>())?;
-            info!("route: {}", route.join(" "));
+            netlink::route_replace(&words(&route))?;
+            info!("ip route replace {}", route.join(" "));
             r.routes.push(route);
         }
         for rule in plan.rules {
-            let mut args = strings(&["rule", "add"]);
-            args.extend(rule.iter().cloned());
-            ip(&args.iter().map(String::as_str).collect::<Vec<_>>())?;
-            info!("rule: {}", rule.join(" "));
+            netlink::rule_add(&words(&rule))?;
+            info!("ip rule add {}", rule.join(" "));
             r.rules.push(rule);
         }
         Ok(r)
@@ -522,18 +505,14 @@ impl Routing {
 impl Drop for Routing {
     fn drop(&mut self) {
         for rule in self.rules.drain(..).rev() {
-            let mut args = strings(&["rule", "del"]);
-            args.extend(rule);
-            if let Err(e) = ip(&args.iter().map(String::as_str).collect::<Vec<_>>()) {
+            if let Err(e) = netlink::rule_del(&words(&rule)) {
                 warn!("cleanup: {e}");
             }
         }
         for route in self.routes.drain(..).rev() {
-            let mut args = strings(&["route", "del"]);
-            args.extend(route);
             // The TUN's route is gone already if the TUN was closed first;
             // that is fine.
-            let _ = ip(&args.iter().map(String::as_str).collect::<Vec<_>>());
+            let _ = netlink::route_del(&words(&route));
         }
         for (path, old) in self.sysctls.drain(..).rev() {
             // The per-device entry disappears with the TUN; nothing to restore then.
@@ -557,13 +536,14 @@ pub fn remove_recorded(lines: &[String]) -> usize {
     // after them.
     let rules = lines.iter().rev().filter_map(|l| l.strip_prefix("rule "));
     let routes = lines.iter().rev().filter_map(|l| l.strip_prefix("route "));
-    for (what, args) in rules
-        .map(|a| ("rule", a))
-        .chain(routes.map(|a| ("route", a)))
-    {
-        let mut argv = vec![what, "del"];
-        argv.extend(args.split_whitespace());
-        if ip(&argv).is_ok() {
+    for (rule, args) in rules.map(|a| (true, a)).chain(routes.map(|a| (false, a))) {
+        let w: Vec<&str> = args.split_whitespace().collect();
+        let removed = if rule {
+            netlink::rule_del(&w)
+        } else {
+            netlink::route_del(&w)
+        };
+        if removed.is_ok() {
             n += 1;
         }
     }
@@ -577,13 +557,8 @@ pub fn remove_recorded(lines: &[String]) -> usize {
 pub fn rules_at(table: u32) -> Vec<String> {
     let mut out = Vec::new();
     for pref in [table.saturating_sub(1), table, table.saturating_add(1)] {
-        if let Ok(s) = ip(&["rule", "show", "pref", &pref.to_string()]) {
-            out.extend(
-                s.lines()
-                    .map(str::trim)
-                    .filter(|l| !l.is_empty())
-                    .map(str::to_string),
-            );
+        if let Ok(lines) = netlink::rules_show(pref) {
+            out.extend(lines);
         }
     }
     out
@@ -641,19 +616,6 @@ mod tests {
                 ]))
                 .collect::<Vec<_>>()
         );
-    }
-
-    #[test]
-    fn parses_route_get() {
-        assert_eq!(
-            parse_route_get("198.18.11.2 dev r1 src 198.18.11.1 uid 0 \\    cache \n"),
-            Some(("r1".into(), None))
-        );
-        assert_eq!(
-            parse_route_get("10.1.0.5 via 10.0.0.1 dev eth1 src 10.0.0.2 uid 0 \\    cache"),
-            Some(("eth1".into(), Some(Ipv4Addr::new(10, 0, 0, 1))))
-        );
-        assert_eq!(parse_route_get("unreachable"), None);
     }
 
     /// Every replica-sourced rule names the replica's interface; ICMP is

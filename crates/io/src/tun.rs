@@ -94,17 +94,7 @@ impl Tun {
                 source,
             })?;
         }
-        crate::ip(&[
-            "link",
-            "set",
-            "dev",
-            &name,
-            "up",
-            "mtu",
-            &opts.mtu.to_string(),
-            "txqueuelen",
-            &opts.txqueuelen.to_string(),
-        ])?;
+        crate::netlink::link_up(&name, opts.mtu, opts.txqueuelen)?;
         Ok(all)
     }
 

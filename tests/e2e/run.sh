@@ -32,7 +32,8 @@
 #              then used again: every reply right, survivors agree, new connections work
 #   stall      stallmeter.py: longest client-visible gap around a fault at ~2 s
 #   hygiene    (N=2 only) `lab run` interrupted by SIGINT and by SIGKILL: nothing left behind
-# Beyond the matrix: agents/n3-cut, drain/n2-none (graceful stop), operator/n2-none (a second router and SIGHUP do not disturb
+# Beyond the matrix: agents/n3-cut, drain/n2-none (graceful stop), status-page/n3-kill (the live
+#   status page in headless chromium), operator/n2-none (a second router and SIGHUP do not disturb
 #   the running one), spoof/n3-none (forged replica-sourced RST/ICMP from a client), impostor/n3-none
 #   (an agent with the right secret posing as a replica), redis-order (input order), asyncio-{poll,select,epoll} (input
 #   order for an asyncio server on each readiness call), redis-desync (Redis closing clients that
@@ -114,7 +115,7 @@ for id in operator/n2-none drain/n2-none ack-log/n3-none client-reset/n3-none sp
 	takeover-stall/n3-kill takeover-get/n3-kill takeover-put/n3-kill takeover-synack/n3-kill \
 	takeover-redis/n3-kill takeover-connect/n3-kill takeover-stall/n3-cut \
 	rejoin/n3-cut rejoin-takeover/n3-kill server-reset/n1-none server-reset/n3-none \
-	attack-client/n3-none membership/n4-none heal/n3-kill heal/n3-cut heal-nginx/n3-kill join/n3-kill join-outlive/n3-kill join-cut/n3-cut join-hang/n3-hang hang-writers/n3-hang join-ops/n4-none; do
+	attack-client/n3-none membership/n4-none status-page/n3-kill heal/n3-kill heal/n3-cut heal-nginx/n3-kill join/n3-kill join-outlive/n3-kill join-cut/n3-cut join-hang/n3-hang hang-writers/n3-hang join-ops/n4-none; do
 	[[ -z $only || $id =~ $only ]] && tests+=("$id")
 done
 # Stress runs (long; known to fail now and then: see the scenario): only when asked for.

@@ -244,8 +244,9 @@ const ROUTER_HELP: &str = r#"Configuration format (every key but the [[service]]
   mtu = 1500
   status_socket = "/run/ftnet/ftnet0.sock"   # default /run/ftnet/<tun>.sock
   status_group = "adm"                       # may read the status socket (0660); default root only (0600)
-  metrics_listen = "127.0.0.1:9100"          # HTTP /metrics (Prometheus, OpenMetrics text) and
-                                             # /healthz (503 once the data plane stalls 2 s); default: off
+  metrics_listen = "127.0.0.1:9100"          # HTTP: / (live status page), /metrics (Prometheus,
+                                             # OpenMetrics text) and /healthz (503 once the data
+                                             # plane stalls 2 s); default: off
   threads = 2                                # 1, or even: half read client packets, half replies (default: CPUs, ≤ 8)
   busy_poll_us = 0                           # keep polling this long after a packet instead of sleeping:
                                              # lower latency for a CPU per thread while traffic flows
@@ -570,7 +571,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<i32> {
                 cfg.status_socket.display()
             );
             if let Some(m) = cfg.metrics_listen {
-                println!("  metrics: http://{m}/metrics, http://{m}/healthz");
+                println!("  status page: http://{m}/  metrics: http://{m}/metrics  health: http://{m}/healthz");
             }
             let t = &cfg.core.timeouts;
             println!(

@@ -639,7 +639,7 @@ impl prometheus_client::encoding::EncodeMetric for CoreHistogram {
 pub fn serve(addr: SocketAddr, snapshot: Arc<Mutex<String>>) -> anyhow::Result<()> {
     let l = TcpListener::bind(addr)
         .map_err(|e| anyhow::anyhow!("metrics_listen {addr}: cannot listen: {e}"))?;
-    info!(listen = %addr, "metrics: http://{addr}/metrics (Prometheus), http://{addr}/healthz");
+    info!(listen = %addr, "status page: http://{addr}/ ; metrics: http://{addr}/metrics (Prometheus); health: http://{addr}/healthz");
     std::thread::Builder::new()
         .name("metrics".into())
         .spawn(move || {

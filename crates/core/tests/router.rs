@@ -1225,6 +1225,75 @@ fn host_lost_evicts_from_idle_connections() {
     );
 }
 
+/// What the router can tell of a failure's detection and of the client's
+/// stall: a replica declared down says how long it had been silent on its
+/// connections, and the gap in reply bytes the client saw around the
+/// eviction goes into `stall_after_eviction` (not for a connection that
+/// was idle when it happened).
+#[test]
+fn a_failover_records_its_detection_delay_and_the_clients_stall() {
+    let mut r = router(3);
+    let (_risn, isns) = handshake(&mut r, 3);
+    let cack = SeqNum(CISN).add(1);
+    let data = |i: u8, off: u32, p: &[u8]| {
+        let mut a = Repr::new(
+            PORT,
+            CPORT,
+            SeqNum(isns[i as usize - 1]).add(1 + off),
+            cack,
+            flags::ACK | flags::PSH,
+            500,
+        );
+        a.timestamps = Some((7000, 1001));
+        seg(replica(i), CLIENT, a, p)
+    };
+    for i in 1..=3 {
+        r.handle_packet(t(10 + u64::from(i)), data(i, 0, b"abc"));
+    }
+    assert!(drain(&mut r)
+        .iter()
+        .any(|o| o.dst == CLIENT && o.payload == b"abc"));
+    while r.poll_event().is_some() {}
+    assert_eq!(r.counters().stall_after_eviction.count(), 0);
+    // Replica 1's host is declared lost at 40 ms: last heard at 11 ms.
+    assert_eq!(r.host_lost(t(40), replica(1)), 1);
+    let evs = log_events(&mut r);
+    assert!(
+        evs.iter().any(|e| matches!(e, Event::ReplicaDown { replica: a, silent_ms: Some(29), .. } if *a == replica(1))),
+        "{evs:?}"
+    );
+    let mut pass = ftnet_core::StatusPass::default();
+    while !r.status_slice(&mut pass, 64) {}
+    let st = r.status_of(pass, t(40));
+    assert_eq!(st.services[0].replicas[1].heard_ms_ago, Some(28));
+    assert_eq!(st.services[0].replicas[0].bytes_from, 3);
+    assert_eq!(st.services[0].client_bytes_out, 3);
+    // The next reply bytes reach the client at 300 ms: a 289 ms gap since
+    // the last before the eviction (replica 1's copy, at 11 ms; bucket
+    // ≤ 512 ms).
+    r.handle_packet(t(300), data(2, 3, b"def"));
+    r.handle_packet(t(301), data(3, 3, b"def"));
+    assert!(drain(&mut r)
+        .iter()
+        .any(|o| o.dst == CLIENT && o.payload == b"def"));
+    let h = &r.counters().stall_after_eviction;
+    assert_eq!(h.count(), 1, "{h:?}");
+    assert_eq!(h.counts[9], 1, "{h:?}");
+    assert_eq!(h.sum_us, 289_000);
+    assert_eq!(r.status().services[0].client_bytes_out, 6);
+    // An eviction on a connection that was idle for seconds opens no stall.
+    assert_eq!(r.host_lost(t(5_000), replica(2)), 1);
+    r.handle_packet(t(5_100), data(3, 6, b"ghi"));
+    assert!(drain(&mut r)
+        .iter()
+        .any(|o| o.dst == CLIENT && o.payload == b"ghi"));
+    assert_eq!(
+        r.counters().stall_after_eviction.count(),
+        1,
+        "idle: no stall"
+    );
+}
+
 /// The replicas a client SYN is sent to.
 fn syn_targets(r: &mut Router, now: Instant, cport: u16) -> Vec<Ipv4Addr> {
     let syn = Repr::new(cport, PORT, SeqNum(CISN), SeqNum(0), flags::SYN, 64240);
@@ -1420,6 +1489,12 @@ fn synack_waits_for_the_record_to_be_stored() {
             let out = drain(&mut r);
             assert_eq!(out.len(), 1, "the wait ran out: SYN-ACK sent anyway");
             assert_eq!(r.counters().synacks_uncommitted, 1);
+            // The commit waits in the histogram: 2 ms (confirmed), 50 ms
+            // (ran out).
+            let h = &r.counters().commit_wait;
+            assert_eq!(h.count(), 2);
+            assert_eq!((h.counts[1], h.counts[6]), (1, 1), "{h:?}");
+            assert_eq!(h.sum_us, 52_000);
         }
         // The handshake completes as usual.
         assert!(

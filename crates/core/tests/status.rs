@@ -101,7 +101,7 @@ fn a_status_built_in_slices_is_the_status_of_the_table() {
     // One slice per 512 connections, and the last one finds the end.
     assert_eq!(slices, n.div_ceil(512) + u32::from(n % 512 == 0));
     assert_eq!(pass.open(), n as usize);
-    let sliced = r.status_of(pass);
+    let sliced = r.status_of(pass, Instant::from_micros(1000));
     assert_eq!(format!("{sliced:?}"), format!("{whole:?}"));
     assert_eq!(sliced.services[0].connections, n as usize);
     assert!(sliced.services[0]
@@ -130,7 +130,7 @@ fn totals_stay_exact_while_connections_close_during_a_pass() {
             drain(&mut r);
         }
     }
-    let st = r.status_of(pass);
+    let st = r.status_of(pass, Instant::from_micros(1000));
     assert_eq!(st.connections, r.connections(), "the total is exact");
     let counted = st.services[0].connections;
     // Per service, the pass is off by at most the churn while it ran.

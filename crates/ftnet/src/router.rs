@@ -1212,7 +1212,7 @@ fn status_loop(shared: &Shared) {
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .map(|d| (d, open));
-            (r.status_of(pass), draining)
+            (r.status_of(pass, shared.now()), draining)
         };
         refresh_status(status, draining, shared, began.elapsed(), slices + 1);
         // Until the next refresh is due, or a change of membership wakes

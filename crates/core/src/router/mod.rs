@@ -849,7 +849,7 @@ impl Router {
     pub fn status(&self) -> Status {
         let mut pass = StatusPass::default();
         while !self.status_slice(&mut pass, usize::MAX) {}
-        self.status_of(pass)
+        self.status_of(pass, self.last_now)
     }
 
     /// Walk the next `budget` connections of the table for the status
@@ -906,9 +906,10 @@ impl Router {
     }
 
     /// The status from a finished pass (see [`Router::status_slice`]) and
-    /// the router's state now: membership, counters and totals are read
-    /// here, in O(services × replicas).
-    pub fn status_of(&self, pass: StatusPass) -> Status {
+    /// the router's state at `now`: membership, counters and totals are
+    /// read here, in O(services × replicas).
+    pub fn status_of(&self, pass: StatusPass, now: Instant) -> Status {
+        let now = now.max(self.last_now);
         let mut services: Vec<(Vec<ReplicaStatus>, usize)> = Vec::new();
         for (si, s) in self.config.services.iter().enumerate() {
             let counted = pass.services.get(si);
@@ -951,8 +952,7 @@ impl Router {
                             .copied()
                             .flatten()
                             .map(|t| {
-                                u64::try_from(self.last_now.saturating_sub(t).as_millis())
-                                    .unwrap_or(u64::MAX)
+                                u64::try_from(now.saturating_sub(t).as_millis()).unwrap_or(u64::MAX)
                             }),
                     }
                 })

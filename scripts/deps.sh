@@ -4,11 +4,13 @@
 # Sourced by test.sh, demo.sh and quickbench.sh; can also be run on its own.
 #
 # Packages: redis-server redis-tools socat nginx iperf3 haproxy python3 iproute2 procps psmisc
-# curl ca-certificates keepalived g++ (libFuzzer, built for the fuzz targets, is C++). On Debian 12 the `nginx` package itself is built with http_dav_module
+# curl ca-certificates keepalived g++ (libFuzzer, built for the fuzz targets, is C++), and for
+# the package (scripts/package.sh, e2e package/n1-none): binutils (objdump), man-db, systemd
+# (systemd-analyze verify; nothing is started) and bash-completion. On Debian 12 the `nginx` package itself is built with http_dav_module
 # (nginx-light/-full/-core are only transitional or module bundles there); on older releases
 # `nginx` pulls one of nginx-core/-full/-light, which all have it too. We check with `nginx -V`.
 
-FTNET_DEB_PACKAGES=(redis-server redis-tools socat nginx iperf3 haproxy python3 iproute2 procps psmisc curl ca-certificates keepalived g++)
+FTNET_DEB_PACKAGES=(redis-server redis-tools socat nginx iperf3 haproxy python3 iproute2 procps psmisc curl ca-certificates keepalived g++ binutils man-db systemd bash-completion)
 FTNET_SERVICES=(redis-server nginx haproxy iperf3 keepalived)
 
 # command → package, for the check that decides whether to install anything at all.
@@ -17,7 +19,7 @@ ftnet_missing_packages() {
 		[redis-server]=redis-server [redis-cli]=redis-tools [redis-benchmark]=redis-tools
 		[socat]=socat [nginx]=nginx [iperf3]=iperf3 [haproxy]=haproxy [python3]=python3
 		[ip]=iproute2 [pgrep]=procps [killall]=psmisc [curl]=curl [keepalived]=keepalived
-		[c++]=g++
+		[c++]=g++ [objdump]=binutils [man]=man-db [systemd-analyze]=systemd
 	)
 	local cmd missing=()
 	for cmd in "${!pkg_of[@]}"; do
@@ -27,6 +29,7 @@ ftnet_missing_packages() {
 		missing+=(nginx)
 	fi
 	[[ -e /etc/ssl/certs/ca-certificates.crt ]] || missing+=(ca-certificates)
+	[[ -e /usr/share/bash-completion/bash_completion ]] || missing+=(bash-completion)
 	((${#missing[@]})) && printf '%s\n' "${missing[@]}" | sort -u
 	return 0
 }
@@ -47,7 +50,7 @@ ftnet_install_deps() {
 	local missing
 	missing=$(ftnet_missing_packages)
 	if [[ -z $missing ]]; then
-		echo "deps: all present (redis, socat, nginx with dav, iperf3, haproxy, python3, iproute2, curl)"
+		echo "deps: all present (redis, socat, nginx with dav, iperf3, haproxy, python3, iproute2, curl, man-db, systemd-analyze, bash-completion)"
 		return 0
 	fi
 	echo "deps: missing: ${missing//$'\n'/ }"

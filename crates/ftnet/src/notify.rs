@@ -103,9 +103,7 @@ pub fn router_ready(
     stalled_after: Duration,
     stop: fn() -> bool,
 ) {
-    if socket().is_none() {
-        return;
-    }
+    let Some(target) = socket() else { return };
     notify(&format!("READY=1\nSTATUS={}", status.replace('\n', " ")));
     let Some(every) = watchdog_interval() else {
         info!("systemd: ready (no watchdog)");
@@ -117,35 +115,46 @@ pub fn router_ready(
     );
     let spawned = std::thread::Builder::new()
         .name("watchdog".into())
-        .spawn(move || {
-            let mut stalled = false;
-            loop {
-                std::thread::sleep(every);
-                if stop() {
-                    return;
-                }
-                match progress() {
-                    Some(d) if d < stalled_after => {
-                        if stalled {
-                            info!("the data plane makes progress again: watchdog pings resume");
-                            stalled = false;
-                        }
-                        notify("WATCHDOG=1");
-                    }
-                    other => {
-                        if !stalled {
-                            warn!(
-                                "the data plane made no progress for {}: no watchdog ping (systemd restarts the router once WatchdogSec passes without one)",
-                                other.map_or("ever".to_string(), |d| format!("{:.1} s", d.as_secs_f64()))
-                            );
-                            stalled = true;
-                        }
-                    }
-                }
-            }
-        });
+        .spawn(move || watchdog(&target, every, progress, stalled_after, stop));
     if let Err(e) = spawned {
         warn!("systemd watchdog thread: {e}; no pings (systemd will restart the router)");
+    }
+}
+
+/// Every `every` until `stop()`: `WATCHDOG=1` to `target` if `progress()`
+/// (time since the data plane last moved) is below `stalled_after`; none,
+/// said once, while it is not.
+fn watchdog(
+    target: &OsString,
+    every: Duration,
+    progress: fn() -> Option<Duration>,
+    stalled_after: Duration,
+    stop: fn() -> bool,
+) {
+    let mut stalled = false;
+    loop {
+        std::thread::sleep(every);
+        if stop() {
+            return;
+        }
+        match progress() {
+            Some(d) if d < stalled_after => {
+                if stalled {
+                    info!("the data plane makes progress again: watchdog pings resume");
+                    stalled = false;
+                }
+                let _ = send_to(target, "WATCHDOG=1");
+            }
+            other => {
+                if !stalled {
+                    warn!(
+                        "the data plane made no progress for {}: no watchdog ping (systemd restarts the router once WatchdogSec passes without one)",
+                        other.map_or("ever".to_string(), |d| format!("{:.1} s", d.as_secs_f64()))
+                    );
+                    stalled = true;
+                }
+            }
+        }
     }
 }
 
@@ -180,6 +189,44 @@ mod tests {
         let rx = UnixDatagram::bind_addr(&SocketAddr::from_abstract_name(&name).unwrap()).unwrap();
         send_to(&OsString::from(format!("@{name}")), "STOPPING=1").unwrap();
         assert_eq!(receive(&rx), "STOPPING=1");
+    }
+
+    /// The watchdog is pinged while the data plane moves, not while it
+    /// stands still, again once it moves, and never after the stop.
+    #[test]
+    fn the_watchdog_is_pinged_only_while_the_data_plane_moves() {
+        use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+        static SINCE_MS: AtomicU64 = AtomicU64::new(0);
+        static STOP: AtomicBool = AtomicBool::new(false);
+        fn progress() -> Option<Duration> {
+            Some(Duration::from_millis(SINCE_MS.load(Ordering::Relaxed)))
+        }
+        fn stop() -> bool {
+            STOP.load(Ordering::Relaxed)
+        }
+        let name = format!("ftnet-watchdog-test-{}", std::process::id());
+        let rx = UnixDatagram::bind_addr(&SocketAddr::from_abstract_name(&name).unwrap()).unwrap();
+        let target = OsString::from(format!("@{name}"));
+        let every = Duration::from_millis(20);
+        let t = std::thread::spawn(move || {
+            watchdog(&target, every, progress, Duration::from_secs(2), stop)
+        });
+        assert_eq!(receive(&rx), "WATCHDOG=1");
+        // Stalled: once the pings in flight are read (a turn that read the
+        // progress before the change may still send one), none comes.
+        SINCE_MS.store(2_500, Ordering::Relaxed);
+        std::thread::sleep(every * 15);
+        rx.set_nonblocking(true).unwrap();
+        let mut buf = [0u8; 64];
+        while rx.recv(&mut buf).is_ok() {}
+        std::thread::sleep(every * 10);
+        assert!(rx.recv(&mut buf).is_err(), "a ping while stalled");
+        rx.set_nonblocking(false).unwrap();
+        // Moving again: pings resume.
+        SINCE_MS.store(100, Ordering::Relaxed);
+        assert_eq!(receive(&rx), "WATCHDOG=1");
+        STOP.store(true, Ordering::Relaxed);
+        t.join().unwrap();
     }
 
     #[test]

@@ -493,6 +493,7 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
                 let p = format!("refused: {reason}");
                 if p != last_problem {
                     warn!("{p}");
+                    crate::notify::status(&format!("the router refused this agent: {reason}"));
                     last_problem = p;
                 }
                 backoff = BACKOFF_MAX;

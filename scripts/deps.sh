@@ -4,14 +4,16 @@
 # Sourced by test.sh, demo.sh and quickbench.sh; can also be run on its own.
 #
 # Packages: redis-server redis-tools socat nginx iperf3 haproxy python3 iproute2 procps psmisc
-# curl ca-certificates keepalived g++ (libFuzzer, built for the fuzz targets, is C++) chromium
-# python3-websocket (the status page's test drives a headless browser over the DevTools protocol). On Debian 12 the `nginx` package itself is built with http_dav_module
+# curl ca-certificates keepalived g++ (libFuzzer, built for the fuzz targets, is C++), chromium and
+# python3-websocket (the status page's test drives a headless browser over the DevTools protocol),
+# and for the package (scripts/package.sh, e2e package/n1-none): binutils (objdump), man-db, systemd
+# (systemd-analyze verify; nothing is started) and bash-completion. On Debian 12 the `nginx` package itself is built with http_dav_module
 # (nginx-light/-full/-core are only transitional or module bundles there); on older releases
 # `nginx` pulls one of nginx-core/-full/-light, which all have it too. We check with `nginx -V`.
 # iproute2 is for the lab, the demo and the tests (namespaces, veths, looking at rules); the
 # router itself sets its routing over rtnetlink and runs no `ip`.
 
-FTNET_DEB_PACKAGES=(redis-server redis-tools socat nginx iperf3 haproxy python3 iproute2 procps psmisc curl ca-certificates keepalived g++ chromium python3-websocket)
+FTNET_DEB_PACKAGES=(redis-server redis-tools socat nginx iperf3 haproxy python3 iproute2 procps psmisc curl ca-certificates keepalived g++ chromium python3-websocket binutils man-db systemd bash-completion)
 FTNET_SERVICES=(redis-server nginx haproxy iperf3 keepalived)
 
 # command → package, for the check that decides whether to install anything at all.
@@ -20,7 +22,7 @@ ftnet_missing_packages() {
 		[redis-server]=redis-server [redis-cli]=redis-tools [redis-benchmark]=redis-tools
 		[socat]=socat [nginx]=nginx [iperf3]=iperf3 [haproxy]=haproxy [python3]=python3
 		[ip]=iproute2 [pgrep]=procps [killall]=psmisc [curl]=curl [keepalived]=keepalived
-		[c++]=g++ [chromium]=chromium
+		[c++]=g++ [chromium]=chromium [objdump]=binutils [man]=man-db [systemd-analyze]=systemd
 	)
 	local cmd missing=()
 	for cmd in "${!pkg_of[@]}"; do
@@ -31,6 +33,7 @@ ftnet_missing_packages() {
 	fi
 	[[ -e /etc/ssl/certs/ca-certificates.crt ]] || missing+=(ca-certificates)
 	[[ -e /usr/lib/python3/dist-packages/websocket/__init__.py ]] || missing+=(python3-websocket)
+	[[ -e /usr/share/bash-completion/bash_completion ]] || missing+=(bash-completion)
 	((${#missing[@]})) && printf '%s\n' "${missing[@]}" | sort -u
 	return 0
 }
@@ -51,7 +54,7 @@ ftnet_install_deps() {
 	local missing
 	missing=$(ftnet_missing_packages)
 	if [[ -z $missing ]]; then
-		echo "deps: all present (redis, socat, nginx with dav, iperf3, haproxy, python3, iproute2, curl)"
+		echo "deps: all present (redis, socat, nginx with dav, iperf3, haproxy, python3, iproute2, curl, man-db, systemd-analyze, bash-completion)"
 		return 0
 	fi
 	echo "deps: missing: ${missing//$'\n'/ }"

@@ -33,7 +33,8 @@
 #   stall      stallmeter.py: longest client-visible gap around a fault at ~2 s
 #   hygiene    (N=2 only) `lab run` interrupted by SIGINT and by SIGKILL: nothing left behind
 # Beyond the matrix: agents/n3-cut, drain/n2-none (graceful stop), status-page/n3-kill (the live
-#   status page in headless chromium), operator/n2-none (a second router and SIGHUP do not disturb
+#   status page in headless chromium), package/n1-none (the Debian package installed by dpkg in a
+#   private mount namespace, its units' commands run), operator/n2-none (a second router and SIGHUP do not disturb
 #   the running one), spoof/n3-none (forged replica-sourced RST/ICMP from a client), impostor/n3-none
 #   (an agent with the right secret posing as a replica), redis-order (input order), asyncio-{poll,select,epoll} (input
 #   order for an asyncio server on each readiness call), redis-desync (Redis closing clients that
@@ -109,7 +110,7 @@ for sc in "${scenarios[@]}"; do
 done
 [[ -z $only || hygiene/n2-none =~ $only ]] && tests+=(hygiene/n2-none)
 [[ -z $only || agents/n3-cut =~ $only ]] && tests+=(agents/n3-cut)
-for id in operator/n2-none drain/n2-none ack-log/n3-none client-reset/n3-none spoof/n3-none impostor/n3-none redis-order/n3-none redis-order/n3-kill redis-desync/n3-none redis-load/n3-none redis-orderlost/n3-kill asyncio-poll/n3-none asyncio-select/n3-kill asyncio-epoll/n3-kill \
+for id in operator/n2-none drain/n2-none package/n1-none ack-log/n3-none client-reset/n3-none spoof/n3-none impostor/n3-none redis-order/n3-none redis-order/n3-kill redis-desync/n3-none redis-load/n3-none redis-orderlost/n3-kill asyncio-poll/n3-none asyncio-select/n3-kill asyncio-epoll/n3-kill \
 	shim-echo/n3-kill shim-nginx-get/n3-kill shim-nginx-put/n3-cut \
 	vote/n3-none vote/n3-kill vote-echo/n3-cut vote-nginx-get/n3-kill output/n3-none output/n3-kill diverge/n3-none determinism/n3-none determinism-nginx/n3-none safe-delivery/n3-none \
 	takeover-stall/n3-kill takeover-get/n3-kill takeover-put/n3-kill takeover-synack/n3-kill \

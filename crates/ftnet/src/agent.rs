@@ -422,6 +422,11 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
         ),
         false,
     );
+    // systemd (Type=notify): its servers may start now (`ftnet run` finds the shim socket).
+    crate::notify::notify(&format!(
+        "READY=1\nSTATUS=connecting to the router at {}",
+        args.router
+    ));
     while !sys::stop_requested() {
         tries = tries.saturating_add(1);
         let fast = tries <= FAST_TRIES;
@@ -480,6 +485,7 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
                     "{p}; keeping {} connection record(s); reconnecting",
                     records.len()
                 );
+                crate::notify::status(&format!("{p}; reconnecting"));
                 last_problem = p;
                 backoff = BACKOFF_MIN;
             }
@@ -487,6 +493,7 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
                 let p = format!("refused: {reason}");
                 if p != last_problem {
                     warn!("{p}");
+                    crate::notify::status(&format!("the router refused this agent: {reason}"));
                     last_problem = p;
                 }
                 backoff = BACKOFF_MAX;
@@ -504,6 +511,7 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
             backoff = (backoff * 2).min(BACKOFF_MAX);
         }
     }
+    crate::notify::stopping("stopping");
     info!(records = records.len(), "agent stopped");
     let _ = std::fs::remove_file(&args.shim_socket);
     let _ = std::fs::remove_file(hello_path(&args.shim_socket));
@@ -684,6 +692,7 @@ fn session(
                         input_order = %order.join(", "),
                         "registered with the router (both sides proved the shared secret)"
                     );
+                    crate::notify::status("registered with the router");
                 }
                 AgentEvent::Input(..) => {}
                 AgentEvent::Checkpoint {

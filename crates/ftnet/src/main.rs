@@ -4,9 +4,11 @@
 mod agent;
 mod config;
 mod control;
+mod generate;
 mod instance;
 mod lab;
 mod metrics;
+mod notify;
 mod router;
 mod run;
 mod state;
@@ -14,7 +16,7 @@ mod status;
 mod sys;
 
 use anyhow::Context;
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use std::path::PathBuf;
 
 #[derive(Parser)]
@@ -234,7 +236,51 @@ Examples:
         #[command(subcommand)]
         cmd: lab::LabCmd,
     },
+    /// Write man pages or shell completions (made from these commands' own help).
+    #[command(after_help = GENERATE_HELP)]
+    Generate {
+        #[command(subcommand)]
+        what: GenerateCmd,
+    },
 }
+
+#[derive(Subcommand)]
+enum GenerateCmd {
+    /// Write one man page per command into DIR: ftnet.1, ftnet-router.1, ftnet-replica-join.1, ...
+    #[command(after_help = "\
+Examples:
+  ftnet generate man /usr/local/share/man/man1 && mandb -q
+  ftnet generate man /tmp/man && man -l /tmp/man/ftnet-router.1")]
+    Man {
+        /// Directory to write the pages into (created if missing; pages there are replaced).
+        #[arg(value_name = "DIR")]
+        dir: PathBuf,
+    },
+    /// Print the completion script for SHELL to stdout.
+    #[command(after_help = "\
+Where each shell looks for it (system-wide; the Debian package installs these):
+  bash   /usr/share/bash-completion/completions/ftnet    (or ~/.local/share/bash-completion/completions/ftnet)
+  zsh    /usr/share/zsh/vendor-completions/_ftnet        (or a directory on $fpath, then compinit)
+  fish   /usr/share/fish/vendor_completions.d/ftnet.fish (or ~/.config/fish/completions/ftnet.fish)
+
+Examples:
+  source <(ftnet generate completions bash)          # this bash session only
+  ftnet generate completions zsh > ~/.zfunc/_ftnet   # with fpath+=(~/.zfunc) before compinit
+  ftnet generate completions fish > ~/.config/fish/completions/ftnet.fish")]
+    Completions {
+        /// The shell.
+        #[arg(value_enum, value_name = "SHELL")]
+        shell: clap_complete::Shell,
+    },
+}
+
+const GENERATE_HELP: &str = "\
+Both are made from the definitions that parse ftnet's command line, so they say what this binary
+accepts. The Debian package ships them already (man ftnet-router; completion in bash, zsh, fish).
+
+Examples:
+  ftnet generate man ./man                  # ./man/ftnet.1, ./man/ftnet-router.1, ...
+  ftnet generate completions bash > /usr/share/bash-completion/completions/ftnet";
 
 const ROUTER_HELP: &str = r#"Configuration format (every key but the [[service]] ones is optional; defaults shown):
 
@@ -372,8 +418,8 @@ Example (replica host 198.18.11.2, router reachable at 198.18.11.1):
   head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > /etc/ftnet/secret   # same file on the router
   ftnet agent --router 198.18.11.1:7400 --replica 198.18.11.2 --secret-file /etc/ftnet/secret"#;
 
-const RUN_HELP: &str = r#"`ftnet run` execs CMD with LD_PRELOAD=libftnet_shim.so (found next to the ftnet executable, or
-at $FTNET_SHIM_LIB) and FTNET_SHIM_SOCKET=<socket>. The shim connects to the agent and exposes the
+const RUN_HELP: &str = r#"`ftnet run` execs CMD with LD_PRELOAD=libftnet_shim.so (found at $FTNET_SHIM_LIB, next to the
+ftnet executable, or in ../lib/ftnet/ from it: /usr/lib/ftnet/ for the Debian package) and FTNET_SHIM_SOCKET=<socket>. The shim connects to the agent and exposes the
 server's input in the order the router's sequencer gave the client segments
 of all connections: accepts in that order, epoll_wait/poll/select readiness in that order (one
 ordered event per call, so what a server does once per loop turn runs between the same events
@@ -651,6 +697,19 @@ fn dispatch(cli: Cli) -> anyhow::Result<i32> {
             Ok(0)
         }
         Cmd::Lab { cmd } => lab::run(cmd),
+        Cmd::Generate { what } => {
+            match what {
+                GenerateCmd::Man { dir } => {
+                    for f in generate::man_pages(Cli::command(), &dir)? {
+                        println!("{}", f.display());
+                    }
+                }
+                GenerateCmd::Completions { shell } => {
+                    generate::completions(Cli::command(), shell, &mut std::io::stdout().lock())?
+                }
+            }
+            Ok(0)
+        }
     }
 }
 

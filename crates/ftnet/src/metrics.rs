@@ -314,13 +314,13 @@ pub fn refreshed() {
 }
 
 /// How long since the data plane last refreshed the snapshot (`None`: never).
-fn since_refresh() -> Option<Duration> {
+pub(crate) fn since_refresh() -> Option<Duration> {
     let us = REFRESHED_US.load(Ordering::Relaxed);
     (us > 0).then(|| origin().elapsed().saturating_sub(Duration::from_micros(us)))
 }
 
 /// `/healthz` fails once the data plane made no progress for this long.
-const STALLED_AFTER: Duration = Duration::from_secs(2);
+pub(crate) const STALLED_AFTER: Duration = Duration::from_secs(2);
 
 // A float in the snapshot (uptime) becomes whole units; Rust's float to
 // integer cast saturates, nothing wraps.

@@ -219,6 +219,18 @@ pub fn run(cfg: FileConfig, path: &Path) -> anyhow::Result<()> {
         let reg = control::start(c, shared.known.clone(), shared.clone())?;
         let _ = shared.registry.set(reg);
     }
+    // systemd (Type=notify): ready now; the watchdog is pinged while the data plane moves.
+    let what = format!(
+        "serving {} service(s) on {}",
+        cfg.core.services.len(),
+        shared.tun
+    );
+    crate::notify::router_ready(
+        &what,
+        crate::metrics::since_refresh,
+        crate::metrics::STALLED_AFTER,
+        sys::stop_requested,
+    );
     let busy_poll = cfg.busy_poll;
     let mut workers = Vec::new();
     let mut first = None;
@@ -240,6 +252,7 @@ pub fn run(cfg: FileConfig, path: &Path) -> anyhow::Result<()> {
     };
     // The first loop to stop (signal or error) stops the others.
     sys::request_stop();
+    crate::notify::stopping("stopping: removing the policy routing");
     for h in workers {
         match h.join() {
             Ok(Err(e)) if result.is_ok() => result = Err(e),

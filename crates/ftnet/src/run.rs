@@ -4,20 +4,33 @@ use anyhow::Context;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 
-/// Where the shim library is: $FTNET_SHIM_LIB, else next to this executable.
+/// Where the shim library is: $FTNET_SHIM_LIB, else next to this executable
+/// (a build tree: target/release/), else in ../lib/ftnet/ from it (the
+/// Debian package: /usr/bin/ftnet, /usr/lib/ftnet/libftnet_shim.so).
 pub fn shim_library() -> anyhow::Result<PathBuf> {
     if let Some(p) = std::env::var_os("FTNET_SHIM_LIB") {
         return Ok(PathBuf::from(p));
     }
     let exe = std::env::current_exe().context("finding the ftnet executable")?;
-    let lib = exe.with_file_name("libftnet_shim.so");
-    if !lib.exists() {
-        anyhow::bail!(
-            "no {} — build it with `cargo build --release` (crate ftnet-shim) or set FTNET_SHIM_LIB",
-            lib.display()
-        );
+    let places = shim_places(&exe);
+    if let Some(lib) = places.iter().find(|p| p.exists()) {
+        return Ok(lib.clone());
     }
-    Ok(lib)
+    anyhow::bail!(
+        "no libftnet_shim.so at {} or {} — build it with `cargo build --release` (crate ftnet-shim), install the ftnet package, or set FTNET_SHIM_LIB",
+        places[0].display(),
+        places[1].display()
+    );
+}
+
+/// Where the shim library may be, for the executable `exe`, in order.
+fn shim_places(exe: &Path) -> [PathBuf; 2] {
+    let dir = exe.parent().unwrap_or(Path::new("/"));
+    let prefix = dir.parent().unwrap_or(dir);
+    [
+        dir.join("libftnet_shim.so"),
+        prefix.join("lib/ftnet/libftnet_shim.so"),
+    ]
 }
 
 /// How long `ftnet run` waits for its agent's hello before it starts the
@@ -207,4 +220,26 @@ fn wait_signal(set: &libc::sigset_t, timeout: std::time::Duration) -> Option<i32
     // argument may be null.
     let s = unsafe { libc::sigtimedwait(set, std::ptr::null_mut(), &ts) };
     (s > 0).then_some(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A build tree's library next to the binary comes first; an installed
+    /// /usr/bin/ftnet finds the package's /usr/lib/ftnet/libftnet_shim.so.
+    #[test]
+    fn the_shim_is_found_in_the_build_tree_and_where_the_package_puts_it() {
+        assert_eq!(
+            shim_places(Path::new("/usr/bin/ftnet")),
+            [
+                PathBuf::from("/usr/bin/libftnet_shim.so"),
+                PathBuf::from("/usr/lib/ftnet/libftnet_shim.so")
+            ]
+        );
+        assert_eq!(
+            shim_places(Path::new("/src/target/release/ftnet"))[0],
+            PathBuf::from("/src/target/release/libftnet_shim.so")
+        );
+    }
 }

@@ -7,7 +7,9 @@
 # Pass: the page loads and shows the three replicas serving; it shows the victim out of service
 # within 1 s of the kill (the page polls every 250 ms; the router refreshes its snapshot at once
 # when a replica goes down, else every 250 ms); its timeline names the victim; every request the page made went to the router; no script
-# error; the stream intact. Figures: load time, kill → shown down. Screenshots in the artifacts.
+# error; /metrics then shows the victim not up, the detection delay and the stream's stall after
+# the eviction observed, bytes per service; the stream intact. Figures: load time, kill → shown
+# down. Screenshots and the metrics sample in the artifacts.
 set -euo pipefail
 # shellcheck source=tests/e2e/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
@@ -51,6 +53,15 @@ check "every request went to the router ($(field requests) requests: $(field pat
 check "no script error" test "$(field errors)" = "[]"
 check "the browser run passed" test "$rc" = 0
 
+# /metrics on the same listener after the kill: the histograms and counters a failover feeds.
+metrics() { ip netns exec "ftnet-$LAB-router" curl -sS --max-time 5 "http://127.0.0.1:9100/$1"; }
+metrics metrics >"$T/metrics.txt" 2>&1 || true
+cp "$T/metrics.txt" "$shots/metrics-after-kill.txt" 2>/dev/null || true
+check "metrics: r$VICTIM not up" grep -q "^ftnet_replica_up{service=\"lab\",replica=\"$VADDR\"} 0$" "$T/metrics.txt"
+check "metrics: the failure's detection delay observed once" grep -q "^ftnet_failure_detection_milliseconds_count 1$" "$T/metrics.txt"
+check "metrics: the stream's stall after the eviction observed" grep -Eq "^ftnet_stall_after_eviction_milliseconds_count [1-9]" "$T/metrics.txt"
+check "metrics: bytes per service counted" grep -Eq "^ftnet_service_client_bytes_out_total\{service=\"lab\"\} [1-9]" "$T/metrics.txt"
+say "metrics after the kill: $(grep -E '^ftnet_(failure_detection|stall_after_eviction)_milliseconds_(count|sum)' "$T/metrics.txt" | tr '\n' ' ')"
 wait "$meter" || true
 wait "$storm" || true
 check "echo stream intact" python3 -c "import json,sys; d=json.load(open(sys.argv[1])); sys.exit(0 if d.get('ok') else 1)" "$T/stream.json"

@@ -398,6 +398,11 @@ pub fn render(doc: &Value) -> String {
                 );
                 continue;
             }
+            if k == "evictions" {
+                // `ftnet_evictions_total{replica, reason}` below: one
+                // name, one metric (their sum is this counter).
+                continue;
+            }
             if let Some(n) = v.as_u64() {
                 counter(
                     &mut r,
@@ -790,7 +795,7 @@ mod tests {
             "tun_dropped": 7,
             "status": {
                 "connections": 3, "half_open": 1, "rebuilding": 0,
-                "counters": {"packets_in": 10, "divergences": 2,
+                "counters": {"packets_in": 10, "divergences": 2, "evictions": 1,
                     "commit_wait": {"counts": [3, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1], "sum_us": 1500}},
                 "drops": [["truncated", 4], ["draining", 1]],
                 "services": [{"name": "redis", "connections": 3, "client_bytes_in": 100, "client_bytes_out": 900, "replicas": [
@@ -808,6 +813,15 @@ mod tests {
             detail: String::new(),
         });
         let t = render(&doc);
+        let mut names: Vec<&str> = t
+            .lines()
+            .filter_map(|l| l.strip_prefix("# TYPE "))
+            .filter_map(|l| l.split_whitespace().next())
+            .collect();
+        let n = names.len();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), n, "a metric name registered twice:\n{t}");
         for want in [
             "ftnet_connections 3\n",
             "ftnet_tun_dropped 7\n",

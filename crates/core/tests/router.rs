@@ -1086,8 +1086,11 @@ fn several_services_are_kept_apart() {
 #[test]
 fn replicas_that_never_answer_are_evicted_after_syn_retries() {
     // COSCANet-FT §III-E: after n client SYN retransmissions without an
-    // answer the replica is treated as crashed. With nobody answering, the
-    // client is refused and the replicas are marked down.
+    // answer the replica is treated as crashed — when another replica
+    // answered that SYN. With nobody answering, the client is refused and
+    // nobody is marked down: a SYN no replica answers (a flood the
+    // servers' SYN queues shed, a replayed or forged SYN) is no evidence
+    // against any one of them.
     let mut r = router(2);
     let syn = Repr::new(CPORT, PORT, SeqNum(CISN), SeqNum(0), flags::SYN, 64240);
     r.handle_packet(t(0), seg(CLIENT, VIP, syn.clone(), b""));
@@ -1114,8 +1117,12 @@ fn replicas_that_never_answer_are_evicted_after_syn_retries() {
         .iter()
         .filter(|x| x.alive)
         .count();
-    assert_eq!(alive, 1, "one marked down, the last kept");
+    assert_eq!(alive, 2, "nobody answered: nobody marked down");
     let ev: Vec<Event> = std::iter::from_fn(|| r.poll_event()).collect();
+    assert!(
+        !ev.iter().any(|e| matches!(e, Event::ReplicaDown { .. })),
+        "{ev:?}"
+    );
     assert!(ev.iter().any(|e| matches!(
         e,
         Event::Evicted {
@@ -1123,6 +1130,44 @@ fn replicas_that_never_answer_are_evicted_after_syn_retries() {
             ..
         }
     )));
+}
+
+/// A replica that leaves a client's SYN unanswered while another answered
+/// it is treated as crashed for the whole service (§III-E).
+#[test]
+fn a_replica_silent_to_a_syn_another_answered_is_marked_down() {
+    let mut r = router(2);
+    let syn = Repr::new(CPORT, PORT, SeqNum(CISN), SeqNum(0), flags::SYN, 64240);
+    r.handle_packet(t(0), seg(CLIENT, VIP, syn.clone(), b""));
+    assert_eq!(drain(&mut r).len(), 2);
+    let sa = Repr::new(
+        PORT,
+        CPORT,
+        SeqNum(1_000_000),
+        SeqNum(CISN).add(1),
+        flags::SYN | flags::ACK,
+        65160,
+    );
+    r.handle_packet(t(1), seg(replica(1), CLIENT, sa, b""));
+    drain(&mut r);
+    r.handle_packet(t(1000), seg(CLIENT, VIP, syn.clone(), b""));
+    drain(&mut r);
+    r.handle_packet(t(3000), seg(CLIENT, VIP, syn, b""));
+    drain(&mut r);
+    let ev: Vec<Event> = std::iter::from_fn(|| r.poll_event()).collect();
+    assert!(
+        ev.iter().any(|e| matches!(
+            e,
+            Event::ReplicaDown {
+                replica: a,
+                reason: EvictReason::NoSynAck,
+                ..
+            } if *a == replica(2)
+        )),
+        "{ev:?}"
+    );
+    assert!(!r.status().services[0].replicas[1].alive);
+    assert!(r.status().services[0].replicas[0].alive);
 }
 
 /// An established connection is announced once with what the agents keep

@@ -36,12 +36,25 @@ impl Conn {
                 }
                 self.legs[i].syn_tries += 1;
                 if self.legs[i].syn_tries > ctx.timeouts.syn_retries {
-                    self.evict(ctx, LegId(i), EvictReason::NoSynAck, true);
+                    let service_wide = self.another_answered_syn(i);
+                    self.evict(ctx, LegId(i), EvictReason::NoSynAck, service_wide);
                 }
             }
         }
         self.forward_syn(ctx, pkt, seg);
         self.settle(ctx);
+    }
+
+    /// Another live replica answered the client's SYN that replica `i`
+    /// leaves unanswered: only then is its silence evidence against it
+    /// for the whole service. A SYN nobody answers (a flood the servers'
+    /// SYN queues shed, a replayed or forged SYN) says nothing about any
+    /// one replica: the connection fails, nobody is declared down.
+    pub(super) fn another_answered_syn(&self, i: usize) -> bool {
+        self.legs
+            .iter()
+            .enumerate()
+            .any(|(j, l)| j != i && l.live() && l.state != LegState::SynSent)
     }
 
     /// Copy the client's SYN to every replica that has not answered.

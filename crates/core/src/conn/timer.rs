@@ -159,8 +159,10 @@ impl Conn {
         }
         for i in 0..self.legs.len() {
             if self.due(Timer::Fail(i), t, now) {
-                let service_wide = self.fail_deadline(i, t).is_some_and(|(_, w)| w);
+                let mut service_wide = self.fail_deadline(i, t).is_some_and(|(_, w)| w);
                 let reason = if self.legs[i].state == LegState::SynSent {
+                    // See `another_answered_syn`.
+                    service_wide &= self.another_answered_syn(i);
                     EvictReason::NoSynAck
                 } else {
                     EvictReason::Stalled

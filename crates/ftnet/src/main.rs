@@ -305,7 +305,7 @@ const ROUTER_HELP: &str = r#"Configuration format (every key but the [[service]]
   failure_detection_ms = 100                 # a silent replica is evicted after this; one that
                                              # answers but makes no progress, or whose output stands
                                              # still while another's moves, after 10x (at least 1 s)
-  syn_retries = 1                            # unanswered client SYNs before a replica is dropped
+  syn_retries = 1                            # client SYNs a replica leaves unanswered (another answered) before it is dropped
   idle_s = 600
   handshake_s = 20
   time_wait_ms = 60000                       # a closed connection's quiet period (TIME_WAIT)

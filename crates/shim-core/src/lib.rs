@@ -827,7 +827,7 @@ impl<O: Os> Shim<O> {
                 s.order.consumed(seq);
                 // A joined connection's stream starts at its base: chunk
                 // ends are offsets of the client's whole stream.
-                s.conns.insert(
+                s.add_conn(
                     cfd,
                     Conn {
                         key,
@@ -867,12 +867,15 @@ impl<O: Os> Shim<O> {
             return;
         }
         let mut s = self.state();
-        if let Some(c) = s.conns.remove(&fd) {
+        if let Some(c) = s.remove_conn(fd) {
             s.order.close(c.key, c.gen);
         }
         s.listeners.remove(&fd);
         s.reads.remove(&fd);
-        s.interest.retain(|(e, f), _| *f != fd && *e != fd);
+        s.epolls.remove(&fd);
+        for set in s.epolls.values_mut() {
+            set.remove(fd);
+        }
     }
 
     fn epoll_ctl_done(&self, epfd: Fd, op: i32, fd: Fd, ev: Option<libc::epoll_event>) {
@@ -883,13 +886,15 @@ impl<O: Os> Shim<O> {
         match (op, ev) {
             (libc::EPOLL_CTL_ADD | libc::EPOLL_CTL_MOD, Some(e)) => {
                 let (events, data) = (e.events, e.u64);
-                s.interest.insert((epfd, fd), (events, data));
+                s.epolls.entry(epfd).or_default().set(fd, events, data);
                 if let Some(r) = s.reads.get_mut(&fd) {
                     r.on = events & EPOLLIN != 0;
                 }
             }
             (libc::EPOLL_CTL_DEL, _) => {
-                s.interest.remove(&(epfd, fd));
+                if let Some(set) = s.epolls.get_mut(&epfd) {
+                    set.remove(fd);
+                }
                 if let Some(r) = s.reads.get_mut(&fd) {
                     r.on = false;
                 }
@@ -983,16 +988,13 @@ impl<O: Os> Shim<O> {
                 // timeout expires only at one (the same point of the input
                 // on every replica), and then nothing ordered comes with it.
                 let ticked = self.consume_ticks(&mut s, vdeadline);
-                // data → fd for this epoll set (servers register the fd or a pointer; unique either way).
-                let fd_of: state::FdMap<u64, Fd> = s
-                    .interest
-                    .iter()
-                    .filter(|((e, _), _)| *e == epfd)
-                    .map(|((_, f), (_, d))| (*d, *f))
-                    .collect();
+                // This epoll set's registrations, taken out of the state
+                // while the wait uses them (it changes none) and put back
+                // below.
+                let set = s.epolls.remove(&epfd).unwrap_or_default();
                 for e in got {
                     let (mask, data) = (e.events, e.u64);
-                    match fd_of.get(&data) {
+                    match set.fd_of.get(&data) {
                         Some(&fd) if s.gated(fd) => {
                             // Input readiness of sequenced sockets is the shim's to give;
                             // keep writability and errors.
@@ -1015,20 +1017,14 @@ impl<O: Os> Shim<O> {
                     }
                 }
                 // fd → data of what this epoll set asks input of.
-                let input: state::FdMap<Fd, u64> = s
-                    .interest
-                    .iter()
-                    .filter(|((e, _), (ev, _))| *e == epfd && ev & EPOLLIN != 0)
-                    .map(|((_, f), (_, d))| (*f, *d))
-                    .collect();
-                let data_of = |f: Fd| input.get(&f).copied();
-                if input
-                    .keys()
-                    .any(|f| s.conns.contains_key(f) || s.listeners.contains_key(f))
-                {
+                let data_of = |f: Fd| set.input_data(f);
+                let asks = |f: Fd| set.input_data(f).is_some();
+                if set.of_fd.iter().any(|(f, (ev, _))| {
+                    ev & EPOLLIN != 0 && (s.conns.contains_key(f) || s.listeners.contains_key(f))
+                }) {
                     self.follows_order_here();
                 }
-                expired = ticked || self.stuck(&s, vdeadline, &|f| input.contains_key(&f));
+                expired = ticked || self.stuck(&s, vdeadline, &asks);
                 let (unordered, ordered) = if expired {
                     (Vec::new(), Vec::new())
                 } else {
@@ -1038,7 +1034,7 @@ impl<O: Os> Shim<O> {
                     // events on every replica. A batch of all the events
                     // that have arrived would end where this replica's
                     // timing put it.
-                    s.give_input(os, &|f| input.contains_key(&f), 1)
+                    s.give_input(os, &asks, 1)
                 };
                 for data in unordered.into_iter().filter_map(data_of) {
                     if !out.iter().any(|o| o.u64 == data) {
@@ -1066,6 +1062,7 @@ impl<O: Os> Shim<O> {
                     }
                 }
                 out.truncate(max);
+                s.epolls.insert(epfd, set);
             }
             // A zero timeout never waits: the server only asked what is
             // there now.

@@ -64,6 +64,46 @@ impl std::hash::Hasher for FdHasher {
     }
 }
 
+/// What the server registered in one epoll set, both ways: a wait maps
+/// the kernel's events (their data) to descriptors, and descriptors back
+/// to the data the server chose, without a scan of every registration.
+#[derive(Debug, Default)]
+pub(crate) struct EpollSet {
+    /// fd → (events, data).
+    pub(crate) of_fd: FdMap<Fd, (u32, u64)>,
+    /// data → fd (servers register the fd or a pointer: unique either way).
+    pub(crate) fd_of: FdMap<u64, Fd>,
+}
+
+impl EpollSet {
+    /// `EPOLL_CTL_ADD` or `EPOLL_CTL_MOD` of `fd`.
+    pub(crate) fn set(&mut self, fd: Fd, events: u32, data: u64) {
+        if let Some((_, old)) = self.of_fd.insert(fd, (events, data)) {
+            if self.fd_of.get(&old) == Some(&fd) {
+                self.fd_of.remove(&old);
+            }
+        }
+        self.fd_of.insert(data, fd);
+    }
+
+    /// `EPOLL_CTL_DEL` of `fd`, or `fd` closed.
+    pub(crate) fn remove(&mut self, fd: Fd) {
+        if let Some((_, data)) = self.of_fd.remove(&fd) {
+            if self.fd_of.get(&data) == Some(&fd) {
+                self.fd_of.remove(&data);
+            }
+        }
+    }
+
+    /// The data the server registered `fd` with, if it asks input of it.
+    pub(crate) fn input_data(&self, fd: Fd) -> Option<u64> {
+        self.of_fd
+            .get(&fd)
+            .filter(|(ev, _)| ev & (libc::EPOLLIN as u32) != 0)
+            .map(|(_, d)| *d)
+    }
+}
+
 pub(crate) type FdMap<K, V> = HashMap<K, V, std::hash::BuildHasherDefault<FdHasher>>;
 pub(crate) type FdSet<K> = std::collections::HashSet<K, std::hash::BuildHasherDefault<FdHasher>>;
 
@@ -130,6 +170,10 @@ pub(crate) struct State {
     pub(crate) order: Order,
     /// Sequenced connections the server holds, by fd.
     pub(crate) conns: FdMap<Fd, Conn>,
+    /// `conns` by key and generation, kept with it ([`State::add_conn`],
+    /// [`State::remove_conn`]): a wait looks events' connections up here
+    /// instead of building the map each time.
+    keyed: ByKey,
     /// Connections taken from the kernel's accept queue, not yet handed
     /// out, with when they were taken; oldest first where a key repeats
     /// (a client that reset a connection may reuse its port at once: the
@@ -141,8 +185,8 @@ pub(crate) struct State {
     pub(crate) local: Vec<(Fd, Fd)>,
     /// Listening sockets: fd → local port.
     pub(crate) listeners: FdMap<Fd, u16>,
-    /// epoll registrations: (epfd, fd) → (events, data).
-    pub(crate) interest: FdMap<(Fd, Fd), (u32, u64)>,
+    /// epoll registrations, per epoll set.
+    pub(crate) epolls: FdMap<Fd, EpollSet>,
     /// Whether the server reads each sequenced connection and listener.
     pub(crate) reads: FdMap<Fd, Reads>,
     /// Chunks the last `epoll_wait` reported, by connection (at most one
@@ -504,17 +548,15 @@ impl State {
         }
         // Loopback connections wait for nobody.
         unordered.extend(self.local.iter().map(|(l, _)| *l));
-        // The connections by key, built once per wait.
-        let by_key = self.by_key();
         if self.on {
-            self.check_head_wait(os, &by_key);
+            self.check_head_wait(os);
         }
         if self.on {
             if let Some(k) = self.stale_pending(os, None) {
                 unordered.extend(listener_of(self, k.vport));
             } else {
-                let batch = self.batch(os, &by_key);
-                if let Some(why) = self.slow_head(os, &by_key, &batch) {
+                let batch = self.batch(os);
+                if let Some(why) = self.slow_head(os, &batch) {
                     eprintln!("ftnet-shim[{}]: {why}", std::process::id());
                 }
                 for why in self.unannounced(os) {
@@ -524,7 +566,7 @@ impl State {
                 for e in batch.iter().take(limit) {
                     let fd = match e.kind {
                         Kind::Accept { .. } | Kind::Join { .. } => listener_of(self, e.key.vport),
-                        Kind::Data { .. } | Kind::Reset => self.event_fd(&by_key, e),
+                        Kind::Data { .. } | Kind::Reset => self.event_fd(e),
                         // A batch stops before a tick.
                         Kind::Tick { .. } => None,
                     };
@@ -553,14 +595,13 @@ impl State {
 
     /// The event the server may see now, if it is there in the kernel too.
     pub(crate) fn exposed(&self, os: &dyn Os) -> Option<Ev> {
-        let by_key = self.by_key();
-        let head = self.head(&by_key)?;
+        let head = self.head()?;
         let ready = match head.kind {
             Kind::Tick { .. } => true,
-            Kind::Reset => self.event_fd(&by_key, &head).is_some(),
+            Kind::Reset => self.event_fd(&head).is_some(),
             Kind::Accept { .. } | Kind::Join { .. } => self.pending.contains_key(&head.key),
             Kind::Data { end } => self
-                .event_fd(&by_key, &head)
+                .event_fd(&head)
                 .and_then(|fd| Some((fd, self.conns.get(&fd)?)))
                 .is_some_and(|(fd, c)| self.chunk_arrived(os, fd, c, end)),
         };
@@ -568,7 +609,7 @@ impl State {
     }
 
     /// The earliest event of the order the server reads (arrived or not).
-    fn head(&self, by_key: &ByKey) -> Option<Ev> {
+    fn head(&self) -> Option<Ev> {
         self.order.head(|e| match e.kind {
             // The clock is everybody's.
             Kind::Tick { .. } => true,
@@ -576,35 +617,47 @@ impl State {
                 .listeners
                 .iter()
                 .any(|(fd, p)| *p == e.key.vport && self.reads(*fd)),
-            Kind::Data { .. } | Kind::Reset => {
-                self.event_fd(by_key, e).is_some_and(|fd| self.reads(fd))
-            }
+            Kind::Data { .. } | Kind::Reset => self.event_fd(e).is_some_and(|fd| self.reads(fd)),
         })
     }
 
     /// The sequenced connections the server holds, by key and generation.
-    pub(crate) fn by_key(&self) -> ByKey {
-        self.conns
-            .iter()
-            .map(|(fd, c)| ((c.key, c.gen), *fd))
-            .collect()
+    #[cfg(test)]
+    pub(crate) fn by_key(&self) -> &ByKey {
+        &self.keyed
+    }
+
+    /// The server holds a sequenced connection on `fd` from now on (one
+    /// the shim did not see closed before is forgotten).
+    pub(crate) fn add_conn(&mut self, fd: Fd, c: Conn) {
+        let slot = (c.key, c.gen);
+        if let Some(old) = self.conns.insert(fd, c) {
+            if self.keyed.get(&(old.key, old.gen)) == Some(&fd) {
+                self.keyed.remove(&(old.key, old.gen));
+            }
+        }
+        self.keyed.insert(slot, fd);
+    }
+
+    /// The server closed `fd`: its sequenced connection, if it was one.
+    pub(crate) fn remove_conn(&mut self, fd: Fd) -> Option<Conn> {
+        let c = self.conns.remove(&fd)?;
+        if self.keyed.get(&(c.key, c.gen)) == Some(&fd) {
+            self.keyed.remove(&(c.key, c.gen));
+        }
+        Some(c)
     }
 
     /// The connection a chunk event is for.
-    fn event_fd(&self, by_key: &ByKey, e: &Ev) -> Option<Fd> {
+    fn event_fd(&self, e: &Ev) -> Option<Fd> {
         let gen = self.order.gen_of(e)?;
-        by_key.get(&(e.key, gen)).copied()
+        self.keyed.get(&(e.key, gen)).copied()
     }
 
     /// What the head of the order has waited for since [`HEAD_SLOW`] ago,
     /// once per head: its connection not given by the kernel, its chunk not
     /// all arrived, or nothing (the server has not taken it).
-    pub(crate) fn slow_head(
-        &mut self,
-        os: &dyn Os,
-        by_key: &ByKey,
-        batch: &[Ev],
-    ) -> Option<String> {
+    pub(crate) fn slow_head(&mut self, os: &dyn Os, batch: &[Ev]) -> Option<String> {
         // The oldest event not consumed: the head the server reads, or one
         // passed over (its connection not read, or not known).
         let Some(h) = self.order.iter().next().copied() else {
@@ -626,10 +679,10 @@ impl State {
         }
         self.head_slow = Some((h.seq, since, true));
         // Only now (once per head): whether the server reads it.
-        let read = self.head(by_key).is_some_and(|e| e.seq == h.seq);
+        let read = self.head().is_some_and(|e| e.seq == h.seq);
         let what = match h.kind {
             Kind::Tick { .. } => "a clock tick: the server has not waited since it came".to_string(),
-            _ if !read => match self.event_fd(by_key, &h) {
+            _ if !read => match self.event_fd(&h) {
                 _ if h.kind.stream_base().is_some() => {
                     "passed over: the server does not read its listener".to_string()
                 }
@@ -643,7 +696,7 @@ impl State {
                 "its connection came from the kernel; the server has not accepted it".to_string()
             }
             Kind::Data { end } => match self
-                .event_fd(by_key, &h)
+                .event_fd(&h)
                 .and_then(|fd| Some((fd, self.conns.get(&fd)?)))
             {
                 Some((fd, c)) => format!(
@@ -739,9 +792,9 @@ impl State {
 
     /// Give up the order when its head has been an accept (or join) whose
     /// connection the kernel has not given for [`ACCEPT_WAIT`].
-    fn check_head_wait(&mut self, os: &dyn Os, by_key: &ByKey) {
+    fn check_head_wait(&mut self, os: &dyn Os) {
         let stuck = self
-            .head(by_key)
+            .head()
             .filter(|e| e.kind.stream_base().is_some() && !self.pending.contains_key(&e.key));
         let Some(e) = stuck else {
             self.head_wait = None;
@@ -778,7 +831,7 @@ impl State {
     /// Reported together, they are processed in the same order as one by
     /// one: the server handles the events of one `epoll_wait` in the order
     /// returned, and reads one chunk per reported event.
-    pub(crate) fn batch(&self, os: &dyn Os, by_key: &ByKey) -> Vec<Ev> {
+    pub(crate) fn batch(&self, os: &dyn Os) -> Vec<Ev> {
         let mut out: Vec<Ev> = Vec::new();
         for e in self.order.iter() {
             match e.kind {
@@ -797,7 +850,7 @@ impl State {
                 }
                 // A chunk, or the client's reset (which is always there).
                 Kind::Data { .. } | Kind::Reset => {
-                    let Some(fd) = self.event_fd(by_key, e) else {
+                    let Some(fd) = self.event_fd(e) else {
                         continue;
                     };
                     if !self.reads(fd) {
@@ -826,8 +879,7 @@ impl State {
     /// connection asyncio has accepted but not registered yet, another
     /// epoll set's): the wait cannot move the order on.
     pub(crate) fn head_unasked(&self, asks: &dyn Fn(Fd) -> bool) -> bool {
-        let by_key = self.by_key();
-        let Some(h) = self.head(&by_key) else {
+        let Some(h) = self.head() else {
             return false;
         };
         let fd = match h.kind {
@@ -837,7 +889,7 @@ impl State {
                 .iter()
                 .find(|(f, p)| **p == h.key.vport && self.reads(**f))
                 .map(|(f, _)| *f),
-            Kind::Data { .. } | Kind::Reset => self.event_fd(&by_key, &h),
+            Kind::Data { .. } | Kind::Reset => self.event_fd(&h),
         };
         fd.is_some_and(|f| !asks(f))
     }
@@ -848,8 +900,7 @@ impl State {
     /// the clock: see [`crate::Shim`]'s clock); `None` if the head is no
     /// tick.
     pub(crate) fn take_tick(&mut self) -> Option<Option<u64>> {
-        let by_key = self.by_key();
-        let h = self.head(&by_key)?;
+        let h = self.head()?;
         let Kind::Tick { at_us } = h.kind else {
             return None;
         };
@@ -868,8 +919,7 @@ impl State {
         if self.order.input_began() {
             return None;
         }
-        let by_key = self.by_key();
-        let h = self.head(&by_key)?;
+        let h = self.head()?;
         if matches!(h.kind, Kind::Tick { .. }) {
             return None;
         }

@@ -756,7 +756,47 @@ fn a_reused_port_whose_old_connection_is_still_open_is_taken_in_order() {
         assert_eq!(read(&s, 11, 64), Ok(b"GET".to_vec()));
         assert_eq!(read(&s, 12, 64), Ok(b"PING".to_vec()));
         assert!(s.os().told_agent().is_empty(), "{:?}", s.os().told_agent());
+        keyed_follows_conns(&s);
     }
+}
+
+/// The connections by key and generation a wait looks events up in are
+/// those the server holds (`State::add_conn`, `State::remove_conn`).
+fn keyed_follows_conns(s: &Shim<Fake>) {
+    let st = s.state();
+    let rebuilt: state::ByKey = st
+        .conns
+        .iter()
+        .map(|(fd, c)| ((c.key, c.gen), *fd))
+        .collect();
+    assert_eq!(st.by_key(), &rebuilt);
+}
+
+#[test]
+fn the_connections_by_key_follow_the_servers_connections() {
+    let s = shim();
+    let conn = |key, gen| state::Conn {
+        key,
+        gen,
+        consumed: 0,
+        reset: false,
+    };
+    {
+        let mut st = s.state();
+        st.add_conn(10, conn(A, 1));
+        st.add_conn(11, conn(A, 3));
+        st.add_conn(12, conn(B, 2));
+        // fd 10 reused for another connection without a close the shim saw.
+        st.add_conn(10, conn(B, 4));
+    }
+    keyed_follows_conns(&s);
+    assert_eq!(s.state().by_key().len(), 3);
+    assert_eq!(s.state().remove_conn(11).map(|c| c.gen), Some(3));
+    assert!(s.state().remove_conn(11).is_none());
+    keyed_follows_conns(&s);
+    assert_eq!(s.close(12, || 0), 0);
+    keyed_follows_conns(&s);
+    assert_eq!(s.state().by_key().len(), 1);
 }
 
 /// What a router that took over says again is still dropped when the agent
@@ -786,9 +826,8 @@ fn a_repeated_accept_with_the_same_isn_is_no_new_connection() {
 fn slow(s: &Shim<Fake>) -> Option<String> {
     let os = s.os();
     let mut st = s.state();
-    let by_key = st.by_key();
-    let batch = st.batch(os, &by_key);
-    st.slow_head(os, &by_key, &batch)
+    let batch = st.batch(os);
+    st.slow_head(os, &batch)
 }
 
 /// After HEAD_SLOW the shim says what the head waits for (`want` is part
@@ -1248,4 +1287,27 @@ fn a_wait_gives_one_ordered_event_whatever_has_arrived() {
         assert_eq!(wait(&s, 0), vec![fd]);
         assert_eq!(read(&s, fd, 64), Ok(want.to_vec()));
     }
+}
+
+/// An epoll set's registrations both ways, through ADD, MOD (new data,
+/// input interest dropped), DEL and a close.
+#[test]
+fn an_epoll_sets_registrations_map_both_ways() {
+    let mut set = state::EpollSet::default();
+    set.set(10, EPOLLIN, 1000);
+    set.set(11, EPOLLIN | libc::EPOLLOUT as u32, 1100);
+    assert_eq!(set.fd_of.get(&1000), Some(&10));
+    assert_eq!(set.input_data(11), Some(1100));
+    // MOD: new data for fd 10; the old data maps to nothing.
+    set.set(10, EPOLLIN, 2000);
+    assert_eq!(set.fd_of.get(&1000), None);
+    assert_eq!(set.fd_of.get(&2000), Some(&10));
+    // MOD without EPOLLIN: still mapped, no input asked.
+    set.set(11, libc::EPOLLOUT as u32, 1100);
+    assert_eq!(set.input_data(11), None);
+    assert_eq!(set.fd_of.get(&1100), Some(&11));
+    set.remove(10);
+    assert_eq!(set.fd_of.get(&2000), None);
+    assert_eq!(set.input_data(10), None);
+    assert_eq!((set.of_fd.len(), set.fd_of.len()), (1, 1));
 }

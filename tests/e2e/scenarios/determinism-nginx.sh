@@ -69,7 +69,12 @@ check "no replica taken out for its replies" bash -c "! grep -q 'evicted (diverg
 check_eq "divergences counted" 0 "$(divergences)"
 check_eq "replicas alive" 3 "$(alive)"
 
-# The control: the servers on the kernel's clock.
+# The control: the servers on the kernel's clock. It reuses the lab's name, so the first half's
+# router log is kept first (the evidence of a failure above, copied with the artifacts).
+cp "$LOG" "$T/router-ticks.log" 2>/dev/null || true
+for d in /run/ftnet/lab/"$LAB"/r*/; do
+	[[ -f $d/server.log ]] && tail -c 200000 "$d/server.log" >"$T/ticks-$(basename "$d")-server.log"
+done
 timeout 120 "$FTNET" lab down --name "$LAB" >/dev/null 2>&1
 lab_up --port "$PORT" --vote majority --fault-drop "$N:5" --failure-ms 3000 --tick-ms 0 --server "$(nginx_server_cmd "$page")"
 run_gets control || true

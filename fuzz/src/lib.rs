@@ -335,6 +335,7 @@ pub mod router {
                     wscale: b.u8() % 16,
                 })
                 .collect(),
+            client_wscale: b.bool().then(|| b.u8() % 16),
             accepted: b.bool(),
             input_end: b.bool().then(|| b.u32()),
         }

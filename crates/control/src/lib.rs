@@ -1930,6 +1930,7 @@ mod tests {
             ts_base: Some(5),
             client_mss: 1460,
             mss_out: 1448,
+            client_wscale: Some(7),
             replicas: vec![ReplicaSetup {
                 addr: R,
                 isn: 3,
@@ -1991,6 +1992,7 @@ mod tests {
             ts_base: None,
             client_mss: 1460,
             mss_out: 1448,
+            client_wscale: Some(7),
             replicas: vec![ReplicaSetup {
                 addr: R,
                 isn: 3,

@@ -30,6 +30,12 @@ pub struct ConnRecord {
     pub mss_out: u16,
     /// Each replica of the connection when it was set up.
     pub replicas: Vec<ReplicaSetup>,
+    /// The window scale the client announced (the replicas scale its
+    /// windows by it), if it announced one: a replica that joins the
+    /// connection after a takeover is told the same. Absent in a record of
+    /// an older router: then no replica can join the adopted connection.
+    #[serde(default)]
+    pub client_wscale: Option<u8>,
     /// Kept by the agent, not sent by the router: it passed on this
     /// connection's Accept (sequencer).
     #[serde(default)]

@@ -2092,6 +2092,7 @@ fn adopt_two(r: &mut Router, risn: u32, isns: [u32; 2], wscale: u8) {
                 wscale,
             })
             .collect(),
+        client_wscale: Some(7),
         accepted: true,
         input_end: Some(86),
     };
@@ -5351,4 +5352,85 @@ fn a_replica_that_never_answered_has_no_offsets_in_the_status() {
         "{legs:?}"
     );
     assert_eq!(legs[1].state, "SynSent");
+}
+
+/// A connection adopted after a takeover is, once whole again and at
+/// rest, like any other for a join. (The rest check once took every
+/// adopted connection for one still being rebuilt, for as long as it
+/// lived: after a takeover no replica could join a service whose clients
+/// kept their connections, and every attempt paused the service's input
+/// for the rest timeout, again and again.)
+#[test]
+fn a_connection_adopted_after_a_takeover_does_not_hold_a_join_off() {
+    let mut r = sequencer_router_joining(3, false);
+    assert_eq!(r.replica_failed(t(0), replica(3)), 1);
+    let (risn, isns) = (7_000_000u32, [1_000_000u32, 2_000_000]);
+    // Records from replicas 1 and 2: 86 client bytes in, nothing out yet.
+    adopt_two(&mut r, risn, isns, 7);
+    let position = |r: &mut Router, now: Instant, i: u8, out: u32, acked: u32, payload: &[u8]| {
+        let mut a = Repr::new(
+            PORT,
+            CPORT,
+            SeqNum(isns[usize::from(i) - 1]).add(1 + out),
+            SeqNum(CISN).add(1 + acked),
+            if payload.is_empty() {
+                flags::ACK
+            } else {
+                flags::ACK | flags::PSH
+            },
+            500,
+        );
+        a.timestamps = None;
+        r.handle_packet(now, seg(replica(i), CLIENT, a, payload));
+    };
+    for i in 1..=2 {
+        position(&mut r, t(1), i, 0, 86, b"");
+    }
+    drain(&mut r);
+    assert_eq!(r.status().rebuilding, 0, "whole again");
+    // The client goes on: "hello", answered "world" by both, acknowledged.
+    let mut d = Repr::new(
+        CPORT,
+        PORT,
+        SeqNum(CISN).add(1 + 86),
+        SeqNum(risn).add(1),
+        flags::ACK | flags::PSH,
+        502,
+    );
+    d.timestamps = None;
+    r.handle_packet(t(2), seg(CLIENT, VIP, d, b"hello"));
+    assert_eq!(drain(&mut r).len(), 2, "to replicas 1 and 2");
+    for i in 1..=2 {
+        position(&mut r, t(3), i, 0, 91, b"world");
+    }
+    let mut a = Repr::new(
+        CPORT,
+        PORT,
+        SeqNum(CISN).add(1 + 91),
+        SeqNum(risn).add(1 + 5),
+        flags::ACK,
+        502,
+    );
+    a.timestamps = None;
+    r.handle_packet(t(4), seg(CLIENT, VIP, a, b""));
+    drain(&mut r);
+    log_events(&mut r);
+    agent_msgs(&mut r);
+    r.join_replica(t(10), "t", replica(3)).expect("join");
+    // At rest at once: the replicas are asked where their output ends.
+    let probed: Vec<Ipv4Addr> = drain(&mut r).iter().map(|o| o.dst).collect();
+    assert!(
+        probed.contains(&replica(1)) && probed.contains(&replica(2)),
+        "rest probes, not a wait for a rebuild long over: {probed:?} {:?}",
+        log_events(&mut r)
+    );
+    for i in 1..=2 {
+        position(&mut r, t(10), i, 5, 91, b"");
+    }
+    r.handle_timeout(t(12));
+    let ev = log_events(&mut r);
+    assert!(
+        ev.iter().any(|e| matches!(e, Event::JoinCheckpoint { .. })),
+        "{ev:?}"
+    );
 }

@@ -150,7 +150,9 @@ impl Conn {
                 forever: true,
             };
         }
-        if self.adoption.is_some() || !self.client_seen {
+        // Adopted and whole again (`Rebuilt`) is a connection like any
+        // other here: only one whose positions are not known yet waits.
+        if self.recovering() || !self.client_seen {
             return wait("being rebuilt after a takeover");
         }
         if self.client_ws && self.client_wscale.is_none() {

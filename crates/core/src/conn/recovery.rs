@@ -75,6 +75,11 @@ impl Conn {
                     wscale: l.wscale,
                 })
                 .collect(),
+            client_wscale: if self.client_ws {
+                self.client_wscale
+            } else {
+                None
+            },
             accepted: false,
             input_end: None,
         }
@@ -129,9 +134,14 @@ impl Conn {
         c.ws_out = rec.wscale_out.min(14);
         c.mss_out = mss_or_default(rec.mss_out);
         c.client_ws = rec.wscale_out > 0;
-        // The client's own scale is in no record: a replica cannot join
-        // this connection.
-        c.client_wscale = None;
+        // The client's own scale, for a replica that joins this connection
+        // (RFC 7323 §2.3: above 14 is 14); unknown from an older router's
+        // record, and then no replica can join it.
+        c.client_wscale = if c.client_ws {
+            rec.client_wscale.map(|s| s.min(14))
+        } else {
+            None
+        };
         c.counted_half_open = false;
         c.announced = true;
         c.adoption = Some(Adoption::Rebuilding {

@@ -233,6 +233,10 @@ fn write_hello(shim_socket: &Path, hello: &[u8; ftnet_control::SHIM_RECORD], reg
 #[derive(Default)]
 struct Shims {
     list: Mutex<Vec<Shim>>,
+    /// Servers whose shim lost the router's order: they run on in the
+    /// kernel's order, stale and out of the group, until the router's
+    /// `Restart` ends them with the others (a fresh one then joins).
+    lost_order: Mutex<Vec<i32>>,
     /// The socket's path (the hello is written next to it).
     path: PathBuf,
 }
@@ -256,6 +260,7 @@ impl Shims {
         let l = UnixListener::bind(path).with_context(|| format!("binding {}", path.display()))?;
         let shims = Arc::new(Shims {
             list: Mutex::default(),
+            lost_order: Mutex::default(),
             path: path.to_path_buf(),
         });
         let s = shims.clone();
@@ -282,18 +287,43 @@ impl Shims {
         self.list.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Remember servers whose shim lost the order (see `lost_order`).
+    fn lost_order(&self, pids: Vec<i32>) {
+        if !pids.is_empty() {
+            self.lost_order
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .extend(pids);
+        }
+    }
+
+    /// The servers a `Restart` ends: every one that follows the order here
+    /// and every one that lost it and may still run (each pid once).
+    fn stale_pids(&self) -> Vec<i32> {
+        let mut pids: Vec<i32> = self.lock().iter().map(|m| m.pid).collect();
+        pids.append(&mut self.lost_order.lock().unwrap_or_else(|p| p.into_inner()));
+        pids.sort_unstable();
+        pids.dedup();
+        pids
+    }
+
     /// Queue records for every shim and write what each socket takes;
     /// returns why shims that lost the order did (they are dropped).
     fn send(&self, recs: &[u8]) -> Vec<String> {
         let mut list = self.lock();
         let mut lost = Vec::new();
+        let mut pids = Vec::new();
         list.retain_mut(|c| match c.queue(recs).and_then(|()| c.service()) {
             Ok(()) => true,
             Err(end) => {
-                note_end(end, &mut lost);
+                if note_end(end, &mut lost) {
+                    pids.push(c.pid);
+                }
                 false
             }
         });
+        drop(list);
+        self.lost_order(pids);
         lost
     }
 
@@ -302,14 +332,20 @@ impl Shims {
     fn service(&self) -> (Vec<String>, usize) {
         let mut list = self.lock();
         let mut lost = Vec::new();
+        let mut pids = Vec::new();
         list.retain_mut(|c| match c.service() {
             Ok(()) => true,
             Err(end) => {
-                note_end(end, &mut lost);
+                if note_end(end, &mut lost) {
+                    pids.push(c.pid);
+                }
                 false
             }
         });
-        (lost, list.len())
+        let n = list.len();
+        drop(list);
+        self.lost_order(pids);
+        (lost, n)
     }
 
     /// Ask every shim where it stands (query `id`).
@@ -345,13 +381,19 @@ impl Shims {
     }
 }
 
-fn note_end(end: ShimEnd, lost: &mut Vec<String>) {
+/// Log a shim's end; returns whether its server lost the order (and may
+/// run on, stale).
+fn note_end(end: ShimEnd, lost: &mut Vec<String>) -> bool {
     match end {
         ShimEnd::Lost(why) => {
-            warn!("shim dropped: {why}; its server lost the router's order: this replica leaves the group");
+            warn!("shim dropped: {why}; its server lost the router's order: this replica leaves the group (its server runs on, out of service, until the router asks for it to be ended)");
             lost.push(why);
+            true
         }
-        ShimEnd::Quiet(why) => info!("shim left: {why}"),
+        ShimEnd::Quiet(why) => {
+            info!("shim left: {why}");
+            false
+        }
     }
 }
 
@@ -752,14 +794,17 @@ fn session(
                 AgentEvent::Restart { reason } => {
                     // The servers' state is behind the group's and serves
                     // nobody: SIGKILL loses nothing, and their supervisor
-                    // starts them afresh.
-                    // Only real process ids: 0 or a negative one would
-                    // signal whole process groups, this agent's included.
+                    // starts them afresh: those following the order, and
+                    // those that lost it and run on in the kernel's order.
+                    // Only real process ids (0 or a negative one would
+                    // signal whole process groups, this agent's included),
+                    // and only processes the shim is still loaded in (a
+                    // server that ended by itself may have left its pid to
+                    // an unrelated process).
                     let pids: Vec<i32> = shims
-                        .lock()
-                        .iter()
-                        .map(|m| m.pid)
-                        .filter(|&p| p > 1 && p != std::process::id() as i32)
+                        .stale_pids()
+                        .into_iter()
+                        .filter(|&p| p > 1 && p != std::process::id() as i32 && runs_shim(p))
                         .collect();
                     for pid in &pids {
                         // SAFETY: kill(2) takes no pointers.
@@ -772,12 +817,22 @@ fn session(
                             );
                         }
                     }
-                    warn!(?pids, "the router says this replica's servers are stale ({reason}): ended them; a supervisor (`ftnet run --supervise`, systemd) starts them afresh, and a fresh server joins with the group's state");
+                    if pids.is_empty() {
+                        info!("the router says this replica's servers are stale ({reason}); none runs here");
+                    } else {
+                        warn!(?pids, "the router says this replica's servers are stale ({reason}): ended them; a supervisor (`ftnet run --supervise`, systemd) starts them afresh, and a fresh server joins with the group's state");
+                    }
                 }
                 other => return Ok(other),
             }
         }
     }
+}
+
+/// Whether process `pid` runs with the determinism shim loaded (it is one
+/// of this host's ordered servers, not a process that took a freed pid).
+fn runs_shim(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/maps")).is_ok_and(|m| m.contains("libftnet_shim"))
 }
 
 /// A joiner's held input ([`session`]'s `hold`).

@@ -194,11 +194,10 @@ impl Registry {
                 .get(replica)
                 .copied()
                 .unwrap_or(0);
-            if n == 0 {
-                // No server follows the order there: nothing is stale.
-                return Routed::Yes;
-            }
-            warn!(%replica, "{reason}: its agent is told to end its {n} server(s) (with --end-stale-servers it does, and their supervisor starts them afresh); a fresh server joins with the group's state");
+            // Also with no server following the order there: one whose
+            // shim lost the order runs on in the kernel's order, stale,
+            // and only a fresh one can join (the agent knows them).
+            warn!(%replica, "{reason}: its agent is told to end its servers ({n} following the order, and any that lost it) (with --end-stale-servers it does, and their supervisor starts them afresh); a fresh server joins with the group's state");
         }
         let msg = ftnet_control::to_agent(ev);
         let Some(replicas) = ftnet_control::addressees(ev) else {

@@ -1142,11 +1142,23 @@ fn kill(lab: &Lab, n: usize) -> anyhow::Result<()> {
 fn cut(lab: &Lab, n: usize) -> anyhow::Result<()> {
     let (v, vr, ns) = replica_link(lab, n)?;
     ip(&["-n", &ns, "link", "set", &v, "down"])?;
-    ip(&["-n", &lab.ns_router(), "link", "set", &vr, "down"])?;
+    let (far_ns, far) = far_end(lab, n, &vr);
+    ip(&["-n", &far_ns, "link", "set", &far, "down"])?;
     println!(
-        "replica {n}: link {vr} <-> {v} is down on both ends (host loss); server still running"
+        "replica {n}: link {far} <-> {v} is down on both ends (host loss); server still running"
     );
     Ok(())
+}
+
+/// The other end of replica N's link: the router's veth, or in an HA lab
+/// its port on the replica's bridge in the switch namespace (both routers
+/// lose it at once, as with a host that is gone).
+fn far_end(lab: &Lab, n: usize, router_end: &str) -> (String, String) {
+    if lab.is_ha() {
+        (lab.ns_switch(), format!("hr{n}"))
+    } else {
+        (lab.ns_router(), router_end.to_string())
+    }
 }
 
 /// Replica N's veth (its end, the router's end) and its namespace, which must exist.
@@ -1164,12 +1176,13 @@ fn replica_link(lab: &Lab, n: usize) -> anyhow::Result<(String, String, String)>
 
 fn heal(lab: &Lab, n: usize) -> anyhow::Result<()> {
     let (v, vr, ns) = replica_link(lab, n)?;
-    ip(&["-n", &lab.ns_router(), "link", "set", &vr, "up"])?;
+    let (far_ns, far) = far_end(lab, n, &vr);
+    ip(&["-n", &far_ns, "link", "set", &far, "up"])?;
     ip(&["-n", &ns, "link", "set", &v, "up"])?;
     // The default route went with the link.
     let gw = format!("198.18.{}.1", 10 + n);
     ip(&["-n", &ns, "route", "replace", "default", "via", &gw])?;
-    println!("replica {n}: link {vr} <-> {v} is up again on both ends");
+    println!("replica {n}: link {far} <-> {v} is up again on both ends");
     Ok(())
 }
 

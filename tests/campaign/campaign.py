@@ -1,0 +1,475 @@
+#!/usr/bin/env python3
+"""ftnet's fault campaign: many faults at random points under load, everything the clients saw
+checked, the stalls and recoveries measured.
+
+Two labs run side by side, each with two routers under keepalived (`ftnet lab up --ha`) and three
+replicas with agents:
+  redis  Redis under the determinism shim, supervised (`--supervise`): writers with exact
+         counters and lists, a fresh connection every 200 ms;
+  web    nginx (downloads of a 4 MiB file, uploads) and a socat echo service (echo streams
+         that open and close through the faults), `stateless = true`.
+(A lab serves one service, so the mix runs on two routers on the same 2-core machine.)
+
+Each fault, at a random moment (0.2-1 s after the group recovered from the last one), in a
+random lab, on a random replica, is one of:
+  kill         kill -9 of the replica's server (redis: its supervisor starts a fresh one, which
+               joins with the group's state; web: `ftnet lab restart` after 0.2-1 s)
+  cut          the replica's link down (`lab cut`) for 0.2-1.5 s, then up (`lab heal`); redis:
+               its stale server is ended and a fresh one joins; web: probed back
+  stop         SIGSTOP of the replica's server for 0.05-1.5 s, then SIGCONT (shorter than the
+               failure detection: nothing may happen; longer: taken out, then back as above)
+  router-kill  kill -9 of the router holding the addresses; the other takes over; the killed
+               one is started again as the backup
+  router-cut   every link of that router down; the same
+After each fault the campaign waits until every replica serves again and both routers run (at
+most --recover-s); a group that does not recover ends the campaign.
+
+Afterwards: every client failure (a connection broken, a reply or byte wrong), laid against the
+fault before it; Redis counters and lists read back against what was acknowledged, the three
+replicas' `DEBUG DIGEST` equal; every acknowledged upload intact on each replica that holds it
+and held by at least one; and per fault the longest stall a stream or command saw from the
+fault until 0.5 s after recovery. Results: JSON and a Markdown summary in --out (with --record,
+also bench/results/campaign-<date>-<commit>.{json,md}).
+
+  tests/campaign/campaign.py --faults 30            # what CI runs (e2e campaign/n3-mixed)
+  tests/campaign/campaign.py --faults 1000 --record # the long campaign (~1.5 h on 2 cores)
+Exit status 0 only if nothing was lost, broken or wrong and the group recovered every time.
+"""
+import argparse
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+VIP = "198.19.0.1"
+KINDS = ["kill", "cut", "stop", "router-kill", "router-cut"]
+
+
+def now_ms():
+    return time.time() * 1000.0
+
+
+def log(msg):
+    print(f"[campaign {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+class Lab:
+    def __init__(self, c, name, kind):
+        self.c, self.name, self.kind = c, name, kind
+        self.dir = f"/run/ftnet/lab/{name}"
+        self.load = None
+
+    def ftnet(self, *args, timeout=120, check=True):
+        r = subprocess.run([self.c.ftnet, "lab", *args[:1], "--name", self.name, *args[1:]],
+                           capture_output=True, text=True, timeout=timeout)
+        if check and r.returncode != 0:
+            raise RuntimeError(f"ftnet lab {' '.join(args)} --name {self.name}: exit {r.returncode}: {r.stderr.strip()[-600:]}")
+        return r
+
+    def up(self):
+        self.ftnet("down", check=False)
+        if self.kind == "redis":
+            self.ftnet("up", "--ha", "--supervise", "--port", "6379", "--failure-ms", str(self.c.a.failure_ms), timeout=180)
+        else:
+            self.ftnet("up", "--ha", "--stateless", "--port", "8080", "--port", "7000", "--failure-ms", str(self.c.a.failure_ms),
+                       "--server", f"{self.c.work}/web.sh {{dir}}", timeout=180)
+
+    def status(self):
+        r = self.ftnet("status", "--json", timeout=20, check=False)
+        if r.returncode != 0:
+            return None
+        try:
+            return json.loads(r.stdout)
+        except ValueError:
+            return None
+
+    def replicas(self):
+        s = self.status()
+        if not s:
+            return None
+        return s["status"]["services"][0]["replicas"]
+
+    def routers_up(self):
+        for r in ("router", "router2"):
+            try:
+                pid = int(open(f"{self.dir}/{r}.pid").read().split()[0])
+                os.kill(pid, 0)
+            except (OSError, ValueError):
+                return False
+            try:  # "1" once its ftnet exited (keepalived's tracked file)
+                if open(f"{self.dir}/{r}.down").read().strip() != "0":
+                    return False
+            except OSError:
+                return False
+        return True
+
+    def server_pids(self, i):
+        """The replica's server processes (not its agent or supervisor)."""
+        names = {"redis": ("redis-server",), "web": ("nginx", "socat")}[self.kind]
+        out = subprocess.run(["ip", "netns", "pids", f"ftnet-{self.name}-r{i}"], capture_output=True, text=True).stdout
+        pids = []
+        for p in out.split():
+            try:
+                if open(f"/proc/{p}/comm").read().strip() in names:
+                    pids.append(int(p))
+            except OSError:
+                pass
+        return pids
+
+    def start_load(self):
+        stop = f"{self.c.work}/stop-{self.name}"
+        if os.path.exists(stop):
+            os.unlink(stop)
+        args = ["python3", f"{HERE}/load.py", "--host", VIP, "--stop-file", stop,
+                "--gap-ms", str(self.c.gap_ms), "--max-seconds", str(self.c.max_seconds)]
+        if self.kind == "redis":
+            args += ["--redis", "6379", "--writers", "8"]
+        else:
+            args += ["--echo", "7000", "--streams", "3", "--http", "8080", "--big", f"{self.c.work}/big.bin"]
+        self.load_out = open(f"{self.c.out}/load-{self.name}.json", "w")
+        self.load_err = open(f"{self.c.out}/load-{self.name}.err", "w")
+        self.load = subprocess.Popen([self.c.ftnet, "lab", "exec", "--name", self.name, "client", "--", *args],
+                                     stdout=self.load_out, stderr=self.load_err)
+        self.stop_file = stop
+
+    def stop_load(self):
+        open(self.stop_file, "w").close()
+        try:
+            self.load.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            self.load.kill()
+        self.load_out.close()
+        self.load_err.close()
+        try:
+            return json.load(open(f"{self.c.out}/load-{self.name}.json"))
+        except ValueError:
+            return None
+
+
+class Campaign:
+    def __init__(self, a):
+        self.a = a
+        self.ftnet = a.ftnet
+        self.out = a.out
+        self.work = a.work
+        self.gap_ms = a.gap_ms
+        self.max_seconds = a.max_seconds
+        self.rnd = random.Random(a.seed)
+        self.faults = []
+
+    def inject(self, lab, kind, victim):
+        """One fault; returns (what was done, the time it hit in epoch ms)."""
+        r = self.rnd
+        if kind == "kill":
+            if lab.kind == "redis":
+                pids = lab.server_pids(victim)
+                t = now_ms()
+                for p in pids:
+                    os.kill(p, signal.SIGKILL)
+                return f"kill -9 r{victim}'s redis-server {pids} (its supervisor starts a fresh one)", t
+            t = now_ms()
+            lab.ftnet("kill", str(victim))
+            hold = r.uniform(0.2, 1.0)
+            time.sleep(hold)
+            lab.ftnet("restart", str(victim))
+            return f"lab kill r{victim}, restart after {hold:.2f} s", t
+        if kind == "cut":
+            hold = r.uniform(0.2, 1.5)
+            t = now_ms()
+            lab.ftnet("cut", str(victim))
+            time.sleep(hold)
+            lab.ftnet("heal", str(victim))
+            return f"lab cut r{victim}, heal after {hold:.2f} s", t
+        if kind == "stop":
+            hold = r.uniform(0.05, 1.5)
+            pids = lab.server_pids(victim)
+            t = now_ms()
+            for p in pids:
+                os.kill(p, signal.SIGSTOP)
+            time.sleep(hold)
+            for p in pids:
+                try:
+                    os.kill(p, signal.SIGCONT)
+                except OSError:
+                    pass
+            return f"SIGSTOP r{victim}'s server {pids} for {hold:.2f} s", t
+        if kind in ("router-kill", "router-cut"):
+            t = now_ms()
+            lab.ftnet("kill-router" if kind == "router-kill" else "cut-router")
+            time.sleep(r.uniform(0.5, 1.5))
+            lab.ftnet("restart-router", timeout=180)
+            return f"lab {kind.replace('router-', '')}-router, restarted as backup", t
+        raise ValueError(kind)
+
+    def recovered(self, lab, deadline):
+        """Wait until every replica serves and both routers run; ms it took, or None."""
+        while time.monotonic() < deadline:
+            reps = lab.replicas()
+            if reps and all(x["alive"] and x["state"] == "serving" for x in reps) and lab.routers_up():
+                if lab.kind == "web" or all(lab.server_pids(i) for i in (1, 2, 3)):
+                    return True
+            time.sleep(0.1)
+        return False
+
+    def run(self):
+        a = self.a
+        os.makedirs(self.out, exist_ok=True)
+        os.makedirs(self.work, exist_ok=True)
+        with open(f"{self.work}/big.bin", "wb") as f:
+            f.write(random.Random(1).randbytes(4 << 20))
+        shutil.copy(f"{HERE}/web.sh", f"{self.work}/web.sh")
+        labs = [Lab(self, f"{a.prefix}r", "redis"), Lab(self, f"{a.prefix}w", "web")]
+        labs = [l for l in labs if l.kind in a.labs]
+        t_start = time.time()
+        try:
+            for l in labs:
+                log(f"lab {l.name} ({l.kind}) up")
+                l.up()
+            for l in labs:
+                l.start_load()
+            time.sleep(2)
+            for n in range(a.faults):
+                lab = self.rnd.choice(labs)
+                kind = self.rnd.choice(a.kinds)
+                victim = self.rnd.randrange(1, 4)
+                time.sleep(self.rnd.uniform(0.2, 1.0))
+                if any(l.load.poll() is not None for l in labs):
+                    log("a load process ended early: stopping")
+                    break
+                what, t = self.inject(lab, kind, victim)
+                ok = self.recovered(lab, time.monotonic() + a.recover_s)
+                rec = now_ms() - t
+                f = {"n": n + 1, "lab": lab.name, "workload": lab.kind, "kind": kind, "victim": victim,
+                     "what": what, "t_ms": round(t), "recovered_ms": round(rec) if ok else None}
+                self.faults.append(f)
+                log(f"fault {n + 1}/{a.faults} {lab.name}: {what}; " +
+                    (f"recovered in {rec:.0f} ms" if ok else f"NOT RECOVERED in {a.recover_s} s"))
+                if not ok:
+                    break
+        finally:
+            loads = {}
+            for l in labs:
+                if l.load:
+                    loads[l.name] = l.stop_load()
+            checks = self.final_checks(labs, loads)
+            for l in labs:
+                self.keep_logs(l)
+                if not a.keep:
+                    l.ftnet("down", check=False)
+        return self.report(labs, loads, checks, time.time() - t_start)
+
+    def final_checks(self, labs, loads):
+        checks = []
+        for l in labs:
+            load = loads.get(l.name)
+            if load is None:
+                checks.append((l.name, "the load reported", False, "no JSON from load.py"))
+                continue
+            if l.kind == "redis":
+                w = load["redis"].get("wrong")
+                checks.append((l.name, "counters and lists equal what was acknowledged", w == [],
+                               f"{load['redis'].get('keys_checked', 0)} keys, wrong: {(w or [])[:5]}"))
+                digests = []
+                for i in (1, 2, 3):
+                    r = subprocess.run([self.ftnet, "lab", "exec", "--name", l.name, f"r{i}", "--",
+                                        "redis-cli", "-p", "6379", "DEBUG", "DIGEST"],
+                                       capture_output=True, text=True, timeout=30)
+                    digests.append(r.stdout.strip())
+                same = len(set(digests)) == 1 and digests[0] not in ("", "0" * 40)
+                checks.append((l.name, "the three replicas' DEBUG DIGEST equal", same, ", ".join(d[:12] for d in digests)))
+            else:
+                ups = load["http"]["uploads"]
+                bad, missing = [], []
+                import hashlib
+                for u in ups:
+                    held = 0
+                    for i in (1, 2, 3):
+                        p = f"{l.dir}/r{i}/www/upload/{u['name']}"
+                        if os.path.exists(p):
+                            held += 1
+                            if hashlib.md5(open(p, "rb").read()).hexdigest() != u["md5"]:
+                                bad.append(f"r{i}/{u['name']}")
+                    if held == 0:
+                        missing.append(u["name"])
+                checks.append((l.name, "every acknowledged upload intact where held, held somewhere",
+                               not bad and not missing,
+                               f"{len(ups)} uploads, corrupt {bad[:5]}, held nowhere {missing[:5]}"))
+            errs = load["errors"]
+            checks.append((l.name, "no client failure (connection broken, reply or byte wrong)", not errs,
+                           f"{len(errs)}: " + "; ".join(f"{e['kind']}: {e['what']}" for e in errs[:5])))
+        return checks
+
+    def keep_logs(self, l):
+        d = f"{self.out}/{l.name}"
+        os.makedirs(d, exist_ok=True)
+        # router.log.1 holds what earlier incarnations of a restarted router logged.
+        for f in ("router.log", "router.log.1", "router2.log", "router2.log.1",
+                  "keepalived-router.log", "keepalived-router2.log"):
+            if os.path.exists(f"{l.dir}/{f}"):
+                shutil.copy(f"{l.dir}/{f}", d)
+        for i in (1, 2, 3):
+            for f in ("agent.log", "server.log"):
+                p = f"{l.dir}/r{i}/{f}"
+                if os.path.exists(p):
+                    with open(p, "rb") as src, open(f"{d}/r{i}-{f}", "wb") as dst:
+                        src.seek(max(0, os.path.getsize(p) - 2_000_000))
+                        dst.write(src.read())
+
+    def lines(self, l, what):
+        """(epoch ms, replica address) of each router log line of this lab containing `what`."""
+        import datetime
+        import re
+        out = []
+        for f in ("router.log.1", "router.log", "router2.log.1", "router2.log"):
+            p = f"{self.out}/{l.name}/{f}"
+            if not os.path.exists(p):
+                continue
+            for line in open(p, errors="replace"):
+                if what not in line:
+                    continue
+                m = re.match(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+)Z.*replica (\d+\.\d+\.\d+\.\d+)", line)
+                if m:
+                    ts = datetime.datetime.fromisoformat(m.group(1)[:26]).replace(tzinfo=datetime.timezone.utc)
+                    out.append((ts.timestamp() * 1000, m.group(2)))
+        return out
+
+    def report(self, labs, loads, checks, elapsed):
+        # Stalls and failures laid against the fault before them, in the same lab: a stall that
+        # began within 1 s of the fault is the fault's (detection, eviction, takeover); one that
+        # began later, until 0.5 s after the recovery, is the heal's (a join pauses the input).
+        for f in self.faults:
+            load = loads.get(f["lab"]) or {"stalls": [], "errors": []}
+            end = f["t_ms"] + (f["recovered_ms"] or self.a.recover_s * 1000) + 500
+            near = [s for s in load["stalls"] if f["t_ms"] - 100 <= s["t_ms"] <= end]
+            f["stall_ms"] = max([s["ms"] for s in near if s["t_ms"] <= f["t_ms"] + 1000] or [0])
+            f["heal_stall_ms"] = max([s["ms"] for s in near if s["t_ms"] > f["t_ms"] + 1000] or [0])
+            f["failures"] = [e for e in load["errors"] if f["t_ms"] - 100 <= e["t_ms"] <= end]
+        # Replicas the routers took out: each "declared down" line, and whether a fault of the
+        # campaign had hit that replica in the 3 s before (a replica taken out that no fault hit
+        # is a false verdict: counted, not a failure, as the group heals it).
+        self.spontaneous = []
+        for l in labs:
+            for line in self.lines(l, "declared down"):
+                t, addr = line
+                hit = any(f["lab"] == l.name and f["t_ms"] - 200 <= t <= f["t_ms"] + (f["recovered_ms"] or 0) + 3000
+                          and (f["kind"].startswith("router") or f"198.18.{10 + f['victim']}.2" == addr)
+                          for f in self.faults)
+                if not hit:
+                    self.spontaneous.append({"lab": l.name, "t_ms": t, "replica": addr})
+
+        def pct(xs, p):
+            xs = sorted(xs)
+            return xs[min(len(xs) - 1, int(len(xs) * p))] if xs else None
+
+        by_kind = {}
+        for k in KINDS:
+            fs = [f for f in self.faults if f["kind"] == k]
+            if not fs:
+                continue
+            st = [f["stall_ms"] for f in fs]
+            hs = [f["heal_stall_ms"] for f in fs]
+            rc = [f["recovered_ms"] for f in fs if f["recovered_ms"] is not None]
+            by_kind[k] = {"faults": len(fs), "stall_p50_ms": pct(st, 0.5), "stall_p90_ms": pct(st, 0.9),
+                          "stall_p99_ms": pct(st, 0.99), "stall_max_ms": max(st),
+                          "heal_stall_p50_ms": pct(hs, 0.5), "heal_stall_max_ms": max(hs),
+                          "recovery_p50_ms": pct(rc, 0.5), "recovery_max_ms": max(rc) if rc else None,
+                          "with_failures": sum(1 for f in fs if f["failures"])}
+        totals = {}
+        for name, load in loads.items():
+            if load:
+                totals[name] = {"echo_streams": load["echo"]["streams"], "echo_bytes": load["echo"]["bytes"],
+                                "downloads": load["http"]["downloads"], "uploads": len(load["http"]["uploads"]),
+                                "redis_commands": load["redis"]["commands"], "redis_short": load["redis"]["short"],
+                                "errors": len(load["errors"]), "seconds": round((load["end_ms"] - load["start_ms"]) / 1000)}
+        ok = (len(self.faults) == self.a.faults and all(f["recovered_ms"] is not None for f in self.faults)
+              and all(c[2] for c in checks))
+        commit = subprocess.run(["git", "-C", REPO, "rev-parse", "--short=8", "HEAD"], capture_output=True, text=True).stdout.strip()
+        res = {"ok": ok, "commit": commit, "seed": self.a.seed, "faults_planned": self.a.faults,
+               "faults": self.faults, "by_kind": by_kind, "totals": totals,
+               "taken_out_unhit": self.spontaneous,
+               "checks": [{"lab": c[0], "check": c[1], "ok": c[2], "detail": c[3]} for c in checks],
+               "elapsed_s": round(elapsed), "gap_ms": self.gap_ms,
+               "machine": f"{os.cpu_count()} CPUs, Linux {os.uname().release}"}
+        json.dump(res, open(f"{self.out}/campaign.json", "w"), indent=1)
+        md = self.markdown(res)
+        open(f"{self.out}/campaign.md", "w").write(md)
+        print(md)
+        if self.a.record:
+            stamp = time.strftime("%Y%m%d-%H%M")
+            base = f"{REPO}/bench/results/campaign-{stamp}-{commit}"
+            json.dump(res, open(base + ".json", "w"), indent=1)
+            open(base + ".md", "w").write(md)
+            log(f"recorded {base}.{{json,md}}")
+        return 0 if ok else 1
+
+    def markdown(self, res):
+        L = [f"# Fault campaign {time.strftime('%Y-%m-%d %H:%M')} at {res['commit']} (seed {res['seed']})", "",
+             f"{len(res['faults'])} of {res['faults_planned']} faults in {res['elapsed_s']} s on {res['machine']}; "
+             f"verdict: **{'PASS' if res['ok'] else 'FAIL'}**. A stall is the longest silence (> {res['gap_ms']} ms) "
+             "a client stream or command saw from the fault until 0.5 s after the group recovered; recovery is "
+             "until every replica serves again and both routers run.", "",
+             "| fault | count | stall at the fault p50 / p90 / p99 / max (ms) | stall while healing p50 / max (ms) | recovery p50 / max (ms) | faults with a client failure |",
+             "|---|---|---|---|---|---|"]
+        for k, v in res["by_kind"].items():
+            L.append(f"| {k} | {v['faults']} | {v['stall_p50_ms']} / {v['stall_p90_ms']} / {v['stall_p99_ms']} / "
+                     f"{v['stall_max_ms']} | {v['heal_stall_p50_ms']} / {v['heal_stall_max_ms']} | "
+                     f"{v['recovery_p50_ms']} / {v['recovery_max_ms']} | {v['with_failures']} |")
+        sp = res["taken_out_unhit"]
+        L += ["", f"Replicas taken out that no fault had hit (false verdicts; the group healed them): {len(sp)}"]
+        for x in sp[:10]:
+            L.append(f"- {x['lab']} {x['replica']} at {time.strftime('%H:%M:%S', time.gmtime(x['t_ms'] / 1000))}")
+        L += ["", "| lab | load | client errors |", "|---|---|---|"]
+        for name, t in res["totals"].items():
+            L.append(f"| {name} | {t['seconds']} s: {t['redis_commands']} Redis commands, {t['redis_short']} short "
+                     f"connections, {t['echo_streams']} echo streams ({t['echo_bytes'] >> 20} MiB), "
+                     f"{t['downloads']} downloads, {t['uploads']} uploads | {t['errors']} |")
+        L += ["", "| lab | check | result |", "|---|---|---|"]
+        for c in res["checks"]:
+            L.append(f"| {c['lab']} | {c['check']} | {'ok' if c['ok'] else 'FAILED'}: {c['detail']} |")
+        bad = [f for f in res["faults"] if f["failures"] or f["recovered_ms"] is None]
+        if bad:
+            L += ["", "Faults with a client failure or no recovery:"]
+            for f in bad[:30]:
+                L.append(f"- #{f['n']} {f['lab']} {f['what']}: recovered {f['recovered_ms']} ms; " +
+                         "; ".join(f"{e['kind']}: {e['what']}" for e in f["failures"][:3]))
+        return "\n".join(L) + "\n"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog="\n".join(__doc__.splitlines()[1:]),
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--faults", type=int, default=30, help="how many faults (default 30)")
+    ap.add_argument("--seed", type=int, default=int(os.environ.get("FTNET_CAMPAIGN_SEED", "1")))
+    ap.add_argument("--kinds", default=",".join(KINDS), help=f"comma-separated subset of {','.join(KINDS)}")
+    ap.add_argument("--labs", default="redis,web", help="redis, web or both")
+    ap.add_argument("--prefix", default="fc", help="lab name prefix (labs <prefix>r and <prefix>w)")
+    ap.add_argument("--ftnet", default=os.environ.get("FTNET", f"{REPO}/target/release/ftnet"))
+    ap.add_argument("--out", default="/tmp/ftnet-campaign")
+    ap.add_argument("--work", default="/tmp/ftnet-campaign-work")
+    ap.add_argument("--gap-ms", type=float, default=20.0)
+    ap.add_argument("--failure-ms", type=int, default=300,
+                    help="the routers' failure detection (default 300: on 2 cores running two HA labs and "
+                    "their load, 100 ms verdicts are taken on scheduling delay alone)")
+    ap.add_argument("--recover-s", type=float, default=60.0)
+    ap.add_argument("--max-seconds", type=float, default=4 * 3600, help="bound on the load's run time")
+    ap.add_argument("--record", action="store_true", help="also write bench/results/campaign-*.{json,md}")
+    ap.add_argument("--keep", action="store_true", help="leave the labs up")
+    a = ap.parse_args()
+    a.kinds = [k for k in a.kinds.split(",") if k]
+    a.labs = [k for k in a.labs.split(",") if k]
+    bad = [k for k in a.kinds if k not in KINDS]
+    if bad or not a.kinds:
+        ap.error(f"unknown fault kind(s) {bad}; known: {KINDS}")
+    if os.geteuid() != 0:
+        ap.error("needs root (network namespaces)")
+    return Campaign(a).run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -34,7 +34,8 @@
 #   hygiene    (N=2 only) `lab run` interrupted by SIGINT and by SIGKILL: nothing left behind
 # Beyond the matrix: agents/n3-cut, drain/n2-none (graceful stop), status-page/n3-kill (the live
 #   status page in headless chromium), flood/n3-none (SYN, garbage, ICMP, RST and ACK floods while
-#   a legitimate client is measured), package/n1-none (the Debian package installed by dpkg in a
+#   a legitimate client is measured), flood-control/n3-none (half-open and unauthenticated
+#   connections to the control port, an agent that stops), package/n1-none (the Debian package installed by dpkg in a
 #   private mount namespace, its units' commands run), operator/n2-none (a second router and SIGHUP do not disturb
 #   the running one), spoof/n3-none (forged replica-sourced RST/ICMP from a client), impostor/n3-none
 #   (an agent with the right secret posing as a replica), redis-order (input order), asyncio-{poll,select,epoll} (input
@@ -117,7 +118,7 @@ for id in operator/n2-none drain/n2-none package/n1-none ack-log/n3-none client-
 	takeover-stall/n3-kill takeover-get/n3-kill takeover-put/n3-kill takeover-synack/n3-kill \
 	takeover-redis/n3-kill takeover-connect/n3-kill takeover-stall/n3-cut \
 	rejoin/n3-cut rejoin-takeover/n3-kill server-reset/n1-none server-reset/n3-none \
-	attack-client/n3-none flood/n3-none membership/n4-none status-page/n3-kill heal/n3-kill heal/n3-cut heal-nginx/n3-kill join/n3-kill join-outlive/n3-kill join-cut/n3-cut join-hang/n3-hang hang-writers/n3-hang join-ops/n4-none; do
+	attack-client/n3-none flood/n3-none flood-control/n3-none membership/n4-none status-page/n3-kill heal/n3-kill heal/n3-cut heal-nginx/n3-kill join/n3-kill join-outlive/n3-kill join-cut/n3-cut join-hang/n3-hang hang-writers/n3-hang join-ops/n4-none; do
 	[[ -z $only || $id =~ $only ]] && tests+=("$id")
 done
 # Stress runs (long; known to fail now and then: see the scenario): only when asked for.

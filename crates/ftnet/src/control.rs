@@ -94,6 +94,10 @@ pub struct Registry {
     /// Replicas whose servers follow the input order (`ftnet run`), as
     /// their agents last said (`Shims`).
     ordered_servers: Mutex<HashMap<Ipv4Addr, u32>>,
+    /// The control connections open, by where they come from.
+    budget: Mutex<Budget>,
+    /// Lines about peers refused before they registered.
+    unproven_lines: Mutex<LineBudget>,
 }
 
 /// What [`Registry::route`] did with a core message.
@@ -127,6 +131,26 @@ struct Agent {
 impl Registry {
     fn lock(&self) -> MutexGuard<'_, HashMap<Ipv4Addr, Agent>> {
         self.agents.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// May a line about a peer refused before it registered be logged now
+    /// (a flood of them must not flood the log)? If so, what to add to it:
+    /// how many such lines were left out since the last one.
+    fn unproven_line(&self) -> Option<String> {
+        let more = self
+            .unproven_lines
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .allow(std::time::Instant::now())?;
+        Some(if more > 0 {
+            format!(" ({more} more such line(s) left out before this one)")
+        } else {
+            String::new()
+        })
+    }
+
+    fn budget(&self) -> MutexGuard<'_, Budget> {
+        self.budget.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn pending(&self) -> MutexGuard<'_, HashMap<ConnKey, Vec<Ipv4Addr>>> {
@@ -297,7 +321,14 @@ impl Registry {
             })
             .collect();
         list.sort_by_key(|v| v["replica"].as_str().map(str::to_string));
+        drop(agents);
+        let b = self.budget();
         serde_json::json!({
+            "connections": b.open(),
+            "refused_connections": b.refused,
+            "refused_full": b.refused_full,
+            "refused_unknown": b.refused_unknown,
+            "refused_per_address": b.refused_replica,
             "agents": list,
             "dropped_records": self.dropped_records.load(std::sync::atomic::Ordering::Relaxed),
             "rejected_frames": self.rejected_frames.load(std::sync::atomic::Ordering::Relaxed),
@@ -326,11 +357,7 @@ fn admission(
     if !known.contains(&replica) {
         return Err(format!("replica {replica} is not in the router's configuration — add it to a [[service]] or fix the agent's --replica"));
     }
-    let from = match peer.ip() {
-        std::net::IpAddr::V4(a) => Some(a),
-        std::net::IpAddr::V6(a) => a.to_ipv4_mapped(),
-    };
-    if from != Some(replica) {
+    if v4(peer.ip()) != Some(replica) {
         return Err(format!("an agent for replica {replica} must connect from that address, this one connects from {} — run it on the replica's host, routed to the router through the replica's own interface", peer.ip()));
     }
     if let Some(a) = agents.get(&replica).filter(|_| proven) {
@@ -372,44 +399,50 @@ pub fn start(
         .name("control".into())
         .spawn(move || {
             let mut session = 0u64;
-            let active = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-            let mut refused = 0u64;
             for conn in listener.incoming() {
                 let Ok(stream) = conn else { continue };
-                if active.load(std::sync::atomic::Ordering::Acquire) >= MAX_CONTROL_CONNECTIONS {
-                    // A flood of connections (authenticated or not) costs
-                    // no thread beyond the cap; one line per power of two.
-                    refused += 1;
-                    if refused.is_power_of_two() {
-                        let peer = stream.peer_addr().map(|p| p.to_string()).unwrap_or_default();
-                        warn!(refused, peer = %peer, "control: {MAX_CONTROL_CONNECTIONS} connections open already; closing new ones at once ({refused} so far, the last from {peer})");
+                let from = stream.peer_addr().ok().and_then(|p| v4(p.ip()));
+                let taken = reg
+                    .budget()
+                    .take(from, &known.read().unwrap_or_else(|p| p.into_inner()));
+                let slot = match taken {
+                    Ok(slot) => slot,
+                    Err((refused, n)) => {
+                        // A flood of connections costs no thread beyond its
+                        // budget; one line per power of two of each kind.
+                        if n.is_power_of_two() {
+                            let peer = stream
+                                .peer_addr()
+                                .map(|p| p.to_string())
+                                .unwrap_or_default();
+                            warn!(refused = n, peer = %peer, "control: {}; closing new ones at once ({n} so far, the last from {peer})", refused.why());
+                        }
+                        drop(stream);
+                        continue;
                     }
-                    drop(stream);
-                    continue;
-                }
-                active.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+                };
+                let slot = SlotGuard {
+                    reg: reg.clone(),
+                    slot,
+                };
                 session += 1;
-                let (reg, secret, known, router, mine) = (
-                    reg.clone(),
-                    secret.clone(),
-                    known.clone(),
-                    router.clone(),
-                    active.clone(),
-                );
+                let (reg, secret, known, router) =
+                    (reg.clone(), secret.clone(), known.clone(), router.clone());
                 let id = session;
-                let spawned = std::thread::Builder::new()
+                // Dropped with the closure (the slot is given back) whether
+                // the thread ran, panicked or never started.
+                let _ = std::thread::Builder::new()
                     .name(format!("agent{id}"))
                     .spawn(move || {
+                        let _slot = slot;
                         if let Err(e) =
                             serve(stream, id, &secret, hb, rt, &known, &reg, router.as_ref())
                         {
-                            warn!("control connection {id}: {e:#}");
+                            if let Some(more) = reg.unproven_line() {
+                                warn!("control connection {id}: {e:#}{more}");
+                            }
                         }
-                        mine.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
                     });
-                if spawned.is_err() {
-                    active.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
-                }
             }
         })
         .context("starting the control thread")?;
@@ -419,6 +452,179 @@ pub fn start(
 /// Control connections served at once (agents, and peers still proving
 /// the secret, which get at most `dead_after` or 1 s to do so).
 const MAX_CONTROL_CONNECTIONS: usize = 256;
+
+/// Of those, connections from addresses that are no replica's: no agent may
+/// speak from there (it is refused once it proved the secret), so a few
+/// suffice for a misrouted agent to hear why, and a flood from anywhere
+/// else cannot take the places of the replicas' agents.
+const MAX_UNKNOWN_CONNECTIONS: usize = 64;
+
+/// Connections from one replica's address at once: its agent, the same agent
+/// reconnecting before the router noticed the old connection gone, a second
+/// agent to be refused with the reason.
+const MAX_PER_REPLICA_ADDRESS: usize = 4;
+
+/// The peer's IPv4 address (an IPv4-mapped IPv6 one included).
+fn v4(ip: std::net::IpAddr) -> Option<Ipv4Addr> {
+    match ip {
+        std::net::IpAddr::V4(a) => Some(a),
+        std::net::IpAddr::V6(a) => a.to_ipv4_mapped(),
+    }
+}
+
+/// Whose place a control connection takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Slot {
+    /// From an address that is no replica's.
+    Unknown,
+    /// From this replica's address.
+    Replica(Ipv4Addr),
+}
+
+/// Why a control connection was closed at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Refused {
+    /// [`MAX_CONTROL_CONNECTIONS`] open.
+    Full,
+    /// [`MAX_UNKNOWN_CONNECTIONS`] open from addresses that are no replica's.
+    Unknown,
+    /// [`MAX_PER_REPLICA_ADDRESS`] open from this replica's address.
+    Replica(Ipv4Addr),
+}
+
+impl Refused {
+    fn why(self) -> String {
+        match self {
+            Refused::Full => format!("{MAX_CONTROL_CONNECTIONS} connections open already"),
+            Refused::Unknown => format!("{MAX_UNKNOWN_CONNECTIONS} connections from addresses that are no replica's open already (an agent connects from its replica's address)"),
+            Refused::Replica(a) => format!("{MAX_PER_REPLICA_ADDRESS} connections from replica {a}'s address open already"),
+        }
+    }
+}
+
+/// The control connections open, by where they come from: peers from
+/// addresses that are no replica's share a small budget, each replica's
+/// address has one of its own, so that no flood from elsewhere keeps a
+/// replica's agent out (one that reconnects gets in at once).
+#[derive(Default)]
+struct Budget {
+    unknown: usize,
+    replicas: HashMap<Ipv4Addr, usize>,
+    /// Connections closed at once, in all and by kind.
+    refused: u64,
+    refused_full: u64,
+    refused_unknown: u64,
+    refused_replica: u64,
+}
+
+impl Budget {
+    fn open(&self) -> usize {
+        self.unknown + self.replicas.values().sum::<usize>()
+    }
+
+    /// A place for a connection from `from`, or why there is none and how
+    /// many of that kind were refused so far.
+    fn take(
+        &mut self,
+        from: Option<Ipv4Addr>,
+        known: &HashSet<Ipv4Addr>,
+    ) -> Result<Slot, (Refused, u64)> {
+        let slot = match from {
+            Some(a) if known.contains(&a) => Slot::Replica(a),
+            _ => Slot::Unknown,
+        };
+        let refused = if self.open() >= MAX_CONTROL_CONNECTIONS {
+            Some((Refused::Full, &mut self.refused_full))
+        } else {
+            match slot {
+                Slot::Unknown if self.unknown >= MAX_UNKNOWN_CONNECTIONS => {
+                    Some((Refused::Unknown, &mut self.refused_unknown))
+                }
+                Slot::Replica(a)
+                    if self.replicas.get(&a).copied().unwrap_or(0) >= MAX_PER_REPLICA_ADDRESS =>
+                {
+                    Some((Refused::Replica(a), &mut self.refused_replica))
+                }
+                _ => None,
+            }
+        };
+        if let Some((why, n)) = refused {
+            *n += 1;
+            self.refused += 1;
+            return Err((why, *n));
+        }
+        match slot {
+            Slot::Unknown => self.unknown += 1,
+            Slot::Replica(a) => *self.replicas.entry(a).or_default() += 1,
+        }
+        Ok(slot)
+    }
+
+    fn give_back(&mut self, slot: Slot) {
+        match slot {
+            Slot::Unknown => self.unknown = self.unknown.saturating_sub(1),
+            Slot::Replica(a) => {
+                if let Some(n) = self.replicas.get_mut(&a) {
+                    *n = n.saturating_sub(1);
+                    if *n == 0 {
+                        self.replicas.remove(&a);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Lines about peers refused before they registered: a burst of
+/// [`LINES_BURST`], then [`LINES_PER_S`] a second; the others are counted
+/// and the next line says how many were left out.
+const LINES_BURST: f64 = 20.0;
+const LINES_PER_S: f64 = 5.0;
+
+struct LineBudget {
+    tokens: f64,
+    at: Option<std::time::Instant>,
+    left_out: u64,
+}
+
+impl Default for LineBudget {
+    fn default() -> Self {
+        LineBudget {
+            tokens: LINES_BURST,
+            at: None,
+            left_out: 0,
+        }
+    }
+}
+
+impl LineBudget {
+    /// `Some(lines left out since the last one)` if a line may go out now.
+    fn allow(&mut self, now: std::time::Instant) -> Option<u64> {
+        if let Some(at) = self.at {
+            let refill = now.saturating_duration_since(at).as_secs_f64() * LINES_PER_S;
+            self.tokens = (self.tokens + refill).min(LINES_BURST);
+        }
+        self.at = Some(now);
+        if self.tokens < 1.0 {
+            self.left_out += 1;
+            return None;
+        }
+        self.tokens -= 1.0;
+        Some(std::mem::take(&mut self.left_out))
+    }
+}
+
+/// A connection's place, given back when its thread ends (or never starts).
+struct SlotGuard {
+    reg: Arc<Registry>,
+    slot: Slot,
+}
+
+impl Drop for SlotGuard {
+    fn drop(&mut self) {
+        self.reg.budget().give_back(self.slot);
+    }
+}
 
 fn serve(
     mut stream: TcpStream,
@@ -557,7 +763,11 @@ fn serve(
                         reg.rejected_frames
                             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     }
-                    warn!(%peer, replica = ?registered, "control connection {id}: {e}; closing");
+                    if registered.is_some() {
+                        warn!(%peer, replica = ?registered, "control connection {id}: {e}; closing");
+                    } else if let Some(more) = reg.unproven_line() {
+                        warn!(%peer, "control connection {id}: {e}; closing{more}");
+                    }
                     if let Some(r) = registered {
                         if shims > 0 {
                             order_lost(router, r, peer, &format!("its agent's connection broke ({e}) while {shims} server(s) followed the order through it"));
@@ -704,7 +914,9 @@ fn serve(
                     }
                 }
                 RouterEvent::Rejected { reason } => {
-                    warn!(%peer, "agent refused: {reason}");
+                    if let Some(more) = reg.unproven_line() {
+                        warn!(%peer, "agent refused: {reason}{more}");
+                    }
                     let _ = stream.shutdown(std::net::Shutdown::Both);
                     return Ok(());
                 }
@@ -1192,5 +1404,103 @@ mod tests {
         assert_eq!(admit(&agents, [198, 18, 12, 2], 2), Ok(()));
         agents.insert(R2, agent_heard(1, Duration::ZERO, true));
         assert_eq!(admit(&agents, [198, 18, 12, 2], 2), Ok(()));
+    }
+
+    /// A flood from an address that is no replica's (a client's) fills its
+    /// own small budget and never the places of the replicas' agents: an
+    /// agent that reconnects from its replica's address gets in, up to a
+    /// few connections per replica address; the overall cap still holds;
+    /// places given back are taken again.
+    #[test]
+    fn a_flood_from_elsewhere_leaves_room_for_the_agents() {
+        let client = Some(Ipv4Addr::new(198, 18, 1, 2));
+        let known: HashSet<Ipv4Addr> = [R, R2].into();
+        let mut b = Budget::default();
+        let mut held = Vec::new();
+        for _ in 0..MAX_UNKNOWN_CONNECTIONS {
+            held.push(b.take(client, &known).unwrap());
+        }
+        assert_eq!(held[0], Slot::Unknown);
+        for n in 1..=1000u64 {
+            assert_eq!(b.take(client, &known), Err((Refused::Unknown, n)));
+        }
+        assert_eq!(b.take(None, &known), Err((Refused::Unknown, 1001)));
+        // The replicas' agents, though the flood goes on.
+        for _ in 0..MAX_PER_REPLICA_ADDRESS {
+            assert_eq!(b.take(Some(R2), &known), Ok(Slot::Replica(R2)));
+        }
+        assert_eq!(
+            b.take(Some(R2), &known),
+            Err((Refused::Replica(R2), 1)),
+            "a few per replica address"
+        );
+        assert_eq!(b.take(Some(R), &known), Ok(Slot::Replica(R)));
+        assert_eq!(b.refused, 1002);
+        b.give_back(Slot::Replica(R2));
+        assert_eq!(b.take(Some(R2), &known), Ok(Slot::Replica(R2)));
+        b.give_back(Slot::Unknown);
+        assert_eq!(b.take(client, &known), Ok(Slot::Unknown));
+        // An address that is no longer a replica's counts as unknown.
+        let fewer: HashSet<Ipv4Addr> = [R].into();
+        assert_eq!(b.take(Some(R2), &fewer), Err((Refused::Unknown, 1002)));
+        // Many replicas' addresses together still stop at the overall cap.
+        let many: HashSet<Ipv4Addr> = (0..=255u8)
+            .map(|i| Ipv4Addr::new(198, 18, 100, i))
+            .collect();
+        let mut full = 0;
+        for a in &many {
+            for _ in 0..MAX_PER_REPLICA_ADDRESS {
+                if b.take(Some(*a), &many) == Err((Refused::Full, full + 1)) {
+                    full += 1;
+                }
+            }
+        }
+        assert_eq!(b.open(), MAX_CONTROL_CONNECTIONS);
+        assert!(full > 0);
+    }
+
+    /// A connection's place is given back when its thread ends, whichever
+    /// way, and the status says what was refused.
+    #[test]
+    fn a_place_is_given_back_and_refusals_counted() {
+        let reg = Arc::new(Registry::default());
+        let known: HashSet<Ipv4Addr> = [R].into();
+        let g = SlotGuard {
+            reg: reg.clone(),
+            slot: reg.budget().take(Some(R), &known).unwrap(),
+        };
+        assert_eq!(reg.status()["connections"], 1);
+        let t = std::thread::spawn(move || {
+            let _g = g;
+            panic!("a session that panics");
+        });
+        assert!(t.join().is_err());
+        assert_eq!(reg.status()["connections"], 0);
+        for _ in 0..MAX_UNKNOWN_CONNECTIONS + 3 {
+            let _ = reg.budget().take(None, &known);
+        }
+        let st = reg.status();
+        assert_eq!(st["refused_connections"], 3);
+        assert_eq!(st["refused_unknown"], 3);
+        assert_eq!(st["refused_per_address"], 0);
+    }
+
+    /// Lines about refused peers: a burst, then a few a second, each
+    /// saying how many were left out before it.
+    #[test]
+    fn refusal_lines_are_bounded() {
+        let mut b = LineBudget::default();
+        let t0 = std::time::Instant::now();
+        let logged = (0..1000).filter(|_| b.allow(t0).is_some()).count();
+        assert_eq!(logged, 20, "the burst, then nothing in the same instant");
+        // A second later: five lines; the first says what was left out.
+        let t1 = t0 + Duration::from_secs(1);
+        assert_eq!(b.allow(t1), Some(980));
+        assert_eq!((0..100).filter(|_| b.allow(t1).is_some()).count(), 4);
+        // Quiet for a minute: a full burst again, nothing more left out.
+        let t2 = t1 + Duration::from_secs(60);
+        assert_eq!(b.allow(t2), Some(96));
+        assert_eq!((0..19).filter(|_| b.allow(t2) == Some(0)).count(), 19);
+        assert_eq!(b.allow(t2), None);
     }
 }

@@ -5434,3 +5434,59 @@ fn a_connection_adopted_after_a_takeover_does_not_hold_a_join_off() {
         "{ev:?}"
     );
 }
+
+/// After a takeover, while the order waits for the agents' reports, a
+/// client's SYN waits too if a replica of the group has not registered
+/// yet: opened at once it would leave that replica out of the connection,
+/// its server would miss the connection's input events (a hole in its
+/// order) and the replica would leave the group. (A fault campaign's
+/// router kill did exactly that: a new connection in the 20 ms before the
+/// last agent registered took that replica out.) Once the last agent
+/// reported, the SYN opens with all three.
+#[test]
+fn a_syn_waits_for_the_agents_of_the_group_after_a_takeover() {
+    let mut r = sequencer_router(3);
+    r.require_agents();
+    r.await_order();
+    let report = |last: u64| ftnet_core::OrderReport {
+        vip: VIP,
+        vport: PORT,
+        last_seq: last,
+        tail: Vec::new(),
+    };
+    for i in 1..=2 {
+        r.agent_registered(replica(i));
+        r.order_report(t(0), replica(i), &[report(40)]);
+    }
+    assert!(
+        syn_targets(&mut r, t(1), 40001).is_empty(),
+        "held while replica 3's agent is awaited"
+    );
+    r.agent_registered(replica(3));
+    r.order_report(t(20), replica(3), &[report(40)]);
+    let mut to: Vec<Ipv4Addr> = drain(&mut r)
+        .iter()
+        .filter(|o| o.r.flags & flags::SYN != 0)
+        .map(|o| o.dst)
+        .collect();
+    to.sort();
+    assert_eq!(to, vec![replica(1), replica(2), replica(3)]);
+    // An agent that never comes holds nobody for longer than the order's
+    // wait: then the SYN opens with the replicas registered.
+    let mut r = sequencer_router(3);
+    r.require_agents();
+    r.await_order();
+    for i in 1..=2 {
+        r.agent_registered(replica(i));
+        r.order_report(t(0), replica(i), &[report(40)]);
+    }
+    assert!(syn_targets(&mut r, t(1), 40002).is_empty());
+    r.handle_timeout(t(1001));
+    let mut to: Vec<Ipv4Addr> = drain(&mut r)
+        .iter()
+        .filter(|o| o.r.flags & flags::SYN != 0)
+        .map(|o| o.dst)
+        .collect();
+    to.sort();
+    assert_eq!(to, vec![replica(1), replica(2)]);
+}

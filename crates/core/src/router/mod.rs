@@ -69,6 +69,10 @@ pub const PROBE_EVERY: core::time::Duration = core::time::Duration::from_millis(
 /// The source port range of the router's probes (from the VIP).
 const PROBE_PORT_BASE: u16 = 61_000;
 
+/// Client SYNs held at most while an order waits for the agents (see
+/// `Router::open`); beyond, a SYN is dropped and the client repeats it.
+const SYN_BACKLOG_MAX: usize = 1024;
+
 /// How often, while a replica drains, the table is scanned for whether its
 /// last connection left.
 const DRAIN_CHECK: core::time::Duration = core::time::Duration::from_millis(100);
@@ -148,6 +152,10 @@ pub struct Router {
     retired: BTreeSet<ServiceId>,
     /// Draining before a stop ([`Router::set_draining`]).
     draining: bool,
+    /// Client SYNs of new connections held while a service's order waits
+    /// for the agents' reports and a replica in its group has not
+    /// registered yet (see `open`); opened when the order resumes.
+    syn_backlog: VecDeque<Packet>,
     /// Wall-clock microseconds since the Unix epoch at `Instant::ZERO`
     /// ([`Router::set_wall_clock`]): what the clock ticks say.
     wall_offset_us: u64,
@@ -206,6 +214,7 @@ impl Router {
             join_retry: BTreeMap::new(),
             retired: BTreeSet::new(),
             draining: false,
+            syn_backlog: VecDeque::new(),
             wall_offset_us: 0,
             tick_next: Instant::ZERO,
             config,
@@ -429,6 +438,27 @@ impl Router {
             .map(ReplicaId)
             .filter(|&r| self.in_service(svc, r))
             .collect();
+        if self.config.sequencer
+            && !live.is_empty()
+            && live.len() < self.health[svc.0].iter().filter(|m| m.in_group()).count()
+        {
+            if let Some(w) = &mut self.order[svc.0].waiting {
+                // After a start or a takeover the order waits for the
+                // agents' reports, and a replica of the group has not
+                // registered yet: opened now, this connection would not
+                // include it, and its server would miss the connection's
+                // input events (a hole in its order, which takes it out of
+                // the group). The SYN waits for the order to resume (at
+                // most ORDER_WAIT), then opens with every replica
+                // registered by then.
+                w.deadline.get_or_insert(now + crate::order::ORDER_WAIT);
+                if self.syn_backlog.len() >= SYN_BACKLOG_MAX {
+                    return Err(DropReason::AwaitingAgents);
+                }
+                self.syn_backlog.push_back(pkt);
+                return Ok(());
+            }
+        }
         if live.is_empty() && self.health[svc.0].iter().any(Member::serves_new) {
             // Replicas not out of service, but their agents have not
             // registered with this router yet: they will within moments,
@@ -745,6 +775,7 @@ impl Router {
                 self.resume_order(ServiceId(svc));
             }
         }
+        self.open_held_syns(now);
         while let Some(Reverse((t, key))) = self.timers.peek().copied() {
             if t > now {
                 break;
@@ -757,6 +788,21 @@ impl Router {
             self.after(now, key);
         }
         self.apply_down(now);
+    }
+
+    /// The SYNs held while an order waited (see `open`), once it no longer
+    /// does: each is taken as if it arrived now (held again if its
+    /// service's order still waits).
+    pub(super) fn open_held_syns(&mut self, now: Instant) {
+        if self.syn_backlog.is_empty() || self.order.iter().all(|o| o.waiting.is_some()) {
+            return;
+        }
+        let held = std::mem::take(&mut self.syn_backlog);
+        for pkt in held {
+            if let Err(r) = self.classify(now, pkt) {
+                self.counters.drop(r);
+            }
+        }
     }
 
     /// RFC 6528 §3: ISN = M + F(localip, localport, remoteip, remoteport,

@@ -3,9 +3,12 @@
 stop file appears (or --max-seconds pass), every reply checked.
 
   --echo PORT    K echo streams (--streams): 1 KiB of seeded random bytes every 2 ms each, every
-                 byte checked as it comes back; a stream ends cleanly after 15-30 s (half-close,
+                 byte checked as it comes back; a stream ends cleanly after 3-8 s (half-close,
                  the rest drained and checked) and a new one starts, so connections open and
-                 close through the faults too.
+                 close through the faults too. (A stateless service's open connection never
+                 gets a replica back: one that lives through as many replica faults as there
+                 are replicas has none left. Short streams keep that rare; the campaign counts
+                 such a failure apart.)
   --http PORT    a download loop (GET /big.bin, MD5 against --big) and an upload loop (PUT
                  /upload/<n>.bin, 256 KiB-1 MiB of random bytes; each acknowledged upload's name
                  and MD5 are listed for the campaign to find on the replicas).
@@ -38,9 +41,12 @@ def now_ms():
     return time.time() * 1000.0
 
 
-def error(kind, what):
+def error(kind, what, since_ms=None, last_ms=None):
+    """A failure; `since_ms`: when its connection opened, `last_ms`: when it last made progress
+    (a timeout is reported long after the fault that caused it)."""
     with LOCK:
-        OUT["errors"].append({"t_ms": round(now_ms()), "kind": kind, "what": str(what)[:300]})
+        OUT["errors"].append({"t_ms": round(last_ms or now_ms()), "kind": kind, "what": str(what)[:300],
+                              "since_ms": round(since_ms) if since_ms else None})
 
 
 def stall(kind, start_ms, ms):
@@ -55,7 +61,8 @@ def stopped(a, t_end):
 # ---------------------------------------------------------------- echo
 def echo_stream(a, seed, t_end):
     rnd = random.Random(seed)
-    life = rnd.uniform(15, 30)
+    life = rnd.uniform(a.stream_min_s, a.stream_max_s)
+    opened = now_ms()
     data = rnd.randbytes(1024 * 64)
     try:
         s = socket.create_connection((a.host, a.echo), timeout=10)
@@ -67,6 +74,7 @@ def echo_stream(a, seed, t_end):
     sent = [0]
     done = threading.Event()
     failed = []
+    progress = [now_ms()]
 
     def reader():
         got = 0
@@ -80,6 +88,7 @@ def echo_stream(a, seed, t_end):
                 if t - last > a.gap_ms and got < sent[0]:
                     stall("echo", last, t - last)
                 last = t
+                progress[0] = t
                 n = len(b)
                 off = got % len(data)
                 exp = (data[off:] + data)[:n] if off + n > len(data) else data[off:off + n]
@@ -115,7 +124,7 @@ def echo_stream(a, seed, t_end):
     with LOCK:
         OUT["echo"]["streams"] += 1
     for f in failed:
-        error("echo", f)
+        error("echo", f, opened, progress[0])
 
 
 def echo_worker(a, k, t_end):
@@ -301,6 +310,8 @@ def main():
     ap.add_argument("--host", default="198.19.0.1")
     ap.add_argument("--echo", type=int)
     ap.add_argument("--streams", type=int, default=3)
+    ap.add_argument("--stream-min-s", type=float, default=3.0, help="an echo stream's shortest life")
+    ap.add_argument("--stream-max-s", type=float, default=8.0, help="an echo stream's longest life")
     ap.add_argument("--http", type=int)
     ap.add_argument("--big", help="the file /big.bin serves, for its MD5")
     ap.add_argument("--redis", type=int)

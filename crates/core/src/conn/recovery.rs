@@ -46,7 +46,7 @@ pub(super) enum Adoption {
 
 impl Conn {
     /// Adopted and not whole yet: the stream positions are not known.
-    pub(super) fn recovering(&self) -> bool {
+    pub(crate) fn recovering(&self) -> bool {
         matches!(self.adoption, Some(Adoption::Rebuilding { .. }))
     }
 

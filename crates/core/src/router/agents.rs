@@ -26,13 +26,39 @@ impl Router {
         let Some(&(rsvc, replica)) = self.by_replica.get(&(from, rec.key.vport)) else {
             return Adopted::Refused;
         };
-        if rsvc != svc || !self.in_group(svc, replica) {
+        if rsvc != svc {
+            return Adopted::Refused;
+        }
+        if !self.in_group(svc, replica) {
+            // Out of the group: it never comes back into a connection it
+            // left (only a join adds it, with a leg of its own). Its agent
+            // forgets the record, which it kept because it was away when
+            // the replica left: a router taking over later would bring the
+            // replica back into a connection its kernel no longer has.
+            self.out.agent(AgentMsg::Forgotten {
+                key: rec.key,
+                replicas: vec![from],
+            });
             return Adopted::Refused;
         }
         let key = rec.key;
         let fresh = match self.conns.get(&key) {
             Some(c) if c.takes_record(rec) => false,
-            Some(_) => return Adopted::Known,
+            Some(c) => {
+                if !c.recovering() && !c.live_leg_at(from) {
+                    // Its replica left this connection (evicted and reset)
+                    // while its agent was away, and the agent never heard:
+                    // it forgets the record now, or a router taking over
+                    // would bring the replica back into a connection its
+                    // kernel no longer has (its probe answered by a RST, a
+                    // healthy replica taken for one that reset).
+                    self.out.agent(AgentMsg::Forgotten {
+                        key,
+                        replicas: vec![from],
+                    });
+                }
+                return Adopted::Known;
+            }
             None => {
                 if self.conns.len() >= self.config.limits.max_connections {
                     return Adopted::Refused;

@@ -5490,3 +5490,52 @@ fn a_syn_waits_for_the_agents_of_the_group_after_a_takeover() {
     to.sort();
     assert_eq!(to, vec![replica(1), replica(2)]);
 }
+
+/// An agent that was away when its replica left the group (a link cut)
+/// still holds the records of the connections the replica was taken out
+/// of. When it registers again it hands them over, and the router tells it
+/// to forget them: kept, they would bring the replica back into
+/// connections its kernel no longer has at the next takeover (a fault
+/// campaign: the new router's probes were answered by RSTs, a healthy
+/// replica was declared down for a reset, and echo streams stalled).
+#[test]
+fn a_returning_agent_forgets_the_records_of_connections_its_replica_left() {
+    use ftnet_core::{ConnKey, ConnRecord, ReplicaSetup};
+    let mut r = router(3);
+    let (risn, isns) = handshake(&mut r, 3);
+    assert_eq!(r.host_lost(t(5), replica(2)), 1);
+    drain(&mut r);
+    agent_msgs(&mut r);
+    let key = ConnKey {
+        client: CLIENT,
+        cport: CPORT,
+        vip: VIP,
+        vport: PORT,
+    };
+    let rec = ConnRecord {
+        key,
+        client_isn: CISN,
+        router_isn: risn,
+        wscale_out: 0,
+        ts_base: None,
+        client_mss: 1460,
+        mss_out: 1460,
+        replicas: (0..3u8)
+            .map(|i| ReplicaSetup {
+                addr: replica(i + 1),
+                isn: isns[usize::from(i)],
+                wscale: 0,
+            })
+            .collect(),
+        client_wscale: None,
+        accepted: true,
+        input_end: None,
+    };
+    r.agent_registered(replica(2));
+    assert_eq!(r.adopt(t(10), replica(2), &rec), ftnet_core::Adopted::Refused);
+    let msgs = agent_msgs(&mut r);
+    assert!(
+        msgs.iter().any(|m| matches!(m, AgentMsg::Forgotten { key: k, replicas } if *k == key && replicas == &vec![replica(2)])),
+        "{msgs:?}"
+    );
+}

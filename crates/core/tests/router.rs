@@ -5532,7 +5532,10 @@ fn a_returning_agent_forgets_the_records_of_connections_its_replica_left() {
         input_end: None,
     };
     r.agent_registered(replica(2));
-    assert_eq!(r.adopt(t(10), replica(2), &rec), ftnet_core::Adopted::Refused);
+    assert_eq!(
+        r.adopt(t(10), replica(2), &rec),
+        ftnet_core::Adopted::Refused
+    );
     let msgs = agent_msgs(&mut r);
     assert!(
         msgs.iter().any(|m| matches!(m, AgentMsg::Forgotten { key: k, replicas } if *k == key && replicas == &vec![replica(2)])),

@@ -147,8 +147,9 @@ impl Router {
             // join, whose `Join` events are its first.
             let key = input.key;
             input.replicas.retain(|&a| self.gets_order(svc, a, key));
-            if self.order[svc.0].waiting.is_none() {
-                self.left_out(svc, &input);
+            if self.order[svc.0].waiting.is_none() && self.left_out(svc, &input) {
+                // At once, before the next packet: nothing more goes to it.
+                self.apply_down(self.last_now);
             }
             let o = &mut self.order[svc.0];
             if let Some(w) = &mut o.waiting {
@@ -172,16 +173,20 @@ impl Router {
     /// Its server would find a hole in its order at this number; it leaves
     /// the group now, loudly (`OrderLost`, with its agent told to end its
     /// stale servers), and comes back by a join.
-    fn left_out(&mut self, svc: ServiceId, input: &Unnumbered) {
+    /// Returns whether one was.
+    fn left_out(&mut self, svc: ServiceId, input: &Unnumbered) -> bool {
         let s = &self.config.services[svc.0];
         if s.stateless || input.key.client == Ipv4Addr::UNSPECIFIED {
-            return;
+            return false;
         }
+        let mut any = false;
         for (i, addr) in s.replicas.iter().enumerate() {
             if matches!(self.health[svc.0][i], Member::Serving) && !input.replicas.contains(addr) {
                 self.down.push((svc, ReplicaId(i), EvictReason::OrderLost));
+                any = true;
             }
         }
+        any
     }
 
     /// Whether replica `addr` of `svc` gets the service's input events: it

@@ -118,7 +118,7 @@ for id in operator/n2-none drain/n2-none package/n1-none ack-log/n3-none client-
 	takeover-stall/n3-kill takeover-get/n3-kill takeover-put/n3-kill takeover-synack/n3-kill \
 	takeover-redis/n3-kill takeover-connect/n3-kill takeover-stall/n3-cut \
 	rejoin/n3-cut rejoin-takeover/n3-kill server-reset/n1-none server-reset/n3-none \
-	attack-client/n3-none flood/n3-none flood-control/n3-none membership/n4-none status-page/n3-kill heal/n3-kill heal/n3-cut heal-nginx/n3-kill join/n3-kill join-outlive/n3-kill join-cut/n3-cut join-hang/n3-hang hang-writers/n3-hang join-ops/n4-none; do
+	attack-client/n3-none flood/n3-none flood-control/n3-none campaign/n3-none membership/n4-none status-page/n3-kill heal/n3-kill heal/n3-cut heal-nginx/n3-kill join/n3-kill join-outlive/n3-kill join-cut/n3-cut join-hang/n3-hang hang-writers/n3-hang join-ops/n4-none; do
 	[[ -z $only || $id =~ $only ]] && tests+=("$id")
 done
 # Stress runs (long; known to fail now and then: see the scenario): only when asked for.

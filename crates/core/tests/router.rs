@@ -5542,3 +5542,69 @@ fn a_returning_agent_forgets_the_records_of_connections_its_replica_left() {
         "{msgs:?}"
     );
 }
+
+/// After a takeover a connection waits for the records of the replicas it
+/// was set up with, in case their agents register late; an agent that
+/// registered and handed over all its records without this one ends the
+/// wait at once. (Replica 3 left the connection before the takeover and
+/// its agent forgot the record: before, the client waited the whole
+/// `ADOPT_WAIT`, a second, on every such connection.)
+#[test]
+fn a_rebuild_does_not_wait_for_a_record_an_agent_did_not_have() {
+    use ftnet_core::{ConnKey, ConnRecord, ReplicaSetup};
+    let mut r = router(3);
+    let (risn, isns) = (7_000_000u32, [1_000_000u32, 2_000_000, 3_000_000]);
+    let rec = ConnRecord {
+        key: ConnKey {
+            client: CLIENT,
+            cport: CPORT,
+            vip: VIP,
+            vport: PORT,
+        },
+        client_isn: CISN,
+        router_isn: risn,
+        wscale_out: 0,
+        ts_base: None,
+        client_mss: 1460,
+        mss_out: 1460,
+        replicas: (0..3u8)
+            .map(|i| ReplicaSetup {
+                addr: replica(i + 1),
+                isn: isns[usize::from(i)],
+                wscale: 0,
+            })
+            .collect(),
+        client_wscale: None,
+        accepted: true,
+        input_end: None,
+    };
+    for i in 1..=2u8 {
+        r.adopt(t(0), replica(i), &rec);
+        r.records_done(t(0), replica(i));
+    }
+    drain(&mut r);
+    for i in 1..=2u8 {
+        let mut a = Repr::new(
+            PORT,
+            CPORT,
+            SeqNum(isns[usize::from(i) - 1]).add(1),
+            SeqNum(CISN).add(1),
+            flags::ACK,
+            500,
+        );
+        a.timestamps = None;
+        r.handle_packet(t(1), seg(replica(i), CLIENT, a, b""));
+    }
+    drain(&mut r);
+    assert_eq!(
+        r.status().rebuilding,
+        1,
+        "replica 3's record may still come"
+    );
+    r.records_done(t(2), replica(3));
+    assert_eq!(
+        r.status().rebuilding,
+        0,
+        "whole at once, not after a second"
+    );
+}

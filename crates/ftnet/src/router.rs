@@ -418,7 +418,11 @@ impl RouterHandle for Shared {
         let now = self.now();
         let done = {
             let mut r = self.lock();
-            records.iter().map(|rec| r.adopt(now, from, rec)).collect()
+            let done = records.iter().map(|rec| r.adopt(now, from, rec)).collect();
+            // That was all of them: a connection rebuilt without a record
+            // from this agent does not wait for one.
+            r.records_done(now, from);
+            done
         };
         // The position probes are queued: get them written.
         self.kick();

@@ -2056,6 +2056,10 @@ impl Sim {
                         r.adopt(now, rep.addr, &kept);
                     }
                 }
+                // Each agent handed over all its records.
+                for a in &replicas {
+                    r.records_done(now, *a);
+                }
                 self.middle = Middle::Router(Box::new(r));
                 self.router_down = None;
                 self.took_over = Some((self.now, self.records.len()));

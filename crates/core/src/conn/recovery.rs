@@ -197,6 +197,23 @@ impl Conn {
         true
     }
 
+    /// The agent of `addr` handed over every record it had (one batch, as
+    /// it registered): if this connection's was not among them it never
+    /// comes, and the connection stops waiting for it. (Records name every
+    /// replica the connection was set up with; one taken out of it before
+    /// the takeover had its agent forget the record, and waiting for it
+    /// held the client for `ADOPT_WAIT`.) Returns whether it is whole now.
+    pub(crate) fn agent_records_done(&mut self, ctx: &mut Ctx, addr: Ipv4Addr) -> bool {
+        let Some(Adoption::Rebuilding { expected }) = &mut self.adoption else {
+            return false;
+        };
+        if !expected.contains(&addr) {
+            return false;
+        }
+        expected.retain(|a| *a != addr);
+        self.finish_recovery(ctx)
+    }
+
     /// After a rebuild every endpoint recovers what the outage dropped on
     /// its own timers (RTOs of 200 ms and more): a learnt replica is not
     /// judged for that long (an unlearnt one is: it owes the probe's answer).

@@ -95,6 +95,28 @@ impl Router {
         }
     }
 
+    /// The agent of `from` handed over all its records ([`Router::adopt`]
+    /// for each, in one batch as it registered): connections being rebuilt
+    /// stop waiting for a record of `from` that was not among them.
+    pub fn records_done(&mut self, now: Instant, from: Ipv4Addr) {
+        self.last_now = self.last_now.max(now);
+        let keys: Vec<ConnKey> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| c.recovering())
+            .map(|(k, _)| *k)
+            .collect();
+        for key in keys {
+            if self
+                .on_conn(now, key, |c, ctx| c.agent_records_done(ctx, from))
+                .is_some()
+            {
+                self.after(now, key);
+            }
+        }
+        self.apply_down(now);
+    }
+
     /// The control plane stored the record of `key` (announced with
     /// `AgentMsg::Established`) at every live replica's agent: its SYN-ACK,
     /// held for that (`Timeouts::record_commit`), goes to the client.

@@ -210,13 +210,44 @@ class Campaign:
         raise ValueError(kind)
 
     def recovered(self, lab, deadline):
-        """Wait until every replica serves and both routers run; ms it took, or None."""
+        """Wait until every replica serves and both routers run; whether they did. When not,
+        what was missing and the routers' processes go to <out>/<lab>/not-recovered-<n>.txt."""
+        why = ""
         while time.monotonic() < deadline:
             reps = lab.replicas()
-            if reps and all(x["alive"] and x["state"] == "serving" for x in reps) and lab.routers_up():
-                if lab.kind == "web" or all(lab.server_pids(i) for i in (1, 2, 3)):
-                    return True
+            if not reps:
+                why = "no status from the router holding the addresses"
+            elif not all(x["alive"] and x["state"] == "serving" for x in reps):
+                why = "replicas: " + ", ".join(f"{x['addr']} {x['state']}" for x in reps)
+            elif not lab.routers_up():
+                why = "a router is not running (pid file, process or its keepalived track file)"
+            elif lab.kind == "redis" and not all(lab.server_pids(i) for i in (1, 2, 3)):
+                why = "a replica has no redis-server"
+            else:
+                return True
             time.sleep(0.1)
+        d = f"{self.out}/{lab.name}"
+        os.makedirs(d, exist_ok=True)
+        with open(f"{d}/not-recovered-{len(self.faults) + 1}.txt", "w") as f:
+            f.write(f"last reason: {why}\n\n")
+            for r in ("router", "router2"):
+                for ext in ("pid", "down", "master"):
+                    try:
+                        f.write(f"{r}.{ext}: {open(f'{lab.dir}/{r}.{ext}').read().strip()}\n")
+                    except OSError as e:
+                        f.write(f"{r}.{ext}: {e}\n")
+                ns = f"ftnet-{lab.name}-{r}"
+                pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout.split()
+                for p in pids:
+                    try:
+                        cmd = open(f"/proc/{p}/cmdline", "rb").read().replace(b"\0", b" ").decode(errors="replace")
+                        st = [ln for ln in open(f"/proc/{p}/status") if ln.startswith(("State", "Name"))]
+                        f.write(f"  {ns} pid {p}: {cmd[:200]} {' '.join(x.strip() for x in st)}\n")
+                    except OSError:
+                        pass
+            st = lab.status()
+            f.write("\nstatus: " + json.dumps(st)[:20000] + "\n")
+        log(f"{lab.name} not recovered: {why}")
         return False
 
     def run(self):

@@ -414,6 +414,23 @@ pub(super) fn restart_router(lab: &Lab) -> anyhow::Result<()> {
             println!("{}: links up again ({})", name, did.join(", "));
         }
         if router_pid(lab, k).is_none() {
+            // The shell that supervised the ftnet that ended writes "down"
+            // into keepalived's track file as it exits: it must be gone
+            // before the new one writes "up", or its late write leaves the
+            // fresh router in FAULT for good (a backup that can never take
+            // over, which nothing would show).
+            let shell = std::fs::read_to_string(lab.dir().join(format!("{name}.pid")))
+                .ok()
+                .and_then(|p| p.trim().parse::<i32>().ok());
+            if let Some(pid) = shell {
+                let t = Instant::now();
+                while std::path::Path::new(&format!("/proc/{pid}")).exists()
+                    && !super::is_zombie(pid)
+                    && t.elapsed() < Duration::from_secs(5)
+                {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+            }
             let cfg = lab.dir().join(format!("{}.toml", name));
             start_router(lab, k, &cfg)?;
             let t = Instant::now();

@@ -1216,4 +1216,30 @@ mod tests {
         let (lost, left) = shims.service();
         assert_eq!((lost.len(), left), (1, 0));
     }
+
+    /// A server whose shim lost the order runs on in the kernel's order,
+    /// stale and out of the group: it stays among the servers the router's
+    /// `Restart` ends, after its shim left the list (before, only the shims
+    /// still connected were, so an ORDER LOST replica never came back). One
+    /// that left quietly (nothing to order) is not.
+    #[test]
+    fn a_server_that_lost_the_order_is_among_those_a_restart_ends() {
+        let me = std::process::id() as i32;
+        let shims = Shims::default();
+        let (a, mut b) = UnixStream::pair().unwrap();
+        shims.lock().push(Shim::new(a));
+        b.write_all(b"L hole in the router's order (expected 9, got 12)\n")
+            .unwrap();
+        assert_eq!(shims.service().1, 0, "the lost shim left the list");
+        assert_eq!(shims.stale_pids(), vec![me], "its server is still to be ended");
+        let quiet = Shims::default();
+        let (a, mut b) = UnixStream::pair().unwrap();
+        quiet.lock().push(Shim::new(a));
+        b.write_all(b"N no ordered listener\n").unwrap();
+        drop(b);
+        assert_eq!(quiet.service().1, 0);
+        assert!(quiet.stale_pids().is_empty());
+        // Not this test process: the shim is not loaded in it.
+        assert!(!runs_shim(me));
+    }
 }

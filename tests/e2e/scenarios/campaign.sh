@@ -16,8 +16,10 @@ source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 e2e_init campaign "$@"
 [[ $FAULT == none && $N == 3 ]] || die "campaign runs with 3 replicas and injects its own faults"
 FAULTS=${FTNET_E2E_CAMPAIGN_FAULTS:-30}
-# Two labs of its own, named after this test's lab (<lab>r, <lab>w: at most 8 characters).
-prefix=${LAB:0:6}
+# Two labs of its own, named after this test's lab (<lab>r, <lab>w: at most 8 characters), taken
+# down however this script ends (the campaign does it too, unless it is killed).
+prefix=${LAB:0:7}
+trap 'rc=$?; set +e; for l in "${prefix}r" "${prefix}w"; do timeout 60 "$FTNET" lab down --name "$l" >/dev/null 2>&1; done; (exit $rc); e2e_on_exit' EXIT
 rc=0
 timeout $((FAULTS * 70 + 300)) python3 "$REPO/tests/campaign/campaign.py" --faults "$FAULTS" --seed "$SEED" \
 	--prefix "$prefix" --ftnet "$FTNET" --out "$T/campaign" --work "$T/campaign-work" >"$T/campaign.log" 2>&1 || rc=$?

@@ -1231,7 +1231,11 @@ mod tests {
         b.write_all(b"L hole in the router's order (expected 9, got 12)\n")
             .unwrap();
         assert_eq!(shims.service().1, 0, "the lost shim left the list");
-        assert_eq!(shims.stale_pids(), vec![me], "its server is still to be ended");
+        assert_eq!(
+            shims.stale_pids(),
+            vec![me],
+            "its server is still to be ended"
+        );
         let quiet = Shims::default();
         let (a, mut b) = UnixStream::pair().unwrap();
         quiet.lock().push(Shim::new(a));

@@ -5500,37 +5500,13 @@ fn a_syn_waits_for_the_agents_of_the_group_after_a_takeover() {
 /// replica was declared down for a reset, and echo streams stalled).
 #[test]
 fn a_returning_agent_forgets_the_records_of_connections_its_replica_left() {
-    use ftnet_core::{ConnKey, ConnRecord, ReplicaSetup};
     let mut r = router(3);
     let (risn, isns) = handshake(&mut r, 3);
     assert_eq!(r.host_lost(t(5), replica(2)), 1);
     drain(&mut r);
     agent_msgs(&mut r);
-    let key = ConnKey {
-        client: CLIENT,
-        cport: CPORT,
-        vip: VIP,
-        vport: PORT,
-    };
-    let rec = ConnRecord {
-        key,
-        client_isn: CISN,
-        router_isn: risn,
-        wscale_out: 0,
-        ts_base: None,
-        client_mss: 1460,
-        mss_out: 1460,
-        replicas: (0..3u8)
-            .map(|i| ReplicaSetup {
-                addr: replica(i + 1),
-                isn: isns[usize::from(i)],
-                wscale: 0,
-            })
-            .collect(),
-        client_wscale: None,
-        accepted: true,
-        input_end: None,
-    };
+    let rec = record_of_three(risn, &isns);
+    let key = rec.key;
     r.agent_registered(replica(2));
     assert_eq!(
         r.adopt(t(10), replica(2), &rec),
@@ -5551,33 +5527,9 @@ fn a_returning_agent_forgets_the_records_of_connections_its_replica_left() {
 /// `ADOPT_WAIT`, a second, on every such connection.)
 #[test]
 fn a_rebuild_does_not_wait_for_a_record_an_agent_did_not_have() {
-    use ftnet_core::{ConnKey, ConnRecord, ReplicaSetup};
     let mut r = router(3);
     let (risn, isns) = (7_000_000u32, [1_000_000u32, 2_000_000, 3_000_000]);
-    let rec = ConnRecord {
-        key: ConnKey {
-            client: CLIENT,
-            cport: CPORT,
-            vip: VIP,
-            vport: PORT,
-        },
-        client_isn: CISN,
-        router_isn: risn,
-        wscale_out: 0,
-        ts_base: None,
-        client_mss: 1460,
-        mss_out: 1460,
-        replicas: (0..3u8)
-            .map(|i| ReplicaSetup {
-                addr: replica(i + 1),
-                isn: isns[usize::from(i)],
-                wscale: 0,
-            })
-            .collect(),
-        client_wscale: None,
-        accepted: true,
-        input_end: None,
-    };
+    let rec = record_of_three(risn, &isns);
     for i in 1..=2u8 {
         r.adopt(t(0), replica(i), &rec);
         r.records_done(t(0), replica(i));
@@ -5607,4 +5559,34 @@ fn a_rebuild_does_not_wait_for_a_record_an_agent_did_not_have() {
         0,
         "whole at once, not after a second"
     );
+}
+
+/// The record of the test connection with replicas 1 to 3 (ISNs `isns`),
+/// no window scaling, no timestamps, its Accept passed on.
+fn record_of_three(risn: u32, isns: &[u32]) -> ftnet_core::ConnRecord {
+    use ftnet_core::{ConnKey, ConnRecord, ReplicaSetup};
+    ConnRecord {
+        key: ConnKey {
+            client: CLIENT,
+            cport: CPORT,
+            vip: VIP,
+            vport: PORT,
+        },
+        client_isn: CISN,
+        router_isn: risn,
+        wscale_out: 0,
+        ts_base: None,
+        client_mss: 1460,
+        mss_out: 1460,
+        replicas: (0..3u8)
+            .map(|i| ReplicaSetup {
+                addr: replica(i + 1),
+                isn: isns[usize::from(i)],
+                wscale: 0,
+            })
+            .collect(),
+        client_wscale: None,
+        accepted: true,
+        input_end: None,
+    }
 }

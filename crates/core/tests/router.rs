@@ -3062,6 +3062,62 @@ fn a_join_waits_for_output_lost_before_the_pause() {
     );
 }
 
+/// A connection whose client closed after its last bytes reached every
+/// replica does not hold a join off while its FIN is still on its way to
+/// the replicas (or never comes: a client that gave up retransmitting it):
+/// the servers hold all of its input, and the joiner takes no part in it.
+/// (Found by the fault campaign: one such connection after a router cut
+/// kept a service from ever taking a replica back.) A connection whose
+/// client closed before every replica took its last bytes still waits.
+#[test]
+fn a_client_fin_the_replicas_have_not_acknowledged_does_not_hold_a_join_off() {
+    let fin = |r: &mut Router, now: Instant, risn: u32, off: u32| {
+        let f = Repr::new(
+            CPORT,
+            PORT,
+            SeqNum(CISN).add(1 + off),
+            SeqNum(risn).add(6),
+            flags::ACK | flags::FIN,
+            502,
+        );
+        r.handle_packet(now, seg(CLIENT, VIP, f, b""));
+        drain(r)
+    };
+    // Every byte taken: the FIN (to replicas 1 and 2) is never acknowledged.
+    let (mut r, risn, isns) = quiet_service_without_replica_3();
+    assert_eq!(
+        fin(&mut r, t(7), risn, 5).len(),
+        2,
+        "the FIN to replicas 1 and 2"
+    );
+    r.join_replica(t(10), "t", replica(3)).expect("join");
+    r.handle_timeout(t(12));
+    let ev = log_events(&mut r);
+    assert!(
+        ev.iter()
+            .any(|e| matches!(e, Event::JoinCheckpoint { seq: 2, .. })),
+        "at rest: the closing connection is not joined: {ev:?}"
+    );
+    // "more" reached replica 1 only when the client closed: the join waits.
+    let (mut r, risn, isns2) = quiet_service_without_replica_3();
+    assert_eq!(isns, isns2);
+    more(&mut r, t(7), risn, b"more");
+    fin(&mut r, t(7), risn, 9);
+    from_replica(&mut r, t(8), &isns, 1, (6, 10, 6002), b"");
+    drain(&mut r);
+    log_events(&mut r);
+    r.join_replica(t(10), "t", replica(3)).expect("join");
+    for ms in [12, 100, 400] {
+        r.handle_timeout(t(ms));
+        drain(&mut r);
+    }
+    let ev = log_events(&mut r);
+    assert!(
+        !ev.iter().any(|e| matches!(e, Event::JoinCheckpoint { .. })),
+        "replica 2 lacks \"more\": {ev:?}"
+    );
+}
+
 /// A server of a replica that is down in a stateful service, while another
 /// replica serves, is stale (it missed input): the driver has it restarted
 /// so that it can join. A serving replica's server is not.
@@ -5588,5 +5644,68 @@ fn record_of_three(risn: u32, isns: &[u32]) -> ftnet_core::ConnRecord {
         client_wscale: None,
         accepted: true,
         input_end: None,
+    }
+}
+
+/// After a takeover a connection's record may leave out a replica that
+/// serves in the group (the router before took it out of that connection,
+/// or had not yet; its agent never heard). The connection's input events
+/// then skip it: its shim would find a hole in the order and its server
+/// would serve on until then. Where the replica's servers follow the order
+/// (its agent said so) it leaves the group at once, loudly (`OrderLost`,
+/// its agent told to end its servers); where they do not (a service whose
+/// servers read their sockets directly) it misses nothing and stays.
+/// (Simulation seed 6731: an agent passed on number 74 after 72.)
+#[test]
+fn a_replica_an_adopted_connections_events_leave_out_leaves_the_group() {
+    for follows in [true, false] {
+        let mut r = sequencer_router(3);
+        r.set_follows_order(replica(3), follows);
+        let (risn, isns) = (7_000_000u32, [1_000_000u32, 2_000_000, 3_000_000]);
+        let mut rec = record_of_three(risn, &isns);
+        rec.replicas.truncate(2);
+        rec.accepted = false;
+        for i in 1..=3u8 {
+            r.agent_registered(replica(i));
+        }
+        for i in 1..=2u8 {
+            r.adopt(t(0), replica(i), &rec);
+        }
+        for i in 1..=3u8 {
+            r.records_done(t(0), replica(i));
+        }
+        drain(&mut r);
+        for i in 1..=2u8 {
+            let a = Repr::new(
+                PORT,
+                CPORT,
+                SeqNum(isns[usize::from(i) - 1]).add(1),
+                SeqNum(CISN).add(1),
+                flags::ACK,
+                500,
+            );
+            r.handle_packet(t(1), seg(replica(i), CLIENT, a, b""));
+        }
+        drain(&mut r);
+        let msgs = agent_msgs(&mut r);
+        let accept = msgs.iter().find_map(|m| match m {
+            AgentMsg::Input {
+                kind: ftnet_core::InputKind::Accept,
+                replicas,
+                ..
+            } => Some(replicas.clone()),
+            _ => None,
+        });
+        assert_eq!(accept, Some(vec![replica(1), replica(2)]), "{msgs:?}");
+        let evs = log_events(&mut r);
+        let down = evs.iter().any(|e| matches!(e, Event::ReplicaDown { replica: a, reason: EvictReason::OrderLost, .. } if *a == replica(3)));
+        let restart = msgs
+            .iter()
+            .any(|m| matches!(m, AgentMsg::Restart { replica: a, .. } if *a == replica(3)));
+        assert_eq!(
+            (down, restart),
+            (follows, follows),
+            "follows {follows}: {evs:?} {msgs:?}"
+        );
     }
 }

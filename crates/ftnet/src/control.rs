@@ -74,6 +74,9 @@ pub trait RouterHandle: Send + Sync + 'static {
     /// The services in which a server of `addr` that follows the order is
     /// stale (see `Router::stale_in`).
     fn stale_in(&self, addr: Ipv4Addr) -> Vec<String>;
+    /// Whether servers of `addr` follow the order, as its agent last said
+    /// (see `Router::set_follows_order`).
+    fn set_follows_order(&self, addr: Ipv4Addr, yes: bool);
 }
 
 /// The agents currently registered, by replica address.
@@ -1003,6 +1006,7 @@ fn serve(
                         // join (the count going from 0 up, above).
                         restart_stale(router, reg, replica, id, count);
                     }
+                    router.set_follows_order(replica, count > 0);
                     shims = count;
                     shims_told = true;
                     reg.ordered_servers

@@ -473,7 +473,7 @@ differs out of that connection only; under vote = "majority" they get replicas e
 output = "fastest" they splice the client's stream.
 
 --supervise keeps `ftnet run` as the server's parent: it starts the server again whenever it ends
-(after 0.5 s, doubling up to 30 s while it keeps dying within 10 s) and passes SIGTERM, SIGINT and
+(after 0.5 s; once it died within 10 s of its start more than 3 times in a row, doubling up to 30 s) and passes SIGTERM, SIGINT and
 SIGHUP on (SIGTERM and SIGINT end both). With an agent started with --end-stale-servers, a replica
 whose server went stale (its link cut, or its order lost, while the others served) heals with no
 operator: the agent ends the stale server, the supervisor starts a fresh one, and the fresh one

@@ -477,6 +477,9 @@ impl RouterHandle for Shared {
     fn stale_in(&self, addr: std::net::Ipv4Addr) -> Vec<String> {
         self.lock().stale_in(addr)
     }
+    fn set_follows_order(&self, addr: std::net::Ipv4Addr, yes: bool) {
+        self.lock().set_follows_order(addr, yes)
+    }
 }
 
 impl Shared {

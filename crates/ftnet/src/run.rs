@@ -113,11 +113,21 @@ pub fn exec(socket: &Path, cmd: &[String]) -> anyhow::Result<i32> {
 }
 
 /// How long a supervised server must have run for its next restart to
-/// come at once (after [`RESTART_MIN`]); one that dies sooner waits twice
-/// as long each time, up to [`RESTART_MAX`].
+/// come at once (after [`RESTART_MIN`]); one that dies sooner counts as a
+/// quick death. The first [`QUICK_DEATHS_FREE`] quick deaths in a row are
+/// restarted after `RESTART_MIN` too (a server killed again soon after a
+/// restart, by a crash elsewhere or an operator, is no crash loop); from
+/// then on each waits twice as long as the last, up to [`RESTART_MAX`].
 const RAN_LONG_ENOUGH: std::time::Duration = std::time::Duration::from_secs(10);
 const RESTART_MIN: std::time::Duration = std::time::Duration::from_millis(500);
 const RESTART_MAX: std::time::Duration = std::time::Duration::from_secs(30);
+const QUICK_DEATHS_FREE: u32 = 3;
+
+/// The pause before the next start after `quick` quick deaths in a row.
+fn restart_pause(quick: u32) -> std::time::Duration {
+    let doublings = quick.saturating_sub(QUICK_DEATHS_FREE).min(10);
+    (RESTART_MIN * 2u32.pow(doublings)).min(RESTART_MAX)
+}
 
 /// `ftnet run --supervise`: run `cmd` under the shim as a child and start
 /// it again whenever it ends (a crash, or its agent ending a stale server
@@ -142,7 +152,7 @@ pub fn supervise(socket: &Path, cmd: &[String]) -> anyhow::Result<i32> {
         }
         libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
     }
-    let mut pause = RESTART_MIN;
+    let mut quick = 0u32;
     loop {
         let mut c = std::process::Command::new(&cmd[0]);
         c.args(&cmd[1..])
@@ -185,11 +195,8 @@ pub fn supervise(socket: &Path, cmd: &[String]) -> anyhow::Result<i32> {
             }
         };
         let ran = started.elapsed();
-        pause = if ran >= RAN_LONG_ENOUGH {
-            RESTART_MIN
-        } else {
-            (pause * 2).min(RESTART_MAX)
-        };
+        quick = if ran >= RAN_LONG_ENOUGH { 0 } else { quick + 1 };
+        let pause = restart_pause(quick);
         eprintln!(
             "ftnet run: the server ended ({status}) after {} ms; starting it again in {} ms",
             ran.as_millis(),
@@ -225,6 +232,17 @@ fn wait_signal(set: &libc::sigset_t, timeout: std::time::Duration) -> Option<i32
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A server killed again soon after its restart comes back at once a
+    /// few times (the fault campaign killed one 6 s after its restart and
+    /// its supervisor waited 30 s); a crash loop backs off to 30 s.
+    #[test]
+    fn quick_deaths_back_off_only_after_a_few() {
+        let ms = |q| restart_pause(q).as_millis();
+        assert_eq!([ms(0), ms(1), ms(3)], [500, 500, 500]);
+        assert_eq!([ms(4), ms(5), ms(6)], [1000, 2000, 4000]);
+        assert_eq!([ms(9), ms(40)], [30_000, 30_000]);
+    }
 
     /// A build tree's library next to the binary comes first; an installed
     /// /usr/bin/ftnet finds the package's /usr/lib/ftnet/libftnet_shim.so.

@@ -285,7 +285,9 @@ pub(crate) struct Watch {
     /// Per connection, packets delivered to the host since its last step,
     /// and when one of them was old data.
     rx_in_step: HashMap<u16, usize>,
-    old_in_step: HashMap<u16, u64>,
+    /// Old-data segments (liveness or position probes) received this
+    /// step, per connection: when, and how many.
+    old_in_step: HashMap<u16, (u64, usize)>,
     /// Per connection (smoltcp's rate limit is per socket): last probe
     /// answer (a packet sent on it in the step that got old data).
     last_answer: HashMap<u16, u64>,
@@ -632,8 +634,21 @@ impl Sim {
                 let mut secret = [0u8; 16];
                 setup.fill(&mut secret);
                 router_cfg = Some(cfg.clone());
+                let ordered: Vec<Ipv4Addr> = if p.sequencer {
+                    cfg.services
+                        .iter()
+                        .flat_map(|s| s.replicas.clone())
+                        .collect()
+                } else {
+                    Vec::new()
+                };
                 let mut r = Router::new(cfg, secret);
                 r.set_wall_clock(SIM_WALL_CLOCK_US);
+                // Every replica's server follows the order (its agent says
+                // so as it registers): the simulated agents check it.
+                for a in ordered {
+                    r.set_follows_order(a, true);
+                }
                 Middle::Router(Box::new(r))
             }
             Mode::Direct => Middle::Forward,
@@ -926,9 +941,10 @@ impl Sim {
         }
         let w = &mut self.watch[h];
         let rx = std::mem::take(&mut w.rx_in_step);
-        for (cport, at) in std::mem::take(&mut w.old_in_step) {
+        for (cport, (at, n_old)) in std::mem::take(&mut w.old_in_step) {
             let (n_out, n_lost) = outs.get(&cport).copied().unwrap_or((0, 0));
-            let outcome = match (n_out, rx.get(&cport).copied().unwrap_or(0)) {
+            let n_rx = rx.get(&cport).copied().unwrap_or(0);
+            let outcome = match (n_out, n_rx) {
                 (0, _) => match w.last_answer.get(&cport) {
                     Some(&t) if now < t + 1_000_000 => ProbeOutcome::RateLimited { prev_answer: t },
                     _ => ProbeOutcome::Unexplained,
@@ -938,6 +954,18 @@ impl Sim {
                     ProbeOutcome::Answered {
                         lost: n_lost == n_out,
                     }
+                }
+                (1, _) if n_old == n_rx => {
+                    // Only probes this step (the two position probes), and
+                    // one segment out: smoltcp answered the first with a
+                    // challenge ACK and held the others back (at most one
+                    // per second).
+                    w.last_answer.insert(cport, now);
+                    for _ in 1..n_old {
+                        w.probes
+                            .push((cport, at, ProbeOutcome::RateLimited { prev_answer: now }));
+                    }
+                    ProbeOutcome::Answered { lost: n_lost == 1 }
                 }
                 _ => {
                     // Several segments in one step (the two position
@@ -1094,7 +1122,8 @@ impl Sim {
                         w.win_in.insert(si.cport, (si.win, now));
                     }
                     if h > 0 && (old && si.pure_ack || old_empty) {
-                        w.old_in_step.insert(si.cport, now);
+                        let e = w.old_in_step.entry(si.cport).or_insert((now, 0));
+                        e.1 += 1;
                     }
                 }
             }
@@ -2018,6 +2047,11 @@ impl Sim {
                 let mut r = Router::new(cfg, secret);
                 // The successor's clock: the same wall clock.
                 r.set_wall_clock(SIM_WALL_CLOCK_US);
+                if self.p.sequencer {
+                    for a in &replicas {
+                        r.set_follows_order(*a, true);
+                    }
+                }
                 let now = Instant(self.now);
                 // Each agent registers: where the order stands at it, then
                 // its records.

@@ -164,13 +164,16 @@ impl Conn {
         if let Some(f) = self.client_fin {
             // The client sent its last byte: nothing more reaches the
             // servers on this connection, and the joiner takes no part in
-            // it, once every replica took every byte and the FIN (a
-            // retransmitted FIN passes the pause).
+            // it, once every replica took every byte and it was numbered
+            // (a retransmission passes the pause). The FIN itself need not
+            // have arrived: an end of input is no event of the order, and
+            // a FIN that never comes (a client that gave up repeating it
+            // while no router was up) would hold every join off for good.
             let all = self
                 .legs
                 .iter()
                 .filter(|l| l.open())
-                .all(|l| l.ack == self.client_hi);
+                .all(|l| !l.ack.is_before(f));
             return if self.input_hi == f && all {
                 Quiet::Skip
             } else {

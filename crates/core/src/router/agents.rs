@@ -169,6 +169,10 @@ impl Router {
             // join, whose `Join` events are its first.
             let key = input.key;
             input.replicas.retain(|&a| self.gets_order(svc, a, key));
+            if self.order[svc.0].waiting.is_none() && self.left_out(svc, &input) {
+                // At once, before the next packet: nothing more goes to it.
+                self.apply_down(self.last_now);
+            }
             let o = &mut self.order[svc.0];
             if let Some(w) = &mut o.waiting {
                 // Not numbered before the agents said where the order stands.
@@ -181,6 +185,35 @@ impl Router {
             }
             return Some(o.number(input));
         }
+    }
+
+    /// A connection's input event about to be numbered leaves out a
+    /// replica that serves in the group of a stateful service and whose
+    /// servers follow the order: it was not in the connection when the
+    /// connection's Accept went out (after a takeover, a replica the
+    /// agents' records do not name: the router before took it out, or had
+    /// not yet, and the agents never heard). Its shim would find a hole in
+    /// its order at this number; it leaves the group now, loudly
+    /// (`OrderLost`, with its agent told to end its stale servers), and
+    /// comes back by a join. (A replica whose servers do not follow the
+    /// order, such as one added at run time to a service without ordered
+    /// servers, misses nothing.) Returns whether one left.
+    fn left_out(&mut self, svc: ServiceId, input: &Unnumbered) -> bool {
+        let s = &self.config.services[svc.0];
+        if s.stateless || input.key.client == Ipv4Addr::UNSPECIFIED {
+            return false;
+        }
+        let mut any = false;
+        for (i, addr) in s.replicas.iter().enumerate() {
+            if matches!(self.health[svc.0][i], Member::Serving)
+                && self.follows_order.contains(addr)
+                && !input.replicas.contains(addr)
+            {
+                self.down.push((svc, ReplicaId(i), EvictReason::OrderLost));
+                any = true;
+            }
+        }
+        any
     }
 
     /// Whether replica `addr` of `svc` gets the service's input events: it
@@ -349,6 +382,9 @@ impl Router {
         let r = o.resume();
         let mut front: Vec<AgentMsg> = r.replays;
         let held: Vec<Unnumbered> = o.held.drain(..).collect();
+        for input in &held {
+            self.left_out(svc, input);
+        }
         let s = &self.config.services[svc.0];
         let o = &mut self.order[svc.0];
         for input in held {

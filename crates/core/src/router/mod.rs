@@ -161,6 +161,10 @@ pub struct Router {
     wall_offset_us: u64,
     /// When the services' next clock tick is due (`Config::tick`).
     tick_next: Instant,
+    /// Replicas whose servers follow the input order, as their agents said
+    /// ([`Router::set_follows_order`]): a number of the order left out for
+    /// one is a hole its shim would find (see `left_out`).
+    follows_order: BTreeSet<Ipv4Addr>,
 }
 
 impl Router {
@@ -217,7 +221,22 @@ impl Router {
             syn_backlog: VecDeque::new(),
             wall_offset_us: 0,
             tick_next: Instant::ZERO,
+            follows_order: BTreeSet::new(),
             config,
+        }
+    }
+
+    /// Whether servers of replica `addr` follow the input order (`ftnet
+    /// run`), as its agent says: then an input event of its service that
+    /// leaves it out is a hole in its order, and it leaves the group at
+    /// once (`OrderLost`) rather than serve on until its shim finds the
+    /// hole. A replica without such servers (a service whose servers read
+    /// their sockets directly) misses nothing by being left out.
+    pub fn set_follows_order(&mut self, addr: Ipv4Addr, yes: bool) {
+        if yes {
+            self.follows_order.insert(addr);
+        } else {
+            self.follows_order.remove(&addr);
         }
     }
 

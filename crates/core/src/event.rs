@@ -172,6 +172,11 @@ pub enum Event {
     },
     /// The last replica of a connection left; the client was sent a RST.
     ConnectionLost { conn: String },
+    /// The router ended a connection that could not end on its own: every
+    /// byte both ways was delivered and acknowledged, but its closing
+    /// handshake stood still (`why`), and it held a replica's join off.
+    /// The client and the replicas were sent a RST.
+    ConnectionEnded { conn: String, why: String },
     /// Output voting: replica `replica` sent bytes that differ from the
     /// majority's at server-stream `offset` (bytes after the SYN, modulo
     /// 2^32). `agreeing` replicas agreed on what the client got; with no

@@ -3627,6 +3627,36 @@ fn a_stale_connection_in_the_joiners_kernel_is_reset_and_the_syn_repeated() {
     assert_eq!(out[1].r.seq, SeqNum(CISN).add(5));
 }
 
+/// The joiner answers the join's SYN with a SYN-ACK to another SYN (an
+/// earlier join's, whose half-open connection lingers in its kernel after
+/// that join gave up): RFC 9293 §3.10.7.3, the router resets it at
+/// exactly that SYN-ACK's ACK and sends its SYN again, instead of waiting
+/// until the join times out (simulation seed 1640).
+#[test]
+fn a_synack_to_an_earlier_joins_syn_is_reset_and_the_syn_repeated() {
+    let (mut r, risn, isns) = quiet_service_without_replica_3();
+    let id = start_join(&mut r, risn, &isns);
+    r.checkpoint_taken(t(20), id, Ok("d".into()));
+    r.state_restored(t(30), id, Ok("d".into()));
+    assert_eq!(drain(&mut r).len(), 1, "the SYN");
+    let mut stale = Repr::new(
+        PORT,
+        CPORT,
+        SeqNum(4242),
+        SeqNum(CISN).add(2),
+        flags::SYN | flags::ACK,
+        100,
+    );
+    stale.mss = Some(1460);
+    r.handle_packet(t(31), seg(replica(3), CLIENT, stale, b""));
+    let out = drain(&mut r);
+    assert_eq!(out.len(), 2, "a RST, then the SYN again: {out:?}");
+    assert_eq!((out[0].dst, out[0].r.flags), (replica(3), flags::RST));
+    assert_eq!(out[0].r.seq, SeqNum(CISN).add(2), "at its ACK");
+    assert_eq!(out[1].r.flags, flags::SYN);
+    assert_eq!(out[1].r.seq, SeqNum(CISN).add(5));
+}
+
 /// During a join's pause a client retransmission of bytes the replicas
 /// were already sent passes (a replica that lost them needs them to come
 /// to rest); only new input waits.
@@ -5708,4 +5738,103 @@ fn a_replica_an_adopted_connections_events_leave_out_leaves_the_group() {
             "follows {follows}: {evs:?} {msgs:?}"
         );
     }
+}
+
+/// Both servers closed a connection whose bytes were all delivered both
+/// ways, and its closing handshake then stood still (the client neither
+/// acknowledged their FIN nor sent its own: a FIN lost while no router was
+/// up, its sender gone). Waiting for it would hold every join off until
+/// the idle timeout (the fault campaign's stuck join after a router cut):
+/// once it has been still for 5 s a join ends it, with a RST to the client
+/// and to each replica at exactly what each acknowledged, and goes on. A
+/// connection with output the client has not acknowledged is not ended.
+#[test]
+fn a_join_ends_a_connection_whose_closing_stood_still() {
+    for client_acked_all in [true, false] {
+        let (mut r, risn, isns) = quiet_service_without_replica_3();
+        for i in 1..=2u8 {
+            let mut f = Repr::new(
+                PORT,
+                CPORT,
+                SeqNum(isns[usize::from(i) - 1]).add(6),
+                SeqNum(CISN).add(6),
+                flags::ACK | flags::FIN,
+                500,
+            );
+            f.timestamps = Some((6002, 1001));
+            r.handle_packet(t(7), seg(replica(i), CLIENT, f, b""));
+        }
+        drain(&mut r);
+        if !client_acked_all {
+            // "world" was never acknowledged: the client may still need it.
+            let (mut r2, _, _) = (quiet_service_without_replica_3_unacked(), 0, 0);
+            std::mem::swap(&mut r, &mut r2);
+        }
+        log_events(&mut r);
+        r.join_replica(t(3000), "t", replica(3)).expect("join");
+        r.handle_timeout(t(3012));
+        let ev = log_events(&mut r);
+        assert!(
+            !ev.iter()
+                .any(|e| matches!(e, Event::ConnectionEnded { .. })),
+            "still for 3 s only: {ev:?}"
+        );
+        r.handle_timeout(t(5001));
+        log_events(&mut r);
+        drain(&mut r);
+        r.join_replica(t(7000), "t", replica(3)).ok();
+        r.handle_timeout(t(7012));
+        let ev = log_events(&mut r);
+        let out = drain(&mut r);
+        let ended = ev.iter().any(|e| matches!(e, Event::ConnectionEnded { why, .. } if why.contains("the servers closed")));
+        assert_eq!(ended, client_acked_all, "{ev:?}");
+        if client_acked_all {
+            let mut rsts: Vec<_> = out
+                .iter()
+                .filter(|o| o.r.flags & flags::RST != 0)
+                .map(|o| (o.dst, o.r.seq.0))
+                .collect();
+            rsts.sort();
+            assert_eq!(
+                rsts,
+                vec![
+                    (CLIENT, SeqNum(risn).add(6).0),
+                    (replica(1), SeqNum(CISN).add(6).0),
+                    (replica(2), SeqNum(CISN).add(6).0),
+                ],
+                "{out:?}"
+            );
+            assert!(
+                ev.iter().any(|e| matches!(e, Event::JoinCheckpoint { .. })),
+                "the join goes on: {ev:?}"
+            );
+        }
+    }
+}
+
+/// `quiet_service_without_replica_3`, but the client acknowledged none of
+/// "world", and both servers then closed.
+fn quiet_service_without_replica_3_unacked() -> Router {
+    let mut r = sequencer_router_joining(3, false);
+    let (risn, isns) = handshake(&mut r, 3);
+    assert_eq!(r.replica_failed(t(3), replica(3)), 1);
+    drain(&mut r);
+    client_bytes(&mut r, t(4), risn, 0, b"hello");
+    for i in 1..=2u8 {
+        from_replica(&mut r, t(5), &isns, i, (1, 6, 6000), b"world");
+        let mut f = Repr::new(
+            PORT,
+            CPORT,
+            SeqNum(isns[usize::from(i) - 1]).add(6),
+            SeqNum(CISN).add(6),
+            flags::ACK | flags::FIN,
+            500,
+        );
+        f.timestamps = Some((6002, 1001));
+        r.handle_packet(t(7), seg(replica(i), CLIENT, f, b""));
+    }
+    drain(&mut r);
+    log_events(&mut r);
+    agent_msgs(&mut r);
+    r
 }

@@ -142,6 +142,11 @@ fn note_event(ev: &Event) {
             None,
             format!("connection {conn} lost its last replica"),
         ),
+        Event::ConnectionEnded { conn, why } => note(
+            "ended",
+            None,
+            format!("connection {conn} ended by the router: {why}"),
+        ),
         Event::ReplicaUp { service, replica } => note(
             "up",
             Some(*replica),

@@ -995,6 +995,9 @@ fn log_event(ev: &Event) {
         Event::ConnectionLost { conn } => {
             error!("connection {conn}: no replica left, client reset")
         }
+        Event::ConnectionEnded { conn, why } => {
+            warn!("connection {conn} ended by the router (the client and the replicas were sent a RST): {why}; it held a replica's join off")
+        }
         Event::TableRebuilt {
             connections,
             after_ms,

@@ -34,6 +34,10 @@ pub(crate) enum Quiet {
     Wait { why: &'static str, forever: bool },
 }
 
+/// How long a closing connection whose bytes were all delivered both ways
+/// may stand still before a join ends it ([`Conn::stuck_closing`]).
+pub(crate) const STUCK_CLOSING: core::time::Duration = core::time::Duration::from_secs(5);
+
 /// How often a connection that waits for its replicas' confirmation that
 /// nothing of their output is missing asks them again.
 pub(crate) const REST_PROBE_EVERY: core::time::Duration = core::time::Duration::from_millis(50);
@@ -177,11 +181,11 @@ impl Conn {
             return if self.input_hi == f && all {
                 Quiet::Skip
             } else {
-                wait("closing")
+                wait("closing: the client closed, and not every replica took its last bytes")
             };
         }
         if self.legs.iter().any(|l| l.live() && l.fin.is_some()) {
-            return wait("closing");
+            return wait("closing: the servers closed it, and the client has not");
         }
         if self.legs.iter().any(|l| l.live() && !l.open()) {
             return wait("a replica has not answered its SYN");
@@ -228,6 +232,95 @@ impl Conn {
             return Quiet::Probe;
         }
         Quiet::Join
+    }
+
+    /// A connection that keeps a join waiting although nothing of it is
+    /// left to deliver: it is closing (the client's FIN came, or every
+    /// replica's server closed it), every client byte was numbered and
+    /// taken by every replica, the client acknowledged all of the output
+    /// but the FIN, and nothing moved on it for [`STUCK_CLOSING`]. Its FIN
+    /// handshake stands still (a FIN lost while no router was up, with
+    /// its sender gone or given up): it would hold every join off until
+    /// the idle timeout. Returns why, for the log, or `None`.
+    pub(crate) fn stuck_closing(&self, now: Instant) -> Option<String> {
+        if self.phase != Phase::Established
+            || self.resetting
+            || self.vote.is_some()
+            || self.recovering()
+            || !self.client_seen
+        {
+            return None;
+        }
+        let open: Vec<_> = self.legs.iter().filter(|l| l.open()).collect();
+        if open.is_empty() {
+            return None;
+        }
+        let servers_closed = open.iter().all(|l| l.fin.is_some());
+        if self.client_fin.is_none() && !servers_closed {
+            return None;
+        }
+        let data_end = self.client_fin.unwrap_or(self.client_hi);
+        let still = |t: Instant| now.saturating_sub(t) >= STUCK_CLOSING;
+        let delivered = self.input_hi == data_end
+            && open.iter().all(|l| {
+                l.learned
+                    && !l.ack.is_before(data_end)
+                    && !self.client_ack.is_before(l.data_hi())
+                    && still(l.progress_at)
+                    && still(l.out_at)
+            });
+        if !delivered || !still(self.last_activity) {
+            return None;
+        }
+        Some(format!(
+            "closing ({}) with every byte delivered both ways, and still for {} ms",
+            match (self.client_fin.is_some(), servers_closed) {
+                (true, true) => "the client and the servers closed",
+                (true, false) => "the client closed; its FIN has not reached every replica",
+                _ =>
+                    "the servers closed; the client has not acknowledged their FIN or sent its own",
+            },
+            now.saturating_sub(self.last_activity).as_millis()
+        ))
+    }
+
+    /// Ends a connection [`Conn::stuck_closing`] found: a RST to the
+    /// client at what it acknowledged (its RCV.NXT) and to each replica
+    /// at what it acknowledged (RFC 5961: exactly RCV.NXT).
+    pub(crate) fn end_stuck(&mut self, ctx: &mut Ctx, why: String) {
+        let r = Repr::new(
+            self.key.vport,
+            self.key.cport,
+            self.client_ack,
+            SeqNum(0),
+            flags::RST,
+            0,
+        );
+        ctx.tx.push_back(Packet::plain(r.emit_ipv4(
+            self.key.vip,
+            self.key.client,
+            &[],
+        )));
+        ctx.counters.packets_out += 1;
+        for l in self.legs.iter_mut().filter(|l| l.live()) {
+            let r = Repr::new(
+                self.key.cport,
+                self.key.vport,
+                l.ack,
+                SeqNum(0),
+                flags::RST,
+                0,
+            );
+            ctx.tx
+                .push_back(Packet::plain(r.emit_ipv4(self.key.client, l.addr, &[])));
+            ctx.counters.packets_out += 1;
+            l.state = LegState::Evicted;
+        }
+        ctx.out.event(crate::event::Event::ConnectionEnded {
+            conn: self.key.to_string(),
+            why,
+        });
+        self.phase = Phase::Dead;
     }
 
     /// Where a connection that is not at rest stands, for the log of a
@@ -463,8 +556,22 @@ impl Conn {
         let Some(at) = self.legs[i].joined_at else {
             return;
         };
-        if !seg.has(flags::ACK) || seg.ack != at {
+        if !seg.has(flags::ACK) {
             ctx.counters.drop(DropReason::BadState);
+            return;
+        }
+        if seg.ack != at {
+            if self.legs[i].state == LegState::SynSent {
+                // A SYN-ACK to another SYN: a half-open connection of the
+                // same four-tuple lingers in the joiner's kernel (an
+                // earlier join's SYN, answered after that join gave up).
+                // RFC 9293 §3.10.7.3 (SYN-SENT): an ACK for something not
+                // sent gets <SEQ=SEG.ACK><CTL=RST>, which ends it; then
+                // the SYN again.
+                self.join_challenged(ctx, i, seg.ack);
+            } else {
+                ctx.counters.drop(DropReason::BadState);
+            }
             return;
         }
         match self.legs[i].state {

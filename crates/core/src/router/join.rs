@@ -549,6 +549,7 @@ impl Router {
                 }
                 if why.is_none() {
                     let mut probe = Vec::new();
+                    let mut stuck = Vec::new();
                     for key in self.conns_of(svc) {
                         match self.conns[&key].join_quiet() {
                             Quiet::Join | Quiet::Skip => {}
@@ -557,11 +558,23 @@ impl Router {
                                 if forever {
                                     return Err(format!("connection {key}: {w}"));
                                 }
+                                // Nothing left to deliver, its FIN
+                                // handshake standing still: ended, not
+                                // waited for (it would hold every join off
+                                // until the idle timeout).
+                                if let Some(s) = self.conns[&key].stuck_closing(now) {
+                                    stuck.push((key, s));
+                                    continue;
+                                }
                                 why = Some(w);
                                 at = Some(key);
                                 break;
                             }
                         }
+                    }
+                    for (key, s) in stuck {
+                        self.on_conn(now, key, |c, ctx| c.end_stuck(ctx, s));
+                        self.after(now, key);
                     }
                     if why.is_none() && !probe.is_empty() {
                         why = Some("confirming that every replica's output reached the router");

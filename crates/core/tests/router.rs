@@ -5751,25 +5751,13 @@ fn a_replica_an_adopted_connections_events_leave_out_leaves_the_group() {
 #[test]
 fn a_join_ends_a_connection_whose_closing_stood_still() {
     for client_acked_all in [true, false] {
-        let (mut r, risn, isns) = quiet_service_without_replica_3();
-        for i in 1..=2u8 {
-            let mut f = Repr::new(
-                PORT,
-                CPORT,
-                SeqNum(isns[usize::from(i) - 1]).add(6),
-                SeqNum(CISN).add(6),
-                flags::ACK | flags::FIN,
-                500,
-            );
-            f.timestamps = Some((6002, 1001));
-            r.handle_packet(t(7), seg(replica(i), CLIENT, f, b""));
-        }
-        drain(&mut r);
-        if !client_acked_all {
+        let (mut r, risn, isns) = if client_acked_all {
+            quiet_service_without_replica_3()
+        } else {
             // "world" was never acknowledged: the client may still need it.
-            let (mut r2, _, _) = (quiet_service_without_replica_3_unacked(), 0, 0);
-            std::mem::swap(&mut r, &mut r2);
-        }
+            quiet_service_without_replica_3_unacked()
+        };
+        servers_close(&mut r, &isns);
         log_events(&mut r);
         r.join_replica(t(3000), "t", replica(3)).expect("join");
         r.handle_timeout(t(3012));
@@ -5813,8 +5801,8 @@ fn a_join_ends_a_connection_whose_closing_stood_still() {
 }
 
 /// `quiet_service_without_replica_3`, but the client acknowledged none of
-/// "world", and both servers then closed.
-fn quiet_service_without_replica_3_unacked() -> Router {
+/// "world".
+fn quiet_service_without_replica_3_unacked() -> (Router, u32, Vec<u32>) {
     let mut r = sequencer_router_joining(3, false);
     let (risn, isns) = handshake(&mut r, 3);
     assert_eq!(r.replica_failed(t(3), replica(3)), 1);
@@ -5822,6 +5810,17 @@ fn quiet_service_without_replica_3_unacked() -> Router {
     client_bytes(&mut r, t(4), risn, 0, b"hello");
     for i in 1..=2u8 {
         from_replica(&mut r, t(5), &isns, i, (1, 6, 6000), b"world");
+    }
+    drain(&mut r);
+    log_events(&mut r);
+    agent_msgs(&mut r);
+    (r, risn, isns)
+}
+
+/// Replicas 1 and 2's servers close the connection after "world" (their
+/// FIN at 6 bytes past their ISN), at 7 ms.
+fn servers_close(r: &mut Router, isns: &[u32]) {
+    for i in 1..=2u8 {
         let mut f = Repr::new(
             PORT,
             CPORT,
@@ -5833,8 +5832,5 @@ fn quiet_service_without_replica_3_unacked() -> Router {
         f.timestamps = Some((6002, 1001));
         r.handle_packet(t(7), seg(replica(i), CLIENT, f, b""));
     }
-    drain(&mut r);
-    log_events(&mut r);
-    agent_msgs(&mut r);
-    r
+    drain(r);
 }

@@ -2070,6 +2070,11 @@ fn rst_to_a_half_open_connection_must_carry_the_isn_plus_one() {
 }
 
 fn adopt_two(r: &mut Router, risn: u32, isns: [u32; 2], wscale: u8) {
+    adopt_two_with(r, risn, isns, wscale, None);
+}
+
+/// `adopt_two`, timestamps on if `ts_base` is given.
+fn adopt_two_with(r: &mut Router, risn: u32, isns: [u32; 2], wscale: u8, ts_base: Option<u32>) {
     use ftnet_core::{ConnKey, ConnRecord, ReplicaSetup};
     let key = ConnKey {
         client: CLIENT,
@@ -2082,7 +2087,7 @@ fn adopt_two(r: &mut Router, risn: u32, isns: [u32; 2], wscale: u8) {
         client_isn: CISN,
         router_isn: risn,
         wscale_out: wscale,
-        ts_base: None,
+        ts_base,
         client_mss: 1460,
         mss_out: 1460,
         replicas: (0..2u8)
@@ -5833,4 +5838,152 @@ fn servers_close(r: &mut Router, isns: &[u32]) {
         r.handle_packet(t(7), seg(replica(i), CLIENT, f, b""));
     }
     drain(r);
+}
+
+/// The ACKs to the client in `out`.
+fn acks_to_client(out: &[Out]) -> Vec<SeqNum> {
+    out.iter()
+        .filter(|o| o.dst == CLIENT && o.r.flags & flags::ACK != 0)
+        .map(|o| o.r.ack)
+        .collect()
+}
+
+/// A slow replica acknowledges part of the client's bytes after the client
+/// sent them again (its retransmission timeout): the ACK that moves into
+/// them goes to the client without a timestamp echo. (The replica's echo
+/// is older than the retransmission: Linux, seeing it, undoes its timeout
+/// as spurious while the retransmission is still out, then counts that
+/// retransmission twice at its next timeout, and its retransmission clock
+/// never stops: two timeouts in a row at a router takeover, even hours
+/// later, end the connection with ETIMEDOUT.) Without a retransmission the
+/// echo goes as always; and once all is acknowledged, again.
+#[test]
+fn an_ack_into_bytes_the_client_sent_again_echoes_no_timestamp() {
+    for resent in [false, true] {
+        let mut r = router(2);
+        let (risn, isns) = handshake(&mut r, 2);
+        client_bytes(&mut r, t(3), risn, 0, b"0123456789");
+        client_bytes(&mut r, t(3), risn, 10, b"abcdefghij");
+        // Replica 1 has all 20 bytes, replica 2 none yet: nothing to tell.
+        r.handle_packet(t(4), ack_from(1, isns[0], SeqNum(CISN).add(21), 500));
+        assert!(acks_to_client(&drain(&mut r)).is_empty());
+        if resent {
+            // The client's retransmission timeout: both segments in one.
+            client_bytes(&mut r, t(250), risn, 0, b"0123456789abcdefghij");
+            drain(&mut r);
+        }
+        // Replica 2 acknowledges the first segment only.
+        r.handle_packet(t(251), ack_from(2, isns[1], SeqNum(CISN).add(11), 500));
+        let out = drain(&mut r);
+        let to_c: Vec<&Out> = out.iter().filter(|o| o.dst == CLIENT).collect();
+        assert_eq!(to_c.len(), 1, "{out:?}");
+        assert_eq!(to_c[0].r.ack, SeqNum(CISN).add(11));
+        let echo = to_c[0].r.timestamps.map(|x| x.1);
+        if resent {
+            assert_eq!(echo, Some(0), "an ACK into resent bytes echoed");
+        } else {
+            assert!(echo.is_some_and(|e| e != 0), "{echo:?}");
+        }
+        // Then all of them: the echo is back.
+        r.handle_packet(t(252), ack_from(2, isns[1], SeqNum(CISN).add(21), 500));
+        let out = drain(&mut r);
+        assert_eq!(acks_to_client(&out), vec![SeqNum(CISN).add(21)]);
+        assert!(out[0].r.timestamps.is_some_and(|x| x.1 != 0), "{out:?}");
+    }
+}
+
+/// After a takeover, the client's bytes beyond the slowest replica's
+/// position may be a retransmission the new router never saw (it died with
+/// the router before): until the client sends bytes, segments to it echo
+/// no timestamp, so that an ACK moving into such a retransmission cannot
+/// make Linux take its timeout for spurious while the retransmission is
+/// out (its retransmission count then never returns to zero, and two
+/// timeouts in a row at any later takeover end the connection). Once the
+/// client sent bytes, those it sent again are known: no echo while the ACK
+/// lies inside them, the replicas' echoes once past.
+#[test]
+fn after_a_takeover_no_echo_until_the_client_sends_nor_while_acking_into_its_resent_bytes() {
+    let mut r = router(2);
+    let (risn, isns) = (7_000_000u32, [1_000_000u32, 2_000_000]);
+    adopt_two_with(&mut r, risn, isns, 0, Some(4242));
+    // Positions: both sent 100 bytes and acknowledged 86 client bytes.
+    for i in 0..2usize {
+        let mut a = Repr::new(
+            PORT,
+            CPORT,
+            SeqNum(isns[i]).add(101),
+            SeqNum(CISN).add(1 + 86),
+            flags::ACK,
+            64,
+        );
+        a.timestamps = Some((9000, 777));
+        r.handle_packet(t(1), seg(replica(i as u8 + 1), CLIENT, a, b""));
+    }
+    let reply = |i: usize, off: u32, p: &[u8], ack: u32| {
+        let mut d = Repr::new(
+            PORT,
+            CPORT,
+            SeqNum(isns[i]).add(101 + off),
+            SeqNum(CISN).add(1 + ack),
+            flags::ACK | flags::PSH,
+            64,
+        );
+        d.timestamps = Some((9001, 777));
+        seg(replica(i as u8 + 1), CLIENT, d, p)
+    };
+    let echo = |out: Vec<Out>| -> Vec<Option<u32>> {
+        out.iter()
+            .filter(|o| o.dst == CLIENT)
+            .map(|o| o.r.timestamps.map(|x| x.1))
+            .collect()
+    };
+    let mut echoes = echo(drain(&mut r));
+    r.handle_packet(t(2), reply(0, 0, b"xyz", 86));
+    echoes.extend(echo(drain(&mut r)));
+    assert!(!echoes.is_empty());
+    assert!(
+        echoes.iter().all(|e| *e == Some(0)),
+        "no echo yet: {echoes:?}"
+    );
+    // The client's retransmission: bytes 80..100, of which the replicas
+    // hold up to 86.
+    let mut d = Repr::new(
+        CPORT,
+        PORT,
+        SeqNum(CISN).add(1 + 80),
+        SeqNum(risn).add(1 + 103),
+        flags::ACK | flags::PSH,
+        502,
+    );
+    d.timestamps = Some((5555, 9001));
+    r.handle_packet(t(3), seg(CLIENT, VIP, d, &[b'c'; 20]));
+    drain(&mut r);
+    // Replica 1 takes all of it, replica 2 only up to 90: the ACK into
+    // the resent bytes echoes nothing.
+    r.handle_packet(t(4), reply(0, 3, b"uvw", 100));
+    r.handle_packet(t(4), reply(1, 0, b"xyzuvw", 90));
+    let out = drain(&mut r);
+    let to_c: Vec<&Out> = out.iter().filter(|o| o.dst == CLIENT).collect();
+    assert!(!to_c.is_empty(), "{out:?}");
+    for o in &to_c {
+        assert!(o.r.ack.is_before(SeqNum(CISN).add(101)));
+        assert_eq!(o.r.timestamps.map(|x| x.1), Some(0), "{o:?}");
+    }
+    // Replica 2 has all: the client is told.
+    let mut a = Repr::new(
+        PORT,
+        CPORT,
+        SeqNum(isns[1]).add(107),
+        SeqNum(CISN).add(101),
+        flags::ACK,
+        64,
+    );
+    a.timestamps = Some((9002, 5555));
+    r.handle_packet(t(5), seg(replica(2), CLIENT, a, b""));
+    let out = drain(&mut r);
+    assert_eq!(acks_to_client(&out), vec![SeqNum(CISN).add(101)]);
+    assert!(
+        out[0].r.timestamps.is_some_and(|x| x.1 != 0),
+        "echoes pass again: {out:?}"
+    );
 }

@@ -171,6 +171,27 @@ impl Conn {
             };
             self.number_to(ctx, end);
         }
+        if self
+            .client_rtx_hi
+            .is_some_and(|h| !h.is_after(self.adv_ack))
+        {
+            self.client_rtx_hi = None;
+        }
+        let carries = seg.payload_len > 0 || seg.has(flags::FIN);
+        if carries
+            && (seg.seq.is_before(self.client_hi) || self.echo_unknown)
+            && end.is_after(self.adv_ack)
+        {
+            // Sent again, and not yet acknowledged to the client.
+            self.client_rtx_hi = Some(match self.client_rtx_hi {
+                Some(h) if h.is_after(end) && h.is_after(self.adv_ack) => h,
+                _ => end,
+            });
+        }
+        if self.echo_unknown && (carries || self.group_ack().is_some_and(|a| !a.is_before(seg.seq)))
+        {
+            self.echo_unknown = false;
+        }
         if seg.payload_len > 0 || seg.has(flags::FIN) {
             // What the replicas are sent (a pure ACK's sequence number may
             // count bytes that reached no router, after a takeover).

@@ -175,6 +175,24 @@ pub struct Conn {
     fin_sent: bool,
     /// What the client was last told.
     adv_ack: SeqNum,
+    /// End of the client bytes it sent again (a retransmission: they start
+    /// below `client_hi`) that it was not yet told are acknowledged. While
+    /// the client's ACK lies below it, segments to the client echo no
+    /// timestamp (`Conn::echo`): a replica's echo is older than the
+    /// retransmission, and Linux, given an ACK that moves into bytes it
+    /// sent again with such an echo, undoes its timeout as spurious while
+    /// the retransmission is still out; its next timeout then counts that
+    /// retransmission twice (`retrans_out` never returns to 0), its
+    /// retransmission clock (`retrans_stamp`) never stops, and the
+    /// connection's next two timeouts in a row, at a router takeover even
+    /// hours later, end it with ETIMEDOUT (tcp_retries2 is counted from
+    /// that stale start).
+    client_rtx_hi: Option<SeqNum>,
+    /// Adopted after a takeover, and the client has sent neither bytes nor
+    /// a segment showing that the group has all it sent: bytes it sent
+    /// again are unknown here, so segments to it echo no timestamp (as
+    /// for `client_rtx_hi`).
+    echo_unknown: bool,
     adv_edge: SeqNum,
     /// Negotiated for the group.
     ts_on: bool,
@@ -302,6 +320,8 @@ impl Conn {
             client_ack: router_isn,
             fin_sent: false,
             adv_ack: router_isn,
+            client_rtx_hi: None,
+            echo_unknown: false,
             adv_edge: router_isn,
             ts_on: false,
             ws_out: 0,
@@ -402,6 +422,24 @@ impl Conn {
                 a
             },
         )
+    }
+
+    /// The TSecr of a segment to the client that would echo `e`: none (0)
+    /// while its ACK may move into bytes the client sent again
+    /// (`client_rtx_hi`, `echo_unknown`).
+    fn echo(&self, e: u32) -> u32 {
+        if self.no_echo() {
+            0
+        } else {
+            e
+        }
+    }
+
+    fn no_echo(&self) -> bool {
+        self.echo_unknown
+            || self
+                .client_rtx_hi
+                .is_some_and(|hi| self.client_ack_field().is_some_and(|a| a.is_before(hi)))
     }
 
     /// Group window right edge: the minimum (§III-D); with an input log,

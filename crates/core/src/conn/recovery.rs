@@ -154,6 +154,7 @@ impl Conn {
             c.order_to.push(from);
         }
         c.client_seen = false;
+        c.echo_unknown = true;
         // Until the client speaks, the window the router's own segments
         // to the replicas announce (probes, ACKs on its behalf): never 0,
         // which would stop a replica until someone reopens it.

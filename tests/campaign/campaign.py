@@ -80,6 +80,12 @@ class Lab:
         else:
             self.ftnet("up", "--ha", "--stateless", "--port", "8080", "--port", "7000", "--failure-ms", str(self.c.a.failure_ms),
                        "--server", f"{self.c.work}/web.sh {{dir}}", timeout=180)
+        if self.c.a.client_retries2:
+            # A client that gives up after this many timeouts in a row (Linux's default 15 is about
+            # 15 minutes): a client whose retransmission state the product corrupted (a stale
+            # retransmission clock) dies at its next two timeouts in a row, so at a router fault.
+            subprocess.run(["ip", "netns", "exec", f"ftnet-{self.name}-client", "sysctl", "-qw",
+                            f"net.ipv4.tcp_retries2={self.c.a.client_retries2}"], check=True)
 
     def status(self):
         r = self.ftnet("status", "--json", timeout=20, check=False)
@@ -467,7 +473,8 @@ class Campaign:
                "failures_beyond_model": self.beyond,
                "checks": [{"lab": c[0], "check": c[1], "ok": c[2], "detail": c[3]} for c in checks],
                "elapsed_s": round(elapsed), "gap_ms": self.gap_ms,
-               "machine": f"{os.cpu_count()} CPUs, Linux {os.uname().release}"}
+               "machine": f"{os.cpu_count()} CPUs, Linux {os.uname().release}",
+               "client_retries2": self.a.client_retries2 or 15}
         json.dump(res, open(f"{self.out}/campaign.json", "w"), indent=1)
         md = self.markdown(res)
         open(f"{self.out}/campaign.md", "w").write(md)
@@ -485,7 +492,8 @@ class Campaign:
              f"{len(res['faults'])} of {res['faults_planned']} faults in {res['elapsed_s']} s on {res['machine']}; "
              f"verdict: **{'PASS' if res['ok'] else 'FAIL'}**. A stall is the longest silence (> {res['gap_ms']} ms) "
              "a client stream or command saw from the fault until 0.5 s after the group recovered; recovery is "
-             "until every replica serves again and both routers run.", "",
+             "until every replica serves again and both routers run. The clients' tcp_retries2: "
+             f"{res['client_retries2']}.", "",
              "| fault | count | stall at the fault p50 / p90 / p99 / max (ms) | stall while healing p50 / max (ms) | recovery p50 / max (ms) | faults with a client failure |",
              "|---|---|---|---|---|---|"]
         for k, v in res["by_kind"].items():
@@ -537,6 +545,10 @@ def main():
                     help="stop injecting after this long (the checks and the report follow as usual)")
     ap.add_argument("--record", action="store_true", help="also write bench/results/campaign-*.{json,md}")
     ap.add_argument("--keep", action="store_true", help="leave the labs up")
+    ap.add_argument("--client-retries2", type=int, default=0,
+                    help="the clients' net.ipv4.tcp_retries2 (default: Linux's 15, about 15 minutes of timeouts "
+                         "in a row); 6 (about 25 s) ends, at the next router fault, a client connection whose "
+                         "retransmission state went wrong long before")
     a = ap.parse_args()
     a.kinds = [k for k in a.kinds.split(",") if k]
     a.labs = [k for k in a.labs.split(",") if k]

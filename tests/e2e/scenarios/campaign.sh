@@ -22,7 +22,7 @@ prefix=${LAB:0:7}
 trap 'rc=$?; set +e; for l in "${prefix}r" "${prefix}w"; do timeout 60 "$FTNET" lab down --name "$l" >/dev/null 2>&1; done; (exit $rc); e2e_on_exit' EXIT
 rc=0
 timeout $((FAULTS * 70 + 300)) python3 "$REPO/tests/campaign/campaign.py" --faults "$FAULTS" --seed "$SEED" \
-	--prefix "$prefix" --ftnet "$FTNET" --out "$T/campaign" --work "$T/campaign-work" >"$T/campaign.log" 2>&1 || rc=$?
+	--client-retries2 6 --prefix "$prefix" --ftnet "$FTNET" --out "$T/campaign" --work "$T/campaign-work" >"$T/campaign.log" 2>&1 || rc=$?
 rm -rf "$T/campaign-work"
 sed -n '/^# Fault campaign/,$p' "$T/campaign.log" | sed 's/^/    /'
 grep -E "^\[campaign" "$T/campaign.log" | tail -3 | sed 's/^/    /'

@@ -183,16 +183,13 @@ impl Conn {
             && end.is_after(self.adv_ack)
         {
             // Sent again, and not yet acknowledged to the client.
-            self.client_rtx_hi = Some(match self.client_rtx_hi {
-                Some(h) if h.is_after(end) && h.is_after(self.adv_ack) => h,
-                _ => end,
-            });
+            self.client_rtx_hi = Some(self.client_rtx_hi.map_or(end, |h| h.max(end)));
         }
         if self.echo_unknown && (carries || self.group_ack().is_some_and(|a| !a.is_before(seg.seq)))
         {
             self.echo_unknown = false;
         }
-        if seg.payload_len > 0 || seg.has(flags::FIN) {
+        if carries {
             // What the replicas are sent (a pure ACK's sequence number may
             // count bytes that reached no router, after a takeover).
             self.client_hi = self.client_hi.max(end);

@@ -424,22 +424,15 @@ impl Conn {
         )
     }
 
-    /// The TSecr of a segment to the client that would echo `e`: none (0)
-    /// while its ACK may move into bytes the client sent again
-    /// (`client_rtx_hi`, `echo_unknown`).
-    fn echo(&self, e: u32) -> u32 {
-        if self.no_echo() {
+    /// The TSecr of a segment to the client carrying `ack` that would echo
+    /// `e`: none (0) while that ACK may move into bytes the client sent
+    /// again (`client_rtx_hi`, `echo_unknown`).
+    fn echo(&self, e: u32, ack: SeqNum) -> u32 {
+        if self.echo_unknown || self.client_rtx_hi.is_some_and(|hi| ack.is_before(hi)) {
             0
         } else {
             e
         }
-    }
-
-    fn no_echo(&self) -> bool {
-        self.echo_unknown
-            || self
-                .client_rtx_hi
-                .is_some_and(|hi| self.client_ack_field().is_some_and(|a| a.is_before(hi)))
     }
 
     /// Group window right edge: the minimum (§III-D); with an input log,

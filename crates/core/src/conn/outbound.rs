@@ -582,7 +582,7 @@ impl Conn {
         self.told_zero = win == 0;
         let ts = self
             .ts_on
-            .then(|| (self.router_ts(ctx.now), self.echo(self.client_tsval)));
+            .then(|| (self.router_ts(ctx.now), self.echo(self.client_tsval, ack)));
         let opt_len = if ts.is_some() { 12 } else { 0 };
         let seg_size = (self.client_mss as usize).saturating_sub(opt_len).max(1);
         let per_packet = (MAX_BUILT_PAYLOAD / seg_size).max(1) * seg_size;
@@ -660,7 +660,7 @@ impl Conn {
         let seq = seq_override.unwrap_or(seg.seq.shift(self.legs[i].off));
         let vip = self.key.vip;
         let ts_on = self.ts_on;
-        let no_echo = self.no_echo();
+        let echo = |e| self.echo(e, ack);
         seg.at.rewrite(&mut p, |ip, t| {
             ip.set_src(vip);
             t.update_pseudo_addr(seg.src, vip, seg.mode);
@@ -671,7 +671,7 @@ impl Conn {
             }
             if let (true, Some((_, e))) = (ts_on, seg.ts) {
                 // §III-D: the router's clock towards the client.
-                t.set_timestamps(ts_now, if no_echo { 0 } else { e }, seg.mode);
+                t.set_timestamps(ts_now, echo(e), seg.mode);
             }
             t.strip_sack(seg.mode);
             if strip_fin {
@@ -776,7 +776,7 @@ impl Conn {
             self.window_field(ack, edge),
         );
         if self.ts_on {
-            r.timestamps = Some((self.router_ts(ctx.now), self.echo(self.client_tsval)));
+            r.timestamps = Some((self.router_ts(ctx.now), self.echo(self.client_tsval, ack)));
         }
         let window = r.window;
         ctx.tx.push_back(Packet::plain(r.emit_ipv4(

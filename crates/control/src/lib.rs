@@ -12,6 +12,7 @@
 //!                                ◀───────  Welcome{mac_r, heartbeat_ms, dead_after_ms}
 //!   (mac_r = HMAC(secret, "router"|an|rn|replica): the agent checks the router too)
 //!   Heartbeat{seq} every heartbeat_ms ──▶  silent for dead_after_ms ⇒ the replica's host is lost
+//!   (router silent for router_silence(…) ⇒ the agent looks for the router anew: a new master)
 //!                                ◀───────  HeartbeatAck{seq}; ConnOpen{record}; ConnClose{key}
 //!   Stored{ids}                  ───────▶  the records are kept: the SYN-ACKs held for them go out
 //! ```
@@ -1159,6 +1160,21 @@ pub enum AgentEvent {
     Restart { reason: String },
 }
 
+/// How long the agent waits without a word from its router (every
+/// heartbeat is answered) before it gives the session up and connects
+/// anew: three heartbeats, at least 250 ms, at most `dead_after`. A router
+/// cut off from the network never closes its sessions; its standby takes
+/// the gateway address over (VRRP: ~0.35 s with adverts every 0.1 s) but
+/// hears from an agent only when the agent connects to it, and the
+/// connections wait for every agent's records before they are rebuilt: the
+/// sooner the agents look, the sooner clients are served again. A false
+/// alarm (a router slow to answer) costs one reconnection: the router keeps
+/// the replica in service and brings its order up to date; only the
+/// router's own judgement (`dead_after`) takes a host out.
+pub fn router_silence_ms(heartbeat_ms: u64, dead_after_ms: u64) -> u64 {
+    (3 * heartbeat_ms).max(250).min(dead_after_ms)
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum AState {
     AwaitChallenge,
@@ -1316,7 +1332,7 @@ impl AgentSession {
                 let dead = dead_after_ms.clamp(every * 2, 600_000);
                 self.state = AState::Live {
                     every_ms: every,
-                    dead_ms: dead,
+                    dead_ms: router_silence_ms(every, dead),
                 };
                 self.next_beat_ms = now_ms;
                 // First: a replica that left the group under the router
@@ -1906,9 +1922,18 @@ mod tests {
                 silent: Duration::from_millis(500)
             })
         );
-        // And the agent notices the router's silence too (last ack at 1900 ms).
-        assert_eq!(a.on_timeout(2399, &mut out), None);
-        assert_eq!(a.on_timeout(2400, &mut out), Some(AgentEvent::RouterLost));
+        // The agent gave up on the router earlier (last ack at 1900 ms):
+        // after three heartbeats (300 ms), to find a new master sooner.
+        assert_eq!(a.on_timeout(2199, &mut out), None);
+        assert_eq!(a.on_timeout(2200, &mut out), Some(AgentEvent::RouterLost));
+    }
+
+    #[test]
+    fn the_agent_gives_its_router_up_after_three_heartbeats_within_bounds() {
+        assert_eq!(router_silence_ms(100, 500), 300);
+        assert_eq!(router_silence_ms(10, 500), 250, "never below 250 ms");
+        assert_eq!(router_silence_ms(10, 100), 100, "never above dead_after");
+        assert_eq!(router_silence_ms(1000, 5000), 3000);
     }
 
     #[test]

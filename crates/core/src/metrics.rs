@@ -140,6 +140,10 @@ pub struct Counters {
     /// Connections adopted from the agents' records and rebuilt (every live
     /// replica told its position).
     pub connections_rebuilt: u64,
+    /// ICMP host-unreachable messages sent to clients of rebuilt
+    /// connections so that a client in retransmission back-off resends at
+    /// once (RFC 6069: Linux takes back one back-off step per message).
+    pub rto_prompts: u64,
     /// Replicas' probes (zero-window, keep-alive) passed on to the client
     /// so that it answers with its window.
     pub probes_passed: u64,

@@ -9,7 +9,7 @@ use ftnet_core::{
     AgentMsg, Config, DropReason, Event, EvictReason, Instant, Packet, Router, Service,
 };
 use ftnet_wire::tcp::{flags, Repr, Segment};
-use ftnet_wire::{ipv4, SeqNum};
+use ftnet_wire::{icmp, ipv4, SeqNum};
 use std::net::Ipv4Addr;
 
 const CLIENT: Ipv4Addr = Ipv4Addr::new(198, 18, 1, 2);
@@ -72,10 +72,34 @@ fn parse(p: &Packet) -> Out {
     }
 }
 
+/// The TCP segments the router sent; ICMP messages are checked and left
+/// out (`drain_icmp` keeps them).
 fn drain(r: &mut Router) -> Vec<Out> {
-    std::iter::from_fn(|| r.poll_transmit())
-        .map(|p| parse(&p))
-        .collect()
+    drain_icmp(r).0
+}
+
+/// The TCP segments the router sent, and its ICMP destination-unreachable
+/// messages (addressed to, quoting).
+fn drain_icmp(r: &mut Router) -> (Vec<Out>, Vec<(Ipv4Addr, Ipv4Addr, icmp::Unreachable)>) {
+    let (mut segs, mut icmps) = (Vec::new(), Vec::new());
+    while let Some(p) = r.poll_transmit() {
+        let ip = ipv4::Packet::new_checked(&p.data[..]).expect("router emitted bad IPv4");
+        if ip.protocol() == ipv4::PROTO_ICMP {
+            assert!(ip.verify_checksum(), "IPv4 checksum");
+            assert_eq!(
+                ftnet_wire::checksum::complete(ip.payload(), 0),
+                0,
+                "ICMP checksum"
+            );
+            let u = icmp::parse_unreachable(ip.payload())
+                .expect("router emitted bad ICMP")
+                .expect("router emitted an ICMP message other than unreachable about TCP");
+            icmps.push((ip.src(), ip.dst(), u));
+        } else {
+            segs.push(parse(&p));
+        }
+    }
+    (segs, icmps)
 }
 
 fn seg(src: Ipv4Addr, dst: Ipv4Addr, r: Repr, payload: &[u8]) -> Packet {
@@ -5986,4 +6010,175 @@ fn after_a_takeover_no_echo_until_the_client_sends_nor_while_acking_into_its_res
         out[0].r.timestamps.is_some_and(|x| x.1 != 0),
         "echoes pass again: {out:?}"
     );
+}
+
+/// Everything the router sent, in order: TCP segments and ICMP messages.
+#[derive(Debug)]
+enum Sent {
+    Tcp(Out),
+    Icmp(Ipv4Addr, Ipv4Addr, icmp::Unreachable),
+}
+
+fn drain_sent(r: &mut Router) -> Vec<Sent> {
+    std::iter::from_fn(|| r.poll_transmit())
+        .map(|p| {
+            let ip = ipv4::Packet::new_checked(&p.data[..]).unwrap();
+            if ip.protocol() == ipv4::PROTO_ICMP {
+                assert!(ip.verify_checksum());
+                assert_eq!(ftnet_wire::checksum::complete(ip.payload(), 0), 0);
+                let u = icmp::parse_unreachable(ip.payload()).unwrap().unwrap();
+                Sent::Icmp(ip.src(), ip.dst(), u)
+            } else {
+                Sent::Tcp(parse(&p))
+            }
+        })
+        .collect()
+}
+
+/// A connection rebuilt after a takeover: each endpoint may be waiting out
+/// a backed-off retransmission timeout (what it sent into the outage died).
+/// Right after the rebuild's ACK the client gets ICMP host-unreachable
+/// messages quoting its segment at that ACK (RFC 6069: Linux takes back one
+/// back-off step each and resends at once), then a garbage octet 2^30 back
+/// that it answers with what it holds. A replica that sent more than that
+/// gets the same prompt, quoting its SND.UNA, after the client's ACK went
+/// to it. A client that already spoke to the new router is not prompted;
+/// a replica the client has everything of is not either.
+#[test]
+fn a_rebuilt_connection_prompts_both_ends_to_retransmit() {
+    for (client_speaks, client_holds) in [(false, 90u32), (false, 100), (true, 90)] {
+        let what = format!("client speaks first: {client_speaks}, holds {client_holds}");
+        let mut r = router(2);
+        let (risn, isns) = (7_000_000u32, [1_000_000u32, 2_000_000]);
+        adopt_two_with(&mut r, risn, isns, 0, None);
+        // Positions: both sent 100 bytes and acknowledged 86 client bytes.
+        let answer = |r: &mut Router, i: usize, at: u64| {
+            let a = Repr::new(
+                PORT,
+                CPORT,
+                SeqNum(isns[i]).add(101),
+                SeqNum(CISN).add(1 + 86),
+                flags::ACK,
+                64,
+            );
+            r.handle_packet(t(at), seg(replica(i as u8 + 1), CLIENT, a, b""));
+        };
+        answer(&mut r, 0, 1);
+        if client_speaks {
+            // Its retransmission of bytes 86..100 reaches the new router.
+            let d = Repr::new(
+                CPORT,
+                PORT,
+                SeqNum(CISN).add(1 + 86),
+                SeqNum(risn).add(1 + 100),
+                flags::ACK | flags::PSH,
+                502,
+            );
+            r.handle_packet(t(2), seg(CLIENT, VIP, d, &[b'c'; 14]));
+        }
+        answer(&mut r, 1, 3);
+        let sent = drain_sent(&mut r);
+        let icmps: Vec<&Sent> = sent
+            .iter()
+            .filter(|s| matches!(s, Sent::Icmp(..)))
+            .collect();
+        if client_speaks {
+            assert!(icmps.is_empty(), "{what}: {icmps:?}");
+            assert_eq!(r.counters().rto_prompts, 0, "{what}");
+            continue;
+        }
+        let ack = SeqNum(CISN).add(1 + 86);
+        // The rebuild's ACK, three prompts, the probe.
+        assert_eq!(sent.len(), 5, "{what}: {sent:?}");
+        match &sent[0] {
+            Sent::Tcp(o) => {
+                assert_eq!(
+                    (o.dst, o.r.ack, o.payload.len()),
+                    (CLIENT, ack, 0),
+                    "{what}"
+                );
+            }
+            s => panic!("{what}: the rebuild's ACK first, got {s:?}"),
+        }
+        for s in &sent[1..4] {
+            let Sent::Icmp(src, dst, u) = s else {
+                panic!("{what}: prompts after the ACK that moves SND.UNA to {ack:?}: {sent:?}")
+            };
+            assert_eq!((*src, *dst), (VIP, CLIENT));
+            assert_eq!(u.code, icmp::CODE_HOST_UNREACHABLE);
+            assert_eq!(
+                (u.src, u.dst, u.src_port, u.dst_port),
+                (CLIENT, VIP, CPORT, PORT)
+            );
+            assert_eq!(u.seq, ack, "{what}: quoting the client's SND.UNA");
+        }
+        let Sent::Tcp(probe) = &sent[4] else {
+            panic!("{what}: {sent:?}")
+        };
+        assert_eq!(probe.dst, CLIENT);
+        assert_eq!(probe.payload.len(), 1);
+        assert_eq!(
+            probe.r.seq,
+            SeqNum(risn).add(101).sub(1 << 30),
+            "{what}: 2^30 before what the client was sent"
+        );
+        assert_eq!(r.counters().rto_prompts, 3, "{what}");
+        // The client answers the probe: it holds `client_holds` bytes of
+        // the replicas' 100 (their last bytes died with the router).
+        let a = Repr::new(
+            CPORT,
+            PORT,
+            SeqNum(CISN).add(1 + 86),
+            SeqNum(risn).add(1 + client_holds),
+            flags::ACK,
+            502,
+        );
+        r.handle_packet(t(4), seg(CLIENT, VIP, a.clone(), b""));
+        let sent = drain_sent(&mut r);
+        let mut acked = [false; 2];
+        let mut prompts = [0; 2];
+        for s in &sent {
+            match s {
+                Sent::Tcp(o) => {
+                    let i = [replica(1), replica(2)]
+                        .iter()
+                        .position(|a| *a == o.dst)
+                        .unwrap();
+                    assert_eq!(
+                        prompts[i], 0,
+                        "{what}: the client's ACK reaches replica {i} first"
+                    );
+                    assert_eq!(o.r.ack, SeqNum(isns[i]).add(1 + client_holds));
+                    acked[i] = true;
+                }
+                Sent::Icmp(src, dst, u) => {
+                    let i = [replica(1), replica(2)]
+                        .iter()
+                        .position(|a| *a == *dst)
+                        .unwrap();
+                    assert!(acked[i], "{what}");
+                    assert_eq!(*src, CLIENT, "{what}");
+                    assert_eq!(
+                        (u.src, u.dst, u.src_port, u.dst_port),
+                        (replica(i as u8 + 1), CLIENT, PORT, CPORT)
+                    );
+                    assert_eq!(
+                        u.seq,
+                        SeqNum(isns[i]).add(1 + client_holds),
+                        "{what}: its SND.UNA"
+                    );
+                    prompts[i] += 1;
+                }
+            }
+        }
+        if client_holds == 100 {
+            assert_eq!(prompts, [0, 0], "{what}: nothing to resend: {sent:?}");
+        } else {
+            assert_eq!(prompts, [3, 3], "{what}: {sent:?}");
+        }
+        // Once only.
+        r.handle_packet(t(5), seg(CLIENT, VIP, a, b""));
+        r.handle_timeout(t(500));
+        assert!(drain_icmp(&mut r).1.is_empty(), "{what}");
+    }
 }

@@ -6,6 +6,8 @@ use crate::{Error, SeqNum};
 use std::net::Ipv4Addr;
 
 pub const TYPE_DEST_UNREACHABLE: u8 = 3;
+/// Code 1 of destination unreachable: host unreachable.
+pub const CODE_HOST_UNREACHABLE: u8 = 1;
 
 /// The addressing of the TCP segment an ICMP error refers to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,6 +54,35 @@ pub fn parse_unreachable(icmp: &[u8]) -> Result<Option<Unreachable>, Error> {
     }))
 }
 
+/// An ICMP destination-unreachable message from `src` to `dst` (a whole
+/// IPv4 packet) about the TCP segment `quoted` describes: its IPv4 header
+/// and the first eight octets of its TCP header (ports and sequence number,
+/// what RFC 5927 and Linux's `tcp_v4_err` check). The quoted segment is a
+/// bare 20-byte header with the ACK flag and no payload.
+pub fn emit_unreachable(src: Ipv4Addr, dst: Ipv4Addr, code: u8, quoted: &Unreachable) -> Vec<u8> {
+    // Outer IPv4 header, ICMP header, quoted IPv4 header, quoted 8 octets.
+    const TOTAL: u16 = 20 + 8 + 20 + 8;
+    let mut b = vec![0u8; usize::from(TOTAL)];
+    crate::ipv4::emit_header(&mut b[..20], src, dst, crate::ipv4::PROTO_ICMP, TOTAL, 64);
+    b[20] = TYPE_DEST_UNREACHABLE;
+    b[21] = code;
+    let inner = &mut b[28..];
+    crate::ipv4::emit_header(
+        &mut inner[..20],
+        quoted.src,
+        quoted.dst,
+        crate::ipv4::PROTO_TCP,
+        40,
+        64,
+    );
+    inner[20..22].copy_from_slice(&quoted.src_port.to_be_bytes());
+    inner[22..24].copy_from_slice(&quoted.dst_port.to_be_bytes());
+    inner[24..28].copy_from_slice(&quoted.seq.0.to_be_bytes());
+    let c = crate::checksum::complete(&b[20..], 0);
+    b[22..24].copy_from_slice(&c.to_be_bytes());
+    b
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -77,5 +108,30 @@ mod tests {
         assert_eq!(parse_unreachable(&m[..30]).unwrap_err(), Error::Truncated);
         m[0] = 8;
         assert_eq!(parse_unreachable(&m).unwrap(), None);
+    }
+
+    #[test]
+    fn emits_what_it_parses() {
+        let q = Unreachable {
+            code: CODE_HOST_UNREACHABLE,
+            src: Ipv4Addr::new(198, 18, 1, 2),
+            dst: Ipv4Addr::new(198, 19, 0, 1),
+            src_port: 40000,
+            dst_port: 6379,
+            seq: SeqNum(0xdead_beef),
+        };
+        let b = emit_unreachable(
+            Ipv4Addr::new(198, 19, 0, 1),
+            q.src,
+            CODE_HOST_UNREACHABLE,
+            &q,
+        );
+        let ip = crate::ipv4::Packet::new_checked(&b[..]).unwrap();
+        assert!(ip.verify_checksum());
+        assert_eq!(ip.protocol(), crate::ipv4::PROTO_ICMP);
+        assert_eq!((ip.src(), ip.dst()), (Ipv4Addr::new(198, 19, 0, 1), q.src));
+        // The ICMP checksum covers the message: summed with it, all ones.
+        assert_eq!(crate::checksum::complete(ip.payload(), 0), 0);
+        assert_eq!(parse_unreachable(ip.payload()).unwrap(), Some(q));
     }
 }

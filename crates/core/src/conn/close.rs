@@ -327,6 +327,9 @@ impl Conn {
         {
             self.emit_ack(ctx, fin_now);
         }
+        if std::mem::take(&mut self.prompt_due) {
+            self.prompt_client(ctx);
+        }
         self.check_closed(ctx);
     }
 

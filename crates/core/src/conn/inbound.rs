@@ -199,6 +199,10 @@ impl Conn {
         }
         ctx.counters.client_bytes_in += seg.payload_len as u64;
         self.fan_out(ctx, pkt, seg);
+        if self.prompt_replicas_due && !self.recovering() && seg.has(flags::ACK) {
+            self.prompt_replicas_due = false;
+            self.prompt_replicas(ctx, seg.ack);
+        }
         // Bytes (or a FIN) the group already acknowledged: the client did
         // not get our ACK. The replicas will only repeat theirs, which change
         // nothing and are absorbed, so the router answers (RFC 9293 §3.10.7.4:

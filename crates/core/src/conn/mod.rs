@@ -193,6 +193,13 @@ pub struct Conn {
     /// again are unknown here, so segments to it echo no timestamp (as
     /// for `client_rtx_hi`).
     echo_unknown: bool,
+    /// Rebuilt after a takeover, and the client not yet prompted to
+    /// retransmit (`Conn::prompt_client`, sent after the rebuild's ACK).
+    prompt_due: bool,
+    /// Rebuilt after a takeover, and the replicas not yet prompted to
+    /// resend what the client lacks (`Conn::prompt_replicas`, at the
+    /// client's first segment after the rebuild).
+    prompt_replicas_due: bool,
     adv_edge: SeqNum,
     /// Negotiated for the group.
     ts_on: bool,
@@ -322,6 +329,8 @@ impl Conn {
             adv_ack: router_isn,
             client_rtx_hi: None,
             echo_unknown: false,
+            prompt_due: false,
+            prompt_replicas_due: false,
             adv_edge: router_isn,
             ts_on: false,
             ws_out: 0,

@@ -11,7 +11,7 @@ use crate::packet::Headers;
 use crate::record::{ConnRecord, ReplicaSetup};
 use crate::time::Instant;
 use crate::wrap::mod32;
-use ftnet_wire::tcp::{flags, CsumMode};
+use ftnet_wire::tcp::{flags, CsumMode, Repr};
 use ftnet_wire::{SeqDelta, SeqNum};
 use std::net::Ipv4Addr;
 
@@ -297,6 +297,8 @@ impl Conn {
             return false;
         }
         self.adoption = Some(Adoption::Rebuilt { at: ctx.now });
+        self.prompt_due = true;
+        self.prompt_replicas_due = true;
         self.evict_log_lost(ctx);
         if !self.client_seen {
             // The client got at least what the slowest replica sent.
@@ -327,6 +329,80 @@ impl Conn {
         }
         ctx.counters.connections_rebuilt += 1;
         true
+    }
+
+    /// The client of a connection just rebuilt may sit in retransmission
+    /// back-off: what it sent into the outage was lost, and its next
+    /// retransmission can come 400 ms or more after the rebuild (its RTO
+    /// doubled at each timeout while nobody answered). The router prompts it
+    /// ([`Conn::rto_prompt`]) quoting a segment of it at the ACK just sent,
+    /// which is then its SND.UNA. A client that spoke to this router
+    /// already resent on its own, and is not prompted.
+    ///
+    /// Then one garbage octet 2^30 before what it was sent, wholly
+    /// unacceptable (RFC 9293 §3.10.7.4): the client answers at once with
+    /// an ACK of what it holds (a segment with data is not rate-limited),
+    /// and that tells the router which replicas must resend
+    /// ([`Conn::prompt_replicas`]) — also for a client with nothing to
+    /// resend, waiting for bytes that died with the router before.
+    pub(super) fn prompt_client(&mut self, ctx: &mut Ctx) {
+        if self.client_seen {
+            return;
+        }
+        let Some(ack) = self.client_ack_field() else {
+            return;
+        };
+        let quoted = ftnet_wire::icmp::Unreachable {
+            code: ftnet_wire::icmp::CODE_HOST_UNREACHABLE,
+            src: self.key.client,
+            dst: self.key.vip,
+            src_port: self.key.cport,
+            dst_port: self.key.vport,
+            seq: ack,
+        };
+        rto_prompt(ctx, self.key.vip, &quoted);
+        let mut r = Repr::new(
+            self.key.vport,
+            self.key.cport,
+            self.sent_hi.sub(1 << 30),
+            ack,
+            flags::ACK,
+            self.window_field(ack, self.adv_edge),
+        );
+        if self.ts_on {
+            r.timestamps = Some((self.router_ts(ctx.now), 0));
+        }
+        ctx.tx.push_back(crate::packet::Packet::plain(r.emit_ipv4(
+            self.key.vip,
+            self.key.client,
+            &[0],
+        )));
+        ctx.counters.packets_out += 1;
+    }
+
+    /// The client's first segment after a rebuild tells what it holds (its
+    /// ACK, forwarded to the replicas just before). A replica that sent
+    /// more waits for its own retransmission timeout, backed off while no
+    /// router was up, to resend what died with the router before: the
+    /// stall a router's loss costs a download or an echo. Its SND.UNA is
+    /// now that ACK (no replica was acknowledged more than the client
+    /// holds): it is prompted ([`Conn::rto_prompt`]).
+    pub(super) fn prompt_replicas(&mut self, ctx: &mut Ctx, ack: SeqNum) {
+        for l in &self.legs {
+            if !l.open() || !l.learned || l.detached || !l.hi.is_after(ack) {
+                continue;
+            }
+            let (_, seq) = l.ack_for(ack);
+            let quoted = ftnet_wire::icmp::Unreachable {
+                code: ftnet_wire::icmp::CODE_HOST_UNREACHABLE,
+                src: l.addr,
+                dst: self.key.client,
+                src_port: self.key.vport,
+                dst_port: self.key.cport,
+                seq,
+            };
+            rto_prompt(ctx, self.key.client, &quoted);
+        }
     }
 
     /// The rule: every client byte a replica acknowledged lies inside a
@@ -407,5 +483,24 @@ impl Conn {
         if let Some((v, _)) = seg.ts {
             self.client_tsval = v;
         }
+    }
+}
+
+/// ICMP host-unreachable messages to the sender of the segment `quoted`
+/// describes, from `from`. Linux (RFC 6069, `tcp_ld_RTO_revert`) takes back
+/// one step of its retransmission back-off per message that quotes its
+/// SND.UNA while it is in back-off, and retransmits at once where the
+/// reverted timeout has passed; a host not in back-off, or quoted at
+/// another number, ignores them (a soft error, reported only if the
+/// connection later times out). `PROMPTS` messages cover that many
+/// back-off steps (an outage of up to ~1.4 s at the 200 ms minimum RTO).
+fn rto_prompt(ctx: &mut Ctx, from: Ipv4Addr, quoted: &ftnet_wire::icmp::Unreachable) {
+    const PROMPTS: usize = 3;
+    for _ in 0..PROMPTS {
+        ctx.tx.push_back(crate::packet::Packet::plain(
+            ftnet_wire::icmp::emit_unreachable(from, quoted.src, quoted.code, quoted),
+        ));
+        ctx.counters.packets_out += 1;
+        ctx.counters.rto_prompts += 1;
     }
 }

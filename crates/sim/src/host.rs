@@ -206,6 +206,9 @@ pub(crate) struct Host {
     pub dev: SimDevice,
     pub sockets: SocketSet<'static>,
     pub alive: bool,
+    /// Its server process died and its kernel lives (`CrashKind::Close`):
+    /// the sockets it left are closed, later input draws a RST.
+    pub exited: bool,
     /// A live join's joiner whose state is not proven yet: its agent holds
     /// its server's input, so the server accepts and reads nothing (its
     /// sockets take what their buffers hold) until it is restored.
@@ -248,6 +251,7 @@ impl Host {
             dev,
             sockets: SocketSet::new(Vec::new()),
             alive: true,
+            exited: false,
             held: false,
             params,
             app,
@@ -521,6 +525,17 @@ impl Host {
                 }
             }
             App::Server { .. } if self.held => {}
+            App::Server { socks, .. } if self.exited => {
+                // Input for a socket its process closed: Linux answers
+                // with a RST and forgets the connection.
+                for k in socks.iter() {
+                    let s = self.sockets.get_mut::<tcp::Socket>(k.handle);
+                    if s.is_open() && s.recv_queue() > 0 {
+                        s.abort();
+                        progressed = true;
+                    }
+                }
+            }
             App::Server {
                 socks,
                 desync,
@@ -634,6 +649,28 @@ impl Host {
             }
         }
         Ok(progressed)
+    }
+
+    /// The server process exits (`CrashKind::Close`): each socket is
+    /// closed as Linux closes a dead process's sockets — with a RST where
+    /// unread input waits, else with a FIN after what was written — and
+    /// the listeners go (a SYN then draws a RST). What the server had read
+    /// but not written yet dies with it.
+    pub fn exit_app(&mut self) {
+        self.exited = true;
+        let App::Server { socks, .. } = &mut self.app else {
+            return;
+        };
+        for k in socks.iter_mut() {
+            k.pending.clear();
+            let s = self.sockets.get_mut::<tcp::Socket>(k.handle);
+            if s.recv_queue() > 0 {
+                s.abort();
+            } else {
+                s.close();
+            }
+            k.close_called = true;
+        }
     }
 
     /// Abort every socket (RSTs go out on the next poll).

@@ -1282,7 +1282,11 @@ impl Sim {
             })
         };
         for a in replicas.iter().filter(|a| !gone(a)) {
-            let Some(h) = self.hosts.iter().find(|h| h.ip == *a && h.alive) else {
+            let Some(h) = self
+                .hosts
+                .iter()
+                .find(|h| h.ip == *a && h.alive && !h.exited)
+            else {
                 continue;
             };
             let Some(got) = h.received(key.cport) else {
@@ -1514,13 +1518,24 @@ impl Sim {
             .filter(|&i| self.join.as_ref().is_none_or(|j| j.excused_crash(i)))
             .map(replica_ip);
         let divergent_ip = self.p.divergent.map(replica_ip);
+        // A server that exited early closed its connections with a FIN
+        // where the others' streams go on: a divergent stream (voting
+        // tells it so), not a healthy replica's.
+        let exited_ip = self
+            .p
+            .crash
+            .as_ref()
+            .filter(|c| c.kind == CrashKind::Close)
+            .and(crashed_ip);
         match ev {
             // `agreeing: 0`: a tie under `reset`, nobody blamed.
             Event::Diverged {
                 replica, agreeing, ..
-            } if Some(*replica) != divergent_ip && *agreeing > 0 => Err(format!(
-                "invariant 7 (voting): healthy replica {replica} called divergent: {ev:?}"
-            )),
+            } if Some(*replica) != divergent_ip && Some(*replica) != exited_ip && *agreeing > 0 => {
+                Err(format!(
+                    "invariant 7 (voting): healthy replica {replica} called divergent: {ev:?}"
+                ))
+            }
             // Without voting, a healthy replica's copy differs from nobody's
             // (the sim's servers are deterministic).
             // (Reported with no majority and nobody taken out is allowed:
@@ -1530,9 +1545,14 @@ impl Sim {
                 evicted,
                 follows,
                 ..
-            } if Some(*replica) != divergent_ip && (*evicted || follows.is_some()) => Err(format!(
+            } if Some(*replica) != divergent_ip
+                && Some(*replica) != exited_ip
+                && (*evicted || follows.is_some()) =>
+            {
+                Err(format!(
                 "invariant 7 (unvoted): healthy replica {replica}'s copy called different: {ev:?}"
-            )),
+                ))
+            }
             // The divergent replica may leave for any reason.
             Event::Evicted { replica, .. } | Event::ReplicaDown { replica, .. }
                 if Some(*replica) == divergent_ip =>
@@ -1639,6 +1659,7 @@ impl Sim {
             .input_lost(h, cport)
             .or_else(|| self.output_lost(h, cport))
             .or_else(|| self.probes_lost(h, cport, window.len()))
+            .or_else(|| self.fin_of_another(h, cport))
             .or_else(|| {
                 // After a takeover the client's segments that reached no
                 // router (dropped during the outage) are what every replica
@@ -1656,6 +1677,27 @@ impl Sim {
             limited.len(),
             limited.join(", "),
         ))
+    }
+
+    /// Another replica closed this connection (its server exited,
+    /// `CrashKind::Close`, or closed first) while this one did not: it owes
+    /// the router no bytes, only answers to the liveness probes that ask
+    /// whether it lives while the other's FIN waits for it.
+    fn fin_of_another(&self, h: usize, cport: u16) -> Option<String> {
+        let mine = self.hosts[h].by_peer();
+        if mine.get(&cport).is_some_and(|k| k.close_called) {
+            return None;
+        }
+        (1..self.hosts.len())
+            .filter(|&o| o != h)
+            .find(|&o| self.hosts[o].by_peer().get(&cport).is_some_and(|k| k.close_called))
+            .map(|o| {
+                format!(
+                    "owes a FIN {} sent first (its server {}), so it is asked only whether it lives",
+                    self.hosts[o].name,
+                    if self.hosts[o].exited { "exited" } else { "closed the connection" }
+                )
+            })
     }
 
     /// Liveness probes (one old octet) to the replica were lost on the link:
@@ -1788,7 +1830,7 @@ impl Sim {
         let client_win = |cport: u16| -> Option<u16> { self.watch[0].win_out.get(&cport).copied() };
         for h in 0..self.hosts.len() {
             let host = &self.hosts[h];
-            if !host.alive {
+            if !host.alive || host.exited {
                 continue;
             }
             let conns: Vec<(u16, smoltcp::iface::SocketHandle)> = match &host.app {
@@ -1854,7 +1896,7 @@ impl Sim {
             .map_or(0, |d| d.1);
         for h in 1..self.hosts.len() {
             let host = &self.hosts[h];
-            if !host.alive {
+            if !host.alive || host.exited {
                 continue;
             }
             for (cport, s) in host.by_peer() {
@@ -1981,12 +2023,32 @@ impl Sim {
                 Some(k) => !k.saw_fin,
                 None => true,
             });
-        let effective = missing_bytes || missing_fin;
+        // A server process that exits with all the client's bytes read and
+        // its echo written closes where the others' streams end: its FIN
+        // is the one they send later, not a fault the router can see (its
+        // kernel takes the client's FIN too). Needed then only if its
+        // echo falls short (the FIN comes early) or input is still due
+        // (it draws a RST).
+        let effective = if c.kind == CrashKind::Close {
+            missing_bytes
+                || ports
+                    .iter()
+                    .any(|p| by.get(p).is_some_and(|k| !k.pending.is_empty()))
+        } else {
+            missing_bytes || missing_fin
+        };
         self.crashed = Some((c.replica, self.now, effective));
         self.log(format!(
             "{:>10} CRASH replica{} {:?} (client acked {acked}/{total})",
             self.now, c.replica, c.kind
         ));
+        if c.kind == CrashKind::Close {
+            // Its kernel lives on: the FINs and RSTs of the closed sockets
+            // go out, later input is answered.
+            self.hosts[h].exit_app();
+            self.step_host(h)?;
+            return Ok(());
+        }
         if c.kind == CrashKind::Abort {
             self.hosts[h].abort_all();
             self.step_host(h)?;
@@ -2362,7 +2424,9 @@ impl Sim {
         match self.p.mode {
             Mode::Direct => vec![1],
             Mode::Router => (1..self.hosts.len())
-                .filter(|&h| self.hosts[h].alive && self.p.divergent != Some(h - 1))
+                .filter(|&h| {
+                    self.hosts[h].alive && !self.hosts[h].exited && self.p.divergent != Some(h - 1)
+                })
                 .collect(),
         }
     }
@@ -2616,7 +2680,18 @@ impl Sim {
                         && self.events.iter().any(|e| {
                             matches!(e, Event::ReplicaDown { replica, .. } if *replica == replica_ip(i))
                         });
-                if st.counters.evictions == 0 && !down && !before_takeover && !replaced_after_down {
+                // A replica whose output differed and was detached for it
+                // (primary, a stateful service) serves nobody: its early
+                // FIN is dropped with the rest of its output.
+                let detached = self.events.iter().any(|e| {
+                    matches!(e, Event::OutputDiffers { replica, evicted: false, .. } if *replica == replica_ip(i))
+                });
+                if st.counters.evictions == 0
+                    && !down
+                    && !before_takeover
+                    && !replaced_after_down
+                    && !detached
+                {
                     return Err(format!("invariant 5: replica{i} crashed while still needed, but the router shows no eviction"));
                 }
             }

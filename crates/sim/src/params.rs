@@ -69,6 +69,13 @@ pub enum CrashKind {
     /// Every socket is aborted (RST goes out), then the host goes silent
     /// (`kill -9`).
     Abort,
+    /// The server process dies and its kernel lives (`kill -9` of the
+    /// server alone): each connection closes as Linux closes the sockets
+    /// of a process that exits — a FIN, or a RST where unread input waits —
+    /// later input draws a RST, and nobody listens any more. On a
+    /// connection the others carry on, that replica's FIN comes where the
+    /// client's stream does not end.
+    Close,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -567,11 +574,10 @@ impl Params {
         let crash = if replicas >= 2 && r.gen_bool(0.5) {
             Some(Crash {
                 replica: r.gen_range(0..replicas),
-                kind: if r.gen_bool(0.5) {
-                    CrashKind::Silent
-                } else {
-                    CrashKind::Abort
-                },
+                kind: *pick(
+                    &mut r,
+                    &[CrashKind::Silent, CrashKind::Abort, CrashKind::Close],
+                ),
                 when: if r.gen_bool(0.15) {
                     CrashWhen::AtTime(r.gen_range(0..3_000))
                 } else {

@@ -144,6 +144,58 @@ fn abort_crash_mid_transfer() {
     );
 }
 
+/// The server process of one replica exits (`kill -9` of the server, its
+/// kernel alive): its connections close with a FIN where the client's
+/// stream does not end (or a RST where input waits), later input draws a
+/// RST. The client never sees that FIN; the replica leaves the connection
+/// and the others serve it to the end.
+#[test]
+fn a_server_that_exits_mid_transfer_leaves_the_connection() {
+    for (seed, replicas, at, net) in [
+        (12, 3, 0.5, NetParams::perfect()),
+        (13, 2, 0.3, lossy()),
+        (14, 3, 0.7, lossy()),
+    ] {
+        let crash = Some(Crash {
+            replica: 1,
+            kind: CrashKind::Close,
+            when: CrashWhen::AtProgress(at),
+        });
+        // On the lossy link, detection slow enough that smoltcp's one
+        // answer per second to liveness probes is not taken for death.
+        let failure_detection_ms = if net.loss > 0.0 { 2500 } else { 100 };
+        let p = Params {
+            crash,
+            net,
+            close: Close::AfterEcho,
+            failure_detection_ms,
+            ..Params::basic(replicas)
+        };
+        let r = run(seed, &p).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+        assert_eq!(
+            r.crashed,
+            Some((1, true)),
+            "seed {seed}: the server exited while needed"
+        );
+        let left: Vec<&EvictReason> = r
+            .events
+            .iter()
+            .filter_map(|e| match e {
+                Event::Evicted {
+                    replica, reason, ..
+                } if *replica == ip(1) => Some(reason),
+                _ => None,
+            })
+            .collect();
+        assert!(
+            left.iter()
+                .all(|r| matches!(r, EvictReason::Fin | EvictReason::Reset))
+                && !left.is_empty(),
+            "seed {seed}: the exited server's replica leaves for its FIN or RST: {left:?}"
+        );
+    }
+}
+
 #[test]
 fn crash_during_handshake() {
     for (seed, kind) in [(10, CrashKind::Silent), (11, CrashKind::Abort)] {

@@ -5338,6 +5338,19 @@ fn safe_delivery_a_client_reset_while_a_replica_lags_leaves_the_same_input_every
         Some(SeqNum(CISN).add(1)),
         "at its own RCV.NXT: {out:?}"
     );
+    // The request was forwarded to replica 2 and may still be on its way:
+    // once it arrives, its RCV.NXT is 8 and a RST at 1 is out of its
+    // window. A second one at the end of what it was sent is exact then
+    // (the connection is forgotten here, nobody would answer its challenge
+    // ACK). Replica 1 acknowledged all: one RST.
+    let rsts = |i: u8| -> Vec<SeqNum> {
+        out.iter()
+            .filter(|o| o.dst == replica(i) && o.r.flags & flags::RST != 0)
+            .map(|o| o.r.seq)
+            .collect()
+    };
+    assert_eq!(rsts(2), vec![SeqNum(CISN).add(1), SeqNum(CISN).add(8)]);
+    assert_eq!(rsts(1), vec![SeqNum(CISN).add(8)]);
     assert_eq!(r.connections(), 0);
     assert_eq!(
         input_kinds(&mut r),

@@ -354,6 +354,8 @@ struct Sim {
     /// (replica, time, effective): effective when the replica was still
     /// needed at the moment of the crash, so the router must evict it.
     crashed: Option<(usize, u64, bool)>,
+    /// When the client's host crashed (`Params::client_crash`).
+    client_crashed: Option<u64>,
     packets_sent: u64,
     packets_lost: u64,
     data_segments_to_client: u64,
@@ -685,6 +687,7 @@ impl Sim {
             events: Vec::new(),
             agent_msgs: Vec::new(),
             crashed: None,
+            client_crashed: None,
             packets_sent: 0,
             packets_lost: 0,
             data_segments_to_client: 0,
@@ -763,6 +766,7 @@ impl Sim {
             }
             // 5. Crash plan, router takeover.
             self.maybe_crash()?;
+            self.maybe_client_crash()?;
             self.maybe_takeover()?;
             self.maybe_membership()?;
             self.maybe_join()?;
@@ -1559,6 +1563,19 @@ impl Sim {
             {
                 Ok(())
             }
+            // The client reset the connection and crashed: a replica that
+            // lacks bytes another acknowledged (lost on the link) can never
+            // get them, nobody will send them again. It leaves the
+            // connection, and the group too where the others' servers read
+            // them (its state is no longer theirs): fail-safe.
+            Event::Evicted {
+                reason: EvictReason::InputLost,
+                ..
+            }
+            | Event::ReplicaDown {
+                reason: EvictReason::InputLost,
+                ..
+            } if self.client_crashed.is_some() && !self.p.net.is_perfect() => Ok(()),
             // A connection the servers closed themselves: a replica whose RST
             // came first while another's kernel still acknowledged input is
             // taken for crashed, on that connection only (service-wide, a
@@ -1660,6 +1677,12 @@ impl Sim {
             .or_else(|| self.output_lost(h, cport))
             .or_else(|| self.probes_lost(h, cport, window.len()))
             .or_else(|| self.fin_of_another(h, cport))
+            .or_else(|| {
+                // Its output waits for the client's ACK, and the client is
+                // gone: it owes the router nothing but answers to probes.
+                self.client_crashed
+                    .map(|t| format!("waits for the client, which crashed at {t} us"))
+            })
             .or_else(|| {
                 // After a takeover the client's segments that reached no
                 // router (dropped during the outage) are what every replica
@@ -2058,6 +2081,85 @@ impl Sim {
         Ok(())
     }
 
+    /// The client's host crashes at its point of the workload
+    /// (`Params::client_crash`): its sockets reset first with `Abort`.
+    fn maybe_client_crash(&mut self) -> Result<(), String> {
+        let Some(c) = self.p.client_crash else {
+            return Ok(());
+        };
+        if self.client_crashed.is_some() || self.p.mode != Mode::Router {
+            return Ok(());
+        }
+        let (acked, total) = self.acked_total();
+        if (acked as f64) < c.at * total as f64 {
+            return Ok(());
+        }
+        self.client_crashed = Some(self.now);
+        self.log(format!(
+            "{:>10} CLIENT CRASH {:?} (client acked {acked}/{total})",
+            self.now, c.kind
+        ));
+        if c.kind == CrashKind::Abort {
+            self.hosts[0].abort_all();
+            self.step_host(0)?;
+        }
+        self.hosts[0].alive = false;
+        self.hosts[0].dev.rx.clear();
+        Ok(())
+    }
+
+    /// After the client crashed (`Params::client_crash`): nobody was
+    /// blamed for it (an eviction or a replica marked down fails the run
+    /// as it happens), the input order is whole, and on a perfect network
+    /// the client's reset ended every connection at the router and at
+    /// every replica.
+    fn client_crash_checks(&mut self) -> Result<(), String> {
+        if self.p.sequencer {
+            self.agents_order_checks()?;
+        }
+        let Some(c) = self.p.client_crash else {
+            return Ok(());
+        };
+        let Middle::Router(r) = &self.middle else {
+            return Ok(());
+        };
+        let st = r.status();
+        if let Some(rs) = st
+            .services
+            .iter()
+            .flat_map(|s| s.replicas.iter())
+            .find(|rs| !rs.alive && self.p.net.is_perfect())
+        {
+            return Err(format!(
+                "client crash: replica {} marked down after the client crashed",
+                rs.addr
+            ));
+        }
+        if c.kind != CrashKind::Abort || !self.p.net.is_perfect() {
+            return Ok(());
+        }
+        if st.connections != 0 {
+            return Err(format!(
+                "client crash: the client reset its {} connection(s), yet the router still holds {} after {} us",
+                self.client_ports().len(),
+                st.connections,
+                self.now - self.client_crashed.unwrap_or(0)
+            ));
+        }
+        for h in 1..self.hosts.len() {
+            for (port, k) in self.hosts[h].by_peer() {
+                let state = self.hosts[h].state(k.handle);
+                if !matches!(state, State::Closed | State::TimeWait | State::Listen) {
+                    return Err(format!(
+                        "client crash: the client reset port {port}, yet {}'s socket is {state:?}",
+                        self.hosts[h].name
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Kill the router when the workload reaches the takeover point; when
     /// the outage ends, a fresh router adopts every recorded connection
     /// from every replica's record (what each agent sends on registering).
@@ -2435,6 +2537,10 @@ impl Sim {
         if !self.fuzz_times.is_empty() {
             return false;
         }
+        if self.client_crashed.is_some() {
+            // The workload ended with the client.
+            return true;
+        }
         if self.join.as_ref().is_some_and(|j| !j.finished()) {
             return false;
         }
@@ -2479,6 +2585,9 @@ impl Sim {
     }
 
     fn final_checks(&mut self) -> Result<(), String> {
+        if self.client_crashed.is_some() {
+            return self.client_crash_checks();
+        }
         let c = &self.hosts[0];
         let host::App::Client { conns, .. } = &c.app else {
             return Err("harness: host 0 is not the client".into());

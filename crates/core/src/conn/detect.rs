@@ -112,8 +112,7 @@ impl Conn {
                     // A detached leg's output is another stream: only
                     // its input counts.
                     (LegState::Open, LegState::Open) => {
-                        o.ack.is_after(l.ack)
-                            || (!o.detached && !l.detached && o.data_hi().is_after(l.data_hi()))
+                        o.ack.is_after(l.ack) || (!o.detached && !l.detached && o.data_ahead_of(l))
                     }
                     _ => false,
                 }
@@ -241,16 +240,26 @@ impl Conn {
         };
         let stuck_from = l.progress_at.max(since);
         let others_progressed = others().any(|o| o.progress_at > stuck_from);
-        // Its output stands still while another's, ahead of it, moved.
+        // Its output stands still while another's, ahead of it, moved —
+        // unless it may be waiting for room: bytes it sent are not
+        // acknowledged yet and the client acknowledged nothing since (a
+        // client that stopped reading, or is gone: a replica whose send
+        // buffer is smaller than another's stops earlier, alive).
         let out_from = l.out_at.max(since);
+        let awaits_room = l.data_hi().is_after(self.client_ack) && self.client_ack_at <= out_from;
         let others_out = l.open()
             && !l.detached
-            && others().any(|o| {
-                o.out_at > out_from && o.open() && !o.detached && o.data_hi().is_after(l.data_hi())
-            });
+            && !awaits_room
+            && others()
+                .any(|o| o.out_at > out_from && o.open() && !o.detached && o.data_ahead_of(l));
+        // Behind in output only, and that output may wait for room: it has
+        // all the input, so only its silence can convict it.
+        let output_waits = awaits_room
+            && !self.client_hi.is_after(l.ack)
+            && !others().any(|o| o.ack.is_after(l.ack));
         // An owed FIN alone is judged by silence only (`fin_owed_since`);
         // a held joiner's server takes nothing yet (`Leg::held`).
-        if in_data && !l.held && (others_progressed || others_out) {
+        if in_data && !l.held && !output_waits && (others_progressed || others_out) {
             let from = match (others_progressed, others_out) {
                 (true, true) => stuck_from.min(out_from),
                 (true, false) => stuck_from,
@@ -518,6 +527,37 @@ mod tests {
         // (both wait for the client, say): silence rules, and leg 0 talks.
         c.legs[1].out_at = at(3000);
         assert_eq!(c.fail_deadline(0, &timeouts(100)), Some((at(8000), false)));
+    }
+
+    /// The same, but leg 0's output is unacknowledged and the client has
+    /// acknowledged nothing since it last sent: its send buffer may be full
+    /// (a client that stopped reading, or crashed, and a replica whose
+    /// buffer is smaller than the other's stops first). Only silence
+    /// convicts it then; once the client acknowledges again and leg 0 still
+    /// sends nothing, its standing output counts.
+    #[test]
+    fn output_that_waits_for_the_clients_ack_is_not_convicted_by_anothers() {
+        let mut c = pair(5000, 5000, 5000, 5000);
+        c.legs[0].ack = CLIENT_ISN.add(11);
+        c.legs[0].hi = c.client_ack.add(100);
+        c.legs[0].out_at = at(1000);
+        c.legs[1].hi = c.legs[0].hi.add(40);
+        c.legs[1].out_at = at(4500);
+        c.legs[1].progress_at = at(4500);
+        c.legs[0].behind_since = Some(at(1000));
+        c.client_ack_at = at(900);
+        assert_eq!(c.fail_deadline(0, &timeouts(100)), Some((at(8000), false)));
+        // The client acknowledged at 2 s (leg 0's buffer had room since):
+        // ten times the detection time from its last output.
+        c.client_ack_at = at(2000);
+        c.client_ack = c.client_ack.add(10);
+        assert_eq!(c.fail_deadline(0, &timeouts(100)), Some((at(2000), true)));
+        // Lacking client bytes (its acknowledgments stood still since 1 s
+        // while leg 1's moved), it is behind in input too: no excuse.
+        c.client_ack_at = at(900);
+        c.legs[0].ack = CLIENT_ISN.add(5);
+        c.legs[0].progress_at = at(1000);
+        assert_eq!(c.fail_deadline(0, &timeouts(100)), Some((at(2000), true)));
     }
 
     #[test]

@@ -126,6 +126,7 @@ impl Conn {
                 for l in &mut self.legs {
                     l.owes_repeat = false;
                 }
+                self.client_ack_at = ctx.now;
             }
             self.client_ack = self.client_ack.max(seg.ack);
             if self.phase == Phase::SynAckSent && !seg.ack.is_before(self.router_isn.add(1)) {

@@ -122,6 +122,17 @@ impl Leg {
         self.fin.unwrap_or(self.hi)
     }
 
+    /// Whether this leg sent data beyond `other`'s. Not for one octet past
+    /// `other`'s FIN when this one's own FIN is not known: a position
+    /// learnt after a takeover (its SND.NXT) counts a FIN sent to the
+    /// router before as an octet, and the two streams may well end at the
+    /// same place (its FIN, repeated, tells).
+    pub(super) fn data_ahead_of(&self, other: &Leg) -> bool {
+        let d = self.data_hi();
+        d.is_after(other.data_hi())
+            && !(self.fin.is_none() && other.fin.is_some_and(|f| d == f.add(1)))
+    }
+
     /// Still part of the group.
     pub(super) fn live(&self) -> bool {
         matches!(self.state, LegState::SynSent | LegState::Open)

@@ -22,7 +22,7 @@
 //! a replica silent while it lacks bytes gets them again from its ACK on
 //! when its liveness probe is due (`Conn::probe`), which the data then is.
 
-use super::{Conn, Ctx};
+use super::{Conn, Ctx, MAX_WIN};
 use crate::config::Ack;
 use crate::packet::Packet;
 use crate::wrap::len32;
@@ -457,6 +457,27 @@ impl Conn {
             ctx.tx
                 .push_back(Packet::plain(r.emit_ipv4(self.key.client, l.addr, &[])));
             ctx.counters.packets_out += 1;
+            if l.open() && self.client_hi.is_after(l.ack) && self.client_hi.diff(l.ack) <= MAX_WIN {
+                // Client bytes forwarded to it are still on the way: once
+                // they arrive its RCV.NXT is past what it acknowledged, and
+                // the RST above is out of its window (dropped). A second
+                // one at the end of what it was sent is exact then (the
+                // connection is forgotten here: a challenge ACK would go
+                // unanswered, and the replica's server would hold the
+                // connection until its own timeouts). The one that is not
+                // exact changes nothing (RFC 5961 §3.2).
+                let r = Repr::new(
+                    self.key.cport,
+                    self.key.vport,
+                    self.client_hi,
+                    ack,
+                    flags::RST | flags::ACK,
+                    0,
+                );
+                ctx.tx
+                    .push_back(Packet::plain(r.emit_ipv4(self.key.client, l.addr, &[])));
+                ctx.counters.packets_out += 1;
+            }
             self.legs[i].state = super::LegState::Evicted;
         }
         if self.live_legs() == 0 {

@@ -172,6 +172,9 @@ pub struct Conn {
     sent_hi: SeqNum,
     /// Server stream: highest ACK from the client.
     client_ack: SeqNum,
+    /// When `client_ack` last moved (a replica whose output waits for it
+    /// is not convicted by another's: `Conn::fail_deadline`).
+    client_ack_at: Instant,
     fin_sent: bool,
     /// What the client was last told.
     adv_ack: SeqNum,
@@ -325,6 +328,7 @@ impl Conn {
             client_ws: syn.wscale.is_some(),
             sent_hi: router_isn,
             client_ack: router_isn,
+            client_ack_at: Instant::ZERO,
             fin_sent: false,
             adv_ack: router_isn,
             client_rtx_hi: None,

@@ -6195,3 +6195,39 @@ fn a_rebuilt_connection_prompts_both_ends_to_retransmit() {
         assert!(drain_icmp(&mut r).1.is_empty(), "{what}");
     }
 }
+
+/// A connection the router that died recorded but whose SYN-ACK perhaps
+/// never reached the client: the replicas hold nothing of the client's
+/// (RCV.NXT is its ISN + 1). An ICMP host-unreachable quoting ISN + 1 would
+/// end a connect still in SYN-SENT with EHOSTUNREACH (Linux takes it as a
+/// hard error there): no prompt, only the probe (discarded in SYN-SENT).
+/// Found by the fault campaign: short connections opened across a router
+/// kill failed with "No route to host".
+#[test]
+fn a_rebuilt_connection_that_may_still_be_connecting_gets_no_icmp() {
+    let mut r = router(2);
+    let (risn, isns) = (7_000_000u32, [1_000_000u32, 2_000_000]);
+    adopt_two_with(&mut r, risn, isns, 0, None);
+    for (i, at) in [(0usize, 1u64), (1, 2)] {
+        let a = Repr::new(
+            PORT,
+            CPORT,
+            SeqNum(isns[i]).add(1),
+            SeqNum(CISN).add(1),
+            flags::ACK,
+            64,
+        );
+        r.handle_packet(t(at), seg(replica(i as u8 + 1), CLIENT, a, b""));
+    }
+    let sent = drain_sent(&mut r);
+    assert!(
+        !sent.iter().any(|s| matches!(s, Sent::Icmp(..))),
+        "{sent:?}"
+    );
+    assert!(
+        sent.iter()
+            .any(|s| matches!(s, Sent::Tcp(o) if o.dst == CLIENT && o.payload.len() == 1)),
+        "the probe still goes: {sent:?}"
+    );
+    assert_eq!(r.counters().rto_prompts, 0);
+}

@@ -352,6 +352,13 @@ impl Conn {
         let Some(ack) = self.client_ack_field() else {
             return;
         };
+        // Nothing of the client's arrived: it may never have had the
+        // SYN-ACK (the router that died recorded the connection, then sent
+        // it too late). In SYN-SENT an ICMP unreachable quoting its ISN + 1
+        // (SND.NXT) is a hard error: Linux ends the connect with
+        // EHOSTUNREACH (RFC 1122 §4.2.3.9 lets it). No prompt then; the
+        // probe below is discarded there, answered once established.
+        let prompt = ack != self.client_isn.add(1);
         let quoted = ftnet_wire::icmp::Unreachable {
             code: ftnet_wire::icmp::CODE_HOST_UNREACHABLE,
             src: self.key.client,
@@ -360,7 +367,9 @@ impl Conn {
             dst_port: self.key.vport,
             seq: ack,
         };
-        rto_prompt(ctx, self.key.vip, &quoted);
+        if prompt {
+            rto_prompt(ctx, self.key.vip, &quoted);
+        }
         let mut r = Repr::new(
             self.key.vport,
             self.key.cport,

@@ -1575,6 +1575,11 @@ impl Sim {
             | Event::ReplicaDown {
                 reason: EvictReason::InputLost,
                 ..
+            }
+            // and the connections it had.
+            | Event::Evicted {
+                reason: EvictReason::ReplicaDown,
+                ..
             } if self.client_crashed.is_some() && !self.p.net.is_perfect() => Ok(()),
             // A connection the servers closed themselves: a replica whose RST
             // came first while another's kernel still acknowledged input is

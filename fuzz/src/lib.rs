@@ -75,7 +75,13 @@ pub mod wire {
         }
         let _ = icmp::parse_unreachable(data);
         if let Ok(ip) = ipv4::Packet::new_checked(data) {
-            let _ = (ip.src(), ip.dst(), ip.ttl(), ip.protocol(), ip.verify_checksum());
+            let _ = (
+                ip.src(),
+                ip.dst(),
+                ip.ttl(),
+                ip.protocol(),
+                ip.verify_checksum(),
+            );
             assert!(ip.header_len() <= ip.total_len() && ip.total_len() <= data.len());
             let payload = ip.payload();
             let _ = icmp::parse_unreachable(payload);
@@ -119,8 +125,8 @@ pub mod wire {
 pub mod router {
     use super::Bytes;
     use ftnet_core::{
-        Ack, AgentMsg, Config, ConnKey, ConnRecord, Instant, Limits, Packet, ReplicaSetup, Router,
-        Delivery, Service, Tie, Voting,
+        Ack, AgentMsg, Config, ConnKey, ConnRecord, Delivery, Instant, Limits, Packet,
+        ReplicaSetup, Router, Service, Tie, Voting,
     };
     use ftnet_wire::tcp::{flags, Repr, Segment};
     use ftnet_wire::vnet::{self, VnetHdr};
@@ -306,7 +312,10 @@ pub mod router {
             let c = r.counters();
             eprintln!(
                 "stats: opened {} client_bytes_in {} client_bytes_out {} log_bytes {} adopted {}",
-                c.connections_opened, c.client_bytes_in, c.client_bytes_out, c.log_bytes,
+                c.connections_opened,
+                c.client_bytes_in,
+                c.client_bytes_out,
+                c.log_bytes,
                 c.connections_adopted
             );
         }
@@ -401,7 +410,14 @@ pub mod router {
         let fl = b.u8();
         let answer = seen.get(&src).filter(|_| fl & 0x80 == 0).copied();
         let Some(s) = answer else {
-            let mut r = Repr::new(b.u16(), b.u16(), SeqNum(b.u32()), SeqNum(b.u32()), fl, b.u16());
+            let mut r = Repr::new(
+                b.u16(),
+                b.u16(),
+                SeqNum(b.u32()),
+                SeqNum(b.u32()),
+                fl,
+                b.u16(),
+            );
             options(b, &mut r, None);
             let payload = b.payload();
             return r.emit_ipv4(src, client(b.u8()), &payload);
@@ -414,11 +430,23 @@ pub mod router {
             .seq
             .wrapping_add(s.len)
             .wrapping_add(u32::from(s.flags & (flags::SYN | flags::FIN) != 0));
-        let mut f = flags::ACK | if syn { flags::SYN } else { fl & (flags::FIN | flags::PSH | flags::RST) };
+        let mut f = flags::ACK
+            | if syn {
+                flags::SYN
+            } else {
+                fl & (flags::FIN | flags::PSH | flags::RST)
+            };
         if fl & 0x40 != 0 {
             f = fl & 0x3f;
         }
-        let mut r = Repr::new(s.r_dst_port, s.r_src_port, SeqNum(seq), SeqNum(ack), f, b.u16());
+        let mut r = Repr::new(
+            s.r_dst_port,
+            s.r_src_port,
+            SeqNum(seq),
+            SeqNum(ack),
+            f,
+            b.u16(),
+        );
         options(b, &mut r, s.tsval);
         let payload = if syn { Vec::new() } else { b.payload() };
         r.emit_ipv4(src, s.src, &payload)
@@ -448,13 +476,36 @@ pub mod router {
                 "IPv4 checksum of an emitted packet: {:02x?}",
                 &p.data[..p.data.len().min(40)]
             );
+            if ip.protocol() == ipv4::PROTO_ICMP {
+                // A rebuilt connection's prompt (RFC 6069): a whole,
+                // checksummed destination-unreachable message about a TCP
+                // segment, from a VIP or a client to the other side.
+                assert_eq!(
+                    ftnet_wire::checksum::complete(ip.payload(), 0),
+                    0,
+                    "ICMP checksum of an emitted message"
+                );
+                let u = ftnet_wire::icmp::parse_unreachable(ip.payload())
+                    .expect("the router emits well-formed ICMP")
+                    .expect("the router emits only destination unreachable about TCP");
+                assert_eq!(
+                    u.dst,
+                    ip.src(),
+                    "a prompt comes from the quoted segment's destination"
+                );
+                assert_eq!(u.src, ip.dst(), "and goes to its source");
+                continue;
+            }
             let t = Segment::new_checked(ip.payload()).expect("the router emits TCP");
             // A header the kernel takes (else the write fails, and the
             // packet is lost).
             let h = p.vnet;
             assert!(
                 h.flags & !(vnet::F_NEEDS_CSUM | vnet::F_DATA_VALID) == 0
-                    && matches!(h.gso_type & !vnet::GSO_ECN, vnet::GSO_NONE | vnet::GSO_TCPV4)
+                    && matches!(
+                        h.gso_type & !vnet::GSO_ECN,
+                        vnet::GSO_NONE | vnet::GSO_TCPV4
+                    )
                     && (h.gso_type == vnet::GSO_NONE
                         || (h.gso_size > 0 && h.flags & vnet::F_NEEDS_CSUM != 0)),
                 "the router emits a virtio-net header the kernel refuses: {h:?}"
@@ -462,8 +513,7 @@ pub mod router {
             // A packet passed on with its checksum left to the kernel
             // (virtio-net NEEDS_CSUM) carries only the pseudo-header sum.
             assert!(
-                p.vnet.flags & vnet::F_NEEDS_CSUM != 0
-                    || t.verify_checksum(ip.src(), ip.dst()),
+                p.vnet.flags & vnet::F_NEEDS_CSUM != 0 || t.verify_checksum(ip.src(), ip.dst()),
                 "TCP checksum of an emitted packet: {:?} {:?}",
                 p.vnet,
                 Repr::parse(&t)
@@ -495,7 +545,10 @@ pub mod router {
 
     fn check(r: &Router) {
         let (conns, _timers, _) = r.table_sizes();
-        assert!(conns <= LIMITS.max_connections, "table over its bound: {conns}");
+        assert!(
+            conns <= LIMITS.max_connections,
+            "table over its bound: {conns}"
+        );
         let st = r.status();
         assert!(
             st.half_open <= LIMITS.max_half_open,
@@ -773,14 +826,18 @@ pub mod shim {
             fd == LISTENER || self.socks.borrow().contains_key(&fd)
         }
         fn epoll_wait(&self, _e: Fd, _ev: &mut [libc::epoll_event], timeout_ms: i32) -> i32 {
-            self.advance(Duration::from_millis(u64::try_from(timeout_ms.max(0)).unwrap_or(0)));
+            self.advance(Duration::from_millis(
+                u64::try_from(timeout_ms.max(0)).unwrap_or(0),
+            ));
             0
         }
         fn poll(&self, fds: &mut [libc::pollfd], timeout_ms: i32) -> i32 {
             for p in fds.iter_mut() {
                 p.revents = 0;
             }
-            self.advance(Duration::from_millis(u64::try_from(timeout_ms.max(0)).unwrap_or(0)));
+            self.advance(Duration::from_millis(
+                u64::try_from(timeout_ms.max(0)).unwrap_or(0),
+            ));
             0
         }
     }
@@ -797,7 +854,11 @@ pub mod shim {
         // No hello: with the ticks' clock a wait ends only at a tick, and
         // the harness's agent sends them only when drawn (a wait could
         // then wait forever, as the server would for a router).
-        let s = Shim::new(Fake::default(), Some(b"/run/ftnet/fuzz.sock".to_vec()), None);
+        let s = Shim::new(
+            Fake::default(),
+            Some(b"/run/ftnet/fuzz.sock".to_vec()),
+            None,
+        );
         let os = s.os();
         s.listen(LISTENER, || 0);
         let mut next_seq = u64::from(b.u8());
@@ -919,7 +980,13 @@ pub mod shim {
                         s.epoll_ctl(EPFD, libc::EPOLL_CTL_ADD, LISTENER, Some(ev), || 0);
                     }
                     let timeout = i32::from(b.u8() % 4) * 100;
-                    s.epoll_wait(EPFD, 16, timeout, |evs| i32::try_from(evs.len()).unwrap_or(0), || 0);
+                    s.epoll_wait(
+                        EPFD,
+                        16,
+                        timeout,
+                        |evs| i32::try_from(evs.len()).unwrap_or(0),
+                        || 0,
+                    );
                 }
                 _ => {
                     let mut fds: Vec<libc::pollfd> = held
@@ -935,7 +1002,10 @@ pub mod shim {
                     os.advance(Duration::from_millis(u64::from(b.u8()) * 40));
                 }
             }
-            assert!(!s.panicked(), "the shim's logic panicked (caught by its guard)");
+            assert!(
+                !s.panicked(),
+                "the shim's logic panicked (caught by its guard)"
+            );
         }
     }
 }

@@ -5373,8 +5373,12 @@ fn safe_delivery_a_client_reset_while_a_replica_lags_leaves_the_same_input_every
     until_gone(&mut r, t(5000));
     assert_eq!(
         input_kinds(&mut r),
-        vec![InputKind::Accept, InputKind::Data { end: 7 }],
-        "released as it came"
+        vec![
+            InputKind::Accept,
+            InputKind::Data { end: 7 },
+            InputKind::Reset
+        ],
+        "released as it came, then the end of the connection's input"
     );
     assert!(log_events(&mut r).iter().any(|e| matches!(
         e,
@@ -6230,4 +6234,35 @@ fn a_rebuilt_connection_that_may_still_be_connecting_gets_no_icmp() {
         "the probe still goes: {sent:?}"
     );
     assert_eq!(r.counters().rto_prompts, 0);
+}
+
+/// A client that connects and resets at once (a TCP health check), best
+/// effort: the sequencer numbers the connection's accept at the client's
+/// ACK, then its reset. A replica whose kernel never got that ACK (lost,
+/// or its accept queue full) dropped the connection at the reset: its shim
+/// learns from the reset event that the connection will not come, and
+/// gives its server the accept and the reset the others' servers see.
+/// Without the reset event it waited 10 s for the connection, then gave
+/// the order up (campaign fault #964).
+#[test]
+fn a_client_reset_right_after_the_handshake_ends_the_input_in_the_order() {
+    use ftnet_core::InputKind;
+    let mut r = sequencer_router(3);
+    let _ = handshake(&mut r, 3);
+    client_rst(&mut r, t(12), 1);
+    drain(&mut r);
+    assert_eq!(r.connections(), 0);
+    assert_eq!(
+        input_kinds(&mut r),
+        vec![InputKind::Accept, InputKind::Reset]
+    );
+    // A reset before the client's ACK (no accept numbered): nothing.
+    let mut r = sequencer_router(3);
+    let mut syn = Repr::new(CPORT, PORT, SeqNum(CISN), SeqNum(0), flags::SYN, 64240);
+    syn.mss = Some(1460);
+    r.handle_packet(t(0), seg(CLIENT, VIP, syn, b""));
+    drain(&mut r);
+    client_rst(&mut r, t(1), 1);
+    drain(&mut r);
+    assert_eq!(input_kinds(&mut r), vec![]);
 }

@@ -105,15 +105,20 @@ struct RawConfig {
 struct RawFault {
     drop_data_to: Option<Spanned<String>>,
     drop_every: Option<Spanned<u32>>,
+    drop_acks: Option<bool>,
 }
 
 /// `[fault]`: a test hook (there is no netem here). Every `every`-th packet
 /// carrying data that the router writes to `replica` is dropped, so that
-/// replica sees loss and retransmissions the others do not.
+/// replica sees loss and retransmissions the others do not. With
+/// `drop_acks = true`, every `every`-th pure ACK (no data, no SYN, FIN or
+/// RST) instead: the last ACK of a handshake among them, which leaves that
+/// replica's connection in SYN-RECEIVED until the next segment.
 #[derive(Debug, Clone, Copy)]
 pub struct FaultConfig {
     pub drop_data_to: Ipv4Addr,
     pub every: u32,
+    pub acks: bool,
 }
 
 #[derive(Deserialize, Default)]
@@ -469,6 +474,7 @@ pub fn parse(file: &str, text: &str) -> Result<FileConfig, ConfigError> {
             Some(FaultConfig {
                 drop_data_to: addr,
                 every,
+                acks: f.drop_acks.unwrap_or(false),
             })
         }
     };
@@ -785,8 +791,8 @@ impl FloorCharBoundary for str {
 /// Data-plane settings a lab passes through to its router (`None` = the router's default).
 #[derive(Debug, Clone, Default)]
 pub struct LabTuning {
-    /// `[fault]` drop_data_to and drop_every.
-    pub fault_drop: Option<(Ipv4Addr, u32)>,
+    /// `[fault]` drop_data_to, drop_every and drop_acks.
+    pub fault_drop: Option<(Ipv4Addr, u32, bool)>,
     pub threads: Option<u8>,
     pub busy_poll_us: Option<u64>,
     /// Write a `[control]` section with this secret file.
@@ -822,10 +828,13 @@ pub fn render_lab(
     if let Some(b) = tuning.busy_poll_us {
         threads.push_str(&format!("busy_poll_us = {b}\n"));
     }
-    if let Some((a, n)) = tuning.fault_drop {
+    if let Some((a, n, acks)) = tuning.fault_drop {
         threads.push_str(&format!(
             "\n[fault]\ndrop_data_to = \"{a}\"\ndrop_every = {n}\n"
         ));
+        if acks {
+            threads.push_str("drop_acks = true\n");
+        }
     }
     if let Some(f) = &tuning.control_secret {
         threads.push_str(&format!(
@@ -935,7 +944,7 @@ replicas = ["198.18.11.2", "198.18.12.2", "198.18.13.2"]
                 control_secret: None,
                 commit_wait_ms: None,
                 tick_ms: None,
-                fault_drop: Some((r[1], 7)),
+                fault_drop: Some((r[1], 7, true)),
                 vote: Some("vote = \"majority\"\n"),
                 stateless: true,
                 ack_log: true,
@@ -955,7 +964,7 @@ replicas = ["198.18.11.2", "198.18.12.2", "198.18.13.2"]
         );
         assert!(c
             .fault
-            .is_some_and(|f| f.drop_data_to == r[1] && f.every == 7));
+            .is_some_and(|f| f.drop_data_to == r[1] && f.every == 7 && f.acks));
         assert_eq!(c.busy_poll, Duration::from_micros(70));
         assert_eq!(c.core.services[0].ports, vec![6379, 80]);
         assert_eq!(c.core.timeouts.failure_detection, Duration::from_millis(50));

@@ -223,8 +223,9 @@ pub struct UpArgs {
     /// supervisor too; end only the server with `kill -9` on its pid to see it heal).
     #[arg(long)]
     pub supervise: bool,
-    /// Test hook (no netem here): the router drops every N-th data packet it writes to replica R.
-    #[arg(long, value_name = "R:N")]
+    /// Test hook (no netem here): the router drops every N-th data packet it writes to replica R
+    /// (R:N:acks: every N-th pure ACK instead, handshakes' last ACKs among them).
+    #[arg(long, value_name = "R:N[:acks]")]
     pub fault_drop: Option<String>,
     /// The last K replicas get their namespace and server but are not in the router's
     /// config: spares for `ftnet replica add` (their addresses as usual).
@@ -669,15 +670,19 @@ fn up(lab: &Lab, args: &UpArgs) -> anyhow::Result<()> {
         None => None,
         Some(spec) => {
             let bad = || {
-                anyhow::anyhow!("--fault-drop {spec:?}: use R:N (replica number, drop every N-th data packet to it, N ≥ 2), e.g. 2:20")
+                anyhow::anyhow!("--fault-drop {spec:?}: use R:N (replica number, drop every N-th data packet to it, N ≥ 2), e.g. 2:20, or R:N:acks (every N-th pure ACK instead)")
             };
-            let (r, k) = spec.split_once(':').ok_or_else(bad)?;
+            let (spec_rk, acks) = match spec.strip_suffix(":acks") {
+                Some(rk) => (rk, true),
+                None => (spec.as_str(), false),
+            };
+            let (r, k) = spec_rk.split_once(':').ok_or_else(bad)?;
             let (r, k): (usize, u32) =
                 (r.parse().map_err(|_| bad())?, k.parse().map_err(|_| bad())?);
             if r == 0 || r > n || k < 2 {
                 return Err(bad());
             }
-            Some((replica_ip(r), k))
+            Some((replica_ip(r), k, acks))
         }
     };
     let tuning = config::LabTuning {

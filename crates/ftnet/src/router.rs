@@ -205,7 +205,11 @@ pub fn run(cfg: FileConfig, path: &Path) -> anyhow::Result<()> {
             .context("starting the status thread")?;
     }
     if let Some(f) = cfg.fault {
-        warn!(replica = %f.drop_data_to, every = f.every, "[fault] test hook active: dropping every n-th data packet to this replica");
+        if f.acks {
+            warn!(replica = %f.drop_data_to, every = f.every, "[fault] test hook active: dropping every n-th pure ACK to this replica");
+        } else {
+            warn!(replica = %f.drop_data_to, every = f.every, "[fault] test hook active: dropping every n-th data packet to this replica");
+        }
     }
     socket.serve_admin(shared.clone());
     if let Some(addr) = cfg.metrics_listen {
@@ -560,6 +564,12 @@ struct Out {
 }
 
 /// Destination and TCP payload length of an IPv4/TCP packet.
+/// A TCP segment with only the ACK flag (of flags SYN, FIN, RST, ACK).
+fn pure_ack(p: &[u8]) -> bool {
+    let ihl = usize::from(p.first().copied().unwrap_or(0) & 0x0f) * 4;
+    p.get(ihl + 13).is_some_and(|f| f & 0x17 == 0x10)
+}
+
 fn dst_and_payload(p: &[u8]) -> Option<(std::net::Ipv4Addr, usize)> {
     if p.len() < 40 || p[9] != 6 {
         return None;
@@ -604,7 +614,15 @@ impl Out {
     fn flush<D: Device>(&mut self, dev: &mut D) {
         for pkt in self.packets.drain(..) {
             if let Some(f) = self.fault {
-                if dst_and_payload(&pkt.data).is_some_and(|(d, n)| d == f.drop_data_to && n > 0) {
+                let hit = dst_and_payload(&pkt.data).is_some_and(|(d, n)| {
+                    d == f.drop_data_to
+                        && if f.acks {
+                            n == 0 && pure_ack(&pkt.data)
+                        } else {
+                            n > 0
+                        }
+                });
+                if hit {
                     self.fault_seen += 1;
                     if self.fault_seen >= f.every {
                         self.fault_seen = 0;

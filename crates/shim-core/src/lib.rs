@@ -112,7 +112,7 @@ mod tests;
 
 pub use order::{decode, encode, Ev, Key, Kind, Order, Record, RECORD};
 pub use os::{ConnectError, Fd, Os};
-pub use state::{ACCEPT_WAIT, HEAD_SLOW, HOLD};
+pub use state::{ACCEPT_WAIT, HEAD_SLOW, HOLD, STAND_IN_AFTER};
 
 use state::{give_up, maybe_nothing_to_order, Conn, Reads, State};
 
@@ -811,6 +811,13 @@ impl<O: Os> Shim<O> {
             let Some(cfd) = s.take_pending(&k) else {
                 return AcceptPlan::WouldBlock;
             };
+            if s.stood_in.contains(&k) && os.peer_closed(cfd) {
+                // The kernel gave it after its server was given a stand-in
+                // for it (see `State::stands_in`): reset, it is no news.
+                s.stood_in.remove(&k);
+                os.close(cfd);
+                return AcceptPlan::WouldBlock;
+            }
             eprintln!("ftnet-shim[{}]: connection from port {} has no accept event after 2 s; handed out unordered", std::process::id(), k.cport);
             if s.unordered.len() >= 65536 {
                 s.unordered.clear();
@@ -820,9 +827,26 @@ impl<O: Os> Shim<O> {
         }
         let head = s.exposed(os);
         match head.and_then(|e| Some((e, e.kind.stream_base()?))) {
-            Some((Ev { seq, key, .. }, base)) if key.vport == port => {
-                let Some(cfd) = s.take_pending(&key) else {
-                    return AcceptPlan::WouldBlock;
+            Some((e @ Ev { seq, key, .. }, base)) if key.vport == port => {
+                let cfd = match s.take_pending(&key) {
+                    Some(cfd) => cfd,
+                    None if s.stands_in(os, &e) => {
+                        let Some(cfd) = os.stand_in() else {
+                            return AcceptPlan::WouldBlock;
+                        };
+                        eprintln!(
+                            "ftnet-shim[{}]: the connection from {}:{} (event {seq}) was reset by its client before this replica's kernel gave it; the server gets a stand-in that reads as reset, as the others' servers see it",
+                            std::process::id(),
+                            std::net::Ipv4Addr::from(key.client),
+                            key.cport
+                        );
+                        if s.stood_in.len() >= 65536 {
+                            s.stood_in.clear();
+                        }
+                        s.stood_in.insert(key);
+                        cfd
+                    }
+                    None => return AcceptPlan::WouldBlock,
                 };
                 s.order.consumed(seq);
                 // A joined connection's stream starts at its base: chunk

@@ -369,6 +369,18 @@ impl Order {
         self.queue.iter()
     }
 
+    /// The queued event after accept (or join) `e` of the same key is the
+    /// client's reset: the connection ended before any input (a later
+    /// accept of the key, port reuse, is not).
+    pub fn reset_before_input(&self, e: &Ev) -> bool {
+        e.kind.stream_base().is_some()
+            && self
+                .queue
+                .iter()
+                .find(|x| x.key == e.key && x.seq > e.seq)
+                .is_some_and(|x| matches!(x.kind, Kind::Reset))
+    }
+
     /// The connection (generation) event `e` belongs to: an accept or a
     /// join opens its own; a chunk belongs to the latest connection of its
     /// key opened before it.

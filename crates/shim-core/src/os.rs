@@ -55,6 +55,10 @@ pub trait Os {
     /// the client reset while it was queued, where getpeername(2) fails
     /// (`ENOTCONN`): the shim must still know which connection it is.
     fn accept_queued(&self, listener: Fd) -> Option<(Fd, Option<(u32, u16)>)>;
+    /// A TCP socket connected to nothing (non-blocking, close-on-exec),
+    /// given to the server in place of a connection the client reset
+    /// before the kernel here gave it (see `State::stands_in`).
+    fn stand_in(&self) -> Option<Fd>;
     /// IPv4 address and port of the local end of `fd` (host order).
     fn local_addr(&self, fd: Fd) -> Option<(u32, u16)>;
     /// Bytes that have arrived on `fd` and were not read (FIONREAD).

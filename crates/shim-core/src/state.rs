@@ -27,6 +27,15 @@ const STALE: Duration = Duration::from_secs(2);
 /// order is lost, said loudly, rather than the server waiting for ever.
 pub const ACCEPT_WAIT: Duration = Duration::from_secs(10);
 
+/// A connection the client reset before this replica's kernel gave it
+/// stands in only this long after the reset came in the order (see
+/// [`State::stands_in`]): the router sends the agents its records before it
+/// writes the packets they came with, so the order can name a connection,
+/// and its reset, before the client's handshake ACK and reset have reached
+/// this kernel. Once the reset has, a connection still in SYN-RECEIVED is
+/// gone, and one queued is given, reset.
+pub const STAND_IN_AFTER: Duration = Duration::from_millis(250);
+
 /// Position queries kept for the next wait at most (the agent asks one at
 /// a time; more are dropped, oldest first: it asks again).
 const QUERIES_MAX: usize = 1024;
@@ -192,6 +201,14 @@ pub(crate) struct State {
     /// Chunks the last `epoll_wait` reported, by connection (at most one
     /// each): a read of that connection may return that chunk.
     pub(crate) granted: HashMap<Key, u64>,
+    /// Connections the client reset before the kernel here gave them (see
+    /// [`State::stands_in`]) that were given to the server as stand-ins:
+    /// should the kernel give one after all (reset while queued), it is
+    /// closed, not handed out a second time.
+    pub(crate) stood_in: HashSet<Key>,
+    /// When the client's last reset of each connection key came in the
+    /// order (see [`STAND_IN_AFTER`]).
+    reset_at: HashMap<Key, Instant>,
     /// Connections handed out unordered because no accept event came in
     /// 2 s: one whose accept event comes after all was accepted at another
     /// point of the order than on the other replicas (the order is lost).
@@ -442,6 +459,14 @@ impl State {
                     return;
                 }
                 self.last_event_at = Some(os.now());
+                if matches!(ev.kind, Kind::Reset) {
+                    if self.reset_at.len() >= 4096 {
+                        let now = os.now();
+                        self.reset_at
+                            .retain(|_, t| now.saturating_duration_since(*t) < ACCEPT_WAIT);
+                    }
+                    self.reset_at.insert(ev.key, os.now());
+                }
                 if let Err(g) = self.order.push(ev) {
                     give_up(
                         self,
@@ -482,6 +507,12 @@ impl State {
                             cport,
                             vport,
                         };
+                        if os.peer_closed(fd) && self.stood_in.remove(&key) {
+                            // Reset while queued, and its server was given
+                            // a stand-in for it already.
+                            os.close(fd);
+                            continue;
+                        }
                         self.pending
                             .entry(key)
                             .or_default()
@@ -599,13 +630,32 @@ impl State {
         let ready = match head.kind {
             Kind::Tick { .. } => true,
             Kind::Reset => self.event_fd(&head).is_some(),
-            Kind::Accept { .. } | Kind::Join { .. } => self.pending.contains_key(&head.key),
+            Kind::Accept { .. } | Kind::Join { .. } => {
+                self.pending.contains_key(&head.key) || self.stands_in(os, &head)
+            }
             Kind::Data { end } => self
                 .event_fd(&head)
                 .and_then(|fd| Some((fd, self.conns.get(&fd)?)))
                 .is_some_and(|(fd, c)| self.chunk_arrived(os, fd, c, end)),
         };
         ready.then_some(head)
+    }
+
+    /// Accept (or join) `e` is of a connection the kernel here has not
+    /// given, and the client reset it before sending anything: a replica
+    /// still in SYN-RECEIVED when the reset came (its handshake's last ACK
+    /// lost, or its accept queue full) dropped it, so the kernel never
+    /// will. The server is given a stand-in instead (a TCP socket connected
+    /// to nothing, whose reads fail with `ECONNRESET` at the reset event):
+    /// it sees what the servers of the replicas that got the connection
+    /// see, an accept and then the reset, and the order goes on.
+    pub(crate) fn stands_in(&self, os: &dyn Os, e: &Ev) -> bool {
+        !self.pending.contains_key(&e.key)
+            && self.order.reset_before_input(e)
+            && self
+                .reset_at
+                .get(&e.key)
+                .is_some_and(|t| os.now().saturating_duration_since(*t) >= STAND_IN_AFTER)
     }
 
     /// The earliest event of the order the server reads (arrived or not).
@@ -793,9 +843,11 @@ impl State {
     /// Give up the order when its head has been an accept (or join) whose
     /// connection the kernel has not given for [`ACCEPT_WAIT`].
     fn check_head_wait(&mut self, os: &dyn Os) {
-        let stuck = self
-            .head()
-            .filter(|e| e.kind.stream_base().is_some() && !self.pending.contains_key(&e.key));
+        let stuck = self.head().filter(|e| {
+            e.kind.stream_base().is_some()
+                && !self.pending.contains_key(&e.key)
+                && !self.stands_in(os, e)
+        });
         let Some(e) = stuck else {
             self.head_wait = None;
             return;
@@ -843,7 +895,9 @@ impl State {
                     if !eligible {
                         continue;
                     }
-                    if out.is_empty() && self.pending.contains_key(&e.key) {
+                    if out.is_empty()
+                        && (self.pending.contains_key(&e.key) || self.stands_in(os, e))
+                    {
                         out.push(*e);
                     }
                     break;

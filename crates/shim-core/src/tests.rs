@@ -71,7 +71,12 @@ struct Fake {
     reads: Cell<usize>,
     /// The calling thread's id (1: the process's first).
     thread: Cell<i32>,
+    /// Stand-in sockets made (numbered from `STAND_IN`).
+    stand_ins: Cell<i32>,
 }
+
+/// The first stand-in socket's descriptor.
+const STAND_IN: Fd = 900;
 
 impl Fake {
     fn new() -> Self {
@@ -88,6 +93,7 @@ impl Fake {
             socks: RefCell::default(),
             reads: Cell::new(0),
             thread: Cell::new(1),
+            stand_ins: Cell::new(0),
         }
     }
 
@@ -214,6 +220,21 @@ impl Os for Fake {
     }
     fn close(&self, fd: Fd) {
         self.closed.borrow_mut().push(fd);
+    }
+    fn stand_in(&self) -> Option<Fd> {
+        let fd = STAND_IN + self.stand_ins.get();
+        self.stand_ins.set(self.stand_ins.get() + 1);
+        // Connected to nothing: no bytes, and the kernel reports it hung up.
+        self.socks.borrow_mut().insert(
+            fd,
+            Sock {
+                peer: (0, 0),
+                port: 0,
+                data: VecDeque::new(),
+                reset: true,
+            },
+        );
+        Some(fd)
     }
     fn accept_queued(&self, listener: Fd) -> Option<(Fd, Option<(u32, u16)>)> {
         assert_eq!(listener, LISTENER);
@@ -382,6 +403,10 @@ fn accept(s: &Shim<Fake>) -> Result<Fd, i32> {
         || s.os().kernel_accept(),
         |cfd, peer| {
             let want = s.os().socks.borrow().get(&cfd).map(|k| k.peer);
+            // A stand-in is connected to nothing: the caller is given the
+            // address of the connection it stands in for.
+            let want = if cfd >= STAND_IN { peer } else { want };
+            assert!(cfd < STAND_IN || peer.is_some_and(|p| p.0 != 0));
             assert_eq!(
                 peer, want,
                 "the caller is given the peer accept(2) reported"
@@ -702,6 +727,106 @@ fn an_accept_that_never_comes_loses_the_order_loudly() {
         "{told:?}"
     );
     assert!(s.os().now() < start + ACCEPT_WAIT + Duration::from_millis(500));
+}
+
+fn rst(seq: u64, key: Key) -> Ev {
+    Ev {
+        seq,
+        key,
+        kind: Kind::Reset,
+    }
+}
+
+/// The client reset a connection right after its handshake, before this
+/// replica's kernel completed it (the handshake's last ACK lost on the way
+/// here, or its accept queue full: the connection was still in
+/// SYN-RECEIVED, and the reset dropped it). The router numbered its accept
+/// and then its reset. The server gets a stand-in that reads as reset, as
+/// the servers of replicas whose kernel gave the connection see it, and the
+/// order goes on: nothing is lost, nothing waits. Before, the input behind
+/// that accept waited 10 s and the shim gave the order up (a healthy
+/// replica left the group).
+#[test]
+fn a_connection_reset_before_it_reached_this_server_is_accepted_as_reset() {
+    let s = shim();
+    s.os().connect(11, B);
+    s.os().arrive(11, b"GET");
+    s.os().order(&[acc(1, A)]);
+    watch(&s, LISTENER);
+    assert_eq!(wait(&s, 0), Vec::<Fd>::new(), "A's connection is not here");
+    assert_eq!(accept(&s), Err(libc::EAGAIN));
+    s.os().order(&[rst(2, A), acc(3, B), data(4, B, 3)]);
+    // The order may come before the packets: the kernel has a moment to
+    // give the connection.
+    let start = s.os().now();
+    assert_eq!(wait(&s, 0), Vec::<Fd>::new(), "not at once");
+    assert_eq!(accept(&s), Err(libc::EAGAIN));
+    assert_eq!(wait(&s, 10_000), vec![LISTENER], "A's accept is due now");
+    let waited = s.os().now() - start;
+    assert!(
+        waited >= STAND_IN_AFTER && waited < STAND_IN_AFTER + Duration::from_millis(150),
+        "{waited:?}"
+    );
+    assert_eq!(accept(&s), Ok(STAND_IN), "a stand-in for A's connection");
+    watch(&s, STAND_IN);
+    assert_eq!(wait(&s, 0), vec![STAND_IN], "A's reset");
+    assert_eq!(read(&s, STAND_IN, 64), Err(libc::ECONNRESET));
+    assert_eq!(s.close(STAND_IN, || 0), 0);
+    assert_eq!(wait(&s, 0), vec![LISTENER]);
+    assert_eq!(accept(&s), Ok(11), "B's accept follows");
+    watch(&s, 11);
+    assert_eq!(wait(&s, 0), vec![11]);
+    assert_eq!(read(&s, 11, 64), Ok(b"GET".to_vec()));
+    // Long after: nothing waits, the order is whole.
+    let start = s.os().now();
+    while s.os().now() < start + ACCEPT_WAIT + Duration::from_secs(1) {
+        wait(&s, 100);
+    }
+    assert!(s.os().told_agent().is_empty(), "{:?}", s.os().told_agent());
+}
+
+/// Where the kernel did give the connection (reset while queued), the
+/// server gets it, not a stand-in, and its read fails the same way; also
+/// where the order named the connection and its reset before the kernel
+/// queued it (the router sends its records before the packets).
+#[test]
+fn a_connection_reset_while_queued_is_accepted_as_reset() {
+    let s = shim();
+    s.os().connect(10, A);
+    s.os().reset(10);
+    s.os().order(&[acc(1, A), rst(2, A)]);
+    watch(&s, LISTENER);
+    assert_eq!(wait(&s, 0), vec![LISTENER]);
+    assert_eq!(accept(&s), Ok(10), "the kernel's connection");
+    watch(&s, 10);
+    assert_eq!(wait(&s, 0), vec![10]);
+    assert_eq!(read(&s, 10, 64), Err(libc::ECONNRESET));
+    assert_eq!(s.os().stand_ins.get(), 0);
+
+    let s = shim();
+    s.os().order(&[acc(1, A), rst(2, A)]);
+    watch(&s, LISTENER);
+    assert_eq!(wait(&s, 0), Vec::<Fd>::new());
+    s.os().advance(STAND_IN_AFTER / 2);
+    s.os().connect(10, A);
+    s.os().reset(10);
+    assert_eq!(wait(&s, 0), vec![LISTENER]);
+    assert_eq!(accept(&s), Ok(10), "the kernel's connection, come late");
+    assert_eq!(s.os().stand_ins.get(), 0);
+}
+
+/// An accept whose connection has not come and whose reset is not known
+/// (there may be input): no stand-in, it waits (and, never given, loses the
+/// order after ACCEPT_WAIT, `an_accept_that_never_comes_loses_the_order_loudly`).
+/// A reset after input is no reason either.
+#[test]
+fn no_stand_in_without_a_reset_before_input() {
+    let s = shim();
+    s.os().order(&[acc(1, A), data(2, A, 3), rst(3, A)]);
+    watch(&s, LISTENER);
+    assert_eq!(wait(&s, 0), Vec::<Fd>::new());
+    assert_eq!(accept(&s), Err(libc::EAGAIN));
+    assert_eq!(s.os().stand_ins.get(), 0);
 }
 
 fn acc_isn(seq: u64, key: Key, isn: u32) -> Ev {

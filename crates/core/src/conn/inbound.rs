@@ -244,7 +244,22 @@ impl Conn {
                 // No replica's SYN-ACK was passed on: reset each at the
                 // client's ISN + 1.
                 self.abort_legs(ctx);
-            } else if self.log_reset(ctx) {
+                self.phase = Phase::Dead;
+                return;
+            }
+            // The sequencer ends the connection's input here, in every
+            // delivery mode: no chunk is numbered after a client's reset
+            // (the paths below send what replicas lack, unnumbered), so
+            // every server sees the same input, then the reset. A shim
+            // whose kernel never gave the connection (the reset reached a
+            // replica still in SYN-RECEIVED, which drops it) learns from
+            // this event that it never will, and gives its server the
+            // accept and the reset the others' servers see, instead of
+            // waiting for a connection that cannot come.
+            if ctx.sequencer && self.order_accepted {
+                self.input(ctx, InputKind::Reset);
+            }
+            if self.log_reset(ctx) {
                 // With an input log, a replica that lacks bytes the
                 // others have gets them first, then the abort (`log.rs`).
                 return;
@@ -355,7 +370,7 @@ impl Conn {
 
     /// The client's exact reset under safe delivery (not with an input log,
     /// whose bytes reach every replica first, nor on a rebuilt connection):
-    /// the sequencer says the connection ended (its servers see the reset
+    /// the sequencer said the connection ended (its servers see the reset
     /// at that point of the order, and read none of the bytes beyond the
     /// last chunk, which not every replica holds), and every open replica
     /// is reset at its own RCV.NXT: none lacks a byte a server read, so
@@ -363,9 +378,6 @@ impl Conn {
     fn safe_reset(&mut self, ctx: &mut Ctx) -> bool {
         if !self.safe || !ctx.sequencer || self.recovering() || self.log.is_some() {
             return false;
-        }
-        if self.order_accepted {
-            self.input(ctx, InputKind::Reset);
         }
         self.reset_wait = None;
         self.resetting = true;

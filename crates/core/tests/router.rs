@@ -1490,6 +1490,39 @@ fn replicas_reported_down_stay_out_after_a_restart() {
     );
 }
 
+/// An agent stopped past the failure-detection time (SIGSTOP, a cut link)
+/// missed the announcement that its replica was back in service, and
+/// registers again with the list it had before, which says that replica is
+/// out. This router brought the replica back itself: the report is older
+/// than that verdict and changes nothing (it took a healthy replica out
+/// again: e2e flood-control, once). A replica this router never judged is
+/// still taken out on an agent's word (the takeover case).
+#[test]
+fn a_report_older_than_the_routers_own_readmission_changes_nothing() {
+    let mut r = router(3);
+    r.require_agents();
+    for i in 1..=3 {
+        assert!(r.agent_registered(replica(i)).is_empty());
+    }
+    assert_eq!(syn_targets(&mut r, t(1), 40001).len(), 3);
+    assert_eq!(r.host_lost(t(2), replica(2)), 1);
+    assert!(!r.status().services[0].replicas[1].alive);
+    assert_eq!(r.enable_replica(replica(2), None), vec!["t".to_string()]);
+    assert!(r.status().services[0].replicas[1].alive);
+    let stale = [2u8, 3].map(|i| ftnet_core::OutOfService {
+        vip: VIP,
+        port: PORT,
+        replica: replica(i),
+    });
+    assert_eq!(r.reported_down(t(3), replica(2), &stale), 1, "r3 only");
+    let st = r.status();
+    assert!(st.services[0].replicas[1].alive, "r2 stays in service");
+    assert!(
+        !st.services[0].replicas[2].alive,
+        "r3, never judged here, goes"
+    );
+}
+
 /// Output commit (`record_commit`): once every replica answered, the
 /// connection's record is announced and the SYN-ACK waits until the control
 /// plane says the agents stored it — or until the wait runs out. A client

@@ -769,6 +769,7 @@ impl Router {
             Ok(()) => {
                 self.join_retry.remove(&(j.svc, j.joiner));
                 self.health[j.svc.0][j.joiner.0] = Member::Serving;
+                self.readmitted.insert((j.svc, j.joiner));
                 let mut connections = j.conns.len();
                 if j.live {
                     connections = 0;

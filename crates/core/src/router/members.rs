@@ -231,6 +231,13 @@ impl Router {
     /// router before this one told it: they stay out here too (a router
     /// that starts or takes over must not readmit them). Returns how many
     /// were taken out.
+    ///
+    /// A replica this router brought back into service itself is not taken
+    /// out: the report is older than that verdict (an agent that was
+    /// stopped, or cut off, past the failure-detection time missed the
+    /// announcement that the replica was back, and registers again with
+    /// the list it had before). Whatever a router decides is announced to
+    /// every agent, so no agent can know of a later verdict than its own.
     pub fn reported_down(
         &mut self,
         now: Instant,
@@ -248,6 +255,9 @@ impl Router {
                 continue;
             };
             let i = ReplicaId(i);
+            if self.readmitted.contains(&(svc, i)) {
+                continue;
+            }
             if self.in_group(svc, i) && !self.down.contains(&(svc, i, EvictReason::ReportedDown)) {
                 self.down.push((svc, i, EvictReason::ReportedDown));
                 n += 1;
@@ -278,6 +288,7 @@ impl Router {
                 let m = self.health[svc][i];
                 if *r == addr && matches!(m, Member::Down { .. } | Member::Draining { .. }) {
                     self.health[svc][i] = Member::Serving;
+                    self.readmitted.insert((ServiceId(svc), ReplicaId(i)));
                     self.probe_next.remove(&(ServiceId(svc), ReplicaId(i)));
                     back.push(s.name.clone());
                     self.out.event(Event::ReplicaUp {
@@ -413,6 +424,7 @@ impl Router {
             }
         };
         self.health[svc.0][r.0] = m;
+        self.readmitted.insert((svc, r));
         for p in self.config.services[svc.0].ports.clone() {
             self.by_replica.insert((addr, p), (svc, r));
         }
@@ -879,6 +891,7 @@ impl Router {
             return Ok(());
         };
         self.health[svc.0][r.0] = Member::Serving;
+        self.readmitted.insert((svc, r));
         let s = &self.config.services[svc.0];
         self.out.event(Event::ReplicaRejoined {
             service: s.name.clone(),

@@ -123,6 +123,11 @@ pub struct Router {
     /// table is full.
     closed: VecDeque<(ConnKey, Instant)>,
     down: Vec<(ServiceId, ReplicaId, EvictReason)>,
+    /// Replicas this router brought (back) into service itself (a join, an
+    /// operator's enable or add, a stateless rejoin): an agent's report that
+    /// one is out of service is older than that verdict
+    /// ([`Router::reported_down`]).
+    readmitted: BTreeSet<(ServiceId, ReplicaId)>,
     /// The sequencer's numbering, per service.
     order: Vec<SvcOrder>,
     /// The latest `now` the router was given (for hold deadlines set
@@ -199,6 +204,7 @@ impl Router {
             half_open_count: 0,
             closed: VecDeque::new(),
             down: Vec::new(),
+            readmitted: BTreeSet::new(),
             order: config
                 .services
                 .iter()

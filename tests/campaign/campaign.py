@@ -268,6 +268,11 @@ class Campaign:
 
     def run(self):
         a = self.a
+        # The tree the binaries were built from, taken now: the tree may move on during a long run.
+        self.commit = subprocess.run(["git", "-C", REPO, "rev-parse", "--short=8", "HEAD"],
+                                     capture_output=True, text=True).stdout.strip()
+        if subprocess.run(["git", "-C", REPO, "diff", "--quiet", "HEAD", "--", "crates"]).returncode != 0:
+            self.commit += "-dirty"
         os.makedirs(self.out, exist_ok=True)
         os.makedirs(self.work, exist_ok=True)
         with open(f"{self.work}/big.bin", "wb") as f:
@@ -466,7 +471,7 @@ class Campaign:
                                 "errors": len(load["errors"]), "seconds": round((load["end_ms"] - load["start_ms"]) / 1000)}
         ok = ((len(self.faults) == self.a.faults or bool(self.a.max_minutes)) and all(f["recovered_ms"] is not None for f in self.faults)
               and all(c[2] for c in checks))
-        commit = subprocess.run(["git", "-C", REPO, "rev-parse", "--short=8", "HEAD"], capture_output=True, text=True).stdout.strip()
+        commit = self.commit
         res = {"ok": ok, "commit": commit, "seed": self.a.seed, "faults_planned": self.a.faults,
                "faults": self.faults, "by_kind": by_kind, "totals": totals,
                "taken_out_unhit": self.spontaneous,

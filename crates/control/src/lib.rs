@@ -1162,15 +1162,19 @@ pub enum AgentEvent {
 
 /// How long the agent waits without a word from its router (every
 /// heartbeat is answered) before it gives the session up and connects
-/// anew: three heartbeats, at least 250 ms, at most `dead_after`. A router
-/// cut off from the network never closes its sessions; its standby takes
-/// the gateway address over (VRRP: ~0.35 s with adverts every 0.1 s) but
-/// hears from an agent only when the agent connects to it, and the
-/// connections wait for every agent's records before they are rebuilt: the
-/// sooner the agents look, the sooner clients are served again. A false
-/// alarm (a router slow to answer) costs one reconnection: the router keeps
-/// the replica in service and brings its order up to date; only the
-/// router's own judgement (`dead_after`) takes a host out.
+/// anew, when the router's host does not acknowledge what the agent sends
+/// either ([`AgentSession::router_host_acked`]): three heartbeats, at least
+/// 250 ms, at most `dead_after`. A router cut off from the network never
+/// closes its sessions; its standby takes the gateway address over (VRRP:
+/// ~0.35 s with adverts every 0.1 s) but hears from an agent only when the
+/// agent connects to it, and the connections wait for every agent's
+/// records before they are rebuilt: the sooner the agents look, the sooner
+/// clients are served again. A router whose host still acknowledges (its
+/// process busy, as a router that has just taken over and rebuilds its
+/// table under load is for hundreds of milliseconds) is given `dead_after`:
+/// a session given up while the router writes to it costs more than a
+/// reconnection (the router cannot tell which records the agent missed,
+/// and takes its replica out: fault campaign, fault #55 at 3481b94).
 pub fn router_silence_ms(heartbeat_ms: u64, dead_after_ms: u64) -> u64 {
     (3 * heartbeat_ms).max(250).min(dead_after_ms)
 }
@@ -1178,8 +1182,16 @@ pub fn router_silence_ms(heartbeat_ms: u64, dead_after_ms: u64) -> u64 {
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum AState {
     AwaitChallenge,
-    AwaitWelcome { router_nonce: String },
-    Live { every_ms: u64, dead_ms: u64 },
+    AwaitWelcome {
+        router_nonce: String,
+    },
+    /// `silence_ms`: [`router_silence_ms`]; `dead_ms`: the router's
+    /// `dead_after`, for a router whose host still acknowledges.
+    Live {
+        every_ms: u64,
+        silence_ms: u64,
+        dead_ms: u64,
+    },
     Closed,
 }
 
@@ -1192,6 +1204,12 @@ pub struct AgentSession {
     nonce: String,
     state: AState,
     last_heard_ms: u64,
+    /// When the router's host last acknowledged bytes this agent sent (its
+    /// kernel: the router process may be busy), as the caller last said
+    /// ([`AgentSession::router_host_acked`]); `None`: not known.
+    host_acked_ms: Option<u64>,
+    /// The last `on_timeout`.
+    checked_ms: u64,
     next_beat_ms: u64,
     seq: u64,
     /// Records of live connections, by client-side key.
@@ -1227,6 +1245,8 @@ impl AgentSession {
             nonce: hex(&nonce),
             state: AState::AwaitChallenge,
             last_heard_ms: now_ms,
+            host_acked_ms: None,
+            checked_ms: now_ms,
             next_beat_ms: u64::MAX,
             seq: 0,
             records: HashMap::new(),
@@ -1332,7 +1352,8 @@ impl AgentSession {
                 let dead = dead_after_ms.clamp(every * 2, 600_000);
                 self.state = AState::Live {
                     every_ms: every,
-                    dead_ms: router_silence_ms(every, dead),
+                    silence_ms: router_silence_ms(every, dead),
+                    dead_ms: dead,
                 };
                 self.next_beat_ms = now_ms;
                 // First: a replica that left the group under the router
@@ -1457,10 +1478,26 @@ impl AgentSession {
         }
     }
 
+    /// The router's host acknowledged bytes this agent sent `ago_ms` ago
+    /// (`TCP_INFO`'s `tcpi_last_ack_recv`), at `now_ms`.
+    pub fn router_host_acked(&mut self, now_ms: u64, ago_ms: u64) {
+        let at = now_ms.saturating_sub(ago_ms);
+        self.host_acked_ms = Some(self.host_acked_ms.map_or(at, |h| h.max(at)));
+    }
+
     pub fn poll_timeout_ms(&self) -> Option<u64> {
         match self.state {
-            AState::Live { dead_ms, .. } => {
-                Some(self.next_beat_ms.min(self.last_heard_ms + dead_ms))
+            AState::Live {
+                silence_ms,
+                dead_ms,
+                ..
+            } => {
+                let mut t = self.next_beat_ms.min(self.last_heard_ms + dead_ms);
+                let quiet = self.last_heard_ms + silence_ms;
+                if quiet > self.checked_ms {
+                    t = t.min(quiet);
+                }
+                Some(t)
             }
             AState::Closed => None,
             _ => Some(self.last_heard_ms + 5_000),
@@ -1470,8 +1507,15 @@ impl AgentSession {
     /// Time passes: send a heartbeat when due; report a silent router.
     pub fn on_timeout(&mut self, now_ms: u64, out: &mut Vec<Msg>) -> Option<AgentEvent> {
         match self.state {
-            AState::Live { every_ms, dead_ms } => {
-                if now_ms >= self.last_heard_ms + dead_ms {
+            AState::Live {
+                every_ms,
+                silence_ms,
+                dead_ms,
+            } => {
+                self.checked_ms = now_ms;
+                let host_heard = self.host_acked_ms.is_some_and(|h| h + silence_ms > now_ms);
+                let limit = if host_heard { dead_ms } else { silence_ms };
+                if now_ms >= self.last_heard_ms + limit {
                     self.state = AState::Closed;
                     return Some(AgentEvent::RouterLost);
                 }
@@ -1934,6 +1978,36 @@ mod tests {
         assert_eq!(router_silence_ms(10, 500), 250, "never below 250 ms");
         assert_eq!(router_silence_ms(10, 100), 100, "never above dead_after");
         assert_eq!(router_silence_ms(1000, 5000), 3000);
+    }
+
+    /// A router whose process is silent while its host still acknowledges
+    /// what the agent sends (busy: one that has just taken over rebuilds
+    /// its table) is given `dead_after`, not three heartbeats: a session
+    /// given up while the router writes to it takes the replica out. A
+    /// host that acknowledges nothing either (cut off) is given up after
+    /// three heartbeats.
+    #[test]
+    fn the_agent_gives_a_busy_router_whose_host_answers_dead_after() {
+        for host_answers in [true, false] {
+            let (mut a, hello) = AgentSession::new(b"k", R, "h", [1; 16], 0);
+            let mut r = RouterSession::new(b"k", [2; 16], Heartbeats::default(), 0);
+            converse(&mut a, &mut r, hello, 0);
+            let mut out = Vec::new();
+            let mut lost_at = None;
+            for t in (0..=1000).step_by(10) {
+                if host_answers {
+                    // The router's kernel acknowledges each heartbeat.
+                    a.router_host_acked(t, t % 100);
+                }
+                if let Some(e) = a.on_timeout(t, &mut out) {
+                    assert_eq!(e, AgentEvent::RouterLost);
+                    lost_at = Some(t);
+                    break;
+                }
+            }
+            let want = if host_answers { 500 } else { 300 };
+            assert_eq!(lost_at, Some(want), "host answers: {host_answers}");
+        }
     }
 
     #[test]

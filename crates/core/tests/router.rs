@@ -82,24 +82,44 @@ fn drain(r: &mut Router) -> Vec<Out> {
 /// messages (addressed to, quoting).
 fn drain_icmp(r: &mut Router) -> (Vec<Out>, Vec<(Ipv4Addr, Ipv4Addr, icmp::Unreachable)>) {
     let (mut segs, mut icmps) = (Vec::new(), Vec::new());
-    while let Some(p) = r.poll_transmit() {
-        let ip = ipv4::Packet::new_checked(&p.data[..]).expect("router emitted bad IPv4");
-        if ip.protocol() == ipv4::PROTO_ICMP {
-            assert!(ip.verify_checksum(), "IPv4 checksum");
-            assert_eq!(
-                ftnet_wire::checksum::complete(ip.payload(), 0),
-                0,
-                "ICMP checksum"
-            );
-            let u = icmp::parse_unreachable(ip.payload())
-                .expect("router emitted bad ICMP")
-                .expect("router emitted an ICMP message other than unreachable about TCP");
-            icmps.push((ip.src(), ip.dst(), u));
-        } else {
-            segs.push(parse(&p));
+    for s in drain_sent(r) {
+        match s {
+            Sent::Tcp(o) => segs.push(o),
+            Sent::Icmp(src, dst, u) => icmps.push((src, dst, u)),
         }
     }
     (segs, icmps)
+}
+
+/// One packet the router sent: a TCP segment, or an ICMP destination
+/// unreachable message about TCP (both checksums verified).
+#[derive(Debug)]
+enum Sent {
+    Tcp(Out),
+    Icmp(Ipv4Addr, Ipv4Addr, icmp::Unreachable),
+}
+
+/// Everything the router queued, in order.
+fn drain_sent(r: &mut Router) -> Vec<Sent> {
+    std::iter::from_fn(|| r.poll_transmit())
+        .map(|p| {
+            let ip = ipv4::Packet::new_checked(&p.data[..]).expect("router emitted bad IPv4");
+            if ip.protocol() == ipv4::PROTO_ICMP {
+                assert!(ip.verify_checksum(), "IPv4 checksum");
+                assert_eq!(
+                    ftnet_wire::checksum::complete(ip.payload(), 0),
+                    0,
+                    "ICMP checksum"
+                );
+                let u = icmp::parse_unreachable(ip.payload())
+                    .expect("router emitted bad ICMP")
+                    .expect("router emitted an ICMP message other than unreachable about TCP");
+                Sent::Icmp(ip.src(), ip.dst(), u)
+            } else {
+                Sent::Tcp(parse(&p))
+            }
+        })
+        .collect()
 }
 
 fn seg(src: Ipv4Addr, dst: Ipv4Addr, r: Repr, payload: &[u8]) -> Packet {
@@ -6062,27 +6082,18 @@ fn after_a_takeover_no_echo_until_the_client_sends_nor_while_acking_into_its_res
     );
 }
 
-/// Everything the router sent, in order: TCP segments and ICMP messages.
-#[derive(Debug)]
-enum Sent {
-    Tcp(Out),
-    Icmp(Ipv4Addr, Ipv4Addr, icmp::Unreachable),
-}
-
-fn drain_sent(r: &mut Router) -> Vec<Sent> {
-    std::iter::from_fn(|| r.poll_transmit())
-        .map(|p| {
-            let ip = ipv4::Packet::new_checked(&p.data[..]).unwrap();
-            if ip.protocol() == ipv4::PROTO_ICMP {
-                assert!(ip.verify_checksum());
-                assert_eq!(ftnet_wire::checksum::complete(ip.payload(), 0), 0);
-                let u = icmp::parse_unreachable(ip.payload()).unwrap().unwrap();
-                Sent::Icmp(ip.src(), ip.dst(), u)
-            } else {
-                Sent::Tcp(parse(&p))
-            }
-        })
-        .collect()
+/// Replica `i` answers a rebuilt connection's position probe: its SND.NXT
+/// is `snd_nxt`, and it acknowledged `acked` bytes of the client's.
+fn position_answer(r: &mut Router, at: Instant, i: u8, snd_nxt: SeqNum, acked: u32) {
+    let a = Repr::new(
+        PORT,
+        CPORT,
+        snd_nxt,
+        SeqNum(CISN).add(1 + acked),
+        flags::ACK,
+        64,
+    );
+    r.handle_packet(at, seg(replica(i), CLIENT, a, b""));
 }
 
 /// A connection rebuilt after a takeover: each endpoint may be waiting out
@@ -6103,15 +6114,7 @@ fn a_rebuilt_connection_prompts_both_ends_to_retransmit() {
         adopt_two_with(&mut r, risn, isns, 0, None);
         // Positions: both sent 100 bytes and acknowledged 86 client bytes.
         let answer = |r: &mut Router, i: usize, at: u64| {
-            let a = Repr::new(
-                PORT,
-                CPORT,
-                SeqNum(isns[i]).add(101),
-                SeqNum(CISN).add(1 + 86),
-                flags::ACK,
-                64,
-            );
-            r.handle_packet(t(at), seg(replica(i as u8 + 1), CLIENT, a, b""));
+            position_answer(r, t(at), i as u8 + 1, SeqNum(isns[i]).add(101), 86);
         };
         answer(&mut r, 0, 1);
         if client_speaks {
@@ -6246,15 +6249,7 @@ fn a_rebuilt_connection_that_may_still_be_connecting_gets_no_icmp() {
     let (risn, isns) = (7_000_000u32, [1_000_000u32, 2_000_000]);
     adopt_two_with(&mut r, risn, isns, 0, None);
     for (i, at) in [(0usize, 1u64), (1, 2)] {
-        let a = Repr::new(
-            PORT,
-            CPORT,
-            SeqNum(isns[i]).add(1),
-            SeqNum(CISN).add(1),
-            flags::ACK,
-            64,
-        );
-        r.handle_packet(t(at), seg(replica(i as u8 + 1), CLIENT, a, b""));
+        position_answer(&mut r, t(at), i as u8 + 1, SeqNum(isns[i]).add(1), 0);
     }
     let sent = drain_sent(&mut r);
     assert!(

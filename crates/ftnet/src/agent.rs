@@ -397,6 +397,26 @@ fn note_end(end: ShimEnd, lost: &mut Vec<String>) -> bool {
     }
 }
 
+/// How long ago the peer's host last acknowledged bytes sent on `s`
+/// (`TCP_INFO`'s `tcpi_last_ack_recv`, ms), if the kernel says.
+fn last_ack_ms(s: &TcpStream) -> Option<u64> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: tcp_info is plain old data; all zeroes is a valid value.
+    let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
+    let mut len = socklen_of::<libc::tcp_info>();
+    // SAFETY: TCP_INFO writes at most `len` bytes into `info`.
+    let rc = unsafe {
+        libc::getsockopt(
+            s.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            (&raw mut info).cast(),
+            &raw mut len,
+        )
+    };
+    (rc == 0).then_some(u64::from(info.tcpi_last_ack_recv))
+}
+
 fn peer_pid(c: &UnixStream) -> i32 {
     use std::os::fd::AsRawFd;
     let mut cred: libc::ucred = libc::ucred {
@@ -701,6 +721,10 @@ fn session(
             j.tick(shims, now_ms(), &mut out);
         }
         stall.mark("job");
+        if let Some(ago) = last_ack_ms(&stream) {
+            // The router's host answers even while its process is busy.
+            s.router_host_acked(now_ms(), ago);
+        }
         events.extend(s.on_timeout(now_ms(), &mut out));
         if !out.is_empty() {
             // One write for all (a router waits for `Stored` before it

@@ -767,6 +767,22 @@ impl Conn {
         ack: SeqNum,
         edge: SeqNum,
     ) -> u16 {
+        self.segment_to_client(ctx, seq, fl, ack, edge, &[])
+    }
+
+    /// A segment of the router's own to the client (`payload`: none, or
+    /// the garbage octet of a rebuild's probe), with the group's window
+    /// for `ack`/`edge` and, where timestamps are on, the router's clock.
+    /// Returns the window field sent.
+    pub(super) fn segment_to_client(
+        &self,
+        ctx: &mut Ctx,
+        seq: SeqNum,
+        fl: u8,
+        ack: SeqNum,
+        edge: SeqNum,
+        payload: &[u8],
+    ) -> u16 {
         let mut r = Repr::new(
             self.key.vport,
             self.key.cport,
@@ -782,7 +798,7 @@ impl Conn {
         ctx.tx.push_back(Packet::plain(r.emit_ipv4(
             self.key.vip,
             self.key.client,
-            &[],
+            payload,
         )));
         ctx.counters.packets_out += 1;
         window

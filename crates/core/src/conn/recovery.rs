@@ -11,7 +11,7 @@ use crate::packet::Headers;
 use crate::record::{ConnRecord, ReplicaSetup};
 use crate::time::Instant;
 use crate::wrap::mod32;
-use ftnet_wire::tcp::{flags, CsumMode, Repr};
+use ftnet_wire::tcp::{flags, CsumMode};
 use ftnet_wire::{SeqDelta, SeqNum};
 use std::net::Ipv4Addr;
 
@@ -370,23 +370,14 @@ impl Conn {
         if prompt {
             rto_prompt(ctx, self.key.vip, &quoted);
         }
-        let mut r = Repr::new(
-            self.key.vport,
-            self.key.cport,
+        self.segment_to_client(
+            ctx,
             self.sent_hi.sub(1 << 30),
-            ack,
             flags::ACK,
-            self.window_field(ack, self.adv_edge),
-        );
-        if self.ts_on {
-            r.timestamps = Some((self.router_ts(ctx.now), 0));
-        }
-        ctx.tx.push_back(crate::packet::Packet::plain(r.emit_ipv4(
-            self.key.vip,
-            self.key.client,
+            ack,
+            self.adv_edge,
             &[0],
-        )));
-        ctx.counters.packets_out += 1;
+        );
     }
 
     /// The client's first segment after a rebuild tells what it holds (its

@@ -1171,12 +1171,24 @@ pub enum AgentEvent {
 /// records before they are rebuilt: the sooner the agents look, the sooner
 /// clients are served again. A router whose host still acknowledges (its
 /// process busy, as a router that has just taken over and rebuilds its
-/// table under load is for hundreds of milliseconds) is given `dead_after`:
-/// a session given up while the router writes to it costs more than a
-/// reconnection (the router cannot tell which records the agent missed,
-/// and takes its replica out: fault campaign, fault #55 at 3481b94).
+/// table under load is for hundreds of milliseconds) is given
+/// [`busy_router_ms`]: a session given up while the router writes to it
+/// costs more than a reconnection (the router cannot tell which records
+/// the agent missed, and takes its replica out: fault campaign, fault #55
+/// at 3481b94).
 pub fn router_silence_ms(heartbeat_ms: u64, dead_after_ms: u64) -> u64 {
     (3 * heartbeat_ms).max(250).min(dead_after_ms)
+}
+
+/// How long the agent waits for a router whose process is silent while
+/// its host acknowledges what the agent sends: four times `dead_after`.
+/// Nothing is gained by leaving it sooner. Killed, its kernel closes the
+/// session at once; if its standby takes the address over, the next
+/// heartbeat reaches a host with no such connection, which resets it; and
+/// a router that still holds the address is the one the agent would
+/// connect to again.
+pub fn busy_router_ms(dead_after_ms: u64) -> u64 {
+    dead_after_ms.saturating_mul(4)
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -1185,8 +1197,8 @@ enum AState {
     AwaitWelcome {
         router_nonce: String,
     },
-    /// `silence_ms`: [`router_silence_ms`]; `dead_ms`: the router's
-    /// `dead_after`, for a router whose host still acknowledges.
+    /// `silence_ms`: [`router_silence_ms`]; `dead_ms`: [`busy_router_ms`],
+    /// for a router whose host still acknowledges.
     Live {
         every_ms: u64,
         silence_ms: u64,
@@ -1353,7 +1365,7 @@ impl AgentSession {
                 self.state = AState::Live {
                     every_ms: every,
                     silence_ms: router_silence_ms(every, dead),
-                    dead_ms: dead,
+                    dead_ms: busy_router_ms(dead),
                 };
                 self.next_beat_ms = now_ms;
                 // First: a replica that left the group under the router
@@ -1982,7 +1994,7 @@ mod tests {
 
     /// A router whose process is silent while its host still acknowledges
     /// what the agent sends (busy: one that has just taken over rebuilds
-    /// its table) is given `dead_after`, not three heartbeats: a session
+    /// its table) is given 4 × `dead_after`, not three heartbeats: a session
     /// given up while the router writes to it takes the replica out. A
     /// host that acknowledges nothing either (cut off) is given up after
     /// three heartbeats.
@@ -1994,7 +2006,7 @@ mod tests {
             converse(&mut a, &mut r, hello, 0);
             let mut out = Vec::new();
             let mut lost_at = None;
-            for t in (0..=1000).step_by(10) {
+            for t in (0..=3000).step_by(10) {
                 if host_answers {
                     // The router's kernel acknowledges each heartbeat.
                     a.router_host_acked(t, t % 100);
@@ -2005,7 +2017,7 @@ mod tests {
                     break;
                 }
             }
-            let want = if host_answers { 500 } else { 300 };
+            let want = if host_answers { 2000 } else { 300 };
             assert_eq!(lost_at, Some(want), "host answers: {host_answers}");
         }
     }

@@ -803,6 +803,20 @@ pub mod shim {
         }
         fn send(&self, _fd: Fd, _buf: &[u8]) {}
         fn close(&self, _fd: Fd) {}
+        fn stand_in(&self) -> Option<Fd> {
+            // A fresh descriptor connected to nothing: no bytes, hung up.
+            let mut socks = self.socks.borrow_mut();
+            let fd = 1_000_000 + Fd::try_from(socks.len()).ok()?;
+            socks.insert(
+                fd,
+                Sock {
+                    peer: (0, 0),
+                    data: VecDeque::new(),
+                    reset: true,
+                },
+            );
+            Some(fd)
+        }
         fn accept_queued(&self, _listener: Fd) -> Option<(Fd, Option<(u32, u16)>)> {
             let fd = self.queue.borrow_mut().pop_front()?;
             Some((fd, self.socks.borrow().get(&fd).map(|s| s.peer)))

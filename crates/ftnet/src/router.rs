@@ -205,11 +205,8 @@ pub fn run(cfg: FileConfig, path: &Path) -> anyhow::Result<()> {
             .context("starting the status thread")?;
     }
     if let Some(f) = cfg.fault {
-        if f.acks {
-            warn!(replica = %f.drop_data_to, every = f.every, "[fault] test hook active: dropping every n-th pure ACK to this replica");
-        } else {
-            warn!(replica = %f.drop_data_to, every = f.every, "[fault] test hook active: dropping every n-th data packet to this replica");
-        }
+        let what = if f.acks { "pure ACK" } else { "data packet" };
+        warn!(replica = %f.drop_data_to, every = f.every, what, "[fault] test hook active: dropping every n-th such packet to this replica");
     }
     socket.serve_admin(shared.clone());
     if let Some(addr) = cfg.metrics_listen {
@@ -563,23 +560,21 @@ struct Out {
     fault_seen: u32,
 }
 
-/// Destination and TCP payload length of an IPv4/TCP packet.
-/// A TCP segment with only the ACK flag (of flags SYN, FIN, RST, ACK).
-fn pure_ack(p: &[u8]) -> bool {
-    let ihl = usize::from(p.first().copied().unwrap_or(0) & 0x0f) * 4;
-    p.get(ihl + 13).is_some_and(|f| f & 0x17 == 0x10)
-}
-
-fn dst_and_payload(p: &[u8]) -> Option<(std::net::Ipv4Addr, usize)> {
+/// Destination, TCP payload length and whether it is a pure ACK (of the
+/// flags SYN, FIN, RST, ACK only ACK) of an IPv4/TCP packet.
+fn tcp_summary(p: &[u8]) -> Option<(std::net::Ipv4Addr, usize, bool)> {
     if p.len() < 40 || p[9] != 6 {
         return None;
     }
     let ihl = usize::from(p[0] & 0x0f) * 4;
     let total = usize::from(u16::from_be_bytes([p[2], p[3]]));
     let doff = usize::from(*p.get(ihl + 12)? >> 4) * 4;
+    let flags = *p.get(ihl + 13)?;
+    let len = total.saturating_sub(ihl + doff);
     Some((
         std::net::Ipv4Addr::new(p[16], p[17], p[18], p[19]),
-        total.saturating_sub(ihl + doff),
+        len,
+        len == 0 && flags & 0x17 == 0x10,
     ))
 }
 
@@ -614,13 +609,8 @@ impl Out {
     fn flush<D: Device>(&mut self, dev: &mut D) {
         for pkt in self.packets.drain(..) {
             if let Some(f) = self.fault {
-                let hit = dst_and_payload(&pkt.data).is_some_and(|(d, n)| {
-                    d == f.drop_data_to
-                        && if f.acks {
-                            n == 0 && pure_ack(&pkt.data)
-                        } else {
-                            n > 0
-                        }
+                let hit = tcp_summary(&pkt.data).is_some_and(|(d, n, ack)| {
+                    d == f.drop_data_to && if f.acks { ack } else { n > 0 }
                 });
                 if hit {
                     self.fault_seen += 1;

@@ -507,9 +507,10 @@ impl State {
                             cport,
                             vport,
                         };
-                        if os.peer_closed(fd) && self.stood_in.remove(&key) {
+                        if self.stood_in.contains(&key) && os.peer_closed(fd) {
                             // Reset while queued, and its server was given
                             // a stand-in for it already.
+                            self.stood_in.remove(&key);
                             os.close(fd);
                             continue;
                         }

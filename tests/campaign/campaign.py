@@ -138,7 +138,8 @@ class Lab:
         if self.kind == "redis":
             args += ["--redis", "6379", "--writers", "8"]
         else:
-            args += ["--echo", "7000", "--streams", "3", "--http", "8080", "--big", f"{self.c.work}/big.bin"]
+            args += ["--echo", "7000", "--streams", "3", "--http", "8080", "--big", f"{self.c.work}/big.bin",
+                     "--diag", f"{self.c.ftnet} lab status --name {self.name} --json"]
         self.load_out = open(f"{self.c.out}/load-{self.name}.json", "w")
         self.load_err = open(f"{self.c.out}/load-{self.name}.err", "w")
         self.load = subprocess.Popen([self.c.ftnet, "lab", "exec", "--name", self.name, "client", "--", *args],
@@ -285,6 +286,18 @@ class Campaign:
             for l in labs:
                 log(f"lab {l.name} ({l.kind}) up")
                 l.up()
+            caps = []
+            if a.capture:
+                # Headers only (96 bytes a packet), in a ring: what the client and each replica saw
+                # of the echo streams, to follow a connection that went wrong.
+                for l in labs:
+                    if l.kind != "web":
+                        continue
+                    for ns in ("client", "r1", "r2", "r3"):
+                        caps.append(subprocess.Popen(
+                            ["ip", "netns", "exec", f"ftnet-{l.name}-{ns}", "tcpdump", "-Z", "root", "-q", "-n",
+                             "-i", "any", "-s", "96", "-C", "100", "-W", "4", "-w", f"{self.out}/{l.name}-{ns}.pcap",
+                             "tcp port 7000 or icmp"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
             for l in labs:
                 l.start_load()
             time.sleep(2)
@@ -314,6 +327,8 @@ class Campaign:
                 if not ok:
                     break
         finally:
+            for c in caps if "caps" in locals() else []:
+                c.terminate()
             loads = {}
             for l in labs:
                 if l.load:
@@ -556,6 +571,9 @@ def main():
                     help="stop injecting after this long (the checks and the report follow as usual)")
     ap.add_argument("--record", action="store_true", help="also write bench/results/campaign-*.{json,md}")
     ap.add_argument("--keep", action="store_true", help="leave the labs up")
+    ap.add_argument("--capture", action="store_true",
+                    help="tcpdump the echo streams (headers) in the web lab's client and replica namespaces "
+                         "into OUT/<lab>-<ns>.pcap* (a ring of 4 x 100 MB each; needs tcpdump)")
     ap.add_argument("--client-retries2", type=int, default=0,
                     help="the clients' net.ipv4.tcp_retries2 (default: Linux's 15, about 15 minutes of timeouts "
                          "in a row); 6 (about 25 s) ends, at the next router fault, a client connection whose "

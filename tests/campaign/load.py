@@ -49,6 +49,27 @@ def error(kind, what, since_ms=None, last_ms=None):
                               "since_ms": round(since_ms) if since_ms else None})
 
 
+def diagnose(a, s, why):
+    """What the client's kernel and the router know of a stuck connection: `ss -tinoe` for its
+    socket and, with --diag, that command's output (the router's status)."""
+    import subprocess
+    try:
+        port = s.getsockname()[1]
+    except OSError:
+        return
+    d = {"t_ms": round(now_ms()), "why": why, "port": port}
+    try:
+        d["ss"] = subprocess.run(["ss", "-tinoeH", f"sport = :{port}"], capture_output=True, text=True,
+                                 timeout=10).stdout[-3000:]
+        if a.diag:
+            d["diag"] = subprocess.run(a.diag, shell=True, capture_output=True, text=True,
+                                       timeout=20).stdout[-20000:]
+    except (OSError, subprocess.SubprocessError) as e:
+        d["failed"] = str(e)
+    with LOCK:
+        OUT.setdefault("diagnoses", []).append(d)
+
+
 def stall(kind, start_ms, ms):
     with LOCK:
         OUT["stalls"].append({"t_ms": round(start_ms), "kind": kind, "ms": round(ms, 1)})
@@ -120,6 +141,7 @@ def echo_stream(a, seed, t_end):
     th.join(timeout=35)
     if not done.is_set():
         failed.append("echo not drained within 35 s")
+        diagnose(a, s, "echo not drained")
     s.close()
     with LOCK:
         OUT["echo"]["streams"] += 1
@@ -319,6 +341,8 @@ def main():
     ap.add_argument("--gap-ms", type=float, default=20.0)
     ap.add_argument("--stop-file", required=True)
     ap.add_argument("--max-seconds", type=float, default=7200)
+    ap.add_argument("--diag", help="shell command whose output is kept with a stuck connection's "
+                    "socket state (e.g. the router's status)")
     a = ap.parse_args()
     t_end = time.monotonic() + a.max_seconds
     ths = []

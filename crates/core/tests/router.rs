@@ -6082,6 +6082,86 @@ fn after_a_takeover_no_echo_until_the_client_sends_nor_while_acking_into_its_res
     );
 }
 
+/// After a takeover the client echoes the dead router's clock until a
+/// segment of the new one fills what it lacks. Mapped to a replica's
+/// clock, that echo dates the client's ACK before the retransmissions of
+/// the outage: a Linux replica without SACK then takes its timeout for
+/// spurious and resends the next segment the outage ate only at its next
+/// timeout (half a second later, seen in the fault campaign's router
+/// cuts). Such an echo goes to the replicas as none; once the client
+/// echoes the new router's clock, echoes are mapped again.
+#[test]
+fn after_a_takeover_the_clients_echo_of_the_old_routers_clock_reaches_no_replica() {
+    let mut r = router(2);
+    let (risn, isns) = (7_000_000u32, [1_000_000u32, 2_000_000]);
+    adopt_two_with(&mut r, risn, isns, 0, Some(4242));
+    for i in 0..2usize {
+        let mut a = Repr::new(
+            PORT,
+            CPORT,
+            SeqNum(isns[i]).add(101),
+            SeqNum(CISN).add(1 + 86),
+            flags::ACK,
+            64,
+        );
+        a.timestamps = Some((9000, 777));
+        r.handle_packet(t(1), seg(replica(i as u8 + 1), CLIENT, a, b""));
+    }
+    drain(&mut r);
+    let client = |at: u64, off: u32, tsval: u32, echo: u32, r: &mut Router| -> Vec<Out> {
+        let mut d = Repr::new(
+            CPORT,
+            PORT,
+            SeqNum(CISN).add(1 + off),
+            SeqNum(risn).add(1 + 90),
+            flags::ACK | flags::PSH,
+            502,
+        );
+        d.timestamps = Some((tsval, echo));
+        r.handle_packet(t(at), seg(CLIENT, VIP, d, b"abcd"));
+        drain(r)
+    };
+    let echoes_to_replicas = |out: &[Out]| -> Vec<Option<u32>> {
+        out.iter()
+            .filter(|o| o.dst != CLIENT)
+            .filter(|o| o.r.flags & flags::SYN == 0)
+            .map(|o| o.r.timestamps.map(|x| x.1))
+            .collect()
+    };
+    // The old router's TSval 4000 (its base 4242 at the adoption).
+    let out = client(3, 86, 5555, 4000, &mut r);
+    let e = echoes_to_replicas(&out);
+    assert_eq!(e.len(), 2, "{out:?}");
+    assert!(e.iter().all(|x| *x == Some(0)), "old echo forwarded: {e:?}");
+    // The router answers; the client echoes the TSval it took from it.
+    let mut a = Repr::new(
+        PORT,
+        CPORT,
+        SeqNum(isns[0]).add(101),
+        SeqNum(CISN).add(1 + 90),
+        flags::ACK,
+        64,
+    );
+    a.timestamps = Some((9010, 5555));
+    let mut a2 = a.clone();
+    r.handle_packet(t(4), seg(replica(1), CLIENT, a, b""));
+    a2.seq = SeqNum(isns[1]).add(101);
+    r.handle_packet(t(4), seg(replica(2), CLIENT, a2, b""));
+    let out = drain(&mut r);
+    let own = out
+        .iter()
+        .filter(|o| o.dst == CLIENT)
+        .find_map(|o| o.r.timestamps.map(|x| x.0))
+        .expect("a segment to the client");
+    let out = client(5, 90, 5556, own, &mut r);
+    let e = echoes_to_replicas(&out);
+    assert_eq!(e.len(), 2, "{out:?}");
+    assert!(
+        e.iter().all(|x| x.is_some_and(|v| v != 0)),
+        "the new router's clock is mapped: {e:?}"
+    );
+}
+
 /// Replica `i` answers a rebuilt connection's position probe: its SND.NXT
 /// is `snd_nxt`, and it acknowledged `acked` bytes of the client's.
 fn position_answer(r: &mut Router, at: Instant, i: u8, snd_nxt: SeqNum, acked: u32) {

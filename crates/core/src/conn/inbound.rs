@@ -74,6 +74,16 @@ impl Conn {
             let now_ts = self.router_ts(ctx.now);
             if e != 0 && SeqNum(e).is_after(SeqNum(now_ts)) {
                 self.ts_base = self.ts_base.wrapping_add(e.wrapping_sub(now_ts));
+                // Every TSval up to `e` was the router's before.
+                if self.ts_own_from.is_some() {
+                    self.ts_own_from = Some(e.wrapping_add(1));
+                }
+            }
+            if self
+                .ts_own_from
+                .is_some_and(|f| e != 0 && !SeqNum(e).is_before(SeqNum(f)))
+            {
+                self.ts_own_from = None;
             }
         }
         // RFC 9293 §3.10.7.4 / RFC 5961: sequence and ACK plausibility.
@@ -432,8 +442,9 @@ impl Conn {
                     v
                 }
             });
+            let theirs = self.ts_own_from;
             let tsecr = seg.ts.map(|(_, e)| {
-                if l.learned {
+                if l.learned && !theirs.is_some_and(|f| SeqNum(e).is_before(SeqNum(f))) {
                     translate_tsecr(e, l.ts_off, l.ts_last)
                 } else {
                     0

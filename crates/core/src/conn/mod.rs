@@ -204,6 +204,18 @@ pub struct Conn {
     /// client's first segment after the rebuild).
     prompt_replicas_due: bool,
     adv_edge: SeqNum,
+    /// Adopted after a takeover: TSvals below this one were another
+    /// router's (the client echoes the last one it took in order until a
+    /// segment of this router's fills what it lacks). Such an echo goes to
+    /// the replicas as none (0): mapped to a replica's clock it dates the
+    /// client's ACK before the retransmissions the outage caused, and a
+    /// Linux replica without SACK takes its retransmission timeout for
+    /// spurious (RFC 3522, `tcp_try_undo_loss`), stays in loss recovery
+    /// with nothing marked lost, and resends the next segment the outage
+    /// ate only at its next timeout, which that stale echo's round-trip
+    /// sample stretched to 500 ms or more. `None` once the client echoes
+    /// this router's clock.
+    ts_own_from: Option<u32>,
     /// Negotiated for the group.
     ts_on: bool,
     ws_out: u8,
@@ -336,6 +348,7 @@ impl Conn {
             prompt_due: false,
             prompt_replicas_due: false,
             adv_edge: router_isn,
+            ts_own_from: None,
             ts_on: false,
             ws_out: 0,
             ts_base,

@@ -155,6 +155,7 @@ impl Conn {
         }
         c.client_seen = false;
         c.echo_unknown = true;
+        c.ts_own_from = c.ts_on.then(|| c.router_ts(now));
         // Until the client speaks, the window the router's own segments
         // to the replicas announce (probes, ACKs on its behalf): never 0,
         // which would stop a replica until someone reopens it.

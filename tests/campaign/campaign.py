@@ -394,7 +394,7 @@ class Campaign:
         os.makedirs(d, exist_ok=True)
         # router.log.1 holds what earlier incarnations of a restarted router logged.
         for f in ("router.log", "router.log.1", "router2.log", "router2.log.1",
-                  "keepalived-router.log", "keepalived-router2.log"):
+                  "keepalived-router.log", "keepalived-router2.log", "router.master", "router2.master"):
             if os.path.exists(f"{l.dir}/{f}"):
                 shutil.copy(f"{l.dir}/{f}", d)
         for i in (1, 2, 3):

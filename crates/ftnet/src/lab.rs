@@ -63,7 +63,7 @@ Examples:
         #[arg(last = true, required = true, value_name = "CMD")]
         cmd: Vec<String>,
     },
-    /// Process crash: kill -9 the server process group of replica N.
+    /// Process crash: kill -9 the server process group of replica N (returns once every member is gone).
     #[command(after_help = "Example:\n  ftnet lab kill 2")]
     Kill {
         /// Lab name.
@@ -1136,6 +1136,24 @@ fn kill(lab: &Lab, n: usize) -> anyhow::Result<()> {
         bail!("replica {n}'s server (process group {pgid}) is not running — nothing to kill");
     }
     sys::kill_group(pgid, libc::SIGKILL).with_context(|| format!("kill -9 -{pgid}"))?;
+    // Dead when this returns: a killed process lives on while the kernel
+    // tears it down (seconds for a large one on a loaded machine), and
+    // `lab restart` refuses a group that still has members.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let left: Vec<i32> = sys::group_members(pgid)
+            .into_iter()
+            .filter(|(p, _)| in_ns.contains(p))
+            .map(|(p, _)| p)
+            .collect();
+        if left.is_empty() {
+            break;
+        }
+        if Instant::now() > deadline {
+            bail!("replica {n}'s server (process group {pgid}): {left:?} still alive 10 s after SIGKILL");
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
     let list: Vec<String> = members.iter().map(|(p, c)| format!("{p} {c}")).collect();
     println!(
         "replica {n}: killed process group {pgid} with SIGKILL ({})",

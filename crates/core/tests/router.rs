@@ -896,6 +896,53 @@ fn out_of_window_ack_is_dropped() {
     assert_eq!(r.counters().dropped(DropReason::OutOfWindow), 1);
 }
 
+/// A client's keep-alive or zero-window probe (no data, one below what it
+/// was acknowledged: Linux's `tcp_xmit_probe_skb`) gets an answer with the
+/// group's ACK and window. Every replica answers it too, and those answers
+/// change nothing and are absorbed. Without the router's own answer, a
+/// client's keep-alives would go unanswered until it gave up on the
+/// connection, and a client told a zero window whose update was lost would
+/// wait for good.
+#[test]
+fn a_clients_keep_alive_or_window_probe_is_answered() {
+    let mut r = router(2);
+    let (risn, isns) = handshake(&mut r, 2);
+    client_data(&mut r, t(3), b"hello");
+    drain(&mut r);
+    let end = SeqNum(CISN).add(6);
+    for i in 1..=2 {
+        r.handle_packet(t(4), ack_from(i, isns[i as usize - 1], end, 500));
+    }
+    let out = drain(&mut r);
+    assert!(
+        out.iter().any(|o| o.dst == CLIENT && o.r.ack == end),
+        "the group's ACK reached the client"
+    );
+    // Idle; the client probes at SND.UNA - 1 with nothing in it.
+    let mut probe = Repr::new(
+        CPORT,
+        PORT,
+        end.sub(1),
+        SeqNum(risn).add(1),
+        flags::ACK,
+        502,
+    );
+    probe.timestamps = Some((9000, 0));
+    for k in 0..3u64 {
+        let at = 1000 + 1000 * k;
+        r.handle_packet(t(at), seg(CLIENT, VIP, probe.clone(), b""));
+        for i in 1..=2 {
+            r.handle_packet(t(at + 1), ack_from(i, isns[i as usize - 1], end, 500));
+        }
+        let out = drain(&mut r);
+        let answers: Vec<&Out> = out.iter().filter(|o| o.dst == CLIENT).collect();
+        assert_eq!(answers.len(), 1, "probe {k}: one answer, {out:?}");
+        assert_eq!(answers[0].r.ack, end, "probe {k}: the group's ACK");
+        assert_eq!(answers[0].r.flags, flags::ACK, "probe {k}: a pure ACK");
+        assert!(answers[0].r.window > 0, "probe {k}: the group's window");
+    }
+}
+
 #[test]
 fn retransmitted_client_fin_is_acknowledged_by_the_router() {
     let mut r = router(2);

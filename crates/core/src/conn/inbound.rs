@@ -224,6 +224,21 @@ impl Conn {
         {
             self.emit_ack(ctx, false);
         }
+        // A probe: nothing in it, one below what the client was
+        // acknowledged (Linux's keep-alive and zero-window probe,
+        // `tcp_xmit_probe_skb`). The replicas answer it too, but their
+        // answers change nothing and are absorbed. Unanswered, a client's
+        // keep-alive ends its connection after its probe count, and its
+        // zero-window probe never learns that the window opened when the
+        // update itself was lost. The router answers with the group's ACK
+        // and window, as the client's peer would (RFC 9293 §3.10.7.4).
+        if seg.payload_len == 0
+            && !seg.has(flags::FIN)
+            && seg.seq.add(1) == self.adv_ack
+            && self.phase == Phase::Established
+        {
+            self.emit_ack(ctx, false);
+        }
         self.check_closed(ctx);
     }
 

@@ -509,12 +509,13 @@ settle() { # settle REPLICAS... — let each finish applying (its command count 
 	return 0
 }
 
-# idle_client_start IDLE_S AFTER — idleclient.py through the VIP in the background (pid in
-# IDLE_PID): one INCR, then $T/ready, IDLE_S seconds idle, then AFTER more INCRs.
+# idle_client_start IDLE_S AFTER [ARG...] — idleclient.py through the VIP in the background (pid in
+# IDLE_PID): one INCR, then $T/ready, IDLE_S seconds idle, then AFTER more INCRs (more arguments
+# go to idleclient.py, e.g. --keepalive 2).
 idle_client_start() {
 	timeout 60 "$FTNET" lab exec --name "$LAB" client -- \
 		python3 "$E2E_DIR/idleclient.py" --host "$VIP" --port "$REDIS_PORT" --ready-file "$T/ready" \
-		--idle "$1" --after "$2" >"$T/idle.json" 2>"$T/idle.err" &
+		--idle "$1" --after "$2" "${@:3}" >"$T/idle.json" 2>"$T/idle.err" &
 	IDLE_PID=$!
 }
 idle_client_ready() { wait_for 20 test -e "$T/ready" || die "client never became ready: $(cat "$T/idle.err")"; }

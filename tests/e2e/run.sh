@@ -52,6 +52,7 @@
 #   rejoin/n3-cut and rejoin-takeover/n3-kill (a replica that left the group is never readmitted by
 #   its agent registering again, nor by a takeover; `ftnet replica enable` brings it back),
 #   server-reset/n1-none, n3-none (a server's RST after its acknowledged FIN reaches the client),
+#   keepalive/n3-none, n3-kill (a client's TCP keep-alive probes on an idle connection are answered),
 #   attack-client (a hostile client's raw packets against its own connection: no stall, no
 #   replica marked down, the connection survives a blind RST), membership/n4-none (drain, add,
 #   remove replicas of a running service under load: streams and new connections unharmed),
@@ -117,7 +118,7 @@ for id in operator/n2-none drain/n2-none package/n1-none ack-log/n3-none client-
 	vote/n3-none vote/n3-kill vote-echo/n3-cut vote-nginx-get/n3-kill output/n3-none output/n3-kill diverge/n3-none determinism/n3-none determinism-nginx/n3-none safe-delivery/n3-none \
 	takeover-stall/n3-kill takeover-get/n3-kill takeover-put/n3-kill takeover-synack/n3-kill \
 	takeover-redis/n3-kill takeover-connect/n3-kill takeover-stall/n3-cut \
-	rejoin/n3-cut rejoin-takeover/n3-kill server-reset/n1-none server-reset/n3-none \
+	rejoin/n3-cut rejoin-takeover/n3-kill server-reset/n1-none server-reset/n3-none keepalive/n3-none keepalive/n3-kill \
 	attack-client/n3-none flood/n3-none flood-control/n3-none campaign/n3-none membership/n4-none status-page/n3-kill heal/n3-kill heal/n3-cut heal-nginx/n3-kill join/n3-kill join-outlive/n3-kill join-cut/n3-cut join-hang/n3-hang hang-writers/n3-hang join-ops/n4-none; do
 	[[ -z $only || $id =~ $only ]] && tests+=("$id")
 done

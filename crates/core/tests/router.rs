@@ -943,6 +943,75 @@ fn a_clients_keep_alive_or_window_probe_is_answered() {
     }
 }
 
+/// The replicas' ACK of the client's FIN may come only on FINs that repeat
+/// the one the client already has: those pass nothing on. When the client
+/// repeats its FIN (it is in CLOSING), the router answers with the group's
+/// ACK of it. Before, it answered only a FIN that it had itself
+/// acknowledged to the client, and the client repeated its FIN until it
+/// gave up.
+#[test]
+fn a_repeated_client_fin_the_group_acknowledged_is_answered() {
+    let mut r = router(2);
+    let (risn, isns) = handshake(&mut r, 2);
+    let cfin = SeqNum(CISN).add(1);
+    let fin = Repr::new(
+        CPORT,
+        PORT,
+        cfin,
+        SeqNum(risn).add(1),
+        flags::ACK | flags::FIN,
+        502,
+    );
+    r.handle_packet(t(5), seg(CLIENT, VIP, fin.clone(), b""));
+    drain(&mut r);
+    // r1 closes having the client's FIN; r2 closes before it has it.
+    let rfin = |i: u8, cack: SeqNum| {
+        let isn = isns[i as usize - 1];
+        let a = Repr::new(
+            PORT,
+            CPORT,
+            SeqNum(isn).add(1),
+            cack,
+            flags::ACK | flags::FIN,
+            500,
+        );
+        seg(replica(i), CLIENT, a, b"")
+    };
+    r.handle_packet(t(6), rfin(1, cfin.add(1)));
+    r.handle_packet(t(6), rfin(2, cfin));
+    let out = drain(&mut r);
+    let to_client: Vec<&Out> = out.iter().filter(|o| o.dst == CLIENT).collect();
+    assert!(
+        to_client
+            .iter()
+            .any(|o| o.r.flags & flags::FIN != 0 && o.r.ack == cfin),
+        "the group's FIN, not acknowledging the client's: {out:?}"
+    );
+    // The client acknowledges it; r2 then acknowledges the client's FIN on
+    // a repeat of its own FIN.
+    let ack = Repr::new(
+        CPORT,
+        PORT,
+        cfin.add(1),
+        SeqNum(risn).add(2),
+        flags::ACK,
+        502,
+    );
+    r.handle_packet(t(7), seg(CLIENT, VIP, ack, b""));
+    r.handle_packet(t(8), rfin(2, cfin.add(1)));
+    drain(&mut r);
+    // The client, in CLOSING, repeats its FIN.
+    let mut rfin_client = fin;
+    rfin_client.ack = SeqNum(risn).add(2);
+    r.handle_packet(t(300), seg(CLIENT, VIP, rfin_client, b""));
+    let out = drain(&mut r);
+    assert!(
+        out.iter()
+            .any(|o| o.dst == CLIENT && o.r.ack == cfin.add(1)),
+        "the client's FIN acknowledged: {out:?}"
+    );
+}
+
 #[test]
 fn retransmitted_client_fin_is_acknowledged_by_the_router() {
     let mut r = router(2);

@@ -216,11 +216,19 @@ impl Conn {
         }
         // Bytes (or a FIN) the group already acknowledged: the client did
         // not get our ACK. The replicas will only repeat theirs, which change
-        // nothing and are absorbed, so the router answers (RFC 9293 §3.10.7.4:
-        // a duplicate segment is acknowledged).
+        // nothing and are absorbed (a replica whose connection ended answers
+        // with a RST, dropped as stray), so the router answers (RFC 9293
+        // §3.10.7.4: a duplicate segment is acknowledged). What the group
+        // acknowledged counts, not only what the client was told: the
+        // replicas' ACK of the client's FIN may come on FINs that repeat
+        // the one the client already has, which pass nothing on; unanswered,
+        // the client repeats its FIN in CLOSING until it gives up.
+        let acked = self
+            .client_ack_field()
+            .map_or(self.adv_ack, |a| a.max(self.adv_ack));
         if (seg.payload_len > 0 || seg.has(flags::FIN))
-            && !end.is_after(self.adv_ack)
-            && self.phase == Phase::Established
+            && !end.is_after(acked)
+            && matches!(self.phase, Phase::Established | Phase::Closed { .. })
         {
             self.emit_ack(ctx, false);
         }

@@ -3535,6 +3535,67 @@ fn a_joiner_with_a_smaller_mss_is_refused() {
 /// paused input event agree), and part of the connection that was open
 /// before it came: its own TCP connection starts where the client's
 /// stream stands, and its output is translated like the others'.
+/// A new client's SYN that comes while a join pauses the service is held,
+/// and so are the client's repeats of it (its SYN timer runs on). Only the
+/// first copy is released: released together, each copy would reach the
+/// servers as a new SYN, and a listener may take a repeat for a second
+/// connection and have none left for the next client.
+#[test]
+fn a_syn_repeated_during_a_joins_pause_is_released_once() {
+    let (mut r, risn, isns) = quiet_service_without_replica_3();
+    let id = start_join(&mut r, risn, &isns);
+    let other = CPORT + 1;
+    let mut syn = Repr::new(other, PORT, SeqNum(77), SeqNum(0), flags::SYN, 64240);
+    syn.mss = Some(1460);
+    for k in 0..3u64 {
+        syn.timestamps = Some((2000 + k as u32, 0));
+        r.handle_packet(t(13 + k), seg(CLIENT, VIP, syn.clone(), b""));
+        let out = drain(&mut r);
+        assert!(
+            out.iter().all(|o| o.dst == CLIENT),
+            "held: nothing reaches a replica: {out:?}"
+        );
+    }
+    r.checkpoint_taken(t(20), id, Ok("d1".into()));
+    r.state_restored(t(30), id, Ok("d1".into()));
+    let mut out = drain(&mut r);
+    // The joiner takes the open connection; then the service resumes.
+    let jisn = 9_000_077u32;
+    let mut sa = Repr::new(
+        PORT,
+        CPORT,
+        SeqNum(jisn),
+        SeqNum(CISN).add(6),
+        flags::SYN | flags::ACK,
+        65160,
+    );
+    sa.mss = Some(1460);
+    sa.wscale = Some(9);
+    sa.timestamps = Some((777, 1001));
+    r.handle_packet(t(31), seg(replica(3), CLIENT, sa, b""));
+    out.extend(drain(&mut r));
+    assert!(
+        log_events(&mut r)
+            .iter()
+            .any(|e| matches!(e, Event::Joined { .. })),
+        "joined"
+    );
+    let syns: Vec<&Out> = out
+        .iter()
+        .filter(|o| o.r.src_port == other && o.r.flags == flags::SYN)
+        .collect();
+    let mut to: Vec<_> = syns.iter().map(|o| o.dst).collect();
+    to.sort();
+    to.dedup();
+    assert!(!to.is_empty(), "the SYN is released: {out:?}");
+    assert_eq!(syns.len(), to.len(), "one SYN per replica: {syns:?}");
+    assert_eq!(
+        syns[0].r.timestamps.map(|x| x.0),
+        Some(2000),
+        "the first copy"
+    );
+}
+
 #[test]
 fn a_replica_joins_an_open_connection_with_proof_of_state() {
     let (mut r, risn, isns) = quiet_service_without_replica_3();

@@ -635,14 +635,16 @@ impl Host {
                         progressed = true;
                     }
                 }
-                // Keep two sockets listening so that later (and bogus)
-                // connections still find one; bounded so a SYN flood in the
-                // fuzz test cannot grow it without limit.
+                // Keep eight sockets listening so that later (and bogus)
+                // connections still find one, as a Linux listener's backlog
+                // does: a join's pause releases the SYNs it held at once;
+                // bounded so a SYN flood in the fuzz test cannot grow it
+                // without limit.
                 let listening = socks
                     .iter()
                     .filter(|k| self.sockets.get::<tcp::Socket>(k.handle).state() == State::Listen)
                     .count();
-                if listening < 2 && socks.len() < 64 {
+                if listening < 8 && socks.len() < 64 {
                     self.add_listener();
                     progressed = true;
                 }

@@ -92,6 +92,11 @@ pub(super) struct Join {
     pub(super) conns: Vec<ConnKey>,
     pub(super) held: VecDeque<Packet>,
     pub(super) held_bytes: usize,
+    /// The connections whose SYN is among `held`: a client's repeats of
+    /// it are not held too. Released together, the copies would each
+    /// reach the server as a new SYN (a listener may take a repeat for a
+    /// second connection and have none left for the next client).
+    pub(super) held_syns: BTreeSet<ConnKey>,
     /// Why the service was not quiet at the last check.
     pub(super) why: &'static str,
     /// `Config::join_live` when it started.
@@ -242,6 +247,7 @@ impl Router {
             conns: Vec::new(),
             held: VecDeque::new(),
             held_bytes: 0,
+            held_syns: BTreeSet::new(),
             why: "",
             live: self.config.join_live,
             point: false,
@@ -443,13 +449,27 @@ impl Router {
 
     /// A client segment of a paused service: held until the join ends
     /// (its client told the window is closed), or dropped past the bound.
-    pub(super) fn hold(&mut self, now: Instant, svc: ServiceId, key: ConnKey, pkt: Packet) {
+    /// `syn`: the segment opens a connection (a SYN without ACK); only its
+    /// first copy is held.
+    pub(super) fn hold(
+        &mut self,
+        now: Instant,
+        svc: ServiceId,
+        key: ConnKey,
+        pkt: Packet,
+        syn: bool,
+    ) {
         let Some(j) = self.joins.iter_mut().find(|j| j.svc == svc) else {
             return;
         };
-        if j.held.len() >= HELD_MAX || j.held_bytes + pkt.data.len() > HELD_BYTES_MAX {
+        if syn && j.held_syns.contains(&key) {
+            self.counters.drop(DropReason::DuplicateSuppressed);
+        } else if j.held.len() >= HELD_MAX || j.held_bytes + pkt.data.len() > HELD_BYTES_MAX {
             self.counters.drop(DropReason::JoinHeldFull);
         } else {
+            if syn {
+                j.held_syns.insert(key);
+            }
             j.held_bytes += pkt.data.len();
             j.held.push_back(pkt);
             self.counters.held_for_join += 1;
@@ -684,6 +704,7 @@ impl Router {
                 j.next = j.deadline;
                 let held = core::mem::take(&mut j.held);
                 j.held_bytes = 0;
+                j.held_syns.clear();
                 let (connections, started) = (j.conns.len(), j.started);
                 let s = &self.config.services[svc.0];
                 self.out.event(Event::JoinResumed {

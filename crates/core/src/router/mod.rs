@@ -414,7 +414,8 @@ impl Router {
                 .conns
                 .get(&key)
                 .and_then(|c| c.pause_pass_part(&pkt, seg));
-            self.hold(now, svc, key, pkt);
+            let syn = seg.flags & (flags::SYN | flags::ACK) == flags::SYN;
+            self.hold(now, svc, key, pkt, syn);
             if let Some(p) = pass {
                 self.handle_packet(now, p);
             }

@@ -247,14 +247,26 @@ impl Conn {
         // buffer is smaller than another's stops earlier, alive).
         let out_from = l.out_at.max(since);
         let awaits_room = l.data_hi().is_after(self.client_ack) && self.client_ack_at <= out_from;
+        // Nagle's algorithm (RFC 896, on by default): a replica with bytes
+        // of its own not yet acknowledged by the client holds a tail
+        // shorter than one segment until they are. Ahead of it by less
+        // than that, another replica that sent its tail proves nothing (a
+        // client that died, or acknowledges slowly); only silence can
+        // convict it then.
+        let nagle_tail = l.data_hi().is_after(self.client_ack)
+            && others()
+                .filter(|o| o.open() && !o.detached)
+                .all(|o| o.data_hi().diff(l.data_hi()) < i32::from(self.client_mss));
         let others_out = l.open()
             && !l.detached
             && !awaits_room
+            && !nagle_tail
             && others()
                 .any(|o| o.out_at > out_from && o.open() && !o.detached && o.data_ahead_of(l));
-        // Behind in output only, and that output may wait for room: it has
-        // all the input, so only its silence can convict it.
-        let output_waits = awaits_room
+        // Behind in output only, and that output may wait for room (or for
+        // the client's ACK, Nagle): it has all the input, so only its
+        // silence can convict it.
+        let output_waits = (awaits_room || nagle_tail)
             && !self.client_hi.is_after(l.ack)
             && !others().any(|o| o.ack.is_after(l.ack));
         // An owed FIN alone is judged by silence only (`fin_owed_since`);
@@ -541,7 +553,7 @@ mod tests {
         c.legs[0].ack = CLIENT_ISN.add(11);
         c.legs[0].hi = c.client_ack.add(100);
         c.legs[0].out_at = at(1000);
-        c.legs[1].hi = c.legs[0].hi.add(40);
+        c.legs[1].hi = c.legs[0].hi.add(2000);
         c.legs[1].out_at = at(4500);
         c.legs[1].progress_at = at(4500);
         c.legs[0].behind_since = Some(at(1000));
@@ -552,6 +564,15 @@ mod tests {
         c.client_ack_at = at(2000);
         c.client_ack = c.client_ack.add(10);
         assert_eq!(c.fail_deadline(0, &timeouts(100)), Some((at(2000), true)));
+        // Behind by less than one segment, with bytes of its own the client
+        // has not acknowledged: Nagle holds that tail back. Only silence.
+        c.legs[1].hi = c.legs[0].hi.add(40);
+        assert_eq!(c.fail_deadline(0, &timeouts(100)), Some((at(8000), false)));
+        // Once the client acknowledged all it sent, the tail is owed.
+        c.client_ack = c.legs[0].hi;
+        assert_eq!(c.fail_deadline(0, &timeouts(100)), Some((at(2000), true)));
+        c.client_ack = CLIENT_ISN.add(11).add(10);
+        c.legs[1].hi = c.legs[0].hi.add(2000);
         // Lacking client bytes (its acknowledgments stood still since 1 s
         // while leg 1's moved), it is behind in input too: no excuse.
         c.client_ack_at = at(900);

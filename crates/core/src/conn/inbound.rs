@@ -223,9 +223,12 @@ impl Conn {
         // replicas' ACK of the client's FIN may come on FINs that repeat
         // the one the client already has, which pass nothing on; unanswered,
         // the client repeats its FIN in CLOSING until it gives up.
-        let acked = self
-            .client_ack_field()
-            .map_or(self.adv_ack, |a| a.max(self.adv_ack));
+        // (Not while a rebuilt connection learns where its replicas
+        // stand: what they acknowledged is not known yet.)
+        let acked = match self.client_ack_field() {
+            Some(a) if !self.recovering() => a.max(self.adv_ack),
+            _ => self.adv_ack,
+        };
         if (seg.payload_len > 0 || seg.has(flags::FIN))
             && !end.is_after(acked)
             && matches!(self.phase, Phase::Established | Phase::Closed { .. })
@@ -244,6 +247,7 @@ impl Conn {
             && !seg.has(flags::FIN)
             && seg.seq.add(1) == self.adv_ack
             && self.phase == Phase::Established
+            && !self.recovering()
         {
             self.emit_ack(ctx, false);
         }

@@ -289,15 +289,15 @@ class Campaign:
             caps = []
             if a.capture:
                 # Headers only (96 bytes a packet), in a ring: what the client and each replica saw
-                # of the echo streams, to follow a connection that went wrong.
+                # of the echo streams (web) or the Redis commands (redis), to follow a connection
+                # that went wrong.
                 for l in labs:
-                    if l.kind != "web":
-                        continue
+                    port = 7000 if l.kind == "web" else 6379
                     for ns in ("client", "r1", "r2", "r3"):
                         caps.append(subprocess.Popen(
                             ["ip", "netns", "exec", f"ftnet-{l.name}-{ns}", "tcpdump", "-Z", "root", "-q", "-n",
                              "-i", "any", "-s", "96", "-C", "500", "-W", "6", "-w", f"{self.out}/{l.name}-{ns}.pcap",
-                             "tcp port 7000 or icmp"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+                             f"tcp port {port} or icmp"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
             for l in labs:
                 l.start_load()
             time.sleep(2)
@@ -572,8 +572,9 @@ def main():
     ap.add_argument("--record", action="store_true", help="also write bench/results/campaign-*.{json,md}")
     ap.add_argument("--keep", action="store_true", help="leave the labs up")
     ap.add_argument("--capture", action="store_true",
-                    help="tcpdump the echo streams (headers) in the web lab's client and replica namespaces "
-                         "into OUT/<lab>-<ns>.pcap* (a ring of 6 x 500 MB each, about 25 minutes of the web lab; needs tcpdump)")
+                    help="tcpdump the echo streams (web lab) and the Redis connections (redis lab), headers only, in "
+                         "each lab's client and replica namespaces into OUT/<lab>-<ns>.pcap* (a ring of 6 x 500 MB "
+                         "each, about 25 minutes of the web lab; needs tcpdump)")
     ap.add_argument("--client-retries2", type=int, default=0,
                     help="the clients' net.ipv4.tcp_retries2 (default: Linux's 15, about 15 minutes of timeouts "
                          "in a row); 6 (about 25 s) ends, at the next router fault, a client connection whose "

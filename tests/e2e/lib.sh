@@ -520,6 +520,20 @@ idle_client_start() {
 }
 idle_client_ready() { wait_for 20 test -e "$T/ready" || die "client never became ready: $(cat "$T/idle.err")"; }
 
+# idle_client_fault DELAY_S WHILE — with a fault, once the client idles: wait DELAY_S, then the
+# fault on the victim (recorded in $T/fault.txt; WHILE says what the connection is doing).
+idle_client_fault() {
+	[[ $FAULT != none ]] || return 0
+	idle_client_ready
+	sleep "$1"
+	local t frc=0
+	t=$(now_ms)
+	"$FTNET" lab "$FAULT" --name "$LAB" "$VICTIM" >"$T/fault.out" 2>&1 || frc=$?
+	echo "fault=$FAULT victim=r$VICTIM while idle rc=$frc epoch_ms=$t" >"$T/fault.txt"
+	say "FAULT injected: lab $FAULT r$VICTIM while $2 (rc=$frc)"
+	check_eq "lab $FAULT exit status" 0 "$frc"
+}
+
 # idle_client_finish AFTER DESCRIPTION — wait for the client, check its exit status and that
 # every survivor's counter is AFTER+1.
 idle_client_finish() {

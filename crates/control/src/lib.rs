@@ -1282,6 +1282,12 @@ impl AgentSession {
         matches!(self.state, AState::Live { .. })
     }
 
+    /// Whether this session got as far as registering (the router proved
+    /// the secret), even if it has ended since (a silent router closes it).
+    pub fn registered(&self) -> bool {
+        self.keys.is_some()
+    }
+
     /// The session's frame keys, once the router's `Welcome` proved the
     /// secret: every frame after it, both ways, is sealed.
     pub fn frame_keys(&self) -> Option<FrameKeys> {
@@ -1982,6 +1988,9 @@ mod tests {
         // after three heartbeats (300 ms), to find a new master sooner.
         assert_eq!(a.on_timeout(2199, &mut out), None);
         assert_eq!(a.on_timeout(2200, &mut out), Some(AgentEvent::RouterLost));
+        // Closed, but it was registered: the agent looks for the router's
+        // successor at its fast pace.
+        assert!(!a.is_live() && a.registered());
     }
 
     #[test]

@@ -3217,6 +3217,25 @@ fn start_join(r: &mut Router, risn: u32, isns: &[u32]) -> u64 {
     id
 }
 
+/// The joiner's SYN-ACK to the SYN a join sends it for the open
+/// connection (`start_join`, then the proof of state). Returns its ISN.
+fn joiner_syn_ack(r: &mut Router, now: Instant) -> u32 {
+    let jisn = 9_000_077u32;
+    let mut sa = Repr::new(
+        PORT,
+        CPORT,
+        SeqNum(jisn),
+        SeqNum(CISN).add(6),
+        flags::SYN | flags::ACK,
+        65160,
+    );
+    sa.mss = Some(1460);
+    sa.wscale = Some(9);
+    sa.timestamps = Some((777, 1001));
+    r.handle_packet(now, seg(replica(3), CLIENT, sa, b""));
+    jisn
+}
+
 /// A replica whose last output segment was lost on its way to the router
 /// (it answers the join's probe with an SND.NXT beyond the output the
 /// router has) is not at rest: its server is past the output the group
@@ -3530,11 +3549,6 @@ fn a_joiner_with_a_smaller_mss_is_refused() {
     assert!(!r.status().services[0].replicas[2].alive);
 }
 
-/// Issue 15: a replica joins a stateful service — readmitted only with the
-/// group's state proven (the donor's and the joiner's digests at the
-/// paused input event agree), and part of the connection that was open
-/// before it came: its own TCP connection starts where the client's
-/// stream stands, and its output is translated like the others'.
 /// A new client's SYN that comes while a join pauses the service is held,
 /// and so are the client's repeats of it (its SYN timer runs on). Only the
 /// first copy is released: released together, each copy would reach the
@@ -3560,19 +3574,7 @@ fn a_syn_repeated_during_a_joins_pause_is_released_once() {
     r.state_restored(t(30), id, Ok("d1".into()));
     let mut out = drain(&mut r);
     // The joiner takes the open connection; then the service resumes.
-    let jisn = 9_000_077u32;
-    let mut sa = Repr::new(
-        PORT,
-        CPORT,
-        SeqNum(jisn),
-        SeqNum(CISN).add(6),
-        flags::SYN | flags::ACK,
-        65160,
-    );
-    sa.mss = Some(1460);
-    sa.wscale = Some(9);
-    sa.timestamps = Some((777, 1001));
-    r.handle_packet(t(31), seg(replica(3), CLIENT, sa, b""));
+    let jisn = joiner_syn_ack(&mut r, t(31));
     out.extend(drain(&mut r));
     assert!(
         log_events(&mut r)
@@ -3596,6 +3598,11 @@ fn a_syn_repeated_during_a_joins_pause_is_released_once() {
     );
 }
 
+/// Issue 15: a replica joins a stateful service — readmitted only with the
+/// group's state proven (the donor's and the joiner's digests at the
+/// paused input event agree), and part of the connection that was open
+/// before it came: its own TCP connection starts where the client's
+/// stream stands, and its output is translated like the others'.
 #[test]
 fn a_replica_joins_an_open_connection_with_proof_of_state() {
     let (mut r, risn, isns) = quiet_service_without_replica_3();
@@ -3626,19 +3633,7 @@ fn a_replica_joins_an_open_connection_with_proof_of_state() {
                 if replicas.contains(&replica(3)) && replicas.contains(&replica(1)))),
         "{msgs:?}"
     );
-    let jisn = 9_000_077u32;
-    let mut sa = Repr::new(
-        PORT,
-        CPORT,
-        SeqNum(jisn),
-        SeqNum(CISN).add(6),
-        flags::SYN | flags::ACK,
-        65160,
-    );
-    sa.mss = Some(1460);
-    sa.wscale = Some(9);
-    sa.timestamps = Some((777, 1001));
-    r.handle_packet(t(31), seg(replica(3), CLIENT, sa, b""));
+    let jisn = joiner_syn_ack(&mut r, t(31));
     let out = drain(&mut r);
     let to3: Vec<&Out> = out.iter().filter(|o| o.dst == replica(3)).collect();
     assert!(

@@ -439,21 +439,79 @@ fn peer_pid(c: &UnixStream) -> i32 {
 }
 
 /// Reconnection back-off. After a router dies its standby takes the
-/// address over within about a hundred milliseconds and rebuilds its table
+/// address over within a few hundred milliseconds and rebuilds its table
 /// from the records this agent sends on registering: every millisecond the
 /// agent waits is a millisecond the clients' connections stall (the
 /// endpoints' first retransmission, ~200 ms after the loss, only gets
 /// through a rebuilt connection). So the first [`FAST_TRIES`] attempts
-/// after losing a router come every [`BACKOFF_MIN`], each given
-/// [`CONNECT_FAST`] (a SYN sent while no router owns the address is lost,
-/// and the kernel would repeat it only after a second); then the back-off
-/// doubles up to [`BACKOFF_MAX`] and attempts get [`CONNECT_TIMEOUT`].
+/// after losing a router it was registered with come every
+/// [`BACKOFF_MIN`], each given [`CONNECT_FAST`] (a SYN sent while no router
+/// owns the address is lost, and the kernel would repeat it only after a
+/// second); then the back-off doubles up to [`BACKOFF_MAX`] and attempts
+/// get [`CONNECT_TIMEOUT`].
 const BACKOFF_MIN: Duration = Duration::from_millis(10);
 const BACKOFF_MAX: Duration = Duration::from_millis(250);
 const FAST_TRIES: u32 = 40;
 const CONNECT_FAST: Duration = Duration::from_millis(30);
 /// How long one connection attempt may take once the fast tries are over.
 const CONNECT_TIMEOUT: Duration = Duration::from_millis(250);
+
+/// The pace of connection attempts to the router ([`BACKOFF_MIN`] and the
+/// rest above).
+struct Pace {
+    /// Attempts since the last registration (or since the start).
+    tries: u32,
+    backoff: Duration,
+}
+
+impl Pace {
+    fn new() -> Pace {
+        Pace {
+            tries: 0,
+            backoff: BACKOFF_MIN,
+        }
+    }
+
+    /// A connection attempt starts: how long it may take.
+    fn attempt(&mut self) -> Duration {
+        self.tries = self.tries.saturating_add(1);
+        if self.fast() {
+            CONNECT_FAST
+        } else {
+            CONNECT_TIMEOUT
+        }
+    }
+
+    fn fast(&self) -> bool {
+        self.tries <= FAST_TRIES
+    }
+
+    /// The attempt failed: how long to wait before the next.
+    fn failed(&mut self) -> Duration {
+        let wait = self.backoff;
+        if !self.fast() {
+            self.backoff = (self.backoff * 2).min(BACKOFF_MAX);
+        }
+        wait
+    }
+
+    /// A session ended; `registered`: it got as far as registering (its
+    /// router went away since, silent or with an error). Then the router's
+    /// successor is looked for at once, and fast. Returns how long to wait
+    /// before the next attempt.
+    fn ended(&mut self, registered: bool, refused: bool) -> Duration {
+        if refused {
+            self.backoff = BACKOFF_MAX;
+        } else if registered {
+            self.backoff = BACKOFF_MIN;
+            self.tries = 0;
+            return BACKOFF_MIN;
+        }
+        let wait = self.backoff;
+        self.backoff = (self.backoff * 2).min(BACKOFF_MAX);
+        wait
+    }
+}
 
 pub fn run(args: AgentArgs) -> anyhow::Result<()> {
     sys::install_stop_handler();
@@ -465,9 +523,7 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
     // The replicas out of service, as the last router said: told to the
     // next one, which must not readmit them.
     let mut down = Vec::new();
-    let mut backoff = BACKOFF_MIN;
-    // Attempts since the last registration (or since the start).
-    let mut tries = 0u32;
+    let mut pace = Pace::new();
     let mut last_problem = String::new();
     // Before any thread starts: they inherit it.
     let sched = sys::realtime(args.realtime_priority);
@@ -490,9 +546,7 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
         args.router
     ));
     while !sys::stop_requested() {
-        tries = tries.saturating_add(1);
-        let fast = tries <= FAST_TRIES;
-        let timeout = if fast { CONNECT_FAST } else { CONNECT_TIMEOUT };
+        let timeout = pace.attempt();
         let stream = match TcpStream::connect_timeout(&args.router.into(), timeout) {
             Ok(s) => s,
             Err(e) => {
@@ -501,10 +555,7 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
                     warn!("{p}; retrying every {} ms at most", BACKOFF_MAX.as_millis());
                     last_problem = p;
                 }
-                std::thread::sleep(backoff);
-                if !fast {
-                    backoff = (backoff * 2).min(BACKOFF_MAX);
-                }
+                std::thread::sleep(pace.failed());
                 continue;
             }
         };
@@ -526,12 +577,9 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
         records = std::mem::take(&mut s.records);
         order = std::mem::take(&mut s.order);
         down = std::mem::take(&mut s.down);
-        if s.is_live() {
-            // It was registered: the router just went away; look for its
-            // successor at once, and fast.
-            backoff = BACKOFF_MIN;
-            tries = 0;
-        }
+        // Not `is_live`: a router that fell silent closed the session.
+        let registered = s.registered();
+        let refused = matches!(outcome, Ok(AgentEvent::Rejected { .. }));
         match outcome {
             Ok(
                 AgentEvent::Registered { .. }
@@ -549,7 +597,6 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
                 );
                 crate::notify::status(&format!("{p}; reconnecting"));
                 last_problem = p;
-                backoff = BACKOFF_MIN;
             }
             Ok(AgentEvent::Rejected { reason }) => {
                 let p = format!("refused: {reason}");
@@ -558,7 +605,6 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
                     crate::notify::status(&format!("the router refused this agent: {reason}"));
                     last_problem = p;
                 }
-                backoff = BACKOFF_MAX;
             }
             Err(e) => {
                 let p = format!("control connection to {}: {e:#}", args.router);
@@ -568,9 +614,9 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
                 }
             }
         }
+        let wait = pace.ended(registered, refused);
         if !sys::stop_requested() {
-            std::thread::sleep(backoff);
-            backoff = (backoff * 2).min(BACKOFF_MAX);
+            std::thread::sleep(wait);
         }
     }
     crate::notify::stopping("stopping");
@@ -1137,6 +1183,36 @@ fn socklen_of<T>() -> libc::socklen_t {
 
 #[cfg(test)]
 mod tests {
+
+    /// An agent that waited long for its first router (past the fast
+    /// tries) registers, and the router dies: the successor is looked for
+    /// at the fast pace again (the standby's address is up a few hundred
+    /// milliseconds after the loss; a slow attempt that began just before
+    /// costs every client that much more).
+    #[test]
+    fn after_losing_a_registered_router_the_agent_reconnects_fast() {
+        let mut p = Pace::new();
+        for _ in 0..FAST_TRIES * 2 {
+            p.attempt();
+            p.failed();
+        }
+        assert_eq!(p.attempt(), CONNECT_TIMEOUT, "slow once the fast tries are over");
+        assert_eq!(p.failed(), BACKOFF_MAX);
+        // Connected and registered; then the router fell silent.
+        assert_eq!(p.ended(true, false), BACKOFF_MIN);
+        for k in 0..FAST_TRIES {
+            assert_eq!(p.attempt(), CONNECT_FAST, "attempt {k}");
+            assert_eq!(p.failed(), BACKOFF_MIN);
+        }
+        assert_eq!(p.attempt(), CONNECT_TIMEOUT);
+        // A session that never registered changes nothing; a refusal waits
+        // the longest.
+        let before = p.tries;
+        p.ended(false, false);
+        assert_eq!(p.tries, before);
+        assert_eq!(p.ended(false, true), BACKOFF_MAX);
+    }
+
     use super::*;
 
     fn records(from: u64, n: u64) -> Vec<u8> {

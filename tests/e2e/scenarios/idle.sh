@@ -14,16 +14,7 @@ AFTER=5
 lab_up --port "$REDIS_PORT"
 
 idle_client_start 2 "$AFTER"
-if [[ $FAULT != none ]]; then
-	idle_client_ready
-	sleep 0.5
-	t=$(now_ms)
-	frc=0
-	"$FTNET" lab "$FAULT" --name "$LAB" "$VICTIM" >"$T/fault.out" 2>&1 || frc=$?
-	echo "fault=$FAULT victim=r$VICTIM while idle rc=$frc epoch_ms=$t" >"$T/fault.txt"
-	say "FAULT injected: lab $FAULT r$VICTIM while the connection is idle (rc=$frc)"
-	check_eq "lab $FAULT exit status" 0 "$frc"
-fi
+idle_client_fault 0.5 "the connection is idle"
 idle_client_finish "$AFTER" "idle connection survived, replies in order"
 check_eq "a new connection through the VIP works" PONG \
 	"$(timeout 20 "$FTNET" lab exec --name "$LAB" client -- redis-cli -h "$VIP" -p "$REDIS_PORT" PING 2>&1)"

@@ -17,16 +17,7 @@ IDLE=6
 lab_up --port "$REDIS_PORT"
 
 idle_client_start "$IDLE" "$AFTER" --keepalive 2
-if [[ $FAULT != none ]]; then
-	idle_client_ready
-	sleep 2.5
-	t=$(now_ms)
-	frc=0
-	"$FTNET" lab "$FAULT" --name "$LAB" "$VICTIM" >"$T/fault.out" 2>&1 || frc=$?
-	echo "fault=$FAULT victim=r$VICTIM while idle rc=$frc epoch_ms=$t" >"$T/fault.txt"
-	say "FAULT injected: lab $FAULT r$VICTIM while the connection idles on keep-alives (rc=$frc)"
-	check_eq "lab $FAULT exit status" 0 "$frc"
-fi
+idle_client_fault 2.5 "the connection idles on keep-alives"
 idle_client_finish "$AFTER" "connection kept alive through ${IDLE} s idle, replies in order"
 probes=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1])).get("keepalives_sent_while_idle", 0))' "$T/idle.json" 2>/dev/null || echo 0)
 check "keep-alive probes sent while idle: $probes (at least 4)" test "$probes" -ge 4

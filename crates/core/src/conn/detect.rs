@@ -253,10 +253,10 @@ impl Conn {
         // than that, another replica that sent its tail proves nothing (a
         // client that died, or acknowledges slowly); only silence can
         // convict it then.
+        let mut ahead = others().filter(|o| o.open() && !o.detached).peekable();
         let nagle_tail = l.data_hi().is_after(self.client_ack)
-            && others()
-                .filter(|o| o.open() && !o.detached)
-                .all(|o| o.data_hi().diff(l.data_hi()) < i32::from(self.client_mss));
+            && ahead.peek().is_some()
+            && ahead.all(|o| o.data_hi().diff(l.data_hi()) < i32::from(self.client_mss));
         let others_out = l.open()
             && !l.detached
             && !awaits_room
@@ -541,14 +541,11 @@ mod tests {
         assert_eq!(c.fail_deadline(0, &timeouts(100)), Some((at(8000), false)));
     }
 
-    /// The same, but leg 0's output is unacknowledged and the client has
-    /// acknowledged nothing since it last sent: its send buffer may be full
-    /// (a client that stopped reading, or crashed, and a replica whose
-    /// buffer is smaller than the other's stops first). Only silence
-    /// convicts it then; once the client acknowledges again and leg 0 still
-    /// sends nothing, its standing output counts.
-    #[test]
-    fn output_that_waits_for_the_clients_ack_is_not_convicted_by_anothers() {
+    /// Leg 0 acknowledges all the client sent but its output stood since
+    /// 1 s, 100 bytes past what the client acknowledged; leg 1's output,
+    /// 2,000 bytes ahead, moved at 4.5 s. The client acknowledged last at
+    /// 0.9 s.
+    fn output_behind_unacknowledged() -> Conn {
         let mut c = pair(5000, 5000, 5000, 5000);
         c.legs[0].ack = CLIENT_ISN.add(11);
         c.legs[0].hi = c.client_ack.add(100);
@@ -558,26 +555,49 @@ mod tests {
         c.legs[1].progress_at = at(4500);
         c.legs[0].behind_since = Some(at(1000));
         c.client_ack_at = at(900);
+        c
+    }
+
+    /// Leg 0's output is unacknowledged and the client has acknowledged
+    /// nothing since it last sent: its send buffer may be full (a client
+    /// that stopped reading, or crashed, and a replica whose buffer is
+    /// smaller than the other's stops first). Only silence convicts it
+    /// then; once the client acknowledges again and leg 0 still sends
+    /// nothing, its standing output counts.
+    #[test]
+    fn output_that_waits_for_the_clients_ack_is_not_convicted_by_anothers() {
+        let mut c = output_behind_unacknowledged();
         assert_eq!(c.fail_deadline(0, &timeouts(100)), Some((at(8000), false)));
         // The client acknowledged at 2 s (leg 0's buffer had room since):
         // ten times the detection time from its last output.
         c.client_ack_at = at(2000);
         c.client_ack = c.client_ack.add(10);
         assert_eq!(c.fail_deadline(0, &timeouts(100)), Some((at(2000), true)));
-        // Behind by less than one segment, with bytes of its own the client
-        // has not acknowledged: Nagle holds that tail back. Only silence.
-        c.legs[1].hi = c.legs[0].hi.add(40);
-        assert_eq!(c.fail_deadline(0, &timeouts(100)), Some((at(8000), false)));
-        // Once the client acknowledged all it sent, the tail is owed.
-        c.client_ack = c.legs[0].hi;
-        assert_eq!(c.fail_deadline(0, &timeouts(100)), Some((at(2000), true)));
-        c.client_ack = CLIENT_ISN.add(11).add(10);
-        c.legs[1].hi = c.legs[0].hi.add(2000);
         // Lacking client bytes (its acknowledgments stood still since 1 s
         // while leg 1's moved), it is behind in input too: no excuse.
         c.client_ack_at = at(900);
         c.legs[0].ack = CLIENT_ISN.add(5);
         c.legs[0].progress_at = at(1000);
+        assert_eq!(c.fail_deadline(0, &timeouts(100)), Some((at(2000), true)));
+    }
+
+    /// Behind the others by less than one segment, with bytes of its own
+    /// the client has not acknowledged, a replica may hold that tail back
+    /// under Nagle (the client acknowledges slowly, or died): only its
+    /// silence convicts it, even after the client acknowledged something.
+    /// Once the client acknowledged all it sent, the tail is owed.
+    #[test]
+    fn a_tail_held_back_by_nagle_is_not_convicted_by_anothers() {
+        let mut c = output_behind_unacknowledged();
+        c.client_ack_at = at(2000);
+        c.client_ack = c.client_ack.add(10);
+        c.legs[1].hi = c.legs[0].hi.add(40);
+        assert_eq!(c.fail_deadline(0, &timeouts(100)), Some((at(8000), false)));
+        c.client_ack = c.legs[0].hi;
+        assert_eq!(c.fail_deadline(0, &timeouts(100)), Some((at(2000), true)));
+        // A segment or more behind is no tail.
+        c.client_ack = CLIENT_ISN.add(11).add(10);
+        c.legs[1].hi = c.legs[0].hi.add(u32::from(c.client_mss));
         assert_eq!(c.fail_deadline(0, &timeouts(100)), Some((at(2000), true)));
     }
 

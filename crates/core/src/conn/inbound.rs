@@ -5,6 +5,7 @@ use super::{may_challenge, translate_tsecr, Conn, Ctx, Phase, Seg, MAX_WIN};
 use crate::event::{InputKind, Unnumbered};
 use crate::metrics::DropReason;
 use crate::packet::Packet;
+use crate::time::Instant;
 use ftnet_wire::tcp::flags;
 use ftnet_wire::SeqNum;
 
@@ -68,23 +69,7 @@ impl Conn {
             self.learn_client(seg);
         }
         if let (true, Some((_, e))) = (self.ts_on, seg.ts) {
-            // The client echoes the newest TSval it got. A router that took
-            // over must never send one below it (PAWS would drop its
-            // segments, RFC 7323 §5): its clock moves forward to it.
-            let now_ts = self.router_ts(ctx.now);
-            if e != 0 && SeqNum(e).is_after(SeqNum(now_ts)) {
-                self.ts_base = self.ts_base.wrapping_add(e.wrapping_sub(now_ts));
-                // Every TSval up to `e` was the router's before.
-                if self.ts_own_from.is_some() {
-                    self.ts_own_from = Some(e.wrapping_add(1));
-                }
-            }
-            if self
-                .ts_own_from
-                .is_some_and(|f| e != 0 && !SeqNum(e).is_before(SeqNum(f)))
-            {
-                self.ts_own_from = None;
-            }
+            self.follow_client_echo(ctx.now, e);
         }
         // RFC 9293 §3.10.7.4 / RFC 5961: sequence and ACK plausibility.
         let lo = self
@@ -214,44 +199,68 @@ impl Conn {
             self.prompt_replicas_due = false;
             self.prompt_replicas(ctx, seg.ack);
         }
-        // Bytes (or a FIN) the group already acknowledged: the client did
-        // not get our ACK. The replicas will only repeat theirs, which change
-        // nothing and are absorbed (a replica whose connection ended answers
-        // with a RST, dropped as stray), so the router answers (RFC 9293
-        // §3.10.7.4: a duplicate segment is acknowledged). What the group
-        // acknowledged counts, not only what the client was told: the
-        // replicas' ACK of the client's FIN may come on FINs that repeat
-        // the one the client already has, which pass nothing on; unanswered,
-        // the client repeats its FIN in CLOSING until it gives up.
-        // (Not while a rebuilt connection learns where its replicas
-        // stand: what they acknowledged is not known yet.)
+        if self.answers_itself(seg, carries, end) {
+            self.emit_ack(ctx, false);
+        }
+        self.check_closed(ctx);
+    }
+
+    /// The client echoes the newest TSval it got (`e`). A router that took
+    /// over must never send one below it (PAWS would drop its segments,
+    /// RFC 7323 §5): its clock moves forward to it, and every TSval up to
+    /// it was the router's before (`ts_own_from`). Once the client echoes
+    /// this router's own clock, echoes reach the replicas mapped again.
+    fn follow_client_echo(&mut self, now: Instant, e: u32) {
+        if e == 0 {
+            return;
+        }
+        let now_ts = self.router_ts(now);
+        let ahead = SeqNum(e).is_after(SeqNum(now_ts));
+        if ahead {
+            self.ts_base = self.ts_base.wrapping_add(e.wrapping_sub(now_ts));
+        }
+        self.ts_own_from = match self.ts_own_from {
+            Some(_) if ahead => Some(e.wrapping_add(1)),
+            Some(f) if SeqNum(e).is_before(SeqNum(f)) => Some(f),
+            _ => None,
+        };
+    }
+
+    /// A client segment the router answers itself, with the group's ACK
+    /// and window, as the client's peer would (RFC 9293 §3.10.7.4: a
+    /// duplicate segment is acknowledged). The replicas answer such a
+    /// segment too, but their answers change nothing and are absorbed. Two
+    /// kinds:
+    /// - Bytes (or a FIN) already acknowledged: the client did not get our
+    ///   ACK. A replica whose connection ended answers with a RST, dropped
+    ///   as stray. What the group acknowledged counts, not only what the
+    ///   client was told: the replicas' ACK of the client's FIN may come on
+    ///   FINs that repeat the one the client already has, which pass
+    ///   nothing on; unanswered, the client repeats its FIN in CLOSING until
+    ///   it gives up. (Only what the client was told while a rebuilt
+    ///   connection learns where its replicas stand: what they acknowledged
+    ///   is not known yet.)
+    /// - A probe: nothing in it, one below what the client was acknowledged
+    ///   (Linux's keep-alive and zero-window probe, `tcp_xmit_probe_skb`).
+    ///   Unanswered, a client's keep-alive ends its connection after its
+    ///   probe count, and its zero-window probe never learns that the window
+    ///   opened when the update itself was lost.
+    fn answers_itself(&self, seg: &Seg, carries: bool, end: SeqNum) -> bool {
+        if !carries {
+            return seg.seq.add(1) == self.adv_ack
+                && self.phase == Phase::Established
+                && !self.recovering();
+        }
+        if !matches!(self.phase, Phase::Established | Phase::Closed { .. }) {
+            return false;
+        }
+        // (Computed only here: most client segments are pure ACKs, and the
+        // group's ACK is a minimum over the legs.)
         let acked = match self.client_ack_field() {
             Some(a) if !self.recovering() => a.max(self.adv_ack),
             _ => self.adv_ack,
         };
-        if (seg.payload_len > 0 || seg.has(flags::FIN))
-            && !end.is_after(acked)
-            && matches!(self.phase, Phase::Established | Phase::Closed { .. })
-        {
-            self.emit_ack(ctx, false);
-        }
-        // A probe: nothing in it, one below what the client was
-        // acknowledged (Linux's keep-alive and zero-window probe,
-        // `tcp_xmit_probe_skb`). The replicas answer it too, but their
-        // answers change nothing and are absorbed. Unanswered, a client's
-        // keep-alive ends its connection after its probe count, and its
-        // zero-window probe never learns that the window opened when the
-        // update itself was lost. The router answers with the group's ACK
-        // and window, as the client's peer would (RFC 9293 §3.10.7.4).
-        if seg.payload_len == 0
-            && !seg.has(flags::FIN)
-            && seg.seq.add(1) == self.adv_ack
-            && self.phase == Phase::Established
-            && !self.recovering()
-        {
-            self.emit_ack(ctx, false);
-        }
-        self.check_closed(ctx);
+        !end.is_after(acked)
     }
 
     /// RFC 5961 §3.2 (and §3 for a connection in set-up) for a RST from
@@ -434,6 +443,30 @@ impl Conn {
         let targets: Vec<usize> = (0..self.legs.len())
             .filter(|&i| self.legs[i].open() && (self.legs[i].learned || rst))
             .collect();
+        // Per segment, the same for every replica. A segment held during a
+        // join's pause, released now, carries what the client acknowledged
+        // and its clock then; the replica has seen newer since (their ACK
+        // and timestamp passed at once: an ACK below its SND.UNA makes some
+        // stacks drop the segment, data and all; a TSval below TS.Recent
+        // fails PAWS, RFC 7323 §5). It gets the client's newest of both.
+        let late = self.releasing;
+        let ack_in = if late {
+            seg.ack.max(self.client_ack)
+        } else {
+            seg.ack
+        };
+        let tsval = seg.ts.map(|(v, _)| {
+            if late && SeqNum(self.client_tsval).is_after(SeqNum(v)) {
+                self.client_tsval
+            } else {
+                v
+            }
+        });
+        // An echo of the router before's clock reaches no replica (`ts_own_from`).
+        let old_echo = seg.ts.is_some_and(|(_, e)| {
+            self.ts_own_from
+                .is_some_and(|f| SeqNum(e).is_before(SeqNum(f)))
+        });
         let mut pkt = Some(pkt);
         for (n, &i) in targets.iter().enumerate() {
             let l = &self.legs[i];
@@ -444,34 +477,13 @@ impl Conn {
                 pkt.clone()
             };
             let Some(mut p) = copy else { break };
-            // A segment held during a join's pause, released now, carries
-            // what the client acknowledged and its clock then; the replica
-            // has seen newer since (their ACK and timestamp passed at once:
-            // an ACK below its SND.UNA makes some stacks drop the segment,
-            // data and all; a TSval below TS.Recent fails PAWS, RFC 7323
-            // §5). It gets the client's newest of both.
-            let late = self.releasing;
-            let ack_in = if late {
-                seg.ack.max(self.client_ack)
-            } else {
-                seg.ack
-            };
             let (ack_c, ack) = l.ack_for(ack_in);
             // RFC 5961 §3.2 at the replica: a RST counts only at exactly
             // its RCV.NXT, which is at least what it acknowledged (the
             // client's RST may be at what the group acknowledged).
             let rst_seq = (rst && l.learned && seg.seq.is_before(l.ack)).then_some(l.ack);
-            let newest = self.client_tsval;
-            let tsval = seg.ts.map(|(v, _)| {
-                if late && SeqNum(newest).is_after(SeqNum(v)) {
-                    newest
-                } else {
-                    v
-                }
-            });
-            let theirs = self.ts_own_from;
             let tsecr = seg.ts.map(|(_, e)| {
-                if l.learned && !theirs.is_some_and(|f| SeqNum(e).is_before(SeqNum(f))) {
+                if l.learned && !old_echo {
                     translate_tsecr(e, l.ts_off, l.ts_last)
                 } else {
                     0

@@ -89,6 +89,21 @@ impl SvcOrder {
         }
     }
 
+    /// The ends (stream offsets) of the last `n` chunks of connection
+    /// `key` in the log, newest first.
+    pub fn recent_ends(&self, key: &ConnKey, n: usize) -> Vec<u32> {
+        self.log
+            .values()
+            .rev()
+            .filter(|ev| ev.key == *key)
+            .filter_map(|ev| match ev.kind {
+                InputKind::Data { end } => Some(end),
+                _ => None,
+            })
+            .take(n)
+            .collect()
+    }
+
     /// Number `input`, remember it, and return its event.
     pub fn number(&mut self, input: Unnumbered) -> AgentMsg {
         // A hostile report may have set the number to u64::MAX

@@ -3574,7 +3574,7 @@ fn a_syn_repeated_during_a_joins_pause_is_released_once() {
     r.state_restored(t(30), id, Ok("d1".into()));
     let mut out = drain(&mut r);
     // The joiner takes the open connection; then the service resumes.
-    let jisn = joiner_syn_ack(&mut r, t(31));
+    joiner_syn_ack(&mut r, t(31));
     out.extend(drain(&mut r));
     assert!(
         log_events(&mut r)
@@ -6350,10 +6350,11 @@ fn position_answer(r: &mut Router, at: Instant, i: u8, snd_nxt: SeqNum, acked: u
 
 /// A connection rebuilt after a takeover: each endpoint may be waiting out
 /// a backed-off retransmission timeout (what it sent into the outage died).
-/// Right after the rebuild's ACK the client gets ICMP host-unreachable
+/// Right before the rebuild's ACK the client gets ICMP host-unreachable
 /// messages quoting its segment at that ACK (RFC 6069: Linux takes back one
-/// back-off step each and resends at once), then a garbage octet 2^30 back
-/// that it answers with what it holds. A replica that sent more than that
+/// back-off step each and resends at once; after an ACK that moved its
+/// SND.UNA it would ignore them), then, after the ACK, a garbage octet
+/// 2^30 back that it answers with what it holds. A replica that sent more than that
 /// gets the same prompt, quoting its SND.UNA, after the client's ACK went
 /// to it. A client that already spoke to the new router is not prompted;
 /// a replica the client has everything of is not either.
@@ -6393,9 +6394,9 @@ fn a_rebuilt_connection_prompts_both_ends_to_retransmit() {
             continue;
         }
         let ack = SeqNum(CISN).add(1 + 86);
-        // The rebuild's ACK, three prompts, the probe.
+        // Three prompts, the rebuild's ACK, the probe.
         assert_eq!(sent.len(), 5, "{what}: {sent:?}");
-        match &sent[0] {
+        match &sent[3] {
             Sent::Tcp(o) => {
                 assert_eq!(
                     (o.dst, o.r.ack, o.payload.len()),
@@ -6403,11 +6404,11 @@ fn a_rebuilt_connection_prompts_both_ends_to_retransmit() {
                     "{what}"
                 );
             }
-            s => panic!("{what}: the rebuild's ACK first, got {s:?}"),
+            s => panic!("{what}: the rebuild's ACK after the prompts, got {s:?}"),
         }
-        for s in &sent[1..4] {
+        for s in &sent[..3] {
             let Sent::Icmp(src, dst, u) = s else {
-                panic!("{what}: prompts after the ACK that moves SND.UNA to {ack:?}: {sent:?}")
+                panic!("{what}: prompts before the ACK that may move SND.UNA to {ack:?}: {sent:?}")
             };
             assert_eq!((*src, *dst), (VIP, CLIENT));
             assert_eq!(u.code, icmp::CODE_HOST_UNREACHABLE);
@@ -6486,6 +6487,69 @@ fn a_rebuilt_connection_prompts_both_ends_to_retransmit() {
         r.handle_timeout(t(500));
         assert!(drain_icmp(&mut r).1.is_empty(), "{what}");
     }
+}
+
+/// A request/response client is acknowledged only once the last replica
+/// took its request, so its SND.UNA may trail what the replicas hold when
+/// the router dies: the router before had not yet passed their ACK on.
+/// The new router cannot know where it stands; with the sequencer, the
+/// agents' reports say where the client's last segments (chunks) ended,
+/// and the prompts quote each of those within a window below the
+/// replicas' ACK (the one that is its SND.UNA takes back a back-off step),
+/// all before the rebuild's ACK moves SND.UNA (after which Linux ignores
+/// them).
+#[test]
+fn a_rebuilt_connection_prompts_the_client_at_its_last_chunk_ends_too() {
+    use ftnet_core::{InputKind, NumberedInput, OrderReport};
+    let mut r = sequencer_router(2);
+    r.await_order();
+    let (risn, isns) = (7_000_000u32, [1_000_000u32, 2_000_000]);
+    let key = ftnet_core::ConnKey {
+        client: CLIENT,
+        cport: CPORT,
+        vip: VIP,
+        vport: PORT,
+    };
+    // Chunks ending at 20, 59 and 86 (the replicas' ACK), and one of
+    // another connection.
+    let ev = |seq: u64, cport: u16, end: u32| NumberedInput {
+        seq,
+        key: ftnet_core::ConnKey { cport, ..key },
+        kind: InputKind::Data { end },
+    };
+    let tail = vec![ev(1, CPORT, 20), ev(2, CPORT, 59), ev(3, CPORT + 1, 70), ev(4, CPORT, 86)];
+    for i in 1..=2u8 {
+        r.order_report(
+            t(0),
+            replica(i),
+            &[OrderReport {
+                vip: VIP,
+                vport: PORT,
+                last_seq: 4,
+                tail: tail.clone(),
+            }],
+        );
+    }
+    adopt_two_with(&mut r, risn, isns, 0, None);
+    for i in 0..2u8 {
+        position_answer(&mut r, t(1 + u64::from(i)), i + 1, SeqNum(isns[usize::from(i)]).add(101), 86);
+    }
+    let sent = drain_sent(&mut r);
+    let ack_at = sent
+        .iter()
+        .position(|s| matches!(s, Sent::Tcp(o) if o.dst == CLIENT && o.payload.is_empty()))
+        .expect("the rebuild's ACK");
+    let mut quoted = Vec::new();
+    for (n, s) in sent.iter().enumerate() {
+        if let Sent::Icmp(src, dst, u) = s {
+            assert!(n < ack_at, "every prompt before the ACK: {sent:?}");
+            assert_eq!((*src, *dst, u.src_port), (VIP, CLIENT, CPORT));
+            quoted.push(u.seq.0.wrapping_sub(CISN + 1));
+        }
+    }
+    quoted.dedup();
+    assert_eq!(quoted, vec![86, 59, 20], "the replicas' ACK, then the chunk ends below it");
+    assert_eq!(r.counters().rto_prompts, 9);
 }
 
 /// A connection the router that died recorded but whose SYN-ACK perhaps

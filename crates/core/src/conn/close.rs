@@ -320,6 +320,12 @@ impl Conn {
         let (Some(ack), Some(edge)) = (self.group_ack(), self.group_edge()) else {
             return;
         };
+        // A connection just rebuilt: the client's prompts go before the ACK
+        // (which may move its SND.UNA), the probe after it.
+        let prompt = std::mem::take(&mut self.prompt_due);
+        if prompt {
+            self.prompt_client(ctx);
+        }
         if fin_now
             || ack.is_after(self.adv_ack)
             || edge.is_after(self.adv_edge)
@@ -327,8 +333,8 @@ impl Conn {
         {
             self.emit_ack(ctx, fin_now);
         }
-        if std::mem::take(&mut self.prompt_due) {
-            self.prompt_client(ctx);
+        if prompt {
+            self.prompt_client_probe(ctx);
         }
         self.check_closed(ctx);
     }

@@ -30,6 +30,7 @@ pub use challenge::ChallengeBudget;
 use check::Check;
 pub(crate) use check::CheckMode;
 pub(crate) use join::Quiet;
+pub(crate) use recovery::PROMPT_AT;
 use leg::{Leg, LegState};
 pub(crate) use lifecycle::SynOnKey;
 use recovery::Adoption;
@@ -153,6 +154,11 @@ pub struct Conn {
     client_hi: SeqNum,
     /// Client stream: end of the data announced to the sequencer.
     input_hi: SeqNum,
+    /// Adopted after a takeover: where the last chunks of the client's
+    /// stream ended, as the agents' order reports say (newest first, at
+    /// most [`PROMPT_AT`]). The client's SND.UNA lies at one of
+    /// them or at what the replicas acknowledged (`Conn::prompt_client`).
+    input_ends: Vec<SeqNum>,
     /// Safe delivery (`Delivery::Safe`): client bytes are numbered only
     /// once every live replica acknowledged them.
     safe: bool,
@@ -330,6 +336,7 @@ impl Conn {
             legs: Vec::new(),
             client_hi: syn.seq.add(1),
             input_hi: syn.seq.add(1),
+            input_ends: Vec::new(),
             safe: false,
             order_accepted: false,
             order_to: Vec::new(),

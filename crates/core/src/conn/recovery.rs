@@ -2,7 +2,7 @@
 //! replicas' agents kept (COSCANet-FT §III-C), until every live replica told
 //! its position.
 
-use super::{Conn, Ctx, LegState, Phase, Seg};
+use super::{Conn, Ctx, LegState, Phase, Seg, MAX_WIN};
 use crate::config::Voting;
 use crate::event::InputKind;
 use crate::ids::{ReplicaId, ServiceId};
@@ -12,6 +12,12 @@ use crate::record::{ConnRecord, ReplicaSetup};
 use crate::time::Instant;
 use crate::wrap::mod32;
 use ftnet_wire::tcp::{flags, CsumMode};
+
+/// How many of a rebuilt connection's last chunk ends are quoted to its
+/// client besides what the replicas acknowledged (`Conn::prompt_client`):
+/// a request/response client is acknowledged when the last replica took
+/// its request, so its SND.UNA trails by a request or two when a router dies.
+pub(crate) const PROMPT_AT: usize = 4;
 use ftnet_wire::{SeqDelta, SeqNum};
 use std::net::Ipv4Addr;
 
@@ -336,16 +342,23 @@ impl Conn {
     /// back-off: what it sent into the outage was lost, and its next
     /// retransmission can come 400 ms or more after the rebuild (its RTO
     /// doubled at each timeout while nobody answered). The router prompts it
-    /// ([`Conn::rto_prompt`]) quoting a segment of it at the ACK just sent,
-    /// which is then its SND.UNA. A client that spoke to this router
-    /// already resent on its own, and is not prompted.
+    /// ([`Conn::rto_prompt`]) quoting its SND.UNA, before the rebuild's ACK
+    /// (`Conn::prompt_client_probe` follows it). Before: an ACK that moves
+    /// SND.UNA clears Linux's retransmission count (`tcp_ack`), and a
+    /// prompt after it is ignored; the client's timer, which a partial ACK
+    /// of its retransmitted segment does not even restart, then runs out
+    /// its back-off (the 600 ms stalls a request/response client saw across
+    /// a router cut, when the router that died had not yet passed on the
+    /// replicas' ACK of its last request).
     ///
-    /// Then one garbage octet 2^30 before what it was sent, wholly
-    /// unacceptable (RFC 9293 §3.10.7.4): the client answers at once with
-    /// an ACK of what it holds (a segment with data is not rate-limited),
-    /// and that tells the router which replicas must resend
-    /// ([`Conn::prompt_replicas`]) — also for a client with nothing to
-    /// resend, waiting for bytes that died with the router before.
+    /// Its SND.UNA is not known to this router: what the replicas
+    /// acknowledged, or, when the router before had not told the client
+    /// that yet, the end of one of its last segments. With the sequencer
+    /// those are the last chunk ends the agents reported (`input_ends`);
+    /// each is quoted. A quote that is not its SND.UNA changes nothing (a
+    /// soft error, reported only if the connection later times out).
+    /// A client that spoke to this router already resent on its own, and is
+    /// not prompted.
     pub(super) fn prompt_client(&mut self, ctx: &mut Ctx) {
         if self.client_seen {
             return;
@@ -358,19 +371,43 @@ impl Conn {
         // it too late). In SYN-SENT an ICMP unreachable quoting its ISN + 1
         // (SND.NXT) is a hard error: Linux ends the connect with
         // EHOSTUNREACH (RFC 1122 §4.2.3.9 lets it). No prompt then; the
-        // probe below is discarded there, answered once established.
-        let prompt = ack != self.client_isn.add(1);
-        let quoted = ftnet_wire::icmp::Unreachable {
-            code: ftnet_wire::icmp::CODE_HOST_UNREACHABLE,
-            src: self.key.client,
-            dst: self.key.vip,
-            src_port: self.key.cport,
-            dst_port: self.key.vport,
-            seq: ack,
-        };
-        if prompt {
+        // probe is discarded there, answered once established.
+        if ack == self.client_isn.add(1) {
+            return;
+        }
+        let mut at = vec![ack];
+        for &e in &self.input_ends {
+            if e.is_before(ack) && ack.diff(e) <= MAX_WIN && !at.contains(&e) {
+                at.push(e);
+            }
+        }
+        for seq in at {
+            let quoted = ftnet_wire::icmp::Unreachable {
+                code: ftnet_wire::icmp::CODE_HOST_UNREACHABLE,
+                src: self.key.client,
+                dst: self.key.vip,
+                src_port: self.key.cport,
+                dst_port: self.key.vport,
+                seq,
+            };
             rto_prompt(ctx, self.key.vip, &quoted);
         }
+    }
+
+    /// After the rebuild's ACK: one garbage octet 2^30 before what the
+    /// client was sent, wholly unacceptable (RFC 9293 §3.10.7.4). The
+    /// client answers at once with an ACK of what it holds (a segment with
+    /// data is not rate-limited), and that tells the router which replicas
+    /// must resend ([`Conn::prompt_replicas`]) — also for a client with
+    /// nothing to resend, waiting for bytes that died with the router
+    /// before.
+    pub(super) fn prompt_client_probe(&mut self, ctx: &mut Ctx) {
+        if self.client_seen {
+            return;
+        }
+        let Some(ack) = self.client_ack_field() else {
+            return;
+        };
         self.segment_to_client(
             ctx,
             self.sent_hi.sub(1 << 30),
@@ -445,14 +482,20 @@ impl Conn {
     }
 
     /// What a replica's agent knew of this connection's input order: its
-    /// Accept went out, and the chunks up to stream offset `input_end`.
-    pub(crate) fn adopt_order(&mut self, accepted: bool, input_end: Option<u32>) {
+    /// Accept went out, and the chunks up to stream offset `input_end`;
+    /// `ends`: where the last chunks of the order the agents reported end
+    /// (stream offsets, newest first).
+    pub(crate) fn adopt_order(&mut self, accepted: bool, input_end: Option<u32>, ends: &[u32]) {
         self.order_accepted |= accepted;
         if let Some(e) = input_end {
             let at = self.client_isn.add(1).add(e);
             if at.is_after(self.input_hi) {
                 self.input_hi = at;
             }
+        }
+        if self.input_ends.is_empty() {
+            let base = self.client_isn.add(1);
+            self.input_ends = ends.iter().take(PROMPT_AT).map(|&e| base.add(e)).collect();
         }
     }
 

@@ -75,8 +75,13 @@ impl Router {
                 true
             }
         };
+        let ends = self
+            .order
+            .get(svc.0)
+            .map(|o| o.recent_ends(&key, crate::conn::PROMPT_AT))
+            .unwrap_or_default();
         let Some(added) = self.on_conn(now, key, |c, ctx| {
-            c.adopt_order(rec.accepted, rec.input_end);
+            c.adopt_order(rec.accepted, rec.input_end, &ends);
             c.adopt_leg(ctx, replica, &mine)
         }) else {
             return Adopted::Refused;

@@ -3175,6 +3175,26 @@ fn client_acks(r: &mut Router, now: Instant, risn: u32, out: u32) {
     r.handle_packet(now, seg(CLIENT, VIP, a, b""));
 }
 
+/// After the proof (a paused join) or the donor's point (a live one) the
+/// router asks replicas 1 and 2 once more where their output ends; both
+/// answer that it ends where it did (6 bytes), at `at` ms. Then the join
+/// goes on (the joiner's legs; a live join's input resumes).
+fn confirm_rest(r: &mut Router, at: u64, isns: &[u32]) {
+    // (A live join's joiner, part of the connection already, is asked too.)
+    let out = drain(r);
+    let mut to: Vec<_> = out.iter().map(|o| o.dst).collect();
+    to.sort();
+    to.retain(|a| *a != replica(3));
+    assert_eq!(to, vec![replica(1), replica(2)], "{out:?}");
+    for o in &out {
+        assert_eq!((o.r.seq, o.payload.len()), (SeqNum(CISN).add(5), 1));
+    }
+    for i in 1..=2 {
+        rest_answer(r, t(at), isns, i, 6);
+    }
+    r.handle_timeout(t(at));
+}
+
 /// Starts the join of replica 3: the service pauses and is quiet at once;
 /// replicas 1 and 2 confirm that their output ends where the router's copy
 /// does, and replica 1 is asked for a checkpoint at input event 2 (Accept,
@@ -3524,6 +3544,7 @@ fn a_joiner_with_a_smaller_mss_is_refused() {
     let id = start_join(&mut r, risn, &isns);
     r.checkpoint_taken(t(20), id, Ok("d1".into()));
     r.state_restored(t(30), id, Ok("d1".into()));
+    confirm_rest(&mut r, 30, &isns);
     drain(&mut r);
     log_events(&mut r);
     let mut sa = Repr::new(
@@ -3572,6 +3593,7 @@ fn a_syn_repeated_during_a_joins_pause_is_released_once() {
     }
     r.checkpoint_taken(t(20), id, Ok("d1".into()));
     r.state_restored(t(30), id, Ok("d1".into()));
+    confirm_rest(&mut r, 30, &isns);
     let mut out = drain(&mut r);
     // The joiner takes the open connection; then the service resumes.
     joiner_syn_ack(&mut r, t(31));
@@ -3613,6 +3635,10 @@ fn a_replica_joins_an_open_connection_with_proof_of_state() {
         "nothing before the joiner's proof"
     );
     r.state_restored(t(30), id, Ok("d1".into()));
+    // Proven: replicas 1 and 2 are asked once more where their output
+    // ends (nothing else goes out before they answer), then the joiner's
+    // leg is placed there.
+    confirm_rest(&mut r, 30, &isns);
     let out = drain(&mut r);
     assert_eq!(out.len(), 1, "a SYN to the joiner");
     let syn = &out[0];
@@ -3858,6 +3884,7 @@ fn a_stale_connection_in_the_joiners_kernel_is_reset_and_the_syn_repeated() {
     let id = start_join(&mut r, risn, &isns);
     r.checkpoint_taken(t(20), id, Ok("d".into()));
     r.state_restored(t(30), id, Ok("d".into()));
+    confirm_rest(&mut r, 30, &isns);
     assert_eq!(drain(&mut r).len(), 1, "the SYN");
     let stale = Repr::new(
         PORT,
@@ -3892,6 +3919,7 @@ fn a_synack_to_an_earlier_joins_syn_is_reset_and_the_syn_repeated() {
     let id = start_join(&mut r, risn, &isns);
     r.checkpoint_taken(t(20), id, Ok("d".into()));
     r.state_restored(t(30), id, Ok("d".into()));
+    confirm_rest(&mut r, 30, &isns);
     assert_eq!(drain(&mut r).len(), 1, "the SYN");
     let mut stale = Repr::new(
         PORT,
@@ -5112,6 +5140,76 @@ fn a_window_opened_again_after_a_zero_window_is_told_to_the_client() {
     );
 }
 
+/// Simulation seed 7728: a live join's legs are placed where the group's
+/// output ends when the service comes to rest, but a server may write
+/// more after its replica answered the rest probe (output of input it had
+/// read, held back by a full send buffer), on its way while the legs were
+/// placed. Had it left the donor's server before the checkpoint, the
+/// joiner (restored from that checkpoint) would never send it, and its
+/// output would be placed short of the group's. So once the donor fixed
+/// its point, the replicas are asked again; one whose output moved fails
+/// the join (tried again later) instead of the input resuming.
+#[test]
+fn a_live_join_fails_when_output_moved_past_the_joiners_start() {
+    let (mut r, _risn, isns) = quiet_service_without_replica_3_joining(true);
+    let id = r.join_replica(t(10), "t", replica(3)).expect("join");
+    rest_probes(&mut r, 6);
+    for i in 1..=2 {
+        rest_answer(&mut r, t(10), &isns, i, 6);
+    }
+    r.handle_timeout(t(12));
+    drain(&mut r);
+    joiner_syn_ack(&mut r, t(14));
+    r.checkpoint_point(t(15), id);
+    let out = drain(&mut r);
+    assert!(
+        out.iter().all(|o| o.dst != CLIENT),
+        "the input does not resume before the answers: {out:?}"
+    );
+    // Replica 2 stands where it stood; replica 1's kernel has sent two more
+    // bytes (on their way to the router).
+    rest_answer(&mut r, t(15), &isns, 2, 6);
+    rest_answer(&mut r, t(15), &isns, 1, 8);
+    r.handle_timeout(t(16));
+    let ev = log_events(&mut r);
+    assert!(
+        ev.iter().any(|e| matches!(e, Event::JoinFailed { reason, .. }
+            if reason.contains("a replica sent output past where the joiner's leg begins"))),
+        "{ev:?}"
+    );
+    assert!(
+        !ev.iter().any(|e| matches!(e, Event::JoinResumed { .. })),
+        "{ev:?}"
+    );
+    assert!(!r.status().services[0].replicas[2].alive);
+}
+
+/// The same for a paused join: after the proof the replicas are asked
+/// again before the joiner's legs are placed; output that moved since the
+/// service came to rest fails the join.
+#[test]
+fn a_paused_join_confirms_the_rest_after_the_proof() {
+    let (mut r, risn, isns) = quiet_service_without_replica_3();
+    let id = start_join(&mut r, risn, &isns);
+    r.checkpoint_taken(t(20), id, Ok("d1".into()));
+    r.state_restored(t(30), id, Ok("d1".into()));
+    rest_probes(&mut r, 6);
+    rest_answer(&mut r, t(30), &isns, 1, 6);
+    r.handle_timeout(t(31));
+    assert!(
+        drain(&mut r).iter().all(|o| o.dst != replica(3)),
+        "no SYN to the joiner before every replica answered"
+    );
+    rest_answer(&mut r, t(32), &isns, 2, 9);
+    r.handle_timeout(t(33));
+    let ev = log_events(&mut r);
+    assert!(
+        ev.iter().any(|e| matches!(e, Event::JoinFailed { reason, .. }
+            if reason.contains("stirred during the pause"))),
+        "{ev:?}"
+    );
+}
+
 /// A live join (`Config::join_live`): the input pauses only until the
 /// service is at rest, the joiner is part of the open connection and the
 /// donor fixed its checkpoint; then it resumes while the state travels.
@@ -5161,26 +5259,17 @@ fn a_live_join_resumes_the_input_before_the_proof() {
     let out = more(&mut r, t(13), risn, b"more");
     assert_eq!(out.len(), 1, "held");
     assert_eq!((out[0].dst, out[0].r.window), (CLIENT, 0));
-    let jisn = 9_000_077u32;
-    let mut sa = Repr::new(
-        PORT,
-        CPORT,
-        SeqNum(jisn),
-        SeqNum(CISN).add(6),
-        flags::SYN | flags::ACK,
-        65160,
-    );
-    sa.mss = Some(1460);
-    sa.wscale = Some(9);
-    sa.timestamps = Some((777, 1001));
-    r.handle_packet(t(14), seg(replica(3), CLIENT, sa, b""));
+    let jisn = joiner_syn_ack(&mut r, t(14));
     let out = drain(&mut r);
     assert!(
         out.iter().all(|o| o.payload != b"more"),
         "nothing resumes before the donor's point"
     );
-    // The donor forked: the input resumes, the joiner takes it too.
+    // The donor forked: once replicas 1 and 2 confirmed that their output
+    // still ends where the joiner's leg begins, the input resumes, the
+    // joiner takes it too.
     r.checkpoint_point(t(15), id);
+    confirm_rest(&mut r, 15, &isns);
     let ev = log_events(&mut r);
     assert!(
         ev.iter().any(|e| matches!(

@@ -1296,11 +1296,15 @@ impl Sim {
                 // answers only a service that does not come to rest in time
                 // on a lossy network (a join that fails for it fails
                 // loudly, as it must).
-                let lossy_ok = !perfect && reason.contains("did not come to rest");
+                let lossy_ok = !perfect
+                    && (reason.contains("did not come to rest")
+                        || reason.contains("did not confirm where their output ends"));
                 // Output still on its way when the service looked at rest
-                // (the router notices when it comes, and gives up safely).
+                // (the router notices when it comes, or when it asks again
+                // after the checkpoint, and gives up safely).
                 let stirred = reason.contains("stirred during the pause")
-                    || reason.contains("stirred at the checkpoint");
+                    || reason.contains("stirred at the checkpoint")
+                    || reason.contains("after the service came to rest");
                 // A live join adds the joiner's legs before its agent
                 // answers: a server that is not fresh (a stale one, or one
                 // a failed attempt left, which the real agent would have

@@ -354,6 +354,52 @@ impl Conn {
         d
     }
 
+    /// The rest this connection showed may be out of date: output the
+    /// servers wrote after their replicas answered the rest probe (from
+    /// input they had read, held back by a full send buffer, say) is on
+    /// its way. The next [`Conn::join_quiet`] asks them again.
+    pub(crate) fn ask_rest_again(&mut self) {
+        self.rest_probe_at = None;
+    }
+
+    /// A live join's connection once the donor fixed its checkpoint: the
+    /// joiner's leg was placed where the group's output stood when the
+    /// service came to rest. Output the servers wrote after their answer
+    /// to the rest probe may have been on its way then; had it left the
+    /// donor's server before the checkpoint, the joiner's server (restored
+    /// from it) will never send it, and its output would be placed short
+    /// of the group's. `Ok(true)`: every serving replica answered a probe
+    /// sent after [`Conn::ask_rest_again`] with its output ending where the
+    /// joiner's leg begins; `Ok(false)`: not all answered yet (probe
+    /// again); `Err`: the output moved.
+    pub(crate) fn join_point_holds(&self, joiner: ReplicaId) -> Result<bool, &'static str> {
+        let Some(at) = self
+            .legs
+            .iter()
+            .find(|l| l.replica == joiner && l.live())
+            .and_then(|l| l.joined_out)
+        else {
+            return Ok(true);
+        };
+        if self.sent_hi != at {
+            return Err("the group's output moved past where the joiner's leg begins");
+        }
+        let mut all = true;
+        for l in self.legs.iter().filter(|l| l.open() && l.replica != joiner) {
+            if l.hi != at {
+                return Err("a replica's output moved past where the joiner's leg begins");
+            }
+            match l.nxt_seen {
+                Some((s, _)) if s.is_after(at) => {
+                    return Err("a replica sent output past where the joiner's leg begins");
+                }
+                Some((s, t)) if s == at && self.rest_probe_at.is_some_and(|p| t >= p) => {}
+                _ => all = false,
+            }
+        }
+        Ok(all)
+    }
+
     /// Ask every open replica where its output ends (a keep-alive, which a
     /// live stack answers at once with its SND.NXT), at most once per
     /// [`REST_PROBE_EVERY`].
@@ -407,6 +453,7 @@ impl Conn {
             self.held_lost = None;
         }
         self.legs[i].hi = self.sent_hi;
+        self.legs[i].joined_out = Some(self.sent_hi);
         self.legs[i].ack = self.client_hi;
         self.legs[i].edge = self.client_hi;
         self.legs[i].log_nxt = self.client_hi;

@@ -79,6 +79,9 @@ pub(super) struct Leg {
     /// ([`Conn::join_leg`]): the client-stream position its own TCP
     /// connection starts at (its SYN's sequence number + 1).
     pub(super) joined_at: Option<SeqNum>,
+    /// A joiner's leg: where the group's output stood when it was added
+    /// (its first output byte maps there).
+    pub(super) joined_out: Option<SeqNum>,
     /// A live join's joiner whose state is not proven yet: its agent holds
     /// its server's input, so its output and (once its socket buffer is
     /// full) its acknowledgments stand still while the others move. Only
@@ -199,6 +202,7 @@ impl Conn {
             nxt_seen: None,
             challenge_at: None,
             joined_at: None,
+            joined_out: None,
             held: false,
             owes_repeat: false,
             detached: false,

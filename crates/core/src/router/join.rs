@@ -105,6 +105,10 @@ pub(super) struct Join {
     pub(super) point: bool,
     /// A live join: when its legs must be open.
     pub(super) legs_deadline: Instant,
+    /// When the router began to confirm, after the donor fixed its
+    /// checkpoint (a live join) or after the proof (a paused one), that
+    /// the servers' output still stands where the service came to rest.
+    pub(super) confirm: Option<Instant>,
     /// When the service's input resumed (a live join, before the proof).
     pub(super) resumed: Option<Instant>,
 }
@@ -252,6 +256,7 @@ impl Router {
             live: self.config.join_live,
             point: false,
             legs_deadline: now,
+            confirm: None,
             resumed: None,
         });
         for key in self.conns_of(svc) {
@@ -696,7 +701,11 @@ impl Router {
                 if !open {
                     return Ok(());
                 }
-                // Every leg open and the point fixed: the input resumes.
+                if !self.join_point_confirmed(now, id)? {
+                    return Ok(());
+                }
+                // Every leg open, the point fixed and the output where the
+                // joiner's legs begin: the input resumes.
                 let j = self.joins.iter_mut().find(|j| j.id == id).expect("present");
                 j.phase = JoinPhase::State;
                 j.resumed = Some(now);
@@ -737,18 +746,52 @@ impl Router {
                 if !j.proven(now)? {
                     return Ok(());
                 }
+                // Proven. The rest the service showed before the checkpoint
+                // is confirmed once more, with answers to probes sent from
+                // now: output a server wrote after its replica answered the
+                // rest probe (from input it had read, held back by a full
+                // send buffer) may have been on its way, and the joiner's
+                // legs are placed where the group's output ends.
+                let started = match j.confirm {
+                    Some(t) => t,
+                    None => {
+                        for key in self.conns_of(svc) {
+                            if let Some(c) = self.conns.get_mut(&key) {
+                                c.ask_rest_again();
+                            }
+                        }
+                        let j = self.joins.iter_mut().find(|j| j.id == id).expect("present");
+                        j.confirm = Some(now);
+                        now
+                    }
+                };
                 let mut joined = Vec::new();
+                let mut probe = Vec::new();
                 for key in self.conns_of(svc) {
                     match self.conns[&key].join_quiet() {
                         Quiet::Skip => {}
-                        // Confirmed before the checkpoint; a later pure ACK
-                        // (a keep-alive at SND.UNA − 1) does not undo that,
-                        // one beyond its output (`Wait`) does.
-                        Quiet::Join | Quiet::Probe => joined.push(key),
+                        Quiet::Join => joined.push(key),
+                        Quiet::Probe => probe.push(key),
                         Quiet::Wait { why, .. } => {
                             return Err(format!("connection {key} stirred during the pause: {why}"))
                         }
                     }
+                }
+                if !probe.is_empty() {
+                    if now >= started + JOIN_QUIET_MAX {
+                        return Err(format!(
+                            "{} connection(s) did not confirm where their output ends within {} ms of the proof",
+                            probe.len(),
+                            JOIN_QUIET_MAX.as_millis()
+                        ));
+                    }
+                    for key in probe {
+                        self.on_conn(now, key, |c, ctx| c.join_rest_probe(ctx));
+                        self.after(now, key);
+                    }
+                    let j = self.joins.iter_mut().find(|j| j.id == id).expect("present");
+                    j.next = now + JOIN_CHECK;
+                    return Ok(());
                 }
                 for &key in &joined {
                     self.on_conn(now, key, |c, ctx| c.join_leg(ctx, joiner, addr, false));
@@ -899,6 +942,66 @@ impl Router {
     /// A live join's legs (`JoinPhase::Point`): a refused or lost one
     /// fails the join; unanswered SYNs are repeated until
     /// `legs_deadline`. `true` once every one is open.
+    /// A live join whose donor fixed its checkpoint, every leg open:
+    /// before the input resumes, every connection's output must still end
+    /// where the joiner's leg begins, as probes sent from now confirm
+    /// ([`Conn::join_point_holds`]). Output a server wrote after its
+    /// replica answered the rest probe may have been on its way when the
+    /// legs were placed; had it left the donor's server before the
+    /// checkpoint, the joiner would never send it and its output would be
+    /// placed short of the group's: the join fails (tried again later)
+    /// rather than admit it. `Ok(true)`: confirmed.
+    fn join_point_confirmed(&mut self, now: Instant, id: u64) -> Result<bool, String> {
+        let Some(j) = self.joins.iter_mut().find(|j| j.id == id) else {
+            return Ok(false);
+        };
+        let (joiner, conns) = (j.joiner, j.conns.clone());
+        let started = match j.confirm {
+            Some(t) => t,
+            None => {
+                j.confirm = Some(now);
+                for key in &conns {
+                    if let Some(c) = self.conns.get_mut(key) {
+                        c.ask_rest_again();
+                    }
+                }
+                now
+            }
+        };
+        let mut pending = Vec::new();
+        for key in &conns {
+            let Some(c) = self.conns.get(key) else {
+                continue;
+            };
+            match c.join_point_holds(joiner) {
+                Ok(true) => {}
+                Ok(false) => pending.push(*key),
+                Err(why) => {
+                    return Err(format!(
+                        "connection {key}: {why} after the service came to rest (output its servers wrote after answering the rest probe)"
+                    ))
+                }
+            }
+        }
+        if pending.is_empty() {
+            return Ok(true);
+        }
+        if now >= started + JOIN_QUIET_MAX {
+            return Err(format!(
+                "{} connection(s) did not confirm where their output ends within {} ms of the checkpoint",
+                pending.len(),
+                JOIN_QUIET_MAX.as_millis()
+            ));
+        }
+        for key in pending {
+            self.on_conn(now, key, |c, ctx| c.join_rest_probe(ctx));
+            self.after(now, key);
+        }
+        let j = self.joins.iter_mut().find(|j| j.id == id).expect("present");
+        j.next = now + JOIN_CHECK;
+        Ok(false)
+    }
+
     fn legs_answered(&mut self, now: Instant, id: u64) -> Result<bool, String> {
         let Some(j) = self.joins.iter().find(|j| j.id == id) else {
             return Ok(false);

@@ -5173,7 +5173,8 @@ fn a_live_join_fails_when_output_moved_past_the_joiners_start() {
     r.handle_timeout(t(16));
     let ev = log_events(&mut r);
     assert!(
-        ev.iter().any(|e| matches!(e, Event::JoinFailed { reason, .. }
+        ev.iter()
+            .any(|e| matches!(e, Event::JoinFailed { reason, .. }
             if reason.contains("a replica sent output past where the joiner's leg begins"))),
         "{ev:?}"
     );
@@ -5204,7 +5205,8 @@ fn a_paused_join_confirms_the_rest_after_the_proof() {
     r.handle_timeout(t(33));
     let ev = log_events(&mut r);
     assert!(
-        ev.iter().any(|e| matches!(e, Event::JoinFailed { reason, .. }
+        ev.iter()
+            .any(|e| matches!(e, Event::JoinFailed { reason, .. }
             if reason.contains("stirred during the pause"))),
         "{ev:?}"
     );
@@ -6606,7 +6608,12 @@ fn a_rebuilt_connection_prompts_the_client_at_its_last_chunk_ends_too() {
         key: ftnet_core::ConnKey { cport, ..key },
         kind: InputKind::Data { end },
     };
-    let tail = vec![ev(1, CPORT, 20), ev(2, CPORT, 59), ev(3, CPORT + 1, 70), ev(4, CPORT, 86)];
+    let tail = vec![
+        ev(1, CPORT, 20),
+        ev(2, CPORT, 59),
+        ev(3, CPORT + 1, 70),
+        ev(4, CPORT, 86),
+    ];
     for i in 1..=2u8 {
         r.order_report(
             t(0),
@@ -6621,7 +6628,13 @@ fn a_rebuilt_connection_prompts_the_client_at_its_last_chunk_ends_too() {
     }
     adopt_two_with(&mut r, risn, isns, 0, None);
     for i in 0..2u8 {
-        position_answer(&mut r, t(1 + u64::from(i)), i + 1, SeqNum(isns[usize::from(i)]).add(101), 86);
+        position_answer(
+            &mut r,
+            t(1 + u64::from(i)),
+            i + 1,
+            SeqNum(isns[usize::from(i)]).add(101),
+            86,
+        );
     }
     let sent = drain_sent(&mut r);
     let ack_at = sent
@@ -6637,7 +6650,11 @@ fn a_rebuilt_connection_prompts_the_client_at_its_last_chunk_ends_too() {
         }
     }
     quoted.dedup();
-    assert_eq!(quoted, vec![86, 59, 20], "the replicas' ACK, then the chunk ends below it");
+    assert_eq!(
+        quoted,
+        vec![86, 59, 20],
+        "the replicas' ACK, then the chunk ends below it"
+    );
     assert_eq!(r.counters().rto_prompts, 9);
 }
 

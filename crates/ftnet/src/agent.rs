@@ -496,9 +496,10 @@ impl Pace {
     }
 
     /// A session ended; `registered`: it got as far as registering (its
-    /// router went away since, silent or with an error). Then the router's
-    /// successor is looked for at once, and fast. Returns how long to wait
-    /// before the next attempt.
+    /// router went away since, silent or with an error): the router's
+    /// successor is looked for at once, and fast; `refused`: the router
+    /// refused this agent (a wrong secret, say): the longest wait. Returns
+    /// how long to wait before the next attempt.
     fn ended(&mut self, registered: bool, refused: bool) -> Duration {
         if refused {
             self.backoff = BACKOFF_MAX;
@@ -1196,7 +1197,11 @@ mod tests {
             p.attempt();
             p.failed();
         }
-        assert_eq!(p.attempt(), CONNECT_TIMEOUT, "slow once the fast tries are over");
+        assert_eq!(
+            p.attempt(),
+            CONNECT_TIMEOUT,
+            "slow once the fast tries are over"
+        );
         assert_eq!(p.failed(), BACKOFF_MAX);
         // Connected and registered; then the router fell silent.
         assert_eq!(p.ended(true, false), BACKOFF_MIN);

@@ -12,14 +12,14 @@ use crate::record::{ConnRecord, ReplicaSetup};
 use crate::time::Instant;
 use crate::wrap::mod32;
 use ftnet_wire::tcp::{flags, CsumMode};
+use ftnet_wire::{SeqDelta, SeqNum};
+use std::net::Ipv4Addr;
 
 /// How many of a rebuilt connection's last chunk ends are quoted to its
 /// client besides what the replicas acknowledged (`Conn::prompt_client`):
 /// a request/response client is acknowledged when the last replica took
 /// its request, so its SND.UNA trails by a request or two when a router dies.
 pub(crate) const PROMPT_AT: usize = 4;
-use ftnet_wire::{SeqDelta, SeqNum};
-use std::net::Ipv4Addr;
 
 /// How long replicas of a rebuilt connection are not judged stalled.
 pub(super) const REBUILD_GRACE: core::time::Duration = core::time::Duration::from_millis(1500);
@@ -493,7 +493,8 @@ impl Conn {
                 self.input_hi = at;
             }
         }
-        if self.input_ends.is_empty() {
+        // (Each record finds the router's log with every report so far.)
+        if !ends.is_empty() {
             let base = self.client_isn.add(1);
             self.input_ends = ends.iter().take(PROMPT_AT).map(|&e| base.add(e)).collect();
         }

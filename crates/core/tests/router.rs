@@ -1330,6 +1330,184 @@ fn a_replica_silent_to_a_syn_another_answered_is_marked_down() {
     assert!(r.status().services[0].replicas[0].alive);
 }
 
+/// A replica that still holds an earlier connection of the client's
+/// four-tuple (the router took it out of that one and its reset never
+/// arrived) answers the client's SYN from the reused port with that
+/// connection's challenge ACK, not a SYN-ACK. The router resets the stale
+/// connection at exactly the ACK number it carries, as the client's stack
+/// would in SYN-SENT (RFC 9293 §3.10.7.3), and sends the SYN again: the
+/// replica joins the new connection, and nobody is marked down.
+#[test]
+fn a_replica_holding_a_stale_connection_of_the_port_is_reset_and_answers_again() {
+    let mut r = router(2);
+    let syn = Repr::new(CPORT, PORT, SeqNum(CISN), SeqNum(0), flags::SYN, 64240);
+    r.handle_packet(t(0), seg(CLIENT, VIP, syn.clone(), b""));
+    assert_eq!(drain(&mut r).len(), 2);
+    let sa = |isn: u32| {
+        Repr::new(
+            PORT,
+            CPORT,
+            SeqNum(isn),
+            SeqNum(CISN).add(1),
+            flags::SYN | flags::ACK,
+            65160,
+        )
+    };
+    r.handle_packet(t(1), seg(replica(1), CLIENT, sa(1_000_000), b""));
+    assert!(drain(&mut r).is_empty(), "SYN-ACK held for replica 2");
+    // Replica 2's answer: the old connection's challenge ACK.
+    let old_rcv_nxt = SeqNum(0x1234_5678);
+    let challenge = Repr::new(PORT, CPORT, SeqNum(777_777), old_rcv_nxt, flags::ACK, 502);
+    r.handle_packet(t(2), seg(replica(2), CLIENT, challenge, b""));
+    let out = drain(&mut r);
+    let rst = out
+        .iter()
+        .position(|o| o.dst == replica(2) && o.r.flags == flags::RST)
+        .expect("the stale connection is reset");
+    assert_eq!(out[rst].r.seq, old_rcv_nxt, "at exactly its RCV.NXT");
+    assert_eq!(out[rst].src, CLIENT);
+    let again = out
+        .iter()
+        .position(|o| o.dst == replica(2) && o.r.flags == flags::SYN)
+        .expect("the SYN goes again at once");
+    assert!(again > rst, "after the reset");
+    assert_eq!(out[again].r.seq, SeqNum(CISN));
+    assert!(out.iter().all(|o| o.dst != CLIENT), "{out:?}");
+    // An acceptable ACK without a SYN is not reset.
+    let bare = Repr::new(
+        PORT,
+        CPORT,
+        SeqNum(2_000_000),
+        SeqNum(CISN).add(1),
+        flags::ACK,
+        502,
+    );
+    r.handle_packet(t(3), seg(replica(2), CLIENT, bare, b""));
+    assert!(drain(&mut r).is_empty());
+    // Its SYN-ACK now completes the handshake.
+    r.handle_packet(t(4), seg(replica(2), CLIENT, sa(2_000_000), b""));
+    let out = drain(&mut r);
+    assert!(
+        out.iter()
+            .any(|o| o.dst == CLIENT && o.r.flags == flags::SYN | flags::ACK),
+        "{out:?}"
+    );
+    let ev = log_events(&mut r);
+    assert!(
+        !ev.iter()
+            .any(|e| matches!(e, Event::Evicted { .. } | Event::ReplicaDown { .. })),
+        "{ev:?}"
+    );
+    assert!(all_alive(&r));
+}
+
+/// A replica whose stale connection outlives the router's resets (a
+/// TIME-WAIT that ignores them) leaves the new connection when its time is
+/// up, as one that never answered would, but it answered: it is alive and
+/// stays in service for new connections. Its resets are bounded.
+#[test]
+fn a_replica_whose_stale_connection_persists_leaves_only_that_connection() {
+    let mut r = router(2);
+    let syn = Repr::new(CPORT, PORT, SeqNum(CISN), SeqNum(0), flags::SYN, 64240);
+    r.handle_packet(t(0), seg(CLIENT, VIP, syn.clone(), b""));
+    drain(&mut r);
+    let sa = Repr::new(
+        PORT,
+        CPORT,
+        SeqNum(1_000_000),
+        SeqNum(CISN).add(1),
+        flags::SYN | flags::ACK,
+        65160,
+    );
+    r.handle_packet(t(1), seg(replica(1), CLIENT, sa, b""));
+    let challenge = Repr::new(PORT, CPORT, SeqNum(777_777), SeqNum(42), flags::ACK, 502);
+    let mut syns = 0;
+    for k in 0..6 {
+        r.handle_packet(t(2 + k), seg(replica(2), CLIENT, challenge.clone(), b""));
+        let out = drain(&mut r);
+        assert!(
+            out.iter()
+                .any(|o| o.dst == replica(2) && o.r.flags == flags::RST && o.r.seq == SeqNum(42)),
+            "{out:?}"
+        );
+        syns += out.iter().filter(|o| o.r.flags == flags::SYN).count();
+    }
+    assert_eq!(syns, 2, "the SYN goes again twice at most");
+    // The group answers the client without it once detection runs out.
+    let mut now = t(10);
+    while let Some(due) = r.poll_timeout() {
+        if due > t(5000) {
+            break;
+        }
+        now = due.max(now);
+        r.handle_timeout(now);
+        if drain(&mut r)
+            .iter()
+            .any(|o| o.dst == CLIENT && o.r.flags == flags::SYN | flags::ACK)
+        {
+            break;
+        }
+    }
+    let ev = log_events(&mut r);
+    assert!(
+        ev.iter().any(|e| matches!(
+            e,
+            Event::Evicted {
+                reason: EvictReason::NoSynAck,
+                replica: a,
+                ..
+            } if *a == replica(2)
+        )),
+        "{ev:?}"
+    );
+    assert!(
+        !ev.iter().any(|e| matches!(e, Event::ReplicaDown { .. })),
+        "it answered: alive, {ev:?}"
+    );
+    assert!(all_alive(&r));
+}
+
+/// After the router took a replica out of an open connection, the
+/// replica's side may live on: the reset at what it acknowledged fell
+/// short of its RCV.NXT (or was lost on a cut link). Any segment it sends
+/// there carries its RCV.NXT, and the router resets the side at exactly
+/// that number, as a stack does for a segment to a connection it no longer
+/// has (RFC 9293 §3.10.7.1); a bounded number of times.
+#[test]
+fn an_evicted_replicas_side_that_lives_on_is_reset_at_its_ack() {
+    let mut r = router(2);
+    let (_risn, isns) = handshake(&mut r, 2);
+    client_data(&mut r, t(10), b"ping");
+    drain(&mut r);
+    r.handle_packet(t(11), ack_from(1, isns[0], SeqNum(CISN).add(5), 500));
+    drain(&mut r);
+    r.handle_timeout(t(112));
+    let out = drain(&mut r);
+    let first = out
+        .iter()
+        .find(|o| o.dst == replica(2) && o.r.flags & flags::RST != 0)
+        .expect("evicted side reset");
+    assert_eq!(first.r.seq, SeqNum(CISN).add(1), "at what it acknowledged");
+    // It had the four bytes after all: its challenge ACK (or a segment of
+    // its server's reply) says so.
+    for k in 0..5 {
+        r.handle_packet(t(120 + k), ack_from(2, isns[1], SeqNum(CISN).add(5), 500));
+        let out = drain(&mut r);
+        let rst: Vec<_> = out
+            .iter()
+            .filter(|o| o.dst == replica(2) && o.r.flags == flags::RST)
+            .collect();
+        if k < 3 {
+            assert_eq!(rst.len(), 1, "{out:?}");
+            assert_eq!(rst[0].r.seq, SeqNum(CISN).add(5));
+            assert_eq!(rst[0].src, CLIENT);
+        } else {
+            assert!(rst.is_empty(), "bounded: {out:?}");
+        }
+        assert!(out.iter().all(|o| o.dst != CLIENT), "{out:?}");
+    }
+}
+
 /// An established connection is announced once with what the agents keep
 /// (each replica's own ISN), and forgotten when it leaves the table.
 #[test]

@@ -8,6 +8,12 @@ use crate::packet::Packet;
 use ftnet_wire::tcp::{flags, Repr};
 use ftnet_wire::SeqNum;
 
+/// Resets the router sends at most to a replica's side of a connection it
+/// was taken out of (`Conn::evicted_challenged`): enough for one lost to a
+/// link still cut; bounded, so that no replica's packets can make the
+/// router send without end.
+const STALE_RESETS: u8 = 3;
+
 impl Conn {
     /// Take replica leg `i` out of the connection: RST its side so that a
     /// partitioned replica frees the connection, and log why.
@@ -104,6 +110,37 @@ impl Conn {
         if service_wide {
             ctx.down.push((self.svc, self.legs[i].replica, reason));
         }
+    }
+
+    /// A segment from replica leg `i` after the router took it out of the
+    /// connection: its side is still open. The reset sent when it was
+    /// evicted was lost (a cut link), or fell short of its RCV.NXT (it had
+    /// more of the client's bytes than it acknowledged) and drew a
+    /// challenge ACK (RFC 5961 §3.2). Left open, that side lingers on the
+    /// replica (a server's connection, retransmitting to nobody for
+    /// minutes) and answers the client's next SYN from the same port with
+    /// an ACK instead of a SYN-ACK. As a stack does for a segment to a
+    /// connection it no longer has (RFC 9293 §3.10.7.1: `<SEQ=SEG.ACK>
+    /// <CTL=RST>`), the router resets it at the ACK number it carries,
+    /// which is its RCV.NXT. At most `STALE_RESETS` times per leg.
+    pub(super) fn evicted_challenged(&mut self, ctx: &mut Ctx, i: usize, ack: SeqNum) {
+        let l = &mut self.legs[i];
+        if l.stale_resets >= STALE_RESETS {
+            return;
+        }
+        l.stale_resets += 1;
+        let addr = l.addr;
+        let r = Repr::new(
+            self.key.cport,
+            self.key.vport,
+            ack,
+            SeqNum(0),
+            flags::RST,
+            0,
+        );
+        ctx.tx
+            .push_back(Packet::plain(r.emit_ipv4(self.key.client, addr, &[])));
+        ctx.counters.packets_out += 1;
     }
 
     /// The leg of replica `replica` if `seq` (an ICMP error's quote) is

@@ -7,7 +7,7 @@ use crate::ids::LegId;
 use crate::metrics::DropReason;
 use crate::packet::{Headers, Packet};
 use ftnet_wire::tcp::{flags, Repr};
-use ftnet_wire::SeqDelta;
+use ftnet_wire::{SeqDelta, SeqNum};
 use std::net::Ipv4Addr;
 
 impl Conn {
@@ -49,12 +49,59 @@ impl Conn {
     /// leaves unanswered: only then is its silence evidence against it
     /// for the whole service. A SYN nobody answers (a flood the servers'
     /// SYN queues shed, a replayed or forged SYN) says nothing about any
-    /// one replica: the connection fails, nobody is declared down.
+    /// one replica: the connection fails, nobody is declared down. Nor
+    /// does the silence of one that answered with a stale connection's
+    /// ACK (`syn_challenged`): it lives.
     pub(super) fn another_answered_syn(&self, i: usize) -> bool {
-        self.legs
-            .iter()
-            .enumerate()
-            .any(|(j, l)| j != i && l.live() && l.state != LegState::SynSent)
+        self.legs[i].stale_resets == 0
+            && self
+                .legs
+                .iter()
+                .enumerate()
+                .any(|(j, l)| j != i && l.live() && l.state != LegState::SynSent)
+    }
+
+    /// Replica leg `i` answered the client's SYN with a bare ACK: it still
+    /// holds an earlier connection of this four-tuple, one the router took
+    /// it out of while its reset was lost (a cut link) or fell short of
+    /// its RCV.NXT, and the client has now reused its port. That ACK is
+    /// its challenge ACK (RFC 5961 §4) or TIME-WAIT's, and it carries the
+    /// old connection's RCV.NXT. As the client's own stack does with an
+    /// unacceptable ACK in SYN-SENT (RFC 9293 §3.10.7.3: `<SEQ=SEG.ACK>
+    /// <CTL=RST>`; Linux `tcp_rcv_synsent_state_process`), the router
+    /// resets it at exactly that number, then sends the SYN again at once
+    /// (twice at most: a reset the replica ignores, `tcp_rfc1337` in
+    /// TIME-WAIT, must not start a loop; the client's own retries go on).
+    /// The replica answered, so it is alive: its delay says nothing about
+    /// it beyond this connection (`another_answered_syn`). The reset
+    /// goes only where the data plane lets this replica's packets come
+    /// from (its address is bound to its link), as a client's would.
+    pub(super) fn syn_challenged(&mut self, ctx: &mut Ctx, i: usize, ack: SeqNum) {
+        if ack == self.client_isn.add(1) {
+            // An acceptable ACK without the SYN: nothing to reset.
+            ctx.counters.drop(DropReason::BadState);
+            return;
+        }
+        let r = Repr::new(
+            self.key.cport,
+            self.key.vport,
+            ack,
+            SeqNum(0),
+            flags::RST,
+            0,
+        );
+        let addr = self.legs[i].addr;
+        ctx.tx
+            .push_back(Packet::plain(r.emit_ipv4(self.key.client, addr, &[])));
+        ctx.counters.packets_out += 1;
+        let l = &mut self.legs[i];
+        l.stale_resets = l.stale_resets.saturating_add(1);
+        if l.stale_resets <= 2 {
+            if let Some((base, at)) = self.syn_copy.take() {
+                self.send_syn(ctx, &base, at, self.key.vip, i);
+                self.syn_copy = Some((base, at));
+            }
+        }
     }
 
     /// Copy the client's SYN to every replica that has not answered.

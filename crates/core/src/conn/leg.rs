@@ -59,6 +59,11 @@ pub(super) struct Leg {
     pub(super) behind_since: Option<Instant>,
     /// Client SYN copies sent without an answer.
     pub(super) syn_tries: u32,
+    /// Resets sent to an earlier connection of this four-tuple that the
+    /// replica still holds (its bare ACK answered the client's SYN,
+    /// [`Conn::syn_challenged`]; or, evicted, its challenge ACK answered
+    /// the router's reset, [`Conn::evicted_challenged`]).
+    pub(super) stale_resets: u8,
     /// Last liveness probe sent to this replica.
     pub(super) probe_at: Option<Instant>,
     /// When it reset the connection (state `Aborted`).
@@ -193,6 +198,7 @@ impl Conn {
             out_at: now,
             behind_since: None,
             syn_tries: 0,
+            stale_resets: 0,
             probe_at: None,
             aborted_at: None,
             mss: 0,

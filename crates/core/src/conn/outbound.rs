@@ -67,6 +67,12 @@ impl Conn {
     fn replica_segment(&mut self, ctx: &mut Ctx, i: usize, pkt: Packet, seg: &Seg) {
         if !self.legs[i].live() {
             ctx.counters.drop(DropReason::EvictedReplica);
+            if self.legs[i].state == LegState::Evicted
+                && seg.has(flags::ACK)
+                && !seg.has(flags::RST)
+            {
+                self.evicted_challenged(ctx, i, seg.ack);
+            }
             return;
         }
         if seg.has(flags::RST) && self.legs[i].open() {
@@ -88,12 +94,12 @@ impl Conn {
             self.resetting_segment(ctx, i, seg);
             return;
         }
-        if self.legs[i].state == LegState::SynSent
-            && self.legs[i].joined_at.is_some()
-            && seg.has(flags::ACK)
-            && !seg.has(flags::SYN)
-        {
-            self.join_challenged(ctx, i, seg.ack);
+        if self.legs[i].state == LegState::SynSent && seg.has(flags::ACK) && !seg.has(flags::SYN) {
+            if self.legs[i].joined_at.is_some() {
+                self.join_challenged(ctx, i, seg.ack);
+            } else {
+                self.syn_challenged(ctx, i, seg.ack);
+            }
             return;
         }
         if seg.has(flags::SYN) {

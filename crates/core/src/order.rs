@@ -17,7 +17,7 @@ use crate::event::{AgentMsg, InputKind, Unnumbered};
 use crate::key::ConnKey;
 use crate::time::Instant;
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::net::Ipv4Addr;
 use std::time::Duration;
 
@@ -61,6 +61,11 @@ pub(crate) struct SvcOrder {
     log: BTreeMap<u64, NumberedInput>,
     /// Inputs produced while waiting, not numbered yet.
     pub held: VecDeque<Unnumbered>,
+    /// Each connection's data chunk ends in `log`, newest first: built by
+    /// the first `recent_ends` after the log changed, so that a rebuild
+    /// adopting thousands of connections reads the log once, not once per
+    /// connection.
+    ends: Option<HashMap<ConnKey, Vec<u32>>>,
 }
 
 #[derive(Debug, Default)]
@@ -83,6 +88,7 @@ pub(crate) struct Resumed {
 
 impl SvcOrder {
     pub fn remember(&mut self, ev: NumberedInput) {
+        self.ends = None;
         self.log.insert(ev.seq, ev);
         while self.log.len() > ORDER_LOG {
             self.log.pop_first();
@@ -91,17 +97,20 @@ impl SvcOrder {
 
     /// The ends (stream offsets) of the last `n` chunks of connection
     /// `key` in the log, newest first.
-    pub fn recent_ends(&self, key: &ConnKey, n: usize) -> Vec<u32> {
-        self.log
-            .values()
-            .rev()
-            .filter(|ev| ev.key == *key)
-            .filter_map(|ev| match ev.kind {
-                InputKind::Data { end } => Some(end),
-                _ => None,
-            })
-            .take(n)
-            .collect()
+    pub fn recent_ends(&mut self, key: &ConnKey, n: usize) -> Vec<u32> {
+        let log = &self.log;
+        let ends = self.ends.get_or_insert_with(|| {
+            let mut m: HashMap<ConnKey, Vec<u32>> = HashMap::new();
+            for ev in log.values().rev() {
+                if let InputKind::Data { end } = ev.kind {
+                    m.entry(ev.key).or_default().push(end);
+                }
+            }
+            m
+        });
+        ends.get(key)
+            .map(|v| v.iter().copied().take(n).collect())
+            .unwrap_or_default()
     }
 
     /// Number `input`, remember it, and return its event.
@@ -211,6 +220,38 @@ mod tests {
             vip: Ipv4Addr::new(198, 51, 100, 1),
             vport: 80,
         }
+    }
+
+    /// A connection's last chunk ends, newest first, only its own and
+    /// only data; what is remembered later shows in the next answer.
+    #[test]
+    fn recent_ends_are_a_connections_newest_chunk_ends() {
+        let mut o = SvcOrder::default();
+        let kinds = [
+            (1, InputKind::Accept),
+            (1, InputKind::Data { end: 10 }),
+            (2, InputKind::Data { end: 5 }),
+            (1, InputKind::Data { end: 20 }),
+            (1, InputKind::Tick { at_us: 7 }),
+            (1, InputKind::Data { end: 30 }),
+        ];
+        for (seq, (p, kind)) in (1..).zip(kinds) {
+            o.remember(NumberedInput {
+                seq,
+                key: key(p),
+                kind,
+            });
+        }
+        assert_eq!(o.recent_ends(&key(1), 2), vec![30, 20]);
+        assert_eq!(o.recent_ends(&key(1), 9), vec![30, 20, 10]);
+        assert_eq!(o.recent_ends(&key(2), 9), vec![5]);
+        assert!(o.recent_ends(&key(3), 9).is_empty());
+        o.remember(NumberedInput {
+            seq: 7,
+            key: key(1),
+            kind: InputKind::Data { end: 40 },
+        });
+        assert_eq!(o.recent_ends(&key(1), 2), vec![40, 30]);
     }
 
     fn rep(last: u64, from: u64) -> OrderReport {

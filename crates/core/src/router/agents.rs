@@ -77,7 +77,7 @@ impl Router {
         };
         let ends = self
             .order
-            .get(svc.0)
+            .get_mut(svc.0)
             .map(|o| o.recent_ends(&key, crate::conn::PROMPT_AT))
             .unwrap_or_default();
         let Some(added) = self.on_conn(now, key, |c, ctx| {

@@ -752,47 +752,28 @@ impl Router {
                 // rest probe (from input it had read, held back by a full
                 // send buffer) may have been on its way, and the joiner's
                 // legs are placed where the group's output ends.
-                let started = match j.confirm {
-                    Some(t) => t,
-                    None => {
-                        for key in self.conns_of(svc) {
-                            if let Some(c) = self.conns.get_mut(&key) {
-                                c.ask_rest_again();
+                let keys = self.conns_of(svc);
+                let confirmed =
+                    self.rest_confirmed(now, id, &keys, "the proof", |key, c| {
+                        match c.join_quiet() {
+                            Quiet::Skip | Quiet::Join => Ok(true),
+                            Quiet::Probe => Ok(false),
+                            Quiet::Wait { why, .. } => {
+                                Err(format!("connection {key} stirred during the pause: {why}"))
                             }
                         }
-                        let j = self.joins.iter_mut().find(|j| j.id == id).expect("present");
-                        j.confirm = Some(now);
-                        now
-                    }
-                };
-                let mut joined = Vec::new();
-                let mut probe = Vec::new();
-                for key in self.conns_of(svc) {
-                    match self.conns[&key].join_quiet() {
-                        Quiet::Skip => {}
-                        Quiet::Join => joined.push(key),
-                        Quiet::Probe => probe.push(key),
-                        Quiet::Wait { why, .. } => {
-                            return Err(format!("connection {key} stirred during the pause: {why}"))
-                        }
-                    }
-                }
-                if !probe.is_empty() {
-                    if now >= started + JOIN_QUIET_MAX {
-                        return Err(format!(
-                            "{} connection(s) did not confirm where their output ends within {} ms of the proof",
-                            probe.len(),
-                            JOIN_QUIET_MAX.as_millis()
-                        ));
-                    }
-                    for key in probe {
-                        self.on_conn(now, key, |c, ctx| c.join_rest_probe(ctx));
-                        self.after(now, key);
-                    }
-                    let j = self.joins.iter_mut().find(|j| j.id == id).expect("present");
-                    j.next = now + JOIN_CHECK;
+                    })?;
+                if !confirmed {
                     return Ok(());
                 }
+                let joined: Vec<ConnKey> = keys
+                    .into_iter()
+                    .filter(|k| {
+                        self.conns
+                            .get(k)
+                            .is_some_and(|c| c.join_quiet() == Quiet::Join)
+                    })
+                    .collect();
                 for &key in &joined {
                     self.on_conn(now, key, |c, ctx| c.join_leg(ctx, joiner, addr, false));
                     self.after(now, key);
@@ -939,9 +920,6 @@ impl Router {
         }
     }
 
-    /// A live join's legs (`JoinPhase::Point`): a refused or lost one
-    /// fails the join; unanswered SYNs are repeated until
-    /// `legs_deadline`. `true` once every one is open.
     /// A live join whose donor fixed its checkpoint, every leg open:
     /// before the input resumes, every connection's output must still end
     /// where the joiner's leg begins, as probes sent from now confirm
@@ -952,15 +930,44 @@ impl Router {
     /// placed short of the group's: the join fails (tried again later)
     /// rather than admit it. `Ok(true)`: confirmed.
     fn join_point_confirmed(&mut self, now: Instant, id: u64) -> Result<bool, String> {
-        let Some(j) = self.joins.iter_mut().find(|j| j.id == id) else {
+        let Some(j) = self.joins.iter().find(|j| j.id == id) else {
             return Ok(false);
         };
         let (joiner, conns) = (j.joiner, j.conns.clone());
+        self.rest_confirmed(now, id, &conns, "the checkpoint", |key, c| {
+            c.join_point_holds(joiner).map_err(|why| {
+                format!(
+                    "connection {key}: {why} after the service came to rest (output its servers wrote after answering the rest probe)"
+                )
+            })
+        })
+    }
+
+    /// Where the output of the connections `keys` ends, asked once more
+    /// (both joins: after the paused one's proof, after the live one's
+    /// checkpoint). The first call asks every connection again and starts
+    /// the clock (`Join::confirm`); `judge` says of each whether it has
+    /// confirmed (`Ok(true)`), must answer a probe still (`Ok(false)`), or
+    /// fails the join (`Err`). The ones to answer are probed and polled
+    /// again after `JOIN_CHECK`; the join fails if they have not answered
+    /// within `JOIN_QUIET_MAX` of `since`. `Ok(true)` once every one has
+    /// confirmed; a connection gone from the table counts as confirmed.
+    fn rest_confirmed(
+        &mut self,
+        now: Instant,
+        id: u64,
+        keys: &[ConnKey],
+        since: &str,
+        judge: impl Fn(&ConnKey, &Conn) -> Result<bool, String>,
+    ) -> Result<bool, String> {
+        let Some(j) = self.joins.iter_mut().find(|j| j.id == id) else {
+            return Ok(false);
+        };
         let started = match j.confirm {
             Some(t) => t,
             None => {
                 j.confirm = Some(now);
-                for key in &conns {
+                for key in keys {
                     if let Some(c) = self.conns.get_mut(key) {
                         c.ask_rest_again();
                     }
@@ -969,17 +976,10 @@ impl Router {
             }
         };
         let mut pending = Vec::new();
-        for key in &conns {
-            let Some(c) = self.conns.get(key) else {
-                continue;
-            };
-            match c.join_point_holds(joiner) {
-                Ok(true) => {}
-                Ok(false) => pending.push(*key),
-                Err(why) => {
-                    return Err(format!(
-                        "connection {key}: {why} after the service came to rest (output its servers wrote after answering the rest probe)"
-                    ))
+        for key in keys {
+            if let Some(c) = self.conns.get(key) {
+                if !judge(key, c)? {
+                    pending.push(*key);
                 }
             }
         }
@@ -988,7 +988,7 @@ impl Router {
         }
         if now >= started + JOIN_QUIET_MAX {
             return Err(format!(
-                "{} connection(s) did not confirm where their output ends within {} ms of the checkpoint",
+                "{} connection(s) did not confirm where their output ends within {} ms of {since}",
                 pending.len(),
                 JOIN_QUIET_MAX.as_millis()
             ));
@@ -1002,6 +1002,9 @@ impl Router {
         Ok(false)
     }
 
+    /// A live join's legs (`JoinPhase::Point`): a refused or lost one
+    /// fails the join; unanswered SYNs are repeated until
+    /// `legs_deadline`. `true` once every one is open.
     fn legs_answered(&mut self, now: Instant, id: u64) -> Result<bool, String> {
         let Some(j) = self.joins.iter().find(|j| j.id == id) else {
             return Ok(false);

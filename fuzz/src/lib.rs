@@ -347,6 +347,7 @@ pub mod router {
             client_wscale: b.bool().then(|| b.u8() % 16),
             accepted: b.bool(),
             input_end: b.bool().then(|| b.u32()),
+            snd_una: b.bool().then(|| b.u32()),
         }
     }
 

@@ -1240,6 +1240,23 @@ pub struct AgentSession {
     /// how the servers' clock goes.
     pub hello: Option<[u8; SHIM_RECORD]>,
     keys: Option<FrameKeys>,
+    /// What the replica's kernel said its peers acknowledged of its output
+    /// ([`AgentSession::note_bytes_acked`]), for the records of the next
+    /// `Welcome`.
+    acked: HashMap<(Ipv4Addr, u16, u16), u64>,
+}
+
+/// Replica `me`'s SND.UNA on the connection of `r`: its ISN + 1 + the
+/// bytes acknowledged (modulo 2^32), if its kernel reported the socket.
+fn snd_una(
+    r: &ConnRecord,
+    me: Ipv4Addr,
+    acked: &HashMap<(Ipv4Addr, u16, u16), u64>,
+) -> Option<u32> {
+    let isn = r.replica(me)?.isn;
+    let b = acked.get(&(r.key.client, r.key.cport, r.key.vport))?;
+    let low = u32::try_from(b & u64::from(u32::MAX)).ok()?;
+    Some(isn.wrapping_add(1).wrapping_add(low))
 }
 
 impl AgentSession {
@@ -1268,6 +1285,7 @@ impl AgentSession {
             down: Vec::new(),
             hello: None,
             keys: None,
+            acked: HashMap::new(),
         };
         let hello = Msg::Hello {
             version: VERSION,
@@ -1390,7 +1408,17 @@ impl AgentSession {
                 }
                 // Everything it keeps, for a router that starts or took
                 // over (one that knows the connections ignores them).
-                let mut all: Vec<ConnRecord> = self.records.values().cloned().collect();
+                let acked = std::mem::take(&mut self.acked);
+                let me = self.replica;
+                let mut all: Vec<ConnRecord> = self
+                    .records
+                    .values()
+                    .map(|r| {
+                        let mut r = r.clone();
+                        r.snd_una = snd_una(&r, me, &acked);
+                        r
+                    })
+                    .collect();
                 all.sort_by_key(|r| r.key);
                 for chunk in all.chunks(RECORDS_PER_MSG) {
                     out.push(Msg::Records {
@@ -1412,6 +1440,7 @@ impl AgentSession {
                 // What it learnt of the order is its own, not the router's.
                 record.accepted = false;
                 record.input_end = None;
+                record.snd_una = None;
                 let key = record.key;
                 self.records.insert(key, record);
                 // Confirmed at once; records that came together are
@@ -1494,6 +1523,18 @@ impl AgentSession {
                 kind(&other)
             )),
         }
+    }
+
+    /// What the replica's kernel says its peers acknowledged of its output
+    /// on each connection (client address, client port, local port →
+    /// bytes: `tcp_info`'s `tcpi_bytes_acked`), read by the caller just
+    /// before it passes the router's `Welcome` to [`AgentSession::handle`].
+    /// The records handed over then carry the replica's SND.UNA
+    /// ([`ConnRecord::snd_una`]): no router forwards the client's ACKs to
+    /// the replica while the new one has no table, so it stands still
+    /// until the record arrives.
+    pub fn note_bytes_acked(&mut self, acked: HashMap<(Ipv4Addr, u16, u16), u64>) {
+        self.acked = acked;
     }
 
     /// The router's host acknowledged bytes this agent sent `ago_ms` ago
@@ -2058,6 +2099,7 @@ mod tests {
             }],
             accepted: false,
             input_end: None,
+            snd_una: None,
         };
         let mut out = Vec::new();
         a.handle(
@@ -2120,6 +2162,7 @@ mod tests {
             }],
             accepted: false,
             input_end: None,
+            snd_una: None,
         }
     }
 
@@ -2163,6 +2206,47 @@ mod tests {
             &mut out,
         );
         assert!(matches!(ev, Some(RouterEvent::Rejected { .. })), "{ev:?}");
+    }
+
+    /// The records handed to a new router carry the replica's SND.UNA
+    /// where the caller read its kernel's count of acknowledged bytes
+    /// before the `Welcome` (ISN + 1 + bytes, modulo 2^32); only that
+    /// once: the agent's own records are unchanged.
+    #[test]
+    fn records_handed_over_carry_the_replicas_snd_una() {
+        let (mut a, hello) = AgentSession::new(b"k", R, "h", [1; 16], 0);
+        for p in [40000, 40001] {
+            let r = record(p);
+            a.records.insert(r.key, r);
+        }
+        let client = Ipv4Addr::new(198, 18, 1, 2);
+        a.note_bytes_acked(HashMap::from([
+            ((client, 40000, 6379), (1u64 << 32) + 5),
+            ((client, 40002, 6379), 77),
+        ]));
+        let una = |a: &mut AgentSession, hello| {
+            let mut r = RouterSession::new(b"k", [2; 16], Heartbeats::default(), 0);
+            let (_, re) = converse(a, &mut r, hello, 0);
+            let mut got: Vec<(u16, Option<u32>)> = re
+                .iter()
+                .filter_map(|e| match e {
+                    RouterEvent::Records { records, .. } => Some(records.clone()),
+                    _ => None,
+                })
+                .flatten()
+                .map(|r| (r.key.cport, r.snd_una))
+                .collect();
+            got.sort_unstable();
+            got
+        };
+        assert_eq!(
+            una(&mut a, hello),
+            vec![(40000, Some(3 + 1 + 5)), (40001, None)]
+        );
+        assert!(a.records.values().all(|r| r.snd_una.is_none()));
+        let (mut b, hello) = AgentSession::new(b"k", R, "h", [1; 16], 0);
+        b.records = std::mem::take(&mut a.records);
+        assert_eq!(una(&mut b, hello), vec![(40000, None), (40001, None)]);
     }
 
     /// The replicas out of service, as a router told the agent, go to the

@@ -44,6 +44,13 @@ pub struct ConnRecord {
     /// passed on (sequencer).
     #[serde(default)]
     pub input_end: Option<u32>,
+    /// Kept by the agent, read from its kernel as it hands the record to a
+    /// new router: its replica's SND.UNA on this connection (the replica's
+    /// sequence space), so that the router can prompt a replica whose
+    /// output died with the router before to resend at once (RFC 6069)
+    /// before any ACK moves it.
+    #[serde(default)]
+    pub snd_una: Option<u32>,
 }
 
 /// One replica's part of a [`ConnRecord`].

@@ -2446,6 +2446,19 @@ fn adopt_two(r: &mut Router, risn: u32, isns: [u32; 2], wscale: u8) {
 
 /// `adopt_two`, timestamps on if `ts_base` is given.
 fn adopt_two_with(r: &mut Router, risn: u32, isns: [u32; 2], wscale: u8, ts_base: Option<u32>) {
+    adopt_two_una(r, risn, isns, wscale, ts_base, [None; 2]);
+}
+
+/// `adopt_two_with`, each agent's record carrying its replica's SND.UNA
+/// as `unas` says.
+fn adopt_two_una(
+    r: &mut Router,
+    risn: u32,
+    isns: [u32; 2],
+    wscale: u8,
+    ts_base: Option<u32>,
+    unas: [Option<u32>; 2],
+) {
     use ftnet_core::{ConnKey, ConnRecord, ReplicaSetup};
     let key = ConnKey {
         client: CLIENT,
@@ -2471,8 +2484,13 @@ fn adopt_two_with(r: &mut Router, risn: u32, isns: [u32; 2], wscale: u8, ts_base
         client_wscale: Some(7),
         accepted: true,
         input_end: Some(86),
+        snd_una: None,
     };
     for i in 0..2u8 {
+        let rec = ConnRecord {
+            snd_una: unas[usize::from(i)],
+            ..rec.clone()
+        };
         r.adopt(t(0), replica(i + 1), &rec);
     }
     drain(r); // the position probes
@@ -6214,6 +6232,7 @@ fn record_of_three(risn: u32, isns: &[u32]) -> ftnet_core::ConnRecord {
         client_wscale: None,
         accepted: true,
         input_end: None,
+        snd_una: None,
     }
 }
 
@@ -6617,6 +6636,76 @@ fn position_answer(r: &mut Router, at: Instant, i: u8, snd_nxt: SeqNum, acked: u
     r.handle_packet(at, seg(replica(i), CLIENT, a, b""));
 }
 
+/// A replica whose agent reported its SND.UNA with the record (read from
+/// its kernel) and whose output goes beyond it is prompted to resend as
+/// soon as the connection is whole, quoting exactly that, before the
+/// client speaks: the client's ACK, forwarded later, may move its SND.UNA,
+/// and Linux then ignores the prompt and rearms a fresh RTO. A replica
+/// with nothing unacknowledged, or without a report, is not prompted here.
+#[test]
+fn a_rebuilt_connection_prompts_a_replica_at_the_snd_una_its_agent_read() {
+    let mut r = router(2);
+    let (risn, isns) = (7_000_000u32, [1_000_000u32, 2_000_000]);
+    // Replica 1's peer acknowledged 90 of its 100 bytes; replica 2's all.
+    adopt_two_una(
+        &mut r,
+        risn,
+        isns,
+        0,
+        None,
+        [Some(isns[0] + 1 + 90), Some(isns[1] + 1 + 100)],
+    );
+    position_answer(&mut r, t(1), 1, SeqNum(isns[0]).add(101), 86);
+    assert!(
+        drain_sent(&mut r)
+            .iter()
+            .all(|s| !matches!(s, Sent::Icmp(..))),
+        "not whole yet"
+    );
+    position_answer(&mut r, t(2), 2, SeqNum(isns[1]).add(101), 86);
+    let sent = drain_sent(&mut r);
+    let to_replicas: Vec<&Sent> = sent
+        .iter()
+        .filter(|s| match s {
+            Sent::Icmp(_, dst, _) => *dst != CLIENT,
+            Sent::Tcp(o) => o.dst != CLIENT,
+        })
+        .collect();
+    assert_eq!(
+        to_replicas.len(),
+        3,
+        "three prompts to replica 1, nothing else: {sent:?}"
+    );
+    for s in to_replicas {
+        let Sent::Icmp(src, dst, u) = s else {
+            panic!("{sent:?}")
+        };
+        assert_eq!((*src, *dst), (CLIENT, replica(1)));
+        assert_eq!(u.code, icmp::CODE_HOST_UNREACHABLE);
+        assert_eq!(
+            (u.src, u.dst, u.src_port, u.dst_port),
+            (replica(1), CLIENT, PORT, CPORT)
+        );
+        assert_eq!(u.seq, SeqNum(isns[0]).add(1 + 90), "its SND.UNA exactly");
+    }
+    // The client's prompts follow as before (three, the ACK, the probe).
+    assert_eq!(r.counters().rto_prompts, 6);
+    // Without reports, nothing goes to the replicas before the client speaks.
+    let mut r = router(2);
+    adopt_two_una(&mut r, risn, isns, 0, None, [None, None]);
+    position_answer(&mut r, t(1), 1, SeqNum(isns[0]).add(101), 86);
+    position_answer(&mut r, t(2), 2, SeqNum(isns[1]).add(101), 86);
+    let sent = drain_sent(&mut r);
+    assert!(
+        sent.iter().all(|s| match s {
+            Sent::Icmp(_, dst, _) => *dst == CLIENT,
+            Sent::Tcp(o) => o.dst == CLIENT,
+        }),
+        "{sent:?}"
+    );
+    assert_eq!(r.counters().rto_prompts, 3);
+}
+
 /// A connection rebuilt after a takeover: each endpoint may be waiting out
 /// a backed-off retransmission timeout (what it sent into the outage died).
 /// Right before the rebuild's ACK the client gets ICMP host-unreachable
@@ -6625,8 +6714,9 @@ fn position_answer(r: &mut Router, at: Instant, i: u8, snd_nxt: SeqNum, acked: u
 /// SND.UNA it would ignore them), then, after the ACK, a garbage octet
 /// 2^30 back that it answers with what it holds. A replica that sent more than that
 /// gets the same prompt, quoting its SND.UNA, after the client's ACK went
-/// to it. A client that already spoke to the new router is not prompted;
-/// a replica the client has everything of is not either.
+/// to it. A client that spoke to the new router before the connection was
+/// whole is prompted too (its resend reached only the replicas whose
+/// position was known); a replica the client has everything of is not.
 #[test]
 fn a_rebuilt_connection_prompts_both_ends_to_retransmit() {
     for (client_speaks, client_holds) in [(false, 90u32), (false, 100), (true, 90)] {
@@ -6658,8 +6748,24 @@ fn a_rebuilt_connection_prompts_both_ends_to_retransmit() {
             .filter(|s| matches!(s, Sent::Icmp(..)))
             .collect();
         if client_speaks {
-            assert!(icmps.is_empty(), "{what}: {icmps:?}");
-            assert_eq!(r.counters().rto_prompts, 0, "{what}");
+            // It spoke before the connection was whole: its resend reached
+            // replica 1 only (replica 2's position was not known), so the
+            // group still acknowledges 86 and it waits for its next,
+            // backed-off timeout. It is prompted at 86 (where its resend
+            // began, and the group's ACK); no probe: its ACK is known.
+            assert_eq!(icmps.len(), 3, "{what}: {sent:?}");
+            for s in &icmps {
+                let Sent::Icmp(_, dst, u) = s else {
+                    unreachable!()
+                };
+                assert_eq!((*dst, u.seq), (CLIENT, SeqNum(CISN).add(1 + 86)), "{what}");
+            }
+            assert!(
+                sent.iter()
+                    .all(|s| !matches!(s, Sent::Tcp(o) if o.dst == CLIENT && o.payload.len() == 1)),
+                "{what}: {sent:?}"
+            );
+            assert_eq!(r.counters().rto_prompts, 3, "{what}");
             continue;
         }
         let ack = SeqNum(CISN).add(1 + 86);

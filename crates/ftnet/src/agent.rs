@@ -397,6 +397,30 @@ fn note_end(end: ShimEnd, lost: &mut Vec<String>) -> bool {
     }
 }
 
+/// What the peers of this replica's server acknowledged of its output on
+/// the connections of `records` (client address, client port, local port →
+/// bytes), from one `sock_diag` dump of this network namespace's TCP
+/// sockets. Empty, and logged, if the kernel will not say: the router then
+/// prompts the replica only once the client spoke.
+fn bytes_acked(records: &HashMap<ConnKey, ConnRecord>) -> HashMap<(Ipv4Addr, u16, u16), u64> {
+    let mut ports: Vec<u16> = records.keys().map(|k| k.vport).collect();
+    ports.sort_unstable();
+    ports.dedup();
+    if ports.is_empty() {
+        return HashMap::new();
+    }
+    match ftnet_io::netlink::tcp_bytes_acked(&ports) {
+        Ok(m) => m
+            .into_iter()
+            .map(|(p, b)| ((p.addr, p.port, p.local_port), b))
+            .collect(),
+        Err(e) => {
+            warn!("cannot read the server's sockets ({e}); the records go without their SND.UNA");
+            HashMap::new()
+        }
+    }
+}
+
 /// How long ago the peer's host last acknowledged bytes sent on `s`
 /// (`TCP_INFO`'s `tcpi_last_ack_recv`, ms), if the kernel says.
 fn last_ack_ms(s: &TcpStream) -> Option<u64> {
@@ -695,6 +719,11 @@ fn session(
         // Every input record of this read goes to the shims in one write.
         let mut recs: Vec<u8> = Vec::new();
         while let Some(m) = dec.next_msg()? {
+            if matches!(m, Msg::Welcome { .. }) {
+                // The records go out with this: each with where its
+                // replica's output stands acknowledged (its SND.UNA).
+                s.note_bytes_acked(bytes_acked(&s.records));
+            }
             let ev = s.handle(m, now_ms(), &mut out);
             if !dec.is_sealed() {
                 if let Some(k) = s.frame_keys() {

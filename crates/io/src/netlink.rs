@@ -179,12 +179,17 @@ struct Socket {
 
 impl Socket {
     fn open() -> io::Result<Socket> {
+        Socket::open_protocol(libc::NETLINK_ROUTE)
+    }
+
+    /// A netlink socket of `protocol` (`NETLINK_ROUTE`, `NETLINK_SOCK_DIAG`).
+    fn open_protocol(protocol: libc::c_int) -> io::Result<Socket> {
         // SAFETY: socket(2) takes no pointers; the result is checked below.
         let raw = unsafe {
             libc::socket(
                 libc::AF_NETLINK,
                 libc::SOCK_RAW | libc::SOCK_CLOEXEC,
-                libc::NETLINK_ROUTE,
+                protocol,
             )
         };
         if raw < 0 {
@@ -949,6 +954,37 @@ fn link_up_message(index: u32, mtu: u32, txqueuelen: u32) -> Msg {
 mod tests {
     use super::*;
 
+    /// A server socket's acknowledged output as the kernel reports it: the
+    /// bytes its peer read and acknowledged, for that socket only.
+    #[test]
+    fn sock_diag_reports_a_sockets_acknowledged_output() {
+        use std::io::{Read, Write};
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        let mut c = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        let (mut srv, peer) = l.accept().unwrap();
+        srv.write_all(&[7u8; 3000]).unwrap();
+        let mut got = [0u8; 3000];
+        c.read_exact(&mut got).unwrap();
+        let key = TcpPeer {
+            addr: Ipv4Addr::LOCALHOST,
+            port: peer.port(),
+            local_port: port,
+        };
+        // The peer's ACK may trail its read by a moment.
+        let mut acked = None;
+        for _ in 0..100 {
+            let m = tcp_bytes_acked(&[port]).unwrap();
+            assert!(m.keys().all(|k| k.local_port == port), "{m:?}");
+            acked = m.get(&key).copied();
+            if acked == Some(3000) {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert_eq!(acked, Some(3000));
+    }
+
     fn hex(s: &str) -> Vec<u8> {
         let s: String = s.split_whitespace().collect();
         (0..s.len())
@@ -1145,4 +1181,87 @@ mod tests {
         assert!(e.contains("`ip rule add fwmark 1`"), "{e}");
         assert!(e.contains("unsupported rule word \"fwmark\""), "{e}");
     }
+}
+
+// linux/sock_diag.h, linux/inet_diag.h, net/tcp_states.h
+const NETLINK_SOCK_DIAG: libc::c_int = 4;
+const SOCK_DIAG_BY_FAMILY: u16 = 20;
+const INET_DIAG_INFO: u16 = 2;
+/// `struct inet_diag_msg`: family, state, timer, retrans, the socket id
+/// (48 bytes), expires, rqueue, wqueue, uid, inode.
+const INET_DIAG_MSG_LEN: usize = 72;
+const TCP_ESTABLISHED: u32 = 1;
+const TCP_FIN_WAIT1: u32 = 4;
+const TCP_CLOSE_WAIT: u32 = 8;
+const TCP_LAST_ACK: u32 = 9;
+const TCP_CLOSING: u32 = 11;
+
+/// One TCP socket of this network namespace: its peer and local port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct TcpPeer {
+    pub addr: Ipv4Addr,
+    pub port: u16,
+    pub local_port: u16,
+}
+
+/// For every IPv4 TCP socket of the calling thread's network namespace
+/// bound to one of `ports` that may still have bytes in flight
+/// (ESTABLISHED, FIN-WAIT-1, CLOSE-WAIT, LAST-ACK, CLOSING): how many bytes
+/// of its output its peer acknowledged (`tcp_info`'s `tcpi_bytes_acked`,
+/// the FIN counted once acknowledged). With the socket's ISN that is its
+/// SND.UNA: `ISN + 1 + bytes_acked` modulo 2^32. One `sock_diag` dump
+/// (what `ss -ti` reads), no process's sockets touched.
+pub fn tcp_bytes_acked(ports: &[u16]) -> Result<std::collections::HashMap<TcpPeer, u64>, Error> {
+    let what = || "sock_diag dump of TCP sockets (ss -ti)".to_string();
+    let mut sock = Socket::open_protocol(NETLINK_SOCK_DIAG).map_err(netlink_err(what()))?;
+    // struct inet_diag_req_v2: family, protocol, ext, pad, states, id.
+    let states = [
+        TCP_ESTABLISHED,
+        TCP_FIN_WAIT1,
+        TCP_CLOSE_WAIT,
+        TCP_LAST_ACK,
+        TCP_CLOSING,
+    ]
+    .iter()
+    .fold(0u32, |m, s| m | (1 << s));
+    let mut req = vec![AF_INET, 6, 1 << (INET_DIAG_INFO - 1), 0];
+    req.extend_from_slice(&states.to_ne_bytes());
+    req.extend_from_slice(&[0u8; 48]);
+    let seq = sock
+        .send(Msg::new(SOCK_DIAG_BY_FAMILY, NLM_F_DUMP, &req))
+        .map_err(netlink_err(what()))?;
+    let replies = sock.replies(seq, false).map_err(netlink_err(what()))?;
+    Ok(replies
+        .iter()
+        .filter(|(ty, _)| *ty == SOCK_DIAG_BY_FAMILY)
+        .filter_map(|(_, b)| diag_bytes_acked(b))
+        .filter(|(p, _)| ports.contains(&p.local_port))
+        .collect())
+}
+
+/// One `inet_diag_msg` with its attributes: the socket and, if its
+/// `tcp_info` is long enough to hold it, `tcpi_bytes_acked`.
+fn diag_bytes_acked(b: &[u8]) -> Option<(TcpPeer, u64)> {
+    let head = b.get(..INET_DIAG_MSG_LEN)?;
+    if head[0] != AF_INET {
+        return None;
+    }
+    // The socket id: sport, dport (network order), src, dst (16 bytes each).
+    let local_port = u16::from_be_bytes(head.get(4..6)?.try_into().ok()?);
+    let port = u16::from_be_bytes(head.get(6..8)?.try_into().ok()?);
+    let dst: [u8; 4] = head.get(24..28)?.try_into().ok()?;
+    let off = std::mem::offset_of!(libc::tcp_info, tcpi_bytes_acked);
+    let info = attrs(&b[INET_DIAG_MSG_LEN..])
+        .into_iter()
+        .find(|(ty, _)| *ty == INET_DIAG_INFO)?
+        .1;
+    let acked = u64::from_ne_bytes(info.get(off..off + 8)?.try_into().ok()?);
+    Some((
+        TcpPeer {
+            addr: Ipv4Addr::from(dst),
+            port,
+            local_port,
+        },
+        acked,
+    ))
 }

@@ -361,6 +361,7 @@ impl Conn {
         // (which may move its SND.UNA), the probe after it.
         let prompt = std::mem::take(&mut self.prompt_due);
         if prompt {
+            self.prompt_replicas_at_una(ctx);
             self.prompt_client(ctx);
         }
         if fin_now

@@ -59,6 +59,10 @@ pub(super) struct Leg {
     pub(super) behind_since: Option<Instant>,
     /// Client SYN copies sent without an answer.
     pub(super) syn_tries: u32,
+    /// An adopted leg: the replica's SND.UNA (its own sequence space) as
+    /// its agent read it when handing the record over, until the rebuild
+    /// prompts it ([`Conn::prompt_replicas_at_una`]).
+    pub(super) una_hint: Option<SeqNum>,
     /// Resets sent to an earlier connection of this four-tuple that the
     /// replica still holds (its bare ACK answered the client's SYN,
     /// [`Conn::syn_challenged`]; or, evicted, its challenge ACK answered
@@ -199,6 +203,7 @@ impl Conn {
             behind_since: None,
             syn_tries: 0,
             stale_resets: 0,
+            una_hint: None,
             probe_at: None,
             aborted_at: None,
             mss: 0,

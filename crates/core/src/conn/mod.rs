@@ -255,6 +255,13 @@ pub struct Conn {
     /// connection until the client speaks): `client_ack`, `sent_hi` and
     /// `client_tsval` are the client's.
     client_seen: bool,
+    /// An adopted connection: the client's first segment came before the
+    /// connection was whole, and the sequence number it began at (a
+    /// retransmission after a timeout begins at its SND.UNA). What it
+    /// resent then reached no replica: it waits for its next, backed-off
+    /// timeout, and is prompted like a client that has not spoken
+    /// (`Conn::prompt_client`).
+    client_resent_early: Option<SeqNum>,
     /// When a replica's probe was last passed on to the client.
     probe_passed_at: Option<Instant>,
     /// When the last challenge ACK went to the client (RFC 5961 §7).
@@ -369,6 +376,7 @@ impl Conn {
             mss_out: 536,
             adoption: None,
             client_seen: true,
+            client_resent_early: None,
             probe_passed_at: None,
             challenge_at: None,
             client_wscale: syn.wscale,

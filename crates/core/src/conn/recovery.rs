@@ -88,6 +88,7 @@ impl Conn {
             },
             accepted: false,
             input_end: None,
+            snd_una: None,
         }
     }
 
@@ -180,6 +181,7 @@ impl Conn {
         ctx: &mut Ctx,
         replica: ReplicaId,
         r: &ReplicaSetup,
+        snd_una: Option<u32>,
     ) -> bool {
         if self.legs.iter().any(|l| l.replica == replica) {
             return false;
@@ -201,6 +203,7 @@ impl Conn {
         l.hi = router_isn.add(1);
         l.ack = self.client_hi;
         l.edge = self.client_hi;
+        l.una_hint = snd_una.map(SeqNum);
         self.probe(ctx, i);
         true
     }
@@ -358,9 +361,13 @@ impl Conn {
     /// each is quoted. A quote that is not its SND.UNA changes nothing (a
     /// soft error, reported only if the connection later times out).
     /// A client that spoke to this router already resent on its own, and is
-    /// not prompted.
+    /// not prompted; unless it spoke before the connection was whole
+    /// (`client_resent_early`): that resend reached no replica, and its
+    /// timer is backed off once more (an echo stream across a router kill
+    /// whose rebuild took 320 ms: the client resent at 237 ms, then waited
+    /// until 677 ms). It is also quoted where its resend began.
     pub(super) fn prompt_client(&mut self, ctx: &mut Ctx) {
-        if self.client_seen {
+        if self.client_seen && self.client_resent_early.is_none() {
             return;
         }
         let Some(ack) = self.client_ack_field() else {
@@ -376,6 +383,11 @@ impl Conn {
             return;
         }
         let mut at = vec![ack];
+        if let Some(s) = self.client_resent_early.take() {
+            if s != ack && s.is_before(ack) && ack.diff(s) <= MAX_WIN {
+                at.push(s);
+            }
+        }
         for &e in &self.input_ends {
             if e.is_before(ack) && ack.diff(e) <= MAX_WIN && !at.contains(&e) {
                 at.push(e);
@@ -443,6 +455,39 @@ impl Conn {
         }
     }
 
+    /// A connection just rebuilt: every replica
+    /// whose agent reported its SND.UNA (`Leg::una_hint`, read from its
+    /// kernel as the record was handed over) and that has output beyond
+    /// it is prompted to resend now, quoting exactly that (RFC 6069;
+    /// Linux `tcp_ld_RTO_revert`). Later would be too late: the client's
+    /// ACK, forwarded to the replica, moves its SND.UNA when the router
+    /// before died with its last ACKs, and Linux then clears the count of
+    /// timeouts a prompt needs and rearms a fresh RTO (200 ms or more)
+    /// instead, the stall a router's loss cost a download or an echo
+    /// stream after the rebuild. A hint that went stale (an ACK reached
+    /// the replica since: the client spoke before the connection was
+    /// whole) is below its SND.UNA and ignored (Linux `tcp_v4_err` takes
+    /// only quotes within SND.UNA..SND.NXT).
+    pub(super) fn prompt_replicas_at_una(&mut self, ctx: &mut Ctx) {
+        for l in &mut self.legs {
+            let Some(una) = l.una_hint.take() else {
+                continue;
+            };
+            if !l.open() || !l.learned || l.detached || !l.hi.unshift(l.off).is_after(una) {
+                continue;
+            }
+            let quoted = ftnet_wire::icmp::Unreachable {
+                code: ftnet_wire::icmp::CODE_HOST_UNREACHABLE,
+                src: l.addr,
+                dst: self.key.client,
+                src_port: self.key.vport,
+                dst_port: self.key.cport,
+                seq: una,
+            };
+            rto_prompt(ctx, self.key.client, &quoted);
+        }
+    }
+
     /// The rule: every client byte a replica acknowledged lies inside a
     /// numbered chunk. The router numbers each client segment before it
     /// forwards it, so an acknowledgment passes the last chunk only after a
@@ -504,6 +549,9 @@ impl Conn {
     /// it received, its sequence number where its stream stands.
     pub(super) fn learn_client(&mut self, seg: &Seg) {
         self.client_seen = true;
+        if self.recovering() {
+            self.client_resent_early = Some(seg.seq);
+        }
         let end = seg.seq.add(seg.payload_len + seg.has(flags::FIN) as u32);
         if seg.has(flags::ACK) {
             self.client_ack = seg.ack;

@@ -82,7 +82,7 @@ impl Router {
             .unwrap_or_default();
         let Some(added) = self.on_conn(now, key, |c, ctx| {
             c.adopt_order(rec.accepted, rec.input_end, &ends);
-            c.adopt_leg(ctx, replica, &mine)
+            c.adopt_leg(ctx, replica, &mine, rec.snd_una)
         }) else {
             return Adopted::Refused;
         };

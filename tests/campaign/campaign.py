@@ -289,15 +289,15 @@ class Campaign:
             caps = []
             if a.capture:
                 # Headers only (96 bytes a packet), in a ring: what the client and each replica saw
-                # of the echo streams (web) or the Redis commands (redis), to follow a connection
+                # of the echo streams and HTTP (web) or the Redis commands (redis), to follow a connection
                 # that went wrong.
                 for l in labs:
-                    port = 7000 if l.kind == "web" else 6379
+                    ports = "tcp port 7000 or tcp port 8080" if l.kind == "web" else "tcp port 6379"
                     for ns in ("client", "r1", "r2", "r3"):
                         caps.append(subprocess.Popen(
                             ["ip", "netns", "exec", f"ftnet-{l.name}-{ns}", "tcpdump", "-Z", "root", "-q", "-n",
                              "-i", "any", "-s", "96", "-C", "500", "-W", "6", "-w", f"{self.out}/{l.name}-{ns}.pcap",
-                             f"tcp port {port} or icmp"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+                             f"{ports} or icmp"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
             for l in labs:
                 l.start_load()
             time.sleep(2)
@@ -572,7 +572,7 @@ def main():
     ap.add_argument("--record", action="store_true", help="also write bench/results/campaign-*.{json,md}")
     ap.add_argument("--keep", action="store_true", help="leave the labs up")
     ap.add_argument("--capture", action="store_true",
-                    help="tcpdump the echo streams (web lab) and the Redis connections (redis lab), headers only, in "
+                    help="tcpdump the echo streams and HTTP (web lab) and the Redis connections (redis lab), headers only, in "
                          "each lab's client and replica namespaces into OUT/<lab>-<ns>.pcap* (a ring of 6 x 500 MB "
                          "each, about 25 minutes of the web lab; needs tcpdump)")
     ap.add_argument("--client-retries2", type=int, default=0,

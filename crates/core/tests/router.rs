@@ -5685,6 +5685,53 @@ fn fastest_splices_replies_that_differ_in_length() {
     assert_eq!(got.len(), 12 + 15);
 }
 
+/// `primary`: the client got every byte but lost the group's FIN, and the
+/// followed replica died silently after sending its own (it would have
+/// repeated it). A follower's repeated FIN brings the router to repeat the
+/// group's FIN itself: every replica's stream ends there. Before, those
+/// repeats were dropped, and the client waited in FIN-WAIT-2 for good
+/// (simulation seed 694, with a change that sent clients duplicate ACKs
+/// after a rebuild, since dropped).
+#[test]
+fn primary_repeats_the_groups_fin_when_a_follower_repeats_its_own() {
+    let mut r = router(2);
+    let (risn, isns) = handshake(&mut r, 2);
+    client_bytes(&mut r, t(1), risn, 0, b"hello");
+    let fin = |i: u8, payload: &[u8]| {
+        let mut a = Repr::new(
+            PORT,
+            CPORT,
+            SeqNum(isns[usize::from(i) - 1]).add(1 + 5 - u32::try_from(payload.len()).unwrap()),
+            SeqNum(CISN).add(6),
+            flags::ACK | flags::FIN | if payload.is_empty() { 0 } else { flags::PSH },
+            500,
+        );
+        a.timestamps = Some((7000, 1001));
+        seg(replica(i), CLIENT, a, payload)
+    };
+    r.handle_packet(t(2), fin(1, b"world"));
+    r.handle_packet(t(2), fin(2, b"world"));
+    let out = drain(&mut r);
+    assert!(
+        out.iter()
+            .any(|o| o.dst == CLIENT && o.r.flags & flags::FIN != 0),
+        "the group's FIN: {out:?}"
+    );
+    // The client acknowledges the bytes, not the FIN (it lost it).
+    client_acks(&mut r, t(3), risn, 1 + 5);
+    drain(&mut r);
+    // Replica 1 (followed) is silent; replica 2 repeats its FIN.
+    r.handle_packet(t(300), fin(2, b""));
+    let out = drain(&mut r);
+    let f = out
+        .iter()
+        .find(|o| o.dst == CLIENT && o.r.flags & flags::FIN != 0)
+        .expect("the group's FIN again");
+    assert_eq!(f.r.seq, SeqNum(risn).add(1 + 5));
+    assert!(f.payload.is_empty());
+    assert_eq!(r.counters().follower_repeats, 1);
+}
+
 /// `primary`: the followed replica fails (its server is killed and its
 /// kernel resets the connection) after a follower had sent its reply: the
 /// client gets the follower's reply at once, from what the router kept,

@@ -372,6 +372,7 @@ impl Conn {
             self.emit_ack(ctx, fin_now);
         }
         if prompt {
+            self.client_resent_early = None;
             self.prompt_client_probe(ctx);
         }
         self.check_closed(ctx);

@@ -510,6 +510,21 @@ impl Conn {
                     // stays silent it is dead (it may have died silently
                     // after sending them).
                     self.legs[l].owes_repeat = true;
+                } else if seg.has(flags::FIN)
+                    && fin_agreed
+                    && self.fin_sent
+                    && !e.is_after(self.client_ack)
+                    && self.client_ack.is_before(self.sent_hi)
+                {
+                    // A follower repeats its FIN and the client has every
+                    // byte but lacks the group's FIN (lost on the way, or
+                    // dropped by its stack): the followed replica should
+                    // repeat its FIN too, but it may have died silently
+                    // after sending it, and only FINs carry nothing that
+                    // would show that. Every replica's stream ends there:
+                    // the router repeats the group's FIN itself.
+                    self.emit_ack(ctx, true);
+                    ctx.counters.follower_repeats += 1;
                 }
             }
             let ahead =

@@ -383,7 +383,7 @@ impl Conn {
             return;
         }
         let mut at = vec![ack];
-        if let Some(s) = self.client_resent_early.take() {
+        if let Some(s) = self.client_resent_early {
             if s != ack && s.is_before(ack) && ack.diff(s) <= MAX_WIN {
                 at.push(s);
             }

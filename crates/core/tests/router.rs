@@ -131,6 +131,15 @@ fn log_events(r: &mut Router) -> Vec<Event> {
     std::iter::from_fn(|| r.poll_event()).collect()
 }
 
+/// A join failed, and said why in words containing `why`.
+fn assert_join_failed(ev: &[Event], why: &str) {
+    assert!(
+        ev.iter()
+            .any(|e| matches!(e, Event::JoinFailed { reason, .. } if reason.contains(why))),
+        "no join failure saying {why:?}: {ev:?}"
+    );
+}
+
 /// The messages for the agents, in order.
 fn agent_msgs(r: &mut Router) -> Vec<AgentMsg> {
     std::iter::from_fn(|| r.poll_agent_msg()).collect()
@@ -3757,12 +3766,7 @@ fn a_joiner_with_a_smaller_mss_is_refused() {
     r.handle_packet(t(31), seg(replica(3), CLIENT, sa, b""));
     r.handle_timeout(t(40));
     let ev = log_events(&mut r);
-    assert!(
-        ev.iter()
-            .any(|e| matches!(e, Event::JoinFailed { reason, .. }
-            if reason.contains("its MSS 1400 is below the 1440 the client was told"))),
-        "{ev:?}"
-    );
+    assert_join_failed(&ev, "its MSS 1400 is below the 1440 the client was told");
     assert!(!r.status().services[0].replicas[2].alive);
 }
 
@@ -3961,11 +3965,7 @@ fn a_joiner_whose_digest_differs_stays_out() {
     let data: Vec<&Out> = out.iter().filter(|o| o.payload == b"more").collect();
     assert_eq!(data.len(), 2, "released to replicas 1 and 2 only");
     let ev = log_events(&mut r);
-    assert!(
-        ev.iter()
-            .any(|e| matches!(e, Event::JoinFailed { reason, .. } if reason.contains("differs"))),
-        "{ev:?}"
-    );
+    assert_join_failed(&ev, "differs");
     let st = r.status();
     assert_eq!(
         st.services[0].replicas[2].state,
@@ -4043,12 +4043,7 @@ fn a_join_waits_for_rest_and_gives_up_loudly() {
     );
     r.handle_timeout(t(2100));
     let ev = log_events(&mut r);
-    assert!(
-        ev.iter()
-            .any(|e| matches!(e, Event::JoinFailed { reason, .. }
-            if reason.contains("did not come to rest"))),
-        "{ev:?}"
-    );
+    assert_join_failed(&ev, "did not come to rest");
     // The log names the connection and where each replica stands.
     let reason = ev
         .iter()
@@ -5368,11 +5363,9 @@ fn a_live_join_fails_when_output_moved_past_the_joiners_start() {
     rest_answer(&mut r, t(15), &isns, 1, 8);
     r.handle_timeout(t(16));
     let ev = log_events(&mut r);
-    assert!(
-        ev.iter()
-            .any(|e| matches!(e, Event::JoinFailed { reason, .. }
-            if reason.contains("a replica sent output past where the joiner's leg begins"))),
-        "{ev:?}"
+    assert_join_failed(
+        &ev,
+        "a replica sent output past where the joiner's leg begins",
     );
     assert!(
         !ev.iter().any(|e| matches!(e, Event::JoinResumed { .. })),
@@ -5400,12 +5393,7 @@ fn a_paused_join_confirms_the_rest_after_the_proof() {
     rest_answer(&mut r, t(32), &isns, 2, 9);
     r.handle_timeout(t(33));
     let ev = log_events(&mut r);
-    assert!(
-        ev.iter()
-            .any(|e| matches!(e, Event::JoinFailed { reason, .. }
-            if reason.contains("stirred during the pause"))),
-        "{ev:?}"
-    );
+    assert_join_failed(&ev, "stirred during the pause");
 }
 
 /// A live join (`Config::join_live`): the input pauses only until the

@@ -129,17 +129,25 @@ impl Conn {
             return;
         }
         l.stale_resets += 1;
-        let addr = l.addr;
+        self.reset_stale(ctx, i, ack);
+    }
+
+    /// A RST to replica leg `i`'s side of this connection at exactly `seq`
+    /// (the RCV.NXT its own ACK showed), as the client would send it.
+    pub(super) fn reset_stale(&self, ctx: &mut Ctx, i: usize, seq: SeqNum) {
         let r = Repr::new(
             self.key.cport,
             self.key.vport,
-            ack,
+            seq,
             SeqNum(0),
             flags::RST,
             0,
         );
-        ctx.tx
-            .push_back(Packet::plain(r.emit_ipv4(self.key.client, addr, &[])));
+        ctx.tx.push_back(Packet::plain(r.emit_ipv4(
+            self.key.client,
+            self.legs[i].addr,
+            &[],
+        )));
         ctx.counters.packets_out += 1;
     }
 

@@ -82,18 +82,7 @@ impl Conn {
             ctx.counters.drop(DropReason::BadState);
             return;
         }
-        let r = Repr::new(
-            self.key.cport,
-            self.key.vport,
-            ack,
-            SeqNum(0),
-            flags::RST,
-            0,
-        );
-        let addr = self.legs[i].addr;
-        ctx.tx
-            .push_back(Packet::plain(r.emit_ipv4(self.key.client, addr, &[])));
-        ctx.counters.packets_out += 1;
+        self.reset_stale(ctx, i, ack);
         let l = &mut self.legs[i];
         l.stale_resets = l.stale_resets.saturating_add(1);
         if l.stale_resets <= 2 {

@@ -505,18 +505,7 @@ impl Conn {
     /// §4), the router resets it at exactly the sequence number it asked
     /// for, then sends the SYN again.
     pub(super) fn join_challenged(&mut self, ctx: &mut Ctx, i: usize, ack: SeqNum) {
-        let r = Repr::new(
-            self.key.cport,
-            self.key.vport,
-            ack,
-            SeqNum(0),
-            flags::RST,
-            0,
-        );
-        let addr = self.legs[i].addr;
-        ctx.tx
-            .push_back(Packet::plain(r.emit_ipv4(self.key.client, addr, &[])));
-        ctx.counters.packets_out += 1;
+        self.reset_stale(ctx, i, ack);
         self.send_join_syn(ctx, i);
     }
 

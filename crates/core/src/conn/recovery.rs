@@ -443,15 +443,7 @@ impl Conn {
                 continue;
             }
             let (_, seq) = l.ack_for(ack);
-            let quoted = ftnet_wire::icmp::Unreachable {
-                code: ftnet_wire::icmp::CODE_HOST_UNREACHABLE,
-                src: l.addr,
-                dst: self.key.client,
-                src_port: self.key.vport,
-                dst_port: self.key.cport,
-                seq,
-            };
-            rto_prompt(ctx, self.key.client, &quoted);
+            prompt_replica(ctx, &self.key, l.addr, seq);
         }
     }
 
@@ -476,15 +468,7 @@ impl Conn {
             if !l.open() || !l.learned || l.detached || !l.hi.unshift(l.off).is_after(una) {
                 continue;
             }
-            let quoted = ftnet_wire::icmp::Unreachable {
-                code: ftnet_wire::icmp::CODE_HOST_UNREACHABLE,
-                src: l.addr,
-                dst: self.key.client,
-                src_port: self.key.vport,
-                dst_port: self.key.cport,
-                seq: una,
-            };
-            rto_prompt(ctx, self.key.client, &quoted);
+            prompt_replica(ctx, &self.key, l.addr, una);
         }
     }
 
@@ -577,6 +561,21 @@ impl Conn {
             self.client_tsval = v;
         }
     }
+}
+
+/// The replica at `addr` is prompted to resend its output of connection
+/// `key` from `seq` (its SND.UNA, its own sequence space), by messages that
+/// seem to come from the client's side.
+fn prompt_replica(ctx: &mut Ctx, key: &crate::key::ConnKey, addr: Ipv4Addr, seq: SeqNum) {
+    let quoted = ftnet_wire::icmp::Unreachable {
+        code: ftnet_wire::icmp::CODE_HOST_UNREACHABLE,
+        src: addr,
+        dst: key.client,
+        src_port: key.vport,
+        dst_port: key.cport,
+        seq,
+    };
+    rto_prompt(ctx, key.client, &quoted);
 }
 
 /// ICMP host-unreachable messages to the sender of the segment `quoted`

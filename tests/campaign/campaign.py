@@ -587,6 +587,8 @@ def main():
         ap.error(f"unknown fault kind(s) {bad}; known: {KINDS}")
     if os.geteuid() != 0:
         ap.error("needs root (network namespaces)")
+    if a.capture and not shutil.which("tcpdump"):
+        ap.error("--capture needs tcpdump (apt-get install -y tcpdump)")
     return Campaign(a).run()
 
 

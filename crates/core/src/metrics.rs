@@ -144,6 +144,10 @@ pub struct Counters {
     /// connections so that a client in retransmission back-off resends at
     /// once (RFC 6069: Linux takes back one back-off step per message).
     pub rto_prompts: u64,
+    /// Client segments that reached the new router while their connection
+    /// was rebuilt, passed on to a replica once it told its position (the
+    /// others had them at once).
+    pub rebuild_resends: u64,
     /// Replicas' probes (zero-window, keep-alive) passed on to the client
     /// so that it answers with its window.
     pub probes_passed: u64,

@@ -6657,6 +6657,77 @@ fn after_a_takeover_the_clients_echo_of_the_old_routers_clock_reaches_no_replica
     );
 }
 
+/// A router can die between the replicas' SYN-ACKs and the client's ACK
+/// of the handshake: the agents have the record, but the replicas are still
+/// half-open. Linux (6.14 on) takes an ACK in SYN-RECEIVED only if it echoes
+/// one of its SYN-ACKs' TSvals, or none; the router knows only the newer
+/// TSval of a replica's position answer. So a leg whose replica has neither
+/// acknowledged nor sent a byte gets TSecr 0 (on the client's segments and
+/// the router's own), and the mapped echo once it has.
+#[test]
+fn a_replica_still_half_open_after_a_takeover_is_sent_no_echo_it_would_reject() {
+    let mut r = router(2);
+    let (risn, isns) = (7_000_000u32, [1_000_000u32, 2_000_000]);
+    adopt_two_with(&mut r, risn, isns, 0, Some(4242));
+    // Both at the handshake: nothing sent, nothing acknowledged.
+    for i in 0..2usize {
+        let mut a = Repr::new(
+            PORT,
+            CPORT,
+            SeqNum(isns[i]).add(1),
+            SeqNum(CISN).add(1),
+            flags::ACK,
+            64,
+        );
+        a.timestamps = Some((9000, 1000));
+        r.handle_packet(t(1), seg(replica(i as u8 + 1), CLIENT, a, b""));
+    }
+    let out = drain(&mut r);
+    let own = out
+        .iter()
+        .filter(|o| o.dst == CLIENT)
+        .find_map(|o| o.r.timestamps.map(|x| x.0))
+        .expect("the rebuild's ACK to the client");
+    let send = |r: &mut Router, at: u64, off: u32| -> Vec<Out> {
+        let mut d = Repr::new(
+            CPORT,
+            PORT,
+            SeqNum(CISN).add(1 + off),
+            SeqNum(risn).add(1),
+            flags::ACK | flags::PSH,
+            502,
+        );
+        d.timestamps = Some((5555 + off, own));
+        r.handle_packet(t(at), seg(CLIENT, VIP, d, b"abcd"));
+        drain(r)
+    };
+    let echo_to = |out: &[Out], i: u8| -> Vec<u32> {
+        out.iter()
+            .filter(|o| o.dst == replica(i) && !o.payload.is_empty())
+            .map(|o| o.r.timestamps.expect("timestamps").1)
+            .collect()
+    };
+    let out = send(&mut r, 2, 0);
+    assert_eq!(echo_to(&out, 1), vec![0], "{out:?}");
+    assert_eq!(echo_to(&out, 2), vec![0], "{out:?}");
+    // Replica 1's kernel took it (established now); replica 2's did not.
+    let mut a = Repr::new(
+        PORT,
+        CPORT,
+        SeqNum(isns[0]).add(1),
+        SeqNum(CISN).add(5),
+        flags::ACK,
+        64,
+    );
+    a.timestamps = Some((9010, 5555));
+    r.handle_packet(t(3), seg(replica(1), CLIENT, a, b""));
+    drain(&mut r);
+    let out = send(&mut r, 4, 4);
+    let e1 = echo_to(&out, 1);
+    assert!(e1.len() == 1 && e1[0] != 0, "mapped again: {out:?}");
+    assert_eq!(echo_to(&out, 2), vec![0], "{out:?}");
+}
+
 /// Replica `i` answers a rebuilt connection's position probe: its SND.NXT
 /// is `snd_nxt`, and it acknowledged `acked` bytes of the client's.
 fn position_answer(r: &mut Router, at: Instant, i: u8, snd_nxt: SeqNum, acked: u32) {
@@ -6739,6 +6810,108 @@ fn a_rebuilt_connection_prompts_a_replica_at_the_snd_una_its_agent_read() {
         "{sent:?}"
     );
     assert_eq!(r.counters().rto_prompts, 3);
+}
+
+/// A client whose data died with the router resends it at its timeout. If
+/// that resend reaches the new router while the connection is still
+/// rebuilt, it goes at once only to the replicas whose position is known;
+/// the others get it as soon as they tell theirs, with the client's newest
+/// ACK. Dropped for them, the group would not acknowledge it, and the
+/// client would wait out another timeout (the campaign's echo streams
+/// stalled about 490 ms: one RTO lost in the rebuild, then a second).
+#[test]
+fn a_clients_resend_during_a_rebuild_reaches_the_replicas_that_tell_their_position_later() {
+    let mut r = router(2);
+    let (risn, isns) = (7_000_000u32, [1_000_000u32, 2_000_000]);
+    adopt_two_with(&mut r, risn, isns, 0, None);
+    position_answer(&mut r, t(1), 1, SeqNum(isns[0]).add(101), 86);
+    drain(&mut r);
+    let d = Repr::new(
+        CPORT,
+        PORT,
+        SeqNum(CISN).add(1 + 86),
+        SeqNum(risn).add(1 + 100),
+        flags::ACK | flags::PSH,
+        502,
+    );
+    r.handle_packet(t(2), seg(CLIENT, VIP, d, &[b'c'; 14]));
+    let out = drain(&mut r);
+    let data: Vec<&Out> = out.iter().filter(|o| !o.payload.is_empty()).collect();
+    assert_eq!(data.len(), 1, "replica 1 only, at once: {out:?}");
+    assert_eq!(data[0].dst, replica(1));
+    // Replica 2 tells its position: it gets the resend now.
+    position_answer(&mut r, t(3), 2, SeqNum(isns[1]).add(101), 86);
+    let out = drain(&mut r);
+    let data: Vec<&Out> = out
+        .iter()
+        .filter(|o| !o.payload.is_empty() && o.dst != CLIENT)
+        .collect();
+    assert_eq!(data.len(), 1, "replica 2 gets the resend: {out:?}");
+    let o = data[0];
+    assert_eq!(o.dst, replica(2));
+    assert_eq!(o.r.seq, SeqNum(CISN).add(1 + 86));
+    assert_eq!(o.payload, vec![b'c'; 14]);
+    assert_eq!(
+        o.r.ack,
+        SeqNum(isns[1]).add(1 + 100),
+        "in replica 2's space"
+    );
+    assert_eq!(r.counters().rebuild_resends, 1);
+    // Once the connection is whole, nothing is kept or sent again.
+    position_answer(&mut r, t(4), 2, SeqNum(isns[1]).add(101), 100);
+    position_answer(&mut r, t(4), 1, SeqNum(isns[0]).add(101), 100);
+    let out = drain(&mut r);
+    assert!(
+        out.iter().all(|o| o.payload.is_empty() || o.dst == CLIENT),
+        "{out:?}"
+    );
+    assert_eq!(r.counters().rebuild_resends, 1);
+}
+
+/// After a takeover the router does not know which replica's stream the
+/// client followed. The client holds at least what the slowest replica
+/// sent; a replica whose output reaches beyond must resend that part on
+/// its own retransmission timer, while one that stands where the client
+/// does sends its next bytes fresh. The client follows the latter (an echo
+/// stream in the campaign waited 690 ms on a replica that owed it 162 KB
+/// while another's next 38 KB were held back as a standby's).
+#[test]
+fn a_rebuilt_connection_follows_the_replica_that_owes_the_client_least() {
+    for first_ahead in [true, false] {
+        let what = format!("the replica adopted first is ahead: {first_ahead}");
+        let mut r = router(2);
+        let (risn, isns) = (7_000_000u32, [1_000_000u32, 2_000_000]);
+        adopt_two_with(&mut r, risn, isns, 0, None);
+        // One replica sent 300 bytes (the last 200 died with the router),
+        // the other 100.
+        let (a, b) = if first_ahead { (300, 100) } else { (100, 300) };
+        position_answer(&mut r, t(1), 1, SeqNum(isns[0]).add(1 + a), 86);
+        position_answer(&mut r, t(2), 2, SeqNum(isns[1]).add(1 + b), 86);
+        drain(&mut r);
+        // The one at 100 sends its next 50 bytes at once.
+        let (i, isn) = if first_ahead {
+            (2u8, isns[1])
+        } else {
+            (1, isns[0])
+        };
+        let d = Repr::new(
+            PORT,
+            CPORT,
+            SeqNum(isn).add(101),
+            SeqNum(CISN).add(1 + 86),
+            flags::ACK | flags::PSH,
+            64,
+        );
+        r.handle_packet(t(3), seg(replica(i), CLIENT, d, &[b's'; 50]));
+        let out = drain(&mut r);
+        let to_client: Vec<&Out> = out
+            .iter()
+            .filter(|o| o.dst == CLIENT && !o.payload.is_empty())
+            .collect();
+        assert_eq!(to_client.len(), 1, "{what}: {out:?}");
+        assert_eq!(to_client[0].r.seq, SeqNum(risn).add(101), "{what}");
+        assert_eq!(to_client[0].payload.len(), 50, "{what}");
+    }
 }
 
 /// A connection rebuilt after a takeover: each endpoint may be waiting out

@@ -244,7 +244,12 @@ pub fn render(v: &Value) -> String {
     }
     // Takeover, when this router adopted connections from the agents.
     if u(&c["connections_adopted"]) > 0 {
-        for k in ["connections_adopted", "connections_rebuilt", "rto_prompts"] {
+        for k in [
+            "connections_adopted",
+            "connections_rebuilt",
+            "rto_prompts",
+            "rebuild_resends",
+        ] {
             let _ = writeln!(o, "  {k:<20} {}", u(&c[k]));
         }
     }

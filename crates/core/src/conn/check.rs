@@ -489,24 +489,27 @@ impl Conn {
         self.check.as_ref().is_some_and(|c| c.primary())
     }
 
-    /// `primary`: the leg the client follows, the first open one (in the
+    /// `primary`: the leg the client follows: the one a rebuild chose
+    /// (`Conn::lead`) while it serves, else the first open one (in the
     /// service's order) that is not a held joiner.
     pub(super) fn leader(&self) -> Option<usize> {
-        self.legs
-            .iter()
-            .position(|l| l.state == super::LegState::Open && !l.held && !l.detached)
+        let can = |l: &super::Leg| l.state == super::LegState::Open && !l.held && !l.detached;
+        match self.lead {
+            Some(i) if self.legs.get(i).is_some_and(can) => Some(i),
+            _ => self.legs.iter().position(can),
+        }
     }
 
     /// `primary`: the leg that would be followed if the followed one
-    /// failed (the next open one that is not a held joiner): its bytes
-    /// ahead of the client are kept.
+    /// failed (the first other open one that is not a held joiner): its
+    /// bytes ahead of the client are kept.
     pub(super) fn standby(&self) -> Option<usize> {
+        let lead = self.leader()?;
         self.legs
             .iter()
             .enumerate()
-            .filter(|(_, l)| l.state == super::LegState::Open && !l.held && !l.detached)
+            .find(|(i, l)| *i != lead && l.state == super::LegState::Open && !l.held && !l.detached)
             .map(|(i, _)| i)
-            .nth(1)
     }
 
     /// The bytes this connection keeps (`Check::ahead`).

@@ -437,7 +437,7 @@ impl Conn {
             self.client_win,
         );
         if self.ts_on {
-            r.timestamps = Some((self.client_tsval, l.ts_last));
+            r.timestamps = Some((self.client_tsval, self.tsecr_to(i, l.ts_last)));
         }
         ctx.tx
             .push_back(Packet::plain(r.emit_ipv4(self.key.client, l.addr, &[0])));

@@ -443,6 +443,15 @@ impl Conn {
         let targets: Vec<usize> = (0..self.legs.len())
             .filter(|&i| self.legs[i].open() && (self.legs[i].learned || rst))
             .collect();
+        if !rst && (seg.payload_len > 0 || seg.has(flags::FIN)) {
+            self.keep_early(&pkt, seg, &targets);
+        }
+        self.fan_out_to(ctx, pkt, seg, &targets);
+    }
+
+    /// [`Conn::fan_out`] to the open legs `targets`.
+    pub(super) fn fan_out_to(&mut self, ctx: &mut Ctx, pkt: Packet, seg: &Seg, targets: &[usize]) {
+        let rst = seg.has(flags::RST);
         // Per segment, the same for every replica. A segment held during a
         // join's pause, released now, carries what the client acknowledged
         // and its clock then; the replica has seen newer since (their ACK
@@ -484,7 +493,7 @@ impl Conn {
             let rst_seq = (rst && l.learned && seg.seq.is_before(l.ack)).then_some(l.ack);
             let tsecr = seg.ts.map(|(_, e)| {
                 if l.learned && !old_echo {
-                    translate_tsecr(e, l.ts_off, l.ts_last)
+                    self.tsecr_to(i, translate_tsecr(e, l.ts_off, l.ts_last))
                 } else {
                     0
                 }

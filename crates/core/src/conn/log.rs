@@ -542,7 +542,7 @@ impl Conn {
         let opt = if self.ts_on { 12 } else { 0 };
         let size = u32::from(self.mss_out).saturating_sub(opt).max(1);
         let (ack_c, ack) = l.ack_for(self.client_ack);
-        let tsecr = l.ts_last;
+        let tsecr = self.tsecr_to(i, l.ts_last);
         let addr = l.addr;
         let mut at = from;
         let mut sent = 0usize;

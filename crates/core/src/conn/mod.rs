@@ -262,6 +262,19 @@ pub struct Conn {
     /// timeout, and is prompted like a client that has not spoken
     /// (`Conn::prompt_client`).
     client_resent_early: Option<SeqNum>,
+    /// An adopted connection not whole yet: client segments with data that
+    /// reached only the legs whose position was known, and the legs they
+    /// went to. A leg that tells its position later gets them then
+    /// ([`Conn::replay_early`]): a client's retransmission that reached the
+    /// new router during the rebuild is not lost, and the client does not
+    /// wait out another retransmission timeout. Bounded
+    /// ([`recovery::EARLY_MAX`]); dropped once the connection is whole.
+    early: Vec<(Packet, Seg, Vec<usize>)>,
+    early_bytes: usize,
+    /// `primary`, after a rebuild: the leg the client follows while it
+    /// serves ([`Conn::leader`]), the one that owed the client least when
+    /// the connection became whole (`Conn::choose_lead`).
+    lead: Option<usize>,
     /// When a replica's probe was last passed on to the client.
     probe_passed_at: Option<Instant>,
     /// When the last challenge ACK went to the client (RFC 5961 §7).
@@ -377,6 +390,9 @@ impl Conn {
             adoption: None,
             client_seen: true,
             client_resent_early: None,
+            early: Vec::new(),
+            early_bytes: 0,
+            lead: None,
             probe_passed_at: None,
             challenge_at: None,
             client_wscale: syn.wscale,

@@ -28,6 +28,12 @@ pub(super) const REBUILD_GRACE: core::time::Duration = core::time::Duration::fro
 /// whose agents have not registered yet.
 pub(super) const ADOPT_WAIT: core::time::Duration = core::time::Duration::from_millis(1000);
 
+/// What an adopted connection keeps of the client's segments while it is
+/// rebuilt, for the replicas whose position is not known yet
+/// (`Conn::early`): segments, and bytes. A client that timed out resends
+/// one segment, then waits: a few suffice.
+pub(crate) const EARLY_MAX: (usize, usize) = (8, 64 * 1024);
+
 /// An MSS from a record, where 0 (a record of an older agent, or a broken
 /// one) means "unknown": RFC 9293 §3.7.1's default for IPv4, 536.
 fn mss_or_default(mss: u16) -> u16 {
@@ -252,7 +258,8 @@ impl Conn {
         let l = &mut self.legs[i];
         let s = seg.seq.shift(l.off);
         let end = s.add(seg.payload_len + seg.has(flags::FIN) as u32);
-        if !l.learned {
+        let newly = !l.learned;
+        if newly {
             l.learned = true;
             l.hi = end;
             if seg.has(flags::ACK) {
@@ -284,7 +291,102 @@ impl Conn {
         if a.is_after(self.client_hi) {
             self.client_hi = a;
         }
+        if newly {
+            self.replay_early(ctx, i);
+        }
         self.finish_recovery(ctx)
+    }
+
+    /// `primary`, as the connection becomes whole: the client follows the
+    /// replica that owes it least. The router that died forwarded one
+    /// replica's bytes, and what it had in flight died with it; which
+    /// replica it followed is not recorded. A replica whose output ends at
+    /// or before what the client holds (`sent_hi`: at least what the
+    /// slowest sent) goes on with bytes it sends fresh, as its window
+    /// opens; one whose output reaches beyond must first resend those
+    /// bytes, on its own retransmission timer (200 ms or more, backed off
+    /// in the outage; an echo stream waited 690 ms for one that owed
+    /// 162 KB while the replica it had followed before stood exactly where
+    /// the client did and sent its next 38 KB at once, held back as a
+    /// standby's). So: the one nearest below or at the client, else the
+    /// one that owes least.
+    fn choose_lead(&mut self) {
+        if !self.follows_one() {
+            return;
+        }
+        let at = self.sent_hi;
+        self.lead = self
+            .legs
+            .iter()
+            .enumerate()
+            .filter(|(_, l)| l.open() && l.learned && !l.held && !l.detached)
+            .min_by_key(|(i, l)| {
+                let owed = l.hi.is_after(at);
+                (owed, l.hi.diff(at).unsigned_abs(), *i)
+            })
+            .map(|(i, _)| i);
+    }
+
+    /// The TSecr for a segment to leg `i` whose echo would be `mapped` (in
+    /// its replica's clock). An adopted connection whose replica neither
+    /// acknowledged a client byte nor sent one may still be half-open
+    /// there: the client's ACK of the handshake died with the router that
+    /// forwarded the SYN-ACK. Linux (6.14 on, `tcp_check_req`) then takes
+    /// only an ACK that echoes one of its SYN-ACKs' TSvals, or none: the
+    /// replica's newer TSvals the router learnt from its position answer
+    /// make it drop every segment, the client's data too, as out of
+    /// window (a short Redis connection's command waited 1.27 s for the
+    /// client's next timeout, and the service's input order with it). Such
+    /// a leg gets TSecr 0, which that check skips and an established
+    /// socket ignores (RFC 7323 §3.2: no RTT sample), until its replica
+    /// has acknowledged or sent a byte.
+    pub(super) fn tsecr_to(&self, i: usize, mapped: u32) -> u32 {
+        let l = &self.legs[i];
+        if self.is_adopted()
+            && l.learned
+            && l.ack == self.client_isn.add(1)
+            && l.hi == self.router_isn.add(1)
+        {
+            0
+        } else {
+            mapped
+        }
+    }
+
+    /// Keep a client segment that reached only the legs `got` while the
+    /// connection is rebuilt (`Conn::early`), if some open leg's position
+    /// is not known yet and the bound allows.
+    pub(super) fn keep_early(&mut self, pkt: &crate::packet::Packet, seg: &Seg, got: &[usize]) {
+        if !self.recovering()
+            || !self.legs.iter().any(|l| l.open() && !l.learned)
+            || self.early.len() >= EARLY_MAX.0
+            || self.early_bytes + seg.payload_len as usize > EARLY_MAX.1
+        {
+            return;
+        }
+        self.early_bytes += seg.payload_len as usize;
+        self.early.push((pkt.clone(), *seg, got.to_vec()));
+    }
+
+    /// Leg `i` just told its position: it gets the client's segments that
+    /// came during the rebuild and went only to the legs known then, in
+    /// their order, with the client's newest ACK and clock (as segments
+    /// held during a join's pause are released).
+    fn replay_early(&mut self, ctx: &mut Ctx, i: usize) {
+        if self.early.is_empty() || !self.legs[i].open() {
+            return;
+        }
+        let mut early = std::mem::take(&mut self.early);
+        let releasing = std::mem::replace(&mut self.releasing, true);
+        for (p, s, got) in &mut early {
+            if !got.contains(&i) {
+                got.push(i);
+                self.fan_out_to(ctx, p.clone(), s, &[i]);
+                ctx.counters.rebuild_resends += 1;
+            }
+        }
+        self.releasing = releasing;
+        self.early = early;
     }
 
     /// Every live leg told its position: the connection is whole again.
@@ -307,6 +409,8 @@ impl Conn {
             return false;
         }
         self.adoption = Some(Adoption::Rebuilt { at: ctx.now });
+        self.early = Vec::new();
+        self.early_bytes = 0;
         self.prompt_due = true;
         self.prompt_replicas_due = true;
         self.evict_log_lost(ctx);
@@ -322,6 +426,7 @@ impl Conn {
             self.sent_hi = lo;
             self.client_ack = lo;
         }
+        self.choose_lead();
         // One ACK to the client with the group's position and window.
         if let (Some(a), Some(e)) = (self.group_ack(), self.group_edge()) {
             self.adv_ack = a.sub(1);

@@ -87,6 +87,25 @@ pub(crate) struct Resumed {
 }
 
 impl SvcOrder {
+    /// Whether an agent's report contradicts this order: it got a number
+    /// this router never handed out, or an event this router's log holds
+    /// another under its number. Another router numbered the service's
+    /// input since this one did (see `Router::superseded`).
+    pub(crate) fn contradicted_by(&self, r: &OrderReport) -> Option<u64> {
+        if self.waiting.is_some() || self.seq == 0 {
+            return None;
+        }
+        if r.last_seq > self.seq {
+            return Some(r.last_seq);
+        }
+        r.tail
+            .iter()
+            .find(|e| self.log.get(&e.seq).is_some_and(|x| x != *e))
+            .map(|e| e.seq)
+    }
+}
+
+impl SvcOrder {
     pub fn remember(&mut self, ev: NumberedInput) {
         self.ends = None;
         self.log.insert(ev.seq, ev);

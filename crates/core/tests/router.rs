@@ -2763,6 +2763,76 @@ fn an_adopted_window_scale_above_14_is_clamped() {
     assert_eq!(ack.r.window, 64);
 }
 
+/// A router that stalled lost its address to the standby for a while; the
+/// standby served, numbered the order on, and died; this router got the
+/// address back. The first agent that registers reports an input event
+/// this router never numbered (or another event under a number it used):
+/// everything it knows is stale, and acting on it ended healthy replicas'
+/// servers and numbered over the other's order (the fault campaign's Redis
+/// lab never recovered). It is found superseded and starts over as a router
+/// that just started.
+#[test]
+fn a_router_an_agent_finds_superseded_starts_over() {
+    let mut r = sequencer_router(2);
+    r.require_agents();
+    r.agent_registered(replica(1));
+    r.agent_registered(replica(2));
+    let (risn, _) = handshake(&mut r, 2);
+    client_bytes(&mut r, t(3), risn, 0, b"abc");
+    let numbered: Vec<ftnet_core::NumberedInput> = std::iter::from_fn(|| r.poll_agent_msg())
+        .filter_map(|m| match m {
+            AgentMsg::Input { seq, key, kind, .. } => {
+                Some(ftnet_core::NumberedInput { seq, key, kind })
+            }
+            _ => None,
+        })
+        .collect();
+    let top = numbered.last().expect("numbered input").seq;
+    let report = |last: u64, tail: Vec<ftnet_core::NumberedInput>| {
+        vec![ftnet_core::OrderReport {
+            vip: VIP,
+            vport: PORT,
+            last_seq: last,
+            tail,
+        }]
+    };
+    // What this router numbered, as its agents saw it: not superseded.
+    assert_eq!(
+        r.superseded(replica(1), &report(top, numbered.clone())),
+        None
+    );
+    assert_eq!(r.superseded(replica(1), &report(0, Vec::new())), None);
+    // A number it never handed out.
+    let why = r
+        .superseded(replica(2), &report(top + 5, Vec::new()))
+        .expect("an event it never numbered");
+    assert!(why.contains(&format!("up to {top}")), "{why}");
+    // Another event under a number it used (a clock tick instead).
+    let mut other = numbered.clone();
+    let last = other.last_mut().unwrap();
+    last.kind = ftnet_core::InputKind::Tick { at_us: 12345 };
+    assert!(r.superseded(replica(1), &report(top, other)).is_some());
+    // Starting over: no connection, the order waits for the agents' reports.
+    assert_eq!(r.status().connections, 1);
+    r.start_over();
+    assert_eq!(r.status().connections, 0);
+    assert_eq!(r.superseded(replica(2), &report(top + 5, Vec::new())), None);
+    r.order_report(t(10), replica(1), &report(top + 5, Vec::new()));
+    r.order_report(t(10), replica(2), &report(top + 5, Vec::new()));
+    let evs: Vec<Event> = std::iter::from_fn(|| r.poll_event()).collect();
+    assert!(
+        evs.iter()
+            .any(|e| matches!(e, Event::OrderResumed { last, .. } if *last == top + 5)),
+        "numbers on after the agents' order: {evs:?}"
+    );
+    // No replica serves before its own agent registered again.
+    let mut syn = Repr::new(CPORT + 1, PORT, SeqNum(CISN), SeqNum(0), flags::SYN, 64240);
+    syn.mss = Some(1460);
+    r.handle_packet(t(11), seg(CLIENT, VIP, syn, b""));
+    let out = drain(&mut r);
+    assert!(out.iter().all(|o| o.dst == CLIENT), "{out:?}");
+}
+
 /// A replica whose agent missed input events nobody can replay to it (a
 /// router that started or took over found it behind the others' tails)
 /// cannot keep the order: it leaves the group at once (`OrderLost`) rather

@@ -22,7 +22,7 @@ use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
-use tracing::{debug, info, warn};
+use tracing::{debug, error, info, warn};
 
 /// Records queued per agent (a few tens of MB at most): an agent that
 /// cannot keep up must not slow the data plane down. One that falls this
@@ -57,6 +57,10 @@ pub trait RouterHandle: Send + Sync + 'static {
     /// Every live agent of these connections stored their records: their
     /// held SYN-ACKs go out (see `Router::record_stored`).
     fn records_stored(&self, keys: &[ConnKey]);
+    /// Whether an agent's report of the input order says another router
+    /// served since this one numbered it (see `Router::superseded`); if so
+    /// the router starts over (`Router::start_over`) and says why.
+    fn superseded(&self, replica: Ipv4Addr, reports: &[OrderReport]) -> Option<String>;
     /// Where the input order stands at a replica's agent (see
     /// `Router::order_report`); `then` runs before the router's lock is
     /// released (the agent starts getting input events there).
@@ -101,6 +105,9 @@ pub struct Registry {
     budget: Mutex<Budget>,
     /// Lines about peers refused before they registered.
     unproven_lines: Mutex<LineBudget>,
+    /// Sessions to end at once: the router started over
+    /// ([`Registry::end_sessions_but`]); each session's loop looks.
+    ended: Mutex<HashSet<u64>>,
 }
 
 /// What [`Registry::route`] did with a core message.
@@ -295,6 +302,36 @@ impl Registry {
             .get(&replica)
             .filter(|a| a.lost.is_none())
             .is_some_and(|a| a.tx.try_send(msg).is_ok())
+    }
+
+    /// The router started over (it was superseded): every agent but the
+    /// one of session `keep` leaves the registry, and its session ends, so
+    /// that it registers again and hands over its records. Commits that
+    /// waited for the old table's records are dropped with it.
+    pub fn end_sessions_but(&self, keep: u64) {
+        let ids: Vec<u64> = {
+            let mut agents = self.lock();
+            let ids = agents
+                .values()
+                .filter(|a| a.session != keep)
+                .map(|a| a.session)
+                .collect();
+            agents.retain(|_, a| a.session == keep);
+            ids
+        };
+        self.ended
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .extend(ids);
+        self.pending().clear();
+    }
+
+    /// Is session `id` to end ([`Registry::end_sessions_but`])?
+    fn take_ended(&self, id: u64) -> bool {
+        self.ended
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&id)
     }
 
     /// Did this session's queue overflow (it missed a record)?
@@ -697,6 +734,11 @@ fn serve(
                 return Ok(());
             }
         }
+        if reg.take_ended(id) {
+            info!(%peer, "agent session ended: the router started over; the agent registers again and hands over its records");
+            let _ = stream.shutdown(std::net::Shutdown::Both);
+            return Ok(());
+        }
         stall.mark("checks");
         let mut events = Vec::new();
         match stream.read(&mut buf) {
@@ -798,6 +840,34 @@ fn serve(
             }
         }
         stall.mark("write");
+        // An agent registering says where the input order stands: if
+        // another router served since this one numbered it, everything
+        // this router knows is stale. It starts over before it acts on
+        // any of it (stale verdicts would end healthy replicas' servers),
+        // and every other agent's session ends, so that each registers
+        // again and hands over its records, as in a takeover.
+        let reports = events.iter().find_map(|ev| match ev {
+            RouterEvent::Order { replica, services } => Some((*replica, services)),
+            _ => None,
+        });
+        let started_over = reports
+            .and_then(|(replica, services)| router.superseded(replica, services))
+            .map(|why| {
+                error!("SUPERSEDED: {why}: another router served meanwhile (this one lost its address for a while), so its connections, input order and verdicts are stale; it starts over as a router that just started, and rebuilds from the agents' records");
+                reg.end_sessions_but(id);
+            })
+            .is_some();
+        if let (true, Some(r)) = (started_over, registered) {
+            // This agent registered with what is gone (its hello came
+            // first): the fresh router learns it again.
+            let out = router.agent_registered(r);
+            if !out.is_empty() {
+                warn!(replica = %r, "replica stays out of service {} although its agent registered", out.join(", "));
+            }
+            if shims_told {
+                router.set_follows_order(r, shims > 0);
+            }
+        }
         for ev in events {
             match ev {
                 RouterEvent::Registered { replica, host } => {
@@ -1036,6 +1106,14 @@ fn serve(
                     let _ = stream.shutdown(std::net::Shutdown::Both);
                     return Ok(());
                 }
+            }
+        }
+        if let (true, Some(r)) = (started_over, registered) {
+            // It kept the stale router's list of replicas out of service
+            // for the next router: the fresh one's replaces it.
+            let down = router.out_of_service();
+            if let Some(a) = reg.lock().get(&r).filter(|a| a.session == id) {
+                let _ = a.tx.try_send(Msg::OutOfService { down });
             }
         }
         if s.is_closed() {

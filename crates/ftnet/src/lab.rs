@@ -107,6 +107,21 @@ Examples:
         #[arg(long, default_value = "lab")]
         name: String,
     },
+    /// HA lab: stop the router host that holds the addresses (its ftnet and keepalived, SIGSTOP)
+    /// for a while, then let it go on (SIGCONT): a host that was not scheduled. The other takes
+    /// over when the adverts stop; the stalled one comes back with what it knew before.
+    #[command(
+        name = "stall-router",
+        after_help = "Example:\n  ftnet lab stall-router --ms 2000"
+    )]
+    StallRouter {
+        /// Lab name.
+        #[arg(long, default_value = "lab")]
+        name: String,
+        /// How long the router host stays stopped, in milliseconds.
+        #[arg(long, default_value_t = 2000, value_parser = clap::value_parser!(u64).range(1..=60_000))]
+        ms: u64,
+    },
     /// HA lab: take every link of the router that holds the addresses down (router host loss).
     #[command(name = "cut-router", after_help = "Example:\n  ftnet lab cut-router")]
     CutRouter {
@@ -328,6 +343,10 @@ pub fn run(cmd: LabCmd) -> anyhow::Result<i32> {
         }
         LabCmd::CutRouter { name } => {
             ha::cut_router(&Lab::new(&name)?)?;
+            Ok(0)
+        }
+        LabCmd::StallRouter { name, ms } => {
+            ha::stall_router(&Lab::new(&name)?, ms)?;
             Ok(0)
         }
         LabCmd::RestartRouter { name } => {

@@ -336,6 +336,42 @@ pub(super) fn kill_router(lab: &Lab) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `lab stall-router`: SIGSTOP the master's ftnet router and keepalived for
+/// `ms`, then SIGCONT (a router host that was not scheduled).
+pub(super) fn stall_router(lab: &Lab, ms: u64) -> anyhow::Result<()> {
+    require_ha(lab)?;
+    let Some(k) = active(lab) else {
+        bail!("no router holds the gateway addresses — is the lab up? (`ftnet lab status`)");
+    };
+    let name = ROUTERS[k].0;
+    let mut pids: Vec<i32> = super::namespace_pids(&lab.ns_router_n(k))
+        .into_iter()
+        .filter(|&p| {
+            let cmd = std::fs::read(format!("/proc/{p}/cmdline")).unwrap_or_default();
+            let arg0 = cmd.split(|&b| b == 0).next().unwrap_or_default();
+            (arg0.ends_with(b"ftnet") || arg0.ends_with(b"keepalived")) && !super::is_zombie(p)
+        })
+        .collect();
+    pids.sort_unstable();
+    if router_pid(lab, k).is_none() {
+        bail!("router {name} holds the addresses but its ftnet is not running");
+    }
+    for &p in &pids {
+        crate::sys::kill_pid(p, libc::SIGSTOP).with_context(|| format!("kill -STOP {p}"))?;
+    }
+    println!(
+        "{name}: ftnet and keepalived stopped (SIGSTOP, pids {pids:?}) for {ms} ms; {} takes over when the adverts stop",
+        ROUTERS[1 - k].0
+    );
+    std::thread::sleep(Duration::from_millis(ms));
+    for &p in &pids {
+        // Each is woken even if one already went.
+        let _ = crate::sys::kill_pid(p, libc::SIGCONT);
+    }
+    println!("{name}: going on (SIGCONT) with what it knew before");
+    Ok(())
+}
+
 /// `lab cut-router`: take every link of the master down (host loss).
 pub(super) fn cut_router(lab: &Lab) -> anyhow::Result<()> {
     require_ha(lab)?;

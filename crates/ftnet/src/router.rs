@@ -442,6 +442,26 @@ impl RouterHandle for Shared {
         self.kick();
     }
 
+    fn superseded(
+        &self,
+        replica: std::net::Ipv4Addr,
+        reports: &[ftnet_core::OrderReport],
+    ) -> Option<String> {
+        let why = {
+            let mut r = self.lock();
+            let why = r.superseded(replica, reports);
+            if why.is_some() {
+                r.start_over();
+            }
+            why
+        };
+        if why.is_some() {
+            crate::metrics::note("superseded", None, why.clone().unwrap_or_default());
+            self.kick();
+        }
+        why
+    }
+
     fn order_report(
         &self,
         replica: std::net::Ipv4Addr,

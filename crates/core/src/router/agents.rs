@@ -291,6 +291,58 @@ impl Router {
         }
     }
 
+    /// Whether replica `replica`'s agent, registering, says another router
+    /// served since this one numbered the service's input: it got an input
+    /// event this router never numbered, or another event under a number
+    /// this router used. Then this router's table, order and verdicts are
+    /// stale (it lost its address to the other, for a while: a standby
+    /// that took over when this one stalled, and died since), and acting
+    /// on them would tell healthy replicas' agents to end their servers
+    /// and number on over the other's order. Returns why, for the log;
+    /// the caller then starts over ([`Router::start_over`]) before it
+    /// handles anything of that agent's.
+    pub fn superseded(&self, replica: Ipv4Addr, reports: &[OrderReport]) -> Option<String> {
+        if !self.config.sequencer {
+            return None;
+        }
+        for (svc, s) in self.config.services.iter().enumerate() {
+            if !s.replicas.contains(&replica) {
+                continue;
+            }
+            let o = &self.order[svc];
+            for r in reports
+                .iter()
+                .filter(|r| r.vip == s.vip && s.ports.contains(&r.vport))
+            {
+                if let Some(n) = o.contradicted_by(r) {
+                    return Some(format!(
+                        "service {}: the agent of {replica} has input event {n} of an order this router did not number (it numbered up to {})",
+                        s.name, o.seq
+                    ));
+                }
+            }
+        }
+        None
+    }
+
+    /// Start over as a router that just started: no connection, no verdict,
+    /// the input order held until the agents report where it stands, and
+    /// (when agents were required) no replica serving before its own agent
+    /// registered. The agents then hand over their records as in a
+    /// takeover. For a router found superseded ([`Router::superseded`]).
+    pub fn start_over(&mut self) {
+        let agents = self.agents.is_some();
+        let wall = self.wall_offset_us;
+        let mut fresh = Router::new(self.config.clone(), self.secret);
+        fresh.wall_offset_us = wall;
+        fresh.last_now = self.last_now;
+        fresh.await_order();
+        if agents {
+            fresh.require_agents();
+        }
+        *self = fresh;
+    }
+
     /// After a start or a takeover: hold every service's input numbering
     /// until its replicas' agents reported where the order stands
     /// ([`Router::order_report`]), or [`ORDER_WAIT`] after the first report

@@ -1425,6 +1425,17 @@ impl AgentSession {
                         records: chunk.to_vec(),
                     });
                 }
+                // The last message has fewer than RECORDS_PER_MSG records
+                // (none, if need be): the router then knows it has them all,
+                // and stops waiting for this replica's record of a
+                // connection it never had. Without it, an agent that kept
+                // no record sent nothing, and every connection rebuilt from
+                // the others' records waited 1 s for its.
+                if all.len() % RECORDS_PER_MSG == 0 {
+                    out.push(Msg::Records {
+                        records: Vec::new(),
+                    });
+                }
                 self.hello = Some(shim_hello(
                     &shim_seed(&self.secret),
                     tick_ms.min(60_000),
@@ -1774,6 +1785,11 @@ mod tests {
                 RouterEvent::Order {
                     replica: R,
                     services: vec![]
+                },
+                // No record kept: one empty message says so.
+                RouterEvent::Records {
+                    replica: R,
+                    records: vec![]
                 }
             ]
         );
@@ -2194,6 +2210,32 @@ mod tests {
         }
         got.sort_unstable();
         assert_eq!(got, (40000..40300).collect::<Vec<u16>>());
+        // Only the last message is short: it tells the router it has them
+        // all. An agent with no record, or a multiple of the chunk, sends
+        // an empty one last.
+        for n in [0usize, RECORDS_PER_MSG, 2 * RECORDS_PER_MSG, 5] {
+            let (mut a, hello) = AgentSession::new(b"k", R, "h", [1; 16], 0);
+            for p in 0..n {
+                let r = record(40000 + p as u16);
+                a.records.insert(r.key, r);
+            }
+            let mut r = RouterSession::new(b"k", [2; 16], Heartbeats::default(), 0);
+            let (_, re) = converse(&mut a, &mut r, hello, 0);
+            let sizes: Vec<usize> = re
+                .iter()
+                .filter_map(|e| match e {
+                    RouterEvent::Records { records, .. } => Some(records.len()),
+                    _ => None,
+                })
+                .collect();
+            let (last, full) = sizes.split_last().expect("at least one Records message");
+            assert!(*last < RECORDS_PER_MSG, "{n} records: {sizes:?}");
+            assert!(
+                full.iter().all(|&k| k == RECORDS_PER_MSG),
+                "{n} records: {sizes:?}"
+            );
+            assert_eq!(sizes.iter().sum::<usize>(), n);
+        }
         // Records from an agent that has not authenticated are refused.
         let mut r2 = RouterSession::new(b"k", [3; 16], Heartbeats::default(), 0);
         let mut out = Vec::new();

@@ -420,9 +420,14 @@ impl RouterHandle for Shared {
         let done = {
             let mut r = self.lock();
             let done = records.iter().map(|rec| r.adopt(now, from, rec)).collect();
-            // That was all of them: a connection rebuilt without a record
-            // from this agent does not wait for one.
-            r.records_done(now, from);
+            // The agent's last message of records is the short one (it
+            // sends an empty one if need be): that was all of them, and a
+            // connection rebuilt without a record from this agent does not
+            // wait for one. Not before: a connection whose record comes in
+            // a later message would stop waiting for it.
+            if records.len() < ftnet_control::RECORDS_PER_MSG {
+                r.records_done(now, from);
+            }
             done
         };
         // The position probes are queued: get them written.

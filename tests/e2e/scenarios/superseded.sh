@@ -15,6 +15,10 @@
 # and rebuild from the agents' records, not tell healthy replicas' agents to end their servers nor
 # number over the other router's order (found by the fault campaign: its Redis lab never
 # recovered, every replica's order lost).
+# Not in the default run (FTNET_E2E_KNOWN=1 or `run.sh --only superseded` adds it): about one run
+# in four, when the stalled router takes its addresses back by itself while the other still runs,
+# a short connection times out and one replica's digest differs from the others' at the end
+# (found, not yet explained: both routers may serve for a moment before the first agent's report).
 # Pass: the SUPERSEDED line; no ORDER LOST and no replica taken out after it; 0 client errors and
 # every counter exact; all three replicas serving with equal digests.
 set -euo pipefail

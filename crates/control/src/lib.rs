@@ -2215,8 +2215,8 @@ mod tests {
         // an empty one last.
         for n in [0usize, RECORDS_PER_MSG, 2 * RECORDS_PER_MSG, 5] {
             let (mut a, hello) = AgentSession::new(b"k", R, "h", [1; 16], 0);
-            for p in 0..n {
-                let r = record(40000 + p as u16);
+            for p in 0..u16::try_from(n).expect("a few hundred") {
+                let r = record(40000 + p);
                 a.records.insert(r.key, r);
             }
             let mut r = RouterSession::new(b"k", [2; 16], Heartbeats::default(), 0);

@@ -1240,10 +1240,34 @@ pub struct AgentSession {
     /// how the servers' clock goes.
     pub hello: Option<[u8; SHIM_RECORD]>,
     keys: Option<FrameKeys>,
-    /// What the replica's kernel said its peers acknowledged of its output
-    /// ([`AgentSession::note_bytes_acked`]), for the records of the next
-    /// `Welcome`.
-    acked: HashMap<(Ipv4Addr, u16, u16), u64>,
+    /// What the replica's kernel said of its connections
+    /// ([`AgentSession::note_sockets`]), for the records of the next
+    /// `Welcome`: each one it has (client address, client port, local
+    /// port), with the bytes its peer acknowledged of its output where the
+    /// kernel says. `None`: the kernel was not asked, or would not say.
+    sockets: Option<HashMap<(Ipv4Addr, u16, u16), Option<u64>>>,
+    /// What the agent knows of each record beyond it (carried from session
+    /// to session with `records`).
+    pub record_info: HashMap<ConnKey, RecordInfo>,
+    /// Records dropped at the last `Welcome` because the replica's kernel
+    /// no longer has their connection ([`AgentSession::take_dropped`]).
+    dropped: Vec<ConnKey>,
+}
+
+/// How old a record must be before its connection's absence from the
+/// replica's kernel counts, if no earlier look saw its socket: a
+/// connection whose handshake the replica answered with a SYN cookie has
+/// no socket until the client's ACK.
+pub const RECORD_SETTLE_MS: u64 = 3_000;
+
+/// What an agent knows of one of its records.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RecordInfo {
+    /// When it came (ms, the agent's clock).
+    pub stored_ms: u64,
+    /// The replica's kernel had a socket of its connection at an earlier
+    /// look: absent now, it closed (or the server restarted).
+    pub seen: bool,
 }
 
 /// Replica `me`'s SND.UNA on the connection of `r`: its ISN + 1 + the
@@ -1251,10 +1275,10 @@ pub struct AgentSession {
 fn snd_una(
     r: &ConnRecord,
     me: Ipv4Addr,
-    acked: &HashMap<(Ipv4Addr, u16, u16), u64>,
+    sockets: &HashMap<(Ipv4Addr, u16, u16), Option<u64>>,
 ) -> Option<u32> {
     let isn = r.replica(me)?.isn;
-    let b = acked.get(&(r.key.client, r.key.cport, r.key.vport))?;
+    let b = (*sockets.get(&(r.key.client, r.key.cport, r.key.vport))?)?;
     let low = u32::try_from(b & u64::from(u32::MAX)).ok()?;
     Some(isn.wrapping_add(1).wrapping_add(low))
 }
@@ -1285,7 +1309,9 @@ impl AgentSession {
             down: Vec::new(),
             hello: None,
             keys: None,
-            acked: HashMap::new(),
+            sockets: None,
+            record_info: HashMap::new(),
+            dropped: Vec::new(),
         };
         let hello = Msg::Hello {
             version: VERSION,
@@ -1408,14 +1434,37 @@ impl AgentSession {
                 }
                 // Everything it keeps, for a router that starts or took
                 // over (one that knows the connections ignores them).
-                let acked = std::mem::take(&mut self.acked);
                 let me = self.replica;
+                // A record of a connection the replica's kernel no longer
+                // has (it closed there while no router could tell this
+                // agent, or the server restarted) is dropped, not handed
+                // over: adopted, its leg would be probed, answered with a
+                // RST and evicted as a replica that reset a live connection
+                // (a router that took over twice within seconds).
+                self.dropped.clear();
+                let sockets = self.sockets.take();
+                if let Some(sockets) = &sockets {
+                    let mut gone = Vec::new();
+                    for k in self.records.keys() {
+                        let info = self.record_info.entry(*k).or_default();
+                        if sockets.contains_key(&(k.client, k.cport, k.vport)) {
+                            info.seen = true;
+                        } else if info.seen || now_ms >= info.stored_ms + RECORD_SETTLE_MS {
+                            gone.push(*k);
+                        }
+                    }
+                    for k in &gone {
+                        self.records.remove(k);
+                        self.record_info.remove(k);
+                    }
+                    self.dropped = gone;
+                }
                 let mut all: Vec<ConnRecord> = self
                     .records
                     .values()
                     .map(|r| {
                         let mut r = r.clone();
-                        r.snd_una = snd_una(&r, me, &acked);
+                        r.snd_una = sockets.as_ref().and_then(|m| snd_una(&r, me, m));
                         r
                     })
                     .collect();
@@ -1454,6 +1503,13 @@ impl AgentSession {
                 record.snd_una = None;
                 let key = record.key;
                 self.records.insert(key, record);
+                self.record_info.insert(
+                    key,
+                    RecordInfo {
+                        stored_ms: now_ms,
+                        seen: false,
+                    },
+                );
                 // Confirmed at once; records that came together are
                 // confirmed together.
                 match out.last_mut() {
@@ -1468,6 +1524,7 @@ impl AgentSession {
             }
             (AState::Live { .. }, Msg::ConnClose { key }) => {
                 self.records.remove(&key);
+                self.record_info.remove(&key);
                 None
             }
             (AState::Live { .. }, Msg::Input { seq, key, kind }) => {
@@ -1536,16 +1593,25 @@ impl AgentSession {
         }
     }
 
-    /// What the replica's kernel says its peers acknowledged of its output
-    /// on each connection (client address, client port, local port →
-    /// bytes: `tcp_info`'s `tcpi_bytes_acked`), read by the caller just
-    /// before it passes the router's `Welcome` to [`AgentSession::handle`].
-    /// The records handed over then carry the replica's SND.UNA
-    /// ([`ConnRecord::snd_una`]): no router forwards the client's ACKs to
-    /// the replica while the new one has no table, so it stands still
-    /// until the record arrives.
-    pub fn note_bytes_acked(&mut self, acked: HashMap<(Ipv4Addr, u16, u16), u64>) {
-        self.acked = acked;
+    /// The connections the replica's kernel has (client address, client
+    /// port, local port), each with what its peer acknowledged of the
+    /// replica's output where the kernel keeps it (`tcp_info`'s
+    /// `tcpi_bytes_acked`), read by the caller just before it passes the
+    /// router's `Welcome` to [`AgentSession::handle`]; `None` if the kernel
+    /// would not say. The records handed over then carry the replica's
+    /// SND.UNA ([`ConnRecord::snd_una`]): no router forwards the client's
+    /// ACKs to the replica while the new one has no table, so it stands
+    /// still until the record arrives. A record whose connection the
+    /// kernel no longer has is dropped ([`AgentSession::take_dropped`]) if
+    /// an earlier look saw its socket or it is [`RECORD_SETTLE_MS`] old.
+    pub fn note_sockets(&mut self, sockets: Option<HashMap<(Ipv4Addr, u16, u16), Option<u64>>>) {
+        self.sockets = sockets;
+    }
+
+    /// The records the last `Welcome` dropped because the replica's kernel
+    /// has no socket of their connection any more (for the agent's log).
+    pub fn take_dropped(&mut self) -> Vec<ConnKey> {
+        std::mem::take(&mut self.dropped)
     }
 
     /// The router's host acknowledged bytes this agent sent `ago_ms` ago
@@ -2262,10 +2328,11 @@ mod tests {
             a.records.insert(r.key, r);
         }
         let client = Ipv4Addr::new(198, 18, 1, 2);
-        a.note_bytes_acked(HashMap::from([
-            ((client, 40000, 6379), (1u64 << 32) + 5),
-            ((client, 40002, 6379), 77),
-        ]));
+        a.note_sockets(Some(HashMap::from([
+            ((client, 40000, 6379), Some((1u64 << 32) + 5)),
+            ((client, 40001, 6379), None),
+            ((client, 40002, 6379), Some(77)),
+        ])));
         let una = |a: &mut AgentSession, hello| {
             let mut r = RouterSession::new(b"k", [2; 16], Heartbeats::default(), 0);
             let (_, re) = converse(a, &mut r, hello, 0);
@@ -2289,6 +2356,85 @@ mod tests {
         let (mut b, hello) = AgentSession::new(b"k", R, "h", [1; 16], 0);
         b.records = std::mem::take(&mut a.records);
         assert_eq!(una(&mut b, hello), vec![(40000, None), (40001, None)]);
+    }
+
+    /// A record whose connection the replica's kernel no longer has is
+    /// dropped at the next `Welcome`, not handed over (adopted, its leg
+    /// would be probed, answered with a RST and evicted as a replica that
+    /// reset a live connection); unless it is younger than
+    /// `RECORD_SETTLE_MS` and no earlier look saw its socket (a SYN
+    /// cookie: no socket until the client's ACK), or the kernel would not
+    /// say. What the agent knows of a record carries over to the next
+    /// session with it.
+    #[test]
+    fn records_of_connections_the_kernel_closed_are_not_handed_over() {
+        let client = Ipv4Addr::new(198, 18, 1, 2);
+        let (mut a, hello) = AgentSession::new(b"k", R, "h", [1; 16], 0);
+        let mut r = RouterSession::new(b"k", [2; 16], Heartbeats::default(), 0);
+        converse(&mut a, &mut r, hello, 0);
+        let mut out = Vec::new();
+        // 40000 and 40001 stored at 1 s, 40002 and 40003 at 5 s.
+        for (p, t) in [
+            (40000, 1_000),
+            (40001, 1_000),
+            (40002, 5_000),
+            (40003, 5_000),
+        ] {
+            a.handle(Msg::ConnOpen { record: record(p) }, t, &mut out);
+        }
+        let handed = |a: &mut AgentSession, now: u64, sockets| {
+            let (mut b, hello) = AgentSession::new(b"k", R, "h", [1; 16], now);
+            b.records = std::mem::take(&mut a.records);
+            b.record_info = std::mem::take(&mut a.record_info);
+            b.note_sockets(sockets);
+            let mut r = RouterSession::new(b"k", [2; 16], Heartbeats::default(), now);
+            let (_, re) = converse(&mut b, &mut r, hello, now);
+            let mut got: Vec<u16> = re
+                .iter()
+                .filter_map(|e| match e {
+                    RouterEvent::Records { records, .. } => Some(records.clone()),
+                    _ => None,
+                })
+                .flatten()
+                .map(|r| r.key.cport)
+                .collect();
+            got.sort_unstable();
+            let mut dropped: Vec<u16> = b.take_dropped().iter().map(|k| k.cport).collect();
+            dropped.sort_unstable();
+            *a = b;
+            (got, dropped)
+        };
+        // The kernel would not say: everything goes.
+        assert_eq!(
+            handed(&mut a, 5_500, None),
+            (vec![40000, 40001, 40002, 40003], vec![])
+        );
+        // It has 40001 (TIME-WAIT, say: no byte count) and 40003: 40000 is
+        // dropped; 40002 is too young to tell.
+        let sockets = |ports: &[u16]| {
+            Some(HashMap::from_iter(
+                ports.iter().map(|&p| ((client, p, 6379), None)),
+            ))
+        };
+        assert_eq!(
+            handed(&mut a, 6_000, sockets(&[40001, 40003])),
+            (vec![40001, 40002, 40003], vec![40000])
+        );
+        assert!(
+            !a.records.keys().any(|k| k.cport == 40000),
+            "forgotten here too"
+        );
+        // 40003's socket, seen at 6 s, is gone at 7 s: it closed, young as
+        // its record is. 40002 was never seen and is still young.
+        assert_eq!(
+            handed(&mut a, 7_000, sockets(&[40001])),
+            (vec![40001, 40002], vec![40003])
+        );
+        // Later, 40002 has settled and is gone as well.
+        assert_eq!(
+            handed(&mut a, 9_000, sockets(&[40001])),
+            (vec![40001], vec![40002])
+        );
     }
 
     /// The replicas out of service, as a router told the agent, go to the

@@ -397,26 +397,30 @@ fn note_end(end: ShimEnd, lost: &mut Vec<String>) -> bool {
     }
 }
 
-/// What the peers of this replica's server acknowledged of its output on
-/// the connections of `records` (client address, client port, local port →
-/// bytes), from one `sock_diag` dump of this network namespace's TCP
-/// sockets. Empty, and logged, if the kernel will not say: the router then
-/// prompts the replica only once the client spoke.
-fn bytes_acked(records: &HashMap<ConnKey, ConnRecord>) -> HashMap<(Ipv4Addr, u16, u16), u64> {
+/// The connections of this replica's server on the ports of `records`
+/// (client address, client port, local port), each with what its peer
+/// acknowledged of its output where the kernel says, from one `sock_diag`
+/// dump of this network namespace's TCP sockets. `None`, and logged, if
+/// the kernel will not say: the records then go as they are (no SND.UNA,
+/// so the router prompts the replica only once the client spoke; none
+/// dropped as closed).
+type Sockets = HashMap<(Ipv4Addr, u16, u16), Option<u64>>;
+fn sockets(records: &HashMap<ConnKey, ConnRecord>) -> Option<Sockets> {
     let mut ports: Vec<u16> = records.keys().map(|k| k.vport).collect();
     ports.sort_unstable();
     ports.dedup();
     if ports.is_empty() {
-        return HashMap::new();
+        return Some(HashMap::new());
     }
-    match ftnet_io::netlink::tcp_bytes_acked(&ports) {
-        Ok(m) => m
-            .into_iter()
-            .map(|(p, b)| ((p.addr, p.port, p.local_port), b))
-            .collect(),
+    match ftnet_io::netlink::tcp_sockets(&ports) {
+        Ok(m) => Some(
+            m.into_iter()
+                .map(|(p, b)| ((p.addr, p.port, p.local_port), b))
+                .collect(),
+        ),
         Err(e) => {
             warn!("cannot read the server's sockets ({e}); the records go without their SND.UNA");
-            HashMap::new()
+            None
         }
     }
 }
@@ -544,6 +548,7 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
     let origin = std::time::Instant::now();
     let now_ms = || crate::sys::ms(origin.elapsed());
     let mut records: HashMap<ConnKey, ConnRecord> = HashMap::new();
+    let mut record_info: HashMap<ConnKey, ftnet_control::RecordInfo> = HashMap::new();
     let mut order = OrderLog::default();
     // The replicas out of service, as the last router said: told to the
     // next one, which must not readmit them.
@@ -588,6 +593,7 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
         let (mut s, hello) =
             AgentSession::new(&args.secret, args.replica, &args.host, nonce, now_ms());
         s.records = std::mem::take(&mut records);
+        s.record_info = std::mem::take(&mut record_info);
         s.order = std::mem::take(&mut order);
         s.down = std::mem::take(&mut down);
         let outcome = session(
@@ -600,6 +606,7 @@ pub fn run(args: AgentArgs) -> anyhow::Result<()> {
             args.end_stale,
         );
         records = std::mem::take(&mut s.records);
+        record_info = std::mem::take(&mut s.record_info);
         order = std::mem::take(&mut s.order);
         down = std::mem::take(&mut s.down);
         // Not `is_live`: a router that fell silent closed the session.
@@ -722,9 +729,16 @@ fn session(
             if matches!(m, Msg::Welcome { .. }) {
                 // The records go out with this: each with where its
                 // replica's output stands acknowledged (its SND.UNA).
-                s.note_bytes_acked(bytes_acked(&s.records));
+                s.note_sockets(sockets(&s.records));
             }
             let ev = s.handle(m, now_ms(), &mut out);
+            for k in s.take_dropped() {
+                info!(
+                    client = %format!("{}:{}", k.client, k.cport),
+                    port = k.vport,
+                    "connection record dropped, not handed to the router: the server has no socket of it any more (it closed here while no router could say so, or the server restarted)"
+                );
+            }
             if !dec.is_sealed() {
                 if let Some(k) = s.frame_keys() {
                     dec.expect_sealed(k.recv);

@@ -974,15 +974,54 @@ mod tests {
         // The peer's ACK may trail its read by a moment.
         let mut acked = None;
         for _ in 0..100 {
-            let m = tcp_bytes_acked(&[port]).unwrap();
+            let m = tcp_sockets(&[port]).unwrap();
             assert!(m.keys().all(|k| k.local_port == port), "{m:?}");
-            acked = m.get(&key).copied();
+            acked = m.get(&key).copied().flatten();
             if acked == Some(3000) {
                 break;
             }
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
         assert_eq!(acked, Some(3000));
+    }
+
+    /// A connection the server closed first is still there in TIME-WAIT;
+    /// one whose peer closed first is gone once the server's FIN is
+    /// acknowledged (LAST-ACK, then no socket).
+    #[test]
+    fn sock_diag_lists_time_wait_and_forgets_what_closed() {
+        use std::io::Read;
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        let key = |peer: std::net::SocketAddr| TcpPeer {
+            addr: Ipv4Addr::LOCALHOST,
+            port: peer.port(),
+            local_port: port,
+        };
+        // The server closes first: TIME-WAIT on its side.
+        let mut c1 = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        let (s1, p1) = l.accept().unwrap();
+        drop(s1);
+        let mut buf = [0u8; 1];
+        assert_eq!(c1.read(&mut buf).unwrap(), 0);
+        drop(c1);
+        // The client closes first: the server's socket ends in CLOSED.
+        let c2 = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        let (mut s2, p2) = l.accept().unwrap();
+        drop(c2);
+        assert_eq!(s2.read(&mut buf).unwrap(), 0);
+        drop(s2);
+        let mut last = None;
+        for _ in 0..100 {
+            let m = tcp_sockets(&[port]).unwrap();
+            let state = (m.contains_key(&key(p1)), m.contains_key(&key(p2)));
+            last = Some(state);
+            if state == (true, false) {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert_eq!(last, Some((true, false)), "(TIME-WAIT listed, closed gone)");
     }
 
     fn hex(s: &str) -> Vec<u8> {
@@ -1191,10 +1230,16 @@ const INET_DIAG_INFO: u16 = 2;
 /// (48 bytes), expires, rqueue, wqueue, uid, inode.
 const INET_DIAG_MSG_LEN: usize = 72;
 const TCP_ESTABLISHED: u32 = 1;
+const TCP_SYN_SENT: u32 = 2;
+const TCP_SYN_RECV: u32 = 3;
 const TCP_FIN_WAIT1: u32 = 4;
+const TCP_FIN_WAIT2: u32 = 5;
+const TCP_TIME_WAIT: u32 = 6;
 const TCP_CLOSE_WAIT: u32 = 8;
 const TCP_LAST_ACK: u32 = 9;
 const TCP_CLOSING: u32 = 11;
+/// A request socket (a connection in SYN-RECEIVED under its listener).
+const TCP_NEW_SYN_RECV: u32 = 12;
 
 /// One TCP socket of this network namespace: its peer and local port.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -1204,23 +1249,32 @@ pub struct TcpPeer {
     pub local_port: u16,
 }
 
-/// For every IPv4 TCP socket of the calling thread's network namespace
-/// bound to one of `ports` that may still have bytes in flight
-/// (ESTABLISHED, FIN-WAIT-1, CLOSE-WAIT, LAST-ACK, CLOSING): how many bytes
-/// of its output its peer acknowledged (`tcp_info`'s `tcpi_bytes_acked`,
-/// the FIN counted once acknowledged). With the socket's ISN that is its
-/// SND.UNA: `ISN + 1 + bytes_acked` modulo 2^32. One `sock_diag` dump
-/// (what `ss -ti` reads), no process's sockets touched.
-pub fn tcp_bytes_acked(ports: &[u16]) -> Result<std::collections::HashMap<TcpPeer, u64>, Error> {
-    let what = || "sock_diag dump of TCP sockets (ss -ti)".to_string();
+/// Every IPv4 TCP connection of the calling thread's network namespace
+/// whose local port is one of `ports`, in any state from SYN-RECEIVED
+/// (request sockets included) to TIME-WAIT, with, where the kernel keeps a
+/// full socket, how many bytes of its output its peer acknowledged
+/// (`tcp_info`'s `tcpi_bytes_acked`, the FIN counted once acknowledged).
+/// With the socket's ISN that is its SND.UNA: `ISN + 1 + bytes_acked`
+/// modulo 2^32. A connection absent from the map has no socket left here.
+/// One `sock_diag` dump (what `ss -tai` reads), no process's sockets
+/// touched.
+pub fn tcp_sockets(
+    ports: &[u16],
+) -> Result<std::collections::HashMap<TcpPeer, Option<u64>>, Error> {
+    let what = || "sock_diag dump of TCP sockets (ss -tai)".to_string();
     let mut sock = Socket::open_protocol(NETLINK_SOCK_DIAG).map_err(netlink_err(what()))?;
     // struct inet_diag_req_v2: family, protocol, ext, pad, states, id.
     let states = [
         TCP_ESTABLISHED,
+        TCP_SYN_SENT,
+        TCP_SYN_RECV,
         TCP_FIN_WAIT1,
+        TCP_FIN_WAIT2,
+        TCP_TIME_WAIT,
         TCP_CLOSE_WAIT,
         TCP_LAST_ACK,
         TCP_CLOSING,
+        TCP_NEW_SYN_RECV,
     ]
     .iter()
     .fold(0u32, |m, s| m | (1 << s));
@@ -1239,9 +1293,9 @@ pub fn tcp_bytes_acked(ports: &[u16]) -> Result<std::collections::HashMap<TcpPee
         .collect())
 }
 
-/// One `inet_diag_msg` with its attributes: the socket and, if its
-/// `tcp_info` is long enough to hold it, `tcpi_bytes_acked`.
-fn diag_bytes_acked(b: &[u8]) -> Option<(TcpPeer, u64)> {
+/// One `inet_diag_msg` with its attributes: the socket and, if it has a
+/// `tcp_info` long enough to hold it, `tcpi_bytes_acked`.
+fn diag_bytes_acked(b: &[u8]) -> Option<(TcpPeer, Option<u64>)> {
     let head = b.get(..INET_DIAG_MSG_LEN)?;
     if head[0] != AF_INET {
         return None;
@@ -1251,11 +1305,11 @@ fn diag_bytes_acked(b: &[u8]) -> Option<(TcpPeer, u64)> {
     let port = u16::from_be_bytes(head.get(6..8)?.try_into().ok()?);
     let dst: [u8; 4] = head.get(24..28)?.try_into().ok()?;
     let off = std::mem::offset_of!(libc::tcp_info, tcpi_bytes_acked);
-    let info = attrs(&b[INET_DIAG_MSG_LEN..])
+    let acked = attrs(&b[INET_DIAG_MSG_LEN..])
         .into_iter()
-        .find(|(ty, _)| *ty == INET_DIAG_INFO)?
-        .1;
-    let acked = u64::from_ne_bytes(info.get(off..off + 8)?.try_into().ok()?);
+        .find(|(ty, _)| *ty == INET_DIAG_INFO)
+        .and_then(|(_, info)| info.get(off..off + 8)?.try_into().ok())
+        .map(u64::from_ne_bytes);
     Some((
         TcpPeer {
             addr: Ipv4Addr::from(dst),

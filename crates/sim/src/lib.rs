@@ -154,7 +154,7 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use smoltcp::socket::tcp::State;
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet, VecDeque};
 use std::net::Ipv4Addr;
 use std::time::Duration;
 
@@ -387,10 +387,19 @@ struct Sim {
     /// What the agents keep: the set-up record of every announced
     /// connection not yet forgotten.
     records: HashMap<ConnKey, ConnRecord>,
+    /// When each record came to the agents (µs).
+    record_at: HashMap<ConnKey, u64>,
+    /// The records whose connection a replica's agent saw in its kernel at
+    /// an earlier takeover.
+    record_seen: HashSet<(ConnKey, Ipv4Addr)>,
     /// The router is dead from the first to the second time (takeover).
     router_down: Option<(u64, u64)>,
     /// A router took over, at this time, with this many connections adopted.
     took_over: Option<(u64, usize)>,
+    /// How many routers took over so far (`Takeover::again`: two).
+    takeovers: u8,
+    /// When the last of them did.
+    last_takeover: u64,
     /// Each replica's agent, as the sequencer's order reaches it.
     agents: BTreeMap<Ipv4Addr, SimAgent>,
     /// Which agents' writers lag (independent of every other decision, so
@@ -710,8 +719,12 @@ impl Sim {
             gso_rest: VecDeque::new(),
             cfg: router_cfg,
             records: HashMap::new(),
+            record_at: HashMap::new(),
+            record_seen: HashSet::new(),
             router_down: None,
             took_over: None,
+            takeovers: 0,
+            last_takeover: 0,
             agents: BTreeMap::new(),
             agent_rng: SmallRng::seed_from_u64(seed ^ 0xa6e7),
             tsfin: tsfin::TsFin::default(),
@@ -1336,6 +1349,7 @@ impl Sim {
                     AgentMsg::Established { record } => {
                         self.tsfin.note_record(self.now, record);
                         self.records.insert(record.key, record.clone());
+                        self.record_at.insert(record.key, self.now);
                         // The agents confirm it; one confirmation in 20 is
                         // lost (the SYN-ACK then goes when the wait ends).
                         if self.agent_rng.gen_range(0..20) != 0 {
@@ -2181,10 +2195,30 @@ impl Sim {
         let Some(t) = self.p.takeover else {
             return Ok(());
         };
-        if self.p.mode != Mode::Router || self.took_over.is_some() {
+        if self.p.mode != Mode::Router {
             return Ok(());
         }
         match self.router_down {
+            None if self.takeovers > 0 => {
+                // The router that took over dies too (`Takeover::again`).
+                let (Some((after, outage)), 1) = (t.again, self.takeovers) else {
+                    return Ok(());
+                };
+                if self.now < self.last_takeover + after {
+                    return Ok(());
+                }
+                self.router_down = Some((self.now, self.now + outage));
+                self.gso_rest.clear();
+                for a in self.agents.values_mut() {
+                    a.inflight.clear();
+                }
+                self.log(format!(
+                    "{:>10} ROUTER KILLED AGAIN ({after} us after the takeover); another takes over at {}",
+                    self.now,
+                    self.now + outage
+                ));
+                Ok(())
+            }
             None => {
                 let (acked, total) = self.acked_total();
                 // `at` 0: as soon as a connection has its SYN-ACK, before
@@ -2242,15 +2276,19 @@ impl Sim {
                         rep.iter().map(|o| o.last_seq).max().unwrap_or(0)
                     ));
                     r.order_report(now, *a, &rep);
+                    // As `ftnet router` does when an agent registers.
+                    r.agent_registered(*a);
                 }
                 self.log(format!(
                     "{:>10} agents' input order: {}",
                     self.now,
                     at.join(", ")
                 ));
-                let mut keys: Vec<&ConnKey> = self.records.keys().collect();
+                let mut keys: Vec<ConnKey> = self.records.keys().copied().collect();
                 keys.sort();
-                for k in keys {
+                let mut dropped = Vec::new();
+                let mut seen = Vec::new();
+                for k in &keys {
                     let rec = &self.records[k];
                     for rep in &rec.replicas {
                         // What its agent kept: the record as the router
@@ -2265,6 +2303,22 @@ impl Sim {
                             input_end,
                             ..rec.clone()
                         };
+                        // What the agent reads from its kernel as it hands
+                        // its records over: the record of a connection its
+                        // server no longer has is dropped if an earlier
+                        // look saw it or it is settled
+                        // (`ftnet_control::AgentSession`, `RECORD_SETTLE_MS`).
+                        if self.replica_has_conn(rep.addr, k.cport) {
+                            seen.push((*k, rep.addr));
+                        } else {
+                            let settled = self.record_at.get(k).is_some_and(|&t| {
+                                self.now >= t + ftnet_control::RECORD_SETTLE_MS * 1_000
+                            });
+                            if settled || self.record_seen.contains(&(*k, rep.addr)) {
+                                dropped.push((*k, rep.addr));
+                                continue;
+                            }
+                        }
                         r.adopt(now, rep.addr, &kept);
                     }
                 }
@@ -2272,9 +2326,27 @@ impl Sim {
                 for a in &replicas {
                     r.records_done(now, *a);
                 }
+                self.record_seen.extend(seen);
+                for (k, a) in dropped {
+                    // It forgets the record too.
+                    if let Some(rec) = self.records.get_mut(&k) {
+                        rec.replicas.retain(|x| x.addr != a);
+                        if rec.replicas.is_empty() {
+                            self.records.remove(&k);
+                        }
+                    }
+                    self.log(format!(
+                        "{:>10} agent of {a} drops the record of port {}: its server has no socket of it",
+                        self.now, k.cport
+                    ));
+                }
                 self.middle = Middle::Router(Box::new(r));
                 self.router_down = None;
-                self.took_over = Some((self.now, self.records.len()));
+                if self.took_over.is_none() {
+                    self.took_over = Some((self.now, self.records.len()));
+                }
+                self.takeovers += 1;
+                self.last_takeover = self.now;
                 self.log(format!(
                     "{:>10} ROUTER TAKEOVER: {} connection(s) adopted",
                     self.now,
@@ -2284,6 +2356,25 @@ impl Sim {
             }
             Some(_) => Ok(()),
         }
+    }
+
+    /// Whether replica `addr`'s server still has a socket of client port
+    /// `cport`'s connection (in any state but CLOSED): what its agent reads
+    /// from the kernel at a takeover.
+    /// A host that crashed silently took its agent with it; the harness
+    /// hands its records over as they were (as a router that waited for
+    /// them in vain would adopt without it), and it reads no kernel.
+    fn replica_has_conn(&self, addr: Ipv4Addr, cport: u16) -> bool {
+        let Some(h) = self.hosts.iter().rposition(|h| h.ip == addr) else {
+            return false;
+        };
+        if !self.hosts[h].alive {
+            return true;
+        }
+        self.hosts[h]
+            .by_peer()
+            .get(&cport)
+            .is_some_and(|k| self.hosts[h].state(k.handle) != State::Closed)
     }
 
     /// Invariant 6 across a takeover, on what the agents passed on to their
@@ -2793,9 +2884,12 @@ impl Sim {
                     .iter()
                     .flat_map(|s| s.replicas.iter())
                     .any(|rs| rs.addr == replica_ip(i) && !rs.alive);
-                let before_takeover = self
-                    .took_over
-                    .is_some_and(|(t, _)| self.crashed.is_some_and(|(_, c, _)| c <= t));
+                // Before the last takeover: the router that judged it is
+                // gone with its counters (the events stay).
+                let before_takeover = self.takeovers > 0
+                    && self
+                        .crashed
+                        .is_some_and(|(_, c, _)| c <= self.last_takeover);
                 // A crashed replica that a fresh server replaced (a join)
                 // must have been taken out of the service first.
                 let replaced_after_down =

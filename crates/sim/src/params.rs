@@ -115,6 +115,12 @@ pub struct ClientCrash {
 pub struct Takeover {
     pub at: f64,
     pub outage_us: u64,
+    /// The router that took over dies too, this long after it adopted the
+    /// connections (0: at once, while it may still be rebuilding), and a
+    /// third adopts them after `outage_us` of its own: `(after_us,
+    /// outage_us)`. Two takeovers close together are what the fault
+    /// campaign's router cuts and kills produce.
+    pub again: Option<(u64, u64)>,
 }
 
 /// Connections the servers close on their own, as Redis closes a client
@@ -664,6 +670,7 @@ impl Params {
                 r.gen_range(0.01..0.9)
             },
             outage_us: r.gen_range(1_000..600_000),
+            again: None,
         });
         let crash = match (crash, divergent) {
             (Some(mut c), Some(d))
@@ -818,6 +825,27 @@ impl Params {
                 Ok("safe") if p.sequencer => p.delivery = Delivery::Safe,
                 Ok("best-effort") => p.delivery = Delivery::BestEffort,
                 _ => {}
+            }
+        }
+        {
+            // A second takeover for 30 % of the takeover seeds, from a
+            // stream of its own (FTNET_SIM_TAKEOVER2=1 forces one, =0 none).
+            let mut g = SmallRng::seed_from_u64(seed ^ 0x7477_6963_652d_7274);
+            let force = std::env::var("FTNET_SIM_TAKEOVER2").ok();
+            if let Some(t) = p.takeover.as_mut() {
+                let want = match force.as_deref() {
+                    Some("1") => true,
+                    Some("0") => false,
+                    _ => g.gen_bool(0.3),
+                };
+                if want {
+                    let after = if g.gen_bool(0.2) {
+                        0
+                    } else {
+                        g.gen_range(1_000..3_000_000)
+                    };
+                    t.again = Some((after, g.gen_range(1_000..600_000)));
+                }
             }
         }
         p

@@ -55,6 +55,7 @@ impl Conn {
         if self.legs[i].state == LegState::Aborted {
             // It already reset its side; only the verdict was pending.
             self.legs[i].state = LegState::Evicted;
+            self.restart_behind_clocks(ctx.now);
             ctx.counters.evictions += 1;
             let remaining = self.live_legs();
             ctx.out.event(Event::Evicted {
@@ -98,6 +99,7 @@ impl Conn {
             .push_back(Packet::plain(r.emit_ipv4(self.key.client, l.addr, &[])));
         ctx.counters.packets_out += 1;
         self.legs[i].state = LegState::Evicted;
+        self.restart_behind_clocks(ctx.now);
         ctx.counters.evictions += 1;
         let remaining = self.live_legs();
         ctx.out.event(Event::Evicted {
@@ -109,6 +111,23 @@ impl Conn {
         });
         if service_wide {
             ctx.down.push((self.svc, self.legs[i].replica, reason));
+        }
+    }
+
+    /// A leg just left the connection: what the others lagged behind may
+    /// have been its doing, so the no-progress clocks of those still behind
+    /// start again now. A dead replica that the client followed, or whose
+    /// acknowledgment held the group's, stops the client's ACKs and with
+    /// them every other replica's output (its send buffer full, its input
+    /// read no further); judged on clocks that ran through that, a healthy
+    /// replica was evicted the moment the dead one was, before the client
+    /// could acknowledge anything again (simulation seed 22052 with a
+    /// second takeover). A silent one's silence is counted from then too.
+    fn restart_behind_clocks(&mut self, now: crate::time::Instant) {
+        for l in self.legs.iter_mut().filter(|l| l.live()) {
+            if l.behind_since.is_some() {
+                l.behind_since = Some(now);
+            }
         }
     }
 

@@ -541,6 +541,46 @@ mod tests {
         assert_eq!(c.fail_deadline(0, &timeouts(100)), Some((at(8000), false)));
     }
 
+    /// Three replicas: leg 0 (dead) holds the group back; leg 1's output
+    /// stood since 1 s while leg 2's, ahead, moved at 4.5 s. When leg 0 is
+    /// evicted at 5 s, leg 1 gets the no-progress time again from then: it
+    /// may have stood still only for want of the client's ACKs (before,
+    /// it was evicted at once).
+    #[test]
+    fn an_eviction_restarts_the_others_no_progress_clocks() {
+        use super::super::fixture::Outside;
+        let mut c = conn(3, Voting::Fastest);
+        c.client_hi = CLIENT_ISN.add(11);
+        for l in c.legs.iter_mut() {
+            l.state = LegState::Open;
+            l.seen_at = at(4900);
+            l.progress_at = at(1000);
+            l.out_at = at(1000);
+        }
+        c.legs[0].ack = CLIENT_ISN.add(1);
+        c.legs[1].ack = CLIENT_ISN.add(11);
+        c.legs[2].ack = CLIENT_ISN.add(11);
+        c.legs[2].hi = c.legs[1].hi.add(40);
+        c.legs[2].out_at = at(4500);
+        c.legs[2].progress_at = at(4500);
+        c.legs[1].behind_since = Some(at(1000));
+        let t = timeouts(100);
+        assert_eq!(c.fail_deadline(1, &t), Some((at(2000), true)), "before");
+        let mut o = Outside::default();
+        c.evict(
+            &mut o.ctx(at(5000), &t),
+            LegId(0),
+            EvictReason::Stalled,
+            false,
+        );
+        assert_eq!(c.legs[0].state, LegState::Evicted);
+        // Nobody moved since: only a long silence would count.
+        assert_eq!(c.fail_deadline(1, &t), Some((at(8000), false)), "after");
+        // Leg 2's output moves again at 5.2 s: leg 1 has until 6 s.
+        c.legs[2].out_at = at(5200);
+        assert_eq!(c.fail_deadline(1, &t), Some((at(6000), true)), "then");
+    }
+
     /// Leg 0 acknowledges all the client sent but its output stood since
     /// 1 s, 100 bytes past what the client acknowledged; leg 1's output,
     /// 2,000 bytes ahead, moved at 4.5 s. The client acknowledged last at

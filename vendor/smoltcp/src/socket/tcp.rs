@@ -445,6 +445,9 @@ pub struct Socket<'a> {
     remote_last_ack: Option<TcpSeqNumber>,
     /// The last window length sent.
     remote_last_win: u16,
+    /// (vendored fix) SND.WL1: the sequence number of the segment that last
+    /// updated the send window (RFC 9293 §3.10.7.4).
+    snd_wl1: Option<TcpSeqNumber>,
     /// The sending window scaling factor advertised to remotes which support RFC 1323.
     /// It is zero if the window <= 64KiB and/or the remote does not support it.
     remote_win_shift: u8,
@@ -540,6 +543,7 @@ impl<'a> Socket<'a> {
             remote_last_seq: TcpSeqNumber::default(),
             remote_last_ack: None,
             remote_last_win: 0,
+            snd_wl1: None,
             remote_win_len: 0,
             remote_win_shift: rx_cap_log2.saturating_sub(16) as u8,
             remote_win_scale: None,
@@ -842,6 +846,7 @@ impl<'a> Socket<'a> {
         self.remote_last_seq = TcpSeqNumber::default();
         self.remote_last_ack = None;
         self.remote_last_win = 0;
+        self.snd_wl1 = None;
         self.remote_win_len = 0;
         self.remote_win_scale = None;
         self.remote_win_shift = rx_cap_log2.saturating_sub(16) as u8;
@@ -1465,6 +1470,34 @@ impl<'a> Socket<'a> {
         Some(self.ack_reply(ip_repr, repr))
     }
 
+    /// (vendored fix) Whether `repr` carries data of which no octet lies in
+    /// the receive window, in a synchronized state (Linux's `tcp_sequence`
+    /// failing for a data segment). A segment ending exactly at the
+    /// window's start is not one (`dup_tail` takes it).
+    fn data_outside_window(&self, repr: &TcpRepr) -> bool {
+        if repr.payload.is_empty()
+            || repr.control == TcpControl::Syn
+            || matches!(
+                self.state,
+                State::Listen | State::SynSent | State::SynReceived | State::Closed
+            )
+        {
+            return false;
+        }
+        let window_start = self.remote_seq_no + self.rx_buffer.len();
+        let window_end = self.remote_seq_no + self.rx_buffer.capacity();
+        let start = repr.seq_number;
+        let end = repr.seq_number + repr.payload.len();
+        if end == window_start {
+            return false;
+        }
+        if window_start == window_end {
+            return true;
+        }
+        !((window_start <= start && start < window_end)
+            || (window_start < end && end <= window_end))
+    }
+
     /// (vendored fix) The ACK for a segment outside the receive window, as
     /// Linux sends it (`tcp_oow_rate_limited`): a segment that carries data
     /// and no SYN is always answered (it cannot be part of an ACK loop; a
@@ -1612,6 +1645,18 @@ impl<'a> Socket<'a> {
                 // If we have sent a SYN, it MUST be acknowledged.
                 if sent_syn {
                     ack_min += 1;
+                }
+
+                // (vendored fix) Linux tests the sequence number before the
+                // ACK field (`tcp_validate_incoming`, then `tcp_ack`): a
+                // segment with data wholly outside the receive window is
+                // answered with a duplicate ACK whatever it acknowledges,
+                // and, carrying data, without a rate limit. Upstream 0.12
+                // dropped it silently for an old ACK and answered it at
+                // most once per second for an ACK beyond SND.NXT.
+                if (ack_number < ack_min || ack_number > ack_max) && self.data_outside_window(repr)
+                {
+                    return self.out_of_window_ack_reply(cx, ip_repr, repr);
                 }
 
                 if ack_number < ack_min {
@@ -1993,7 +2038,24 @@ impl<'a> Socket<'a> {
             TcpControl::Syn => 0,
             _ => self.remote_win_scale.unwrap_or(0),
         };
-        let new_remote_win_len = (repr.window_len as usize) << (scale as usize);
+        let mut new_remote_win_len = (repr.window_len as usize) << (scale as usize);
+        // (vendored fix) The window of a segment older than the one that last
+        // set it is stale (a reordered segment): RFC 9293's SND.WL1 rule, as
+        // Linux applies it (`tcp_may_update_window`: the ACK moves SND.UNA,
+        // or SEG.SEQ is after SND.WL1, or equal to it and the window grows
+        // or is zero). Upstream 0.12 took every segment's window, so a
+        // reordered segment could close a window a later one had opened.
+        let seq = repr.seq_number;
+        let may_update = repr.control == TcpControl::Syn
+            || ack_len > 0
+            || self.snd_wl1.map_or(true, |w| seq > w)
+            || (self.snd_wl1 == Some(seq)
+                && (new_remote_win_len > self.remote_win_len || new_remote_win_len == 0));
+        if may_update {
+            self.snd_wl1 = Some(seq);
+        } else {
+            new_remote_win_len = self.remote_win_len;
+        }
         let is_window_update = new_remote_win_len != self.remote_win_len;
         self.remote_win_len = new_remote_win_len;
         if self.persist.is_some() && !self.window_blocked(cx) {

@@ -397,6 +397,10 @@ fn note_end(end: ShimEnd, lost: &mut Vec<String>) -> bool {
     }
 }
 
+/// Connections of the replica's server (client address, client port, local
+/// port), each with the bytes its peer acknowledged where the kernel says.
+type Sockets = HashMap<(Ipv4Addr, u16, u16), Option<u64>>;
+
 /// The connections of this replica's server on the ports of `records`
 /// (client address, client port, local port), each with what its peer
 /// acknowledged of its output where the kernel says, from one `sock_diag`
@@ -404,7 +408,6 @@ fn note_end(end: ShimEnd, lost: &mut Vec<String>) -> bool {
 /// the kernel will not say: the records then go as they are (no SND.UNA,
 /// so the router prompts the replica only once the client spoke; none
 /// dropped as closed).
-type Sockets = HashMap<(Ipv4Addr, u16, u16), Option<u64>>;
 fn sockets(records: &HashMap<ConnKey, ConnRecord>) -> Option<Sockets> {
     let mut ports: Vec<u16> = records.keys().map(|k| k.vport).collect();
     ports.sort_unstable();
@@ -419,7 +422,7 @@ fn sockets(records: &HashMap<ConnKey, ConnRecord>) -> Option<Sockets> {
                 .collect(),
         ),
         Err(e) => {
-            warn!("cannot read the server's sockets ({e}); the records go without their SND.UNA");
+            warn!("cannot read the server's sockets ({e}); the records go as they are, without their SND.UNA");
             None
         }
     }

@@ -5933,6 +5933,42 @@ fn safe_delivery_numbers_only_what_every_replica_acknowledged() {
     assert_eq!(input_kinds(&mut r), vec![InputKind::Data { end: 16 }]);
 }
 
+/// Safe delivery: the others acknowledged everything, the lagging replica
+/// resets. The reset awaits its verdict (another replica's progress, which
+/// may never come: these two have nothing left to do), but the replica no
+/// longer holds the watermark back: what the others hold is numbered at
+/// once, not left to a verdict a router may die before (simulation seed
+/// 6882 with a second takeover).
+#[test]
+fn safe_delivery_numbers_what_the_others_hold_when_the_laggard_resets() {
+    use ftnet_core::InputKind;
+    let mut r = safe_router(3);
+    let (risn, isns) = handshake(&mut r, 3);
+    client_bytes(&mut r, t(3), risn, 0, b"SET k v\r\n");
+    r.handle_packet(t(4), ack_from(1, isns[0], SeqNum(CISN).add(10), 500));
+    r.handle_packet(t(4), ack_from(2, isns[1], SeqNum(CISN).add(10), 500));
+    r.handle_packet(t(4), ack_from(3, isns[2], SeqNum(CISN).add(6), 500));
+    assert_eq!(
+        input_kinds(&mut r),
+        vec![InputKind::Accept, InputKind::Data { end: 5 }]
+    );
+    let rst = Repr::new(
+        PORT,
+        CPORT,
+        SeqNum(isns[2]).add(1),
+        SeqNum(0),
+        flags::RST,
+        0,
+    );
+    r.handle_packet(t(5), seg(replica(3), CLIENT, rst, b""));
+    assert!(log_events(&mut r).is_empty(), "no verdict yet");
+    assert_eq!(
+        input_kinds(&mut r),
+        vec![InputKind::Data { end: 9 }],
+        "what replicas 1 and 2 hold, at the reset"
+    );
+}
+
 /// The client resets while one replica lags (it has none of the request):
 /// under safe delivery no server read the request (it was never numbered),
 /// so the sequencer ends the connection's input (`Reset`) and every

@@ -267,6 +267,16 @@ impl Conn {
             // service's own abort and no replica is blamed.
             self.legs[i].state = LegState::Aborted;
             self.legs[i].aborted_at = Some(ctx.now);
+            if self.safe {
+                // It no longer holds the stable watermark back (as at an
+                // eviction): bytes every other replica acknowledged are
+                // numbered now. Otherwise, when the others had already
+                // taken everything, the last chunk waited for a verdict on
+                // the reset that nobody's progress would ever bring, and a
+                // router dying then left it unnumbered (simulation seed
+                // 6882 with a second takeover).
+                self.number_acked(ctx, SeqNum(0));
+            }
             self.settle(ctx);
             return;
         }

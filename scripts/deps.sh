@@ -13,7 +13,7 @@
 # iproute2 is for the lab, the demo and the tests (namespaces, veths, looking at rules); the
 # router itself sets its routing over rtnetlink and runs no `ip`.
 
-FTNET_DEB_PACKAGES=(redis-server redis-tools socat nginx iperf3 haproxy python3 iproute2 procps psmisc curl ca-certificates keepalived g++ chromium python3-websocket binutils man-db systemd bash-completion)
+FTNET_DEB_PACKAGES=(redis-server redis-tools socat nginx iperf3 haproxy python3 iproute2 nftables tcpdump procps psmisc curl ca-certificates keepalived g++ chromium python3-websocket binutils man-db systemd bash-completion)
 FTNET_SERVICES=(redis-server nginx haproxy iperf3 keepalived)
 
 # command → package, for the check that decides whether to install anything at all.
@@ -21,7 +21,7 @@ ftnet_missing_packages() {
 	local -A pkg_of=(
 		[redis-server]=redis-server [redis-cli]=redis-tools [redis-benchmark]=redis-tools
 		[socat]=socat [nginx]=nginx [iperf3]=iperf3 [haproxy]=haproxy [python3]=python3
-		[ip]=iproute2 [pgrep]=procps [killall]=psmisc [curl]=curl [keepalived]=keepalived
+		[ip]=iproute2 [nft]=nftables [tcpdump]=tcpdump [pgrep]=procps [killall]=psmisc [curl]=curl [keepalived]=keepalived
 		[c++]=g++ [chromium]=chromium [objdump]=binutils [man]=man-db [systemd-analyze]=systemd
 	)
 	local cmd missing=()

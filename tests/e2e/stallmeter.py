@@ -15,8 +15,22 @@ import json
 import os
 import selectors
 import socket
+import struct
 import sys
 import time
+
+
+def tcp_info(sock):
+    """A few fields of Linux's struct tcp_info (include/uapi/linux/tcp.h): eight one-byte
+    fields, then 32-bit ones; `reordering` is the 21st of those, `total_retrans` the 24th."""
+    try:
+        raw = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 104)
+    except OSError:
+        return {}
+    if len(raw) < 104:
+        return {}
+    u32 = struct.unpack_from("<24I", raw, 8)
+    return {"rto_us": u32[0], "reordering": u32[20], "total_retrans": u32[23]}
 
 
 def main():
@@ -122,6 +136,7 @@ def main():
     except OSError as e:
         error = "%s: %s" % (type(e).__name__, e)
     finally:
+        info = tcp_info(sock)
         sock.close()
 
     intact = error is None and received == sent and sent_hash.digest() == recv_hash.digest()
@@ -145,6 +160,10 @@ def main():
         "top_gaps": [[round(g * 1000, 3), round(epoch0 + (s - t0), 3)] for g, s in top],
         "chunk": args.chunk,
         "interval_ms": args.interval_ms,
+        # The client's TCP at the end: its duplicate-ACK threshold (Linux starts at 3 and raises
+        # it on what it takes for reordering) and the segments it sent again.
+        "tcp_reordering": info.get("reordering"),
+        "tcp_total_retrans": info.get("total_retrans"),
     }
     print(json.dumps(result))
     return 0 if intact else 1

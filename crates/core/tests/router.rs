@@ -792,6 +792,97 @@ fn a_client_hole_does_not_convict_a_replica_that_is_slow_to_answer() {
     assert!(when <= 401 + 115, "evicted at {when} ms");
 }
 
+/// A client segment lost before the router: every replica lacks the same
+/// bytes and repeats its ACK for each later segment. The client gets one
+/// duplicate ACK per segment it sent beyond the hole, as from one TCP
+/// receiver. (Passed on from all three, it counted three per segment, more
+/// than it had in flight; Linux took that for reordering, raised its
+/// duplicate-ACK threshold to as much as 300 for the connection's life, and
+/// every later loss, those of a router takeover among them, waited for its
+/// retransmission timeout.) The replicas' answers to the router's own probes
+/// are no duplicate ACKs of the client's, except a fast retransmit's worth
+/// once the client has gone quiet (its tail may be what one replica lacks).
+#[test]
+fn a_hole_all_replicas_lack_gets_one_duplicate_ack_per_client_segment() {
+    let mut r = router(3);
+    let (risn, isns) = handshake(&mut r, 3);
+    // Bytes 0..4 never reach the router; three segments after them do.
+    let mut dups = 0;
+    for (k, at) in [(4u32, 10u64), (9, 12), (14, 14)] {
+        let out = client_bytes(&mut r, t(at), risn, k, b"later");
+        assert_eq!(out.iter().filter(|o| o.payload == b"later").count(), 3);
+        for i in 1..=3u8 {
+            r.handle_packet(
+                t(at + 1),
+                ack_from(i, isns[i as usize - 1], SeqNum(CISN).add(1), 500),
+            );
+            for o in drain(&mut r) {
+                if o.dst == CLIENT && o.payload.is_empty() {
+                    assert_eq!(o.r.ack, SeqNum(CISN).add(1));
+                    dups += 1;
+                }
+            }
+        }
+    }
+    assert_eq!(
+        dups, 3,
+        "one duplicate ACK to the client per segment it sent"
+    );
+    // The router probes the replicas lagging the client; they answer with
+    // the same ACK. The client sent nothing: none of that reaches it (a
+    // Linux sender counts each duplicate ACK as a segment delivered).
+    for at in 16..19 {
+        r.handle_timeout(t(at));
+        drain(&mut r);
+        for i in 1..=3u8 {
+            r.handle_packet(
+                t(at),
+                ack_from(i, isns[i as usize - 1], SeqNum(CISN).add(1), 500),
+            );
+            let to_client = drain(&mut r)
+                .into_iter()
+                .filter(|o| o.dst == CLIENT)
+                .count();
+            assert_eq!(
+                to_client, 0,
+                "a replica's ACK the client did not prompt went on"
+            );
+        }
+    }
+    // The client then sends nothing for 200 ms (waiting for its timeout,
+    // its tail lost): a fast retransmit's worth of duplicate ACKs goes on,
+    // no more until it sends again.
+    let mut idle = 0;
+    for at in 220..230 {
+        for i in 1..=3u8 {
+            r.handle_packet(
+                t(at),
+                ack_from(i, isns[i as usize - 1], SeqNum(CISN).add(1), 500),
+            );
+            idle += drain(&mut r)
+                .into_iter()
+                .filter(|o| o.dst == CLIENT)
+                .count();
+        }
+    }
+    assert_eq!(idle, 3, "three duplicate ACKs to a client that went quiet");
+    // The client fills the hole: every replica acknowledges all of it.
+    client_bytes(&mut r, t(240), risn, 0, b"ping");
+    let mut acked = SeqNum(CISN);
+    for i in 1..=3u8 {
+        r.handle_packet(
+            t(241),
+            ack_from(i, isns[i as usize - 1], SeqNum(CISN).add(19), 500),
+        );
+        for o in drain(&mut r) {
+            if o.dst == CLIENT {
+                acked = o.r.ack;
+            }
+        }
+    }
+    assert_eq!(acked, SeqNum(CISN).add(19));
+}
+
 /// A replica closed its window (its server stopped reading), then opened
 /// it again, and that window update was lost. The replica will not send it
 /// again (the sender probes a zero window) and a client without a persist
@@ -3724,6 +3815,73 @@ fn a_replica_taken_out_has_its_stale_servers_restarted() {
     let mut r = Router::new(c, [9; 16]);
     assert_eq!(r.replica_failed(t(1), replica(2)), 1);
     assert!(restarts(&mut r).is_empty());
+}
+
+/// A replica taken out of one connection only (here: it closed early, a
+/// FIN where the others send on) misses that connection's input from then
+/// on, which the others apply. Where its server follows the service's
+/// input order, its state is no longer the group's: it leaves the service
+/// (`OrderLost`) and its agent is told to restart its servers, instead of
+/// serving on with commands missing (a Redis replica's digest differed
+/// after a takeover's connections evicted it as slow). A replica whose
+/// servers do not follow the order misses nothing the order carries: it
+/// stays.
+#[test]
+fn a_replica_taken_out_of_a_connection_with_input_to_come_leaves_the_service() {
+    for follows in [true, false] {
+        let mut r = sequencer_router(3);
+        if follows {
+            for i in 1..=3 {
+                r.set_follows_order(replica(i), true);
+            }
+        }
+        let (risn, isns) = handshake(&mut r, 3);
+        client_bytes(&mut r, t(3), risn, 0, b"0123456789");
+        // Replica 3 closes at once; 1 and 2 send on past that point.
+        let fin = Repr::new(
+            PORT,
+            CPORT,
+            SeqNum(isns[2]).add(1),
+            SeqNum(CISN).add(11),
+            flags::ACK | flags::FIN,
+            500,
+        );
+        r.handle_packet(t(4), seg(replica(3), CLIENT, fin, b""));
+        for i in 1..=2u8 {
+            let d = Repr::new(
+                PORT,
+                CPORT,
+                SeqNum(isns[i as usize - 1]).add(1),
+                SeqNum(CISN).add(11),
+                flags::ACK | flags::PSH,
+                500,
+            );
+            r.handle_packet(t(5), seg(replica(i), CLIENT, d, b"reply"));
+        }
+        drain(&mut r);
+        let ev = log_events(&mut r);
+        assert!(
+            ev.iter().any(|e| matches!(e, Event::Evicted { replica: a, reason: EvictReason::Fin, .. } if *a == replica(3))),
+            "replica 3 left the connection: {ev:?}"
+        );
+        let alive: Vec<bool> = r.status().services[0]
+            .replicas
+            .iter()
+            .map(|x| x.alive)
+            .collect();
+        if follows {
+            assert_eq!(alive, vec![true, true, false], "out of the service: {ev:?}");
+            assert!(ev.iter().any(|e| matches!(e, Event::ReplicaDown { replica: a, reason: EvictReason::OrderLost, .. } if *a == replica(3))));
+            assert_eq!(restarts(&mut r), vec![replica(3)]);
+        } else {
+            assert_eq!(
+                alive,
+                vec![true, true, true],
+                "no server follows the order there"
+            );
+            assert!(restarts(&mut r).is_empty());
+        }
+    }
 }
 
 /// A join that fails after the joiner took the state leaves its server

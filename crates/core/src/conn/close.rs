@@ -111,7 +111,28 @@ impl Conn {
         });
         if service_wide {
             ctx.down.push((self.svc, self.legs[i].replica, reason));
+        } else if ctx.sequencer && reason != EvictReason::ReplicaDown && self.input_to_come(i) {
+            // A server that follows the service's input order (the router
+            // checks that it does, and that the service keeps state) misses
+            // this connection's input from now on, which the others apply:
+            // its state is no longer the group's, and it would serve on with
+            // it (its shim skips the events of a connection its server no
+            // longer has). It leaves the service, loudly, and comes back by
+            // a join (`Router::apply_down`). (A slow replica evicted from
+            // the connections of a takeover kept serving Redis with seven
+            // writers' commands missing: its digest differed at the end.)
+            ctx.missed.push((self.svc, self.legs[i].replica));
         }
+    }
+
+    /// Whether leg `i` could still get client input on this connection:
+    /// it was past the handshake (the connection's events are numbered)
+    /// and has not acknowledged the client's FIN.
+    fn input_to_come(&self, i: usize) -> bool {
+        matches!(self.phase, Phase::Established | Phase::Closed { .. })
+            && !self
+                .client_fin
+                .is_some_and(|f| self.legs[i].ack.is_after(f))
     }
 
     /// A leg just left the connection: what the others lagged behind may

@@ -193,6 +193,14 @@ impl Conn {
         if seg.has(flags::FIN) {
             self.client_fin = Some(seg.seq.add(seg.payload_len));
         }
+        if carries {
+            self.dup_idle = (ctx.now, 0);
+            if let Some(a) = self.group_ack().filter(|a| seg.seq.is_after(*a)) {
+                // Every replica that lacks the bytes before it answers
+                // with a duplicate ACK; one of those goes to the client.
+                self.earn_dup(a);
+            }
+        }
         ctx.counters.client_bytes_in += seg.payload_len as u64;
         self.fan_out(ctx, pkt, seg);
         if self.prompt_replicas_due && !self.recovering() && seg.has(flags::ACK) {

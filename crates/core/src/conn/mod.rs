@@ -92,6 +92,11 @@ pub struct Ctx<'a> {
     /// (service, replica) pairs that this input proved dead for the whole
     /// service; the router marks them down after the call.
     pub down: &'a mut Vec<(ServiceId, ReplicaId, EvictReason)>,
+    /// (service, replica) pairs taken out of a connection that could still
+    /// get input: where that replica's server follows the service's input
+    /// order it misses input from now on, and the router takes it out of
+    /// the service (`Router::apply_down`).
+    pub missed: &'a mut Vec<(ServiceId, ReplicaId)>,
     /// Emit `AgentMsg::Input` for the sequencer.
     pub sequencer: bool,
     /// The router-wide challenge-ACK budget (RFC 5961 §7).
@@ -277,6 +282,16 @@ pub struct Conn {
     lead: Option<usize>,
     /// When a replica's probe was last passed on to the client.
     probe_passed_at: Option<Instant>,
+    /// The client's segments that arrived beyond the group's ACK (the
+    /// first field) and have not had their duplicate ACK passed on yet
+    /// (`Conn::dup_speaker`): one per such segment reaches the client,
+    /// as from one TCP receiver. A replica's answer to the router's own
+    /// probe is no such ACK.
+    dup_credit: (SeqNum, u16),
+    /// When the client last sent bytes or its FIN, and how many duplicate
+    /// ACKs went to it since without a segment of its own to answer
+    /// (`Conn::spend_dup`).
+    dup_idle: (Instant, u8),
     /// When the last challenge ACK went to the client (RFC 5961 §7).
     challenge_at: Option<Instant>,
     /// When every replica was last asked where its output ends, for a
@@ -394,6 +409,8 @@ impl Conn {
             early_bytes: 0,
             lead: None,
             probe_passed_at: None,
+            dup_credit: (SeqNum(0), 0),
+            dup_idle: (now, 0),
             challenge_at: None,
             client_wscale: syn.wscale,
             rest_probe_at: None,
@@ -671,6 +688,7 @@ pub(super) mod fixture {
         pub counters: Counters,
         pub out: Outbox,
         pub down: Vec<(ServiceId, ReplicaId, EvictReason)>,
+        pub missed: Vec<(ServiceId, ReplicaId)>,
         pub challenges: ChallengeBudget,
     }
 
@@ -683,6 +701,7 @@ pub(super) mod fixture {
                 out: &mut self.out,
                 timeouts,
                 down: &mut self.down,
+                missed: &mut self.missed,
                 sequencer: true,
                 challenges: &mut self.challenges,
                 log_total: usize::MAX,

@@ -17,6 +17,15 @@ const MAX_BUILT_PAYLOAD: usize = 65535 - 20 - 60;
 /// At most one replica probe (zero-window or keep-alive) per this long goes
 /// on to the client: the client's one answer reaches every replica.
 const PROBE_PASS_GAP: core::time::Duration = core::time::Duration::from_millis(50);
+/// At most this many client segments beyond the group's ACK wait for
+/// their duplicate ACK (`Conn::earn_dup`): a window's worth of segments.
+const DUP_CREDIT_MAX: u16 = 1024;
+/// The client sent nothing for this long while a replica lacks its bytes:
+/// it may be waiting for its timeout (`Conn::spend_dup`).
+const DUP_IDLE_AFTER: core::time::Duration = core::time::Duration::from_millis(200);
+/// Duplicate ACKs that may then go to it before it sends again: a fast
+/// retransmit's worth.
+const DUP_IDLE_MAX: u8 = 3;
 
 impl Conn {
     /// A segment from replica leg `i`, as the router received it.
@@ -365,13 +374,72 @@ impl Conn {
             ack.is_after(self.adv_ack) || edge.is_after(self.adv_edge) || self.reopens(ack, edge);
         // A duplicate ACK from the replica that holds the group back means
         // it is missing client data; passing it on lets the client's fast
-        // retransmit repair the router–replica link (§III-C).
-        let bottleneck_dup = dup && self.legs[i].ack == ack && self.client_hi.is_after(ack);
+        // retransmit repair the router–replica link (§III-C). Only one
+        // replica's go on (`dup_speaker`).
+        let bottleneck_dup = dup
+            && self.legs[i].ack == ack
+            && self.client_hi.is_after(ack)
+            && self.dup_speaker(ack) == Some(i)
+            && self.spend_dup(ack, ctx.now);
         if !advances && !bottleneck_dup {
             ctx.counters.drop(DropReason::AckAbsorbed);
             return;
         }
         self.forward_to_client(ctx, i, pkt, seg, Some(self.sent_hi), false);
+    }
+
+    /// The one replica whose duplicate ACKs at the group's ACK `ack` go on
+    /// to the client: the first open one that acknowledged exactly `ack`.
+    /// Every replica that lacks the same client bytes repeats its ACK for
+    /// each segment beyond them. Passed on from all N, the client would
+    /// count N duplicate ACKs for each segment it sent, more than it has in
+    /// flight; a Linux sender without SACK takes that excess for
+    /// reordering and raises its duplicate-ACK threshold for the rest of
+    /// the connection (`tp->reordering`, up to 300), after which every
+    /// lost segment waits for its retransmission timeout instead of being
+    /// sent again at the third duplicate ACK — among them the segments
+    /// that died with a router, after a takeover.
+    fn dup_speaker(&self, ack: SeqNum) -> Option<usize> {
+        self.legs
+            .iter()
+            .position(|l| l.open() && !l.detached && l.ack == ack)
+    }
+
+    /// A client segment arrived beyond the group's ACK `ack`: one
+    /// duplicate ACK at `ack` may go to the client for it. (Counted per
+    /// ACK: once the group's ACK moves, what was earned below it lapses.)
+    pub(super) fn earn_dup(&mut self, ack: SeqNum) {
+        if self.dup_credit.0 != ack {
+            self.dup_credit = (ack, 0);
+        }
+        self.dup_credit.1 = self.dup_credit.1.saturating_add(1).min(DUP_CREDIT_MAX);
+    }
+
+    /// Whether a duplicate ACK at `ack` may go to the client now (and
+    /// counts it): for a client segment that arrived beyond it and has had
+    /// none; or, once the client has sent nothing for `DUP_IDLE_AFTER`,
+    /// up to `DUP_IDLE_MAX` until it sends again — a segment of its tail
+    /// lost on the way to one replica only (the others have it: nothing
+    /// arrives beyond it) is then sent again at once by a client that
+    /// counts duplicate ACKs, not after a timeout backed off by a takeover
+    /// (simulation seed 5296: a FIN lost to one replica, 10 s). The
+    /// replicas also answer the router's own probes and keep-alives with
+    /// their ACK; passed on all, those reached a client that sent nothing
+    /// as duplicate ACKs, ten a second for as long as a replica lagged, and
+    /// a Linux sender without SACK counts each as a segment delivered: its
+    /// reordering estimate climbs, and BBR's bandwidth estimate, filled
+    /// with those samples, fell to a few kbit/s (an echo stream that then
+    /// took minutes).
+    fn spend_dup(&mut self, ack: SeqNum, now: crate::time::Instant) -> bool {
+        if self.dup_credit.0 == ack && self.dup_credit.1 > 0 {
+            self.dup_credit.1 -= 1;
+            return true;
+        }
+        if now.saturating_sub(self.dup_idle.0) >= DUP_IDLE_AFTER && self.dup_idle.1 < DUP_IDLE_MAX {
+            self.dup_idle.1 += 1;
+            return true;
+        }
+        false
     }
 
     pub(super) fn replica_data(

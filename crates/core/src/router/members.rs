@@ -10,6 +10,15 @@ impl Router {
     /// every connection.
     pub(super) fn apply_down(&mut self, now: Instant) {
         self.check_rebuilt(now);
+        for (svc, replica) in std::mem::take(&mut self.missed) {
+            // Taken out of a connection that could still get input: a
+            // server that keeps the service's state in its order misses
+            // that input from now on (`Ctx::missed`).
+            let s = &self.config.services[svc.0];
+            if !s.stateless && self.follows_order.contains(&s.replicas[replica.0]) {
+                self.down.push((svc, replica, EvictReason::OrderLost));
+            }
+        }
         while let Some((svc, replica, reason)) = self.down.pop() {
             let Some(v) = self.health.get_mut(svc.0) else {
                 continue;

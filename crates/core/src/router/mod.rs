@@ -123,6 +123,9 @@ pub struct Router {
     /// table is full.
     closed: VecDeque<(ConnKey, Instant)>,
     down: Vec<(ServiceId, ReplicaId, EvictReason)>,
+    /// Replicas taken out of a connection that could still get input
+    /// (`Ctx::missed`).
+    missed: Vec<(ServiceId, ReplicaId)>,
     /// Replicas this router brought (back) into service itself (a join, an
     /// operator's enable or add, a stateless rejoin): an agent's report that
     /// one is out of service is older than that verdict
@@ -204,6 +207,7 @@ impl Router {
             half_open_count: 0,
             closed: VecDeque::new(),
             down: Vec::new(),
+            missed: Vec::new(),
             readmitted: BTreeSet::new(),
             order: config
                 .services
@@ -375,6 +379,7 @@ impl Router {
             out: &mut self.out,
             timeouts: &self.config.timeouts,
             down: &mut self.down,
+            missed: &mut self.missed,
             sequencer: self.config.sequencer,
             challenges: &mut self.challenges,
             log_total: self.config.limits.log_total,

@@ -111,7 +111,11 @@ impl Conn {
         });
         if service_wide {
             ctx.down.push((self.svc, self.legs[i].replica, reason));
-        } else if ctx.sequencer && reason != EvictReason::ReplicaDown && self.input_to_come(i) {
+        } else if ctx.sequencer
+            && !matches!(reason, EvictReason::ReplicaDown | EvictReason::Diverged)
+            && remaining > 0
+            && self.input_to_come(i)
+        {
             // A server that follows the service's input order (the router
             // checks that it does, and that the service keeps state) misses
             // this connection's input from now on, which the others apply:
@@ -121,6 +125,10 @@ impl Conn {
             // a join (`Router::apply_down`). (A slow replica evicted from
             // the connections of a takeover kept serving Redis with seven
             // writers' commands missing: its digest differed at the end.)
+            // Not where the connection ends for every replica (none left,
+            // or `Diverged`: under `primary` the followers whose replies
+            // differed leave with the followed one, and the client is
+            // reset; under voting a diverged replica is taken out anyway).
             ctx.missed.push((self.svc, self.legs[i].replica));
         }
     }

@@ -231,6 +231,14 @@ impl Conn {
         self.finish_recovery(ctx)
     }
 
+    /// A connection just adopted does not wait for the records of the
+    /// agents in `done`: they handed over all they had before it existed.
+    pub(crate) fn records_already_in(&mut self, done: &std::collections::BTreeSet<Ipv4Addr>) {
+        if let Some(Adoption::Rebuilding { expected }) = &mut self.adoption {
+            expected.retain(|a| !done.contains(a));
+        }
+    }
+
     /// After a rebuild every endpoint recovers what the outage dropped on
     /// its own timers (RTOs of 200 ms and more): a learnt replica is not
     /// judged for that long (an unlearnt one is: it owes the probe's answer).

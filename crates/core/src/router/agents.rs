@@ -64,6 +64,12 @@ impl Router {
                     return Adopted::Refused;
                 }
                 let mut c = Conn::adopted(key, svc, now, from, rec);
+                // An agent that handed over its records already, without
+                // this one, never sends it (its replica left the connection
+                // before the takeover, or its server was restarted): the
+                // first agent to register had the client wait `ADOPT_WAIT`
+                // for it on every connection another agent brought later.
+                c.records_already_in(&self.records_in);
                 c.set_check(self.check_mode(svc));
                 c.set_delivery(self.config.services[svc.0].delivery);
                 c.set_ack(
@@ -105,6 +111,7 @@ impl Router {
     /// stop waiting for a record of `from` that was not among them.
     pub fn records_done(&mut self, now: Instant, from: Ipv4Addr) {
         self.last_now = self.last_now.max(now);
+        self.records_in.insert(from);
         let keys: Vec<ConnKey> = self
             .conns
             .iter()

@@ -225,6 +225,9 @@ impl Router {
             a.insert(addr);
         }
         self.agent_since.insert(addr, self.last_now);
+        // Its records follow (again): until they are in, a connection
+        // adopted from another agent's record waits for its own.
+        self.records_in.remove(&addr);
         let mut out = Vec::new();
         for (svc, s) in self.config.services.iter().enumerate() {
             for (i, r) in s.replicas.iter().enumerate() {

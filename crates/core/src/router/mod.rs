@@ -104,6 +104,10 @@ pub struct Router {
     /// simulation) first handed over records (the router's clock then):
     /// its records follow at once.
     agent_since: BTreeMap<Ipv4Addr, Instant>,
+    /// The agents that handed over every record they had since they last
+    /// registered ([`Router::records_done`]): a connection adopted later
+    /// does not wait for their record of it, which never comes.
+    records_in: BTreeSet<Ipv4Addr>,
     /// (VIP, port) → service.
     by_vip: HashMap<(Ipv4Addr, u16), ServiceId>,
     /// (replica address, port) → (service, replica).
@@ -219,6 +223,7 @@ impl Router {
             rebuild_dropped: 0,
             agents: None,
             agent_since: BTreeMap::new(),
+            records_in: BTreeSet::new(),
             challenges: ChallengeBudget::default(),
             drained: Vec::new(),
             drain_checked: None,

@@ -19,7 +19,7 @@ use ftnet_core::{Adopted, AgentMsg, ConnKey, ConnRecord, OrderReport, OutOfServi
 use std::collections::{HashMap, HashSet};
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
-use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
+use std::sync::mpsc::{self, TrySendError};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use tracing::{debug, error, info, warn};
@@ -29,6 +29,77 @@ use tracing::{debug, error, info, warn};
 /// far behind has missed input for good: its session ends and its replica
 /// leaves the group (a record is never dropped silently).
 const QUEUE: usize = 1 << 18;
+
+/// The sending end of an agent's record queue: bounded at `cap` messages,
+/// and allocated as it fills. (A `sync_channel` of [`QUEUE`] slots
+/// allocated and wrote 23 MB at every registration: on a loaded router
+/// host that held a registering agent, and the takeover with it, for
+/// 170-400 ms.)
+#[derive(Clone)]
+struct AgentTx {
+    tx: mpsc::Sender<Msg>,
+    queued: Arc<std::sync::atomic::AtomicUsize>,
+    cap: usize,
+}
+
+/// The receiving end of an agent's record queue (see [`AgentTx`]).
+struct AgentRx {
+    rx: mpsc::Receiver<Msg>,
+    queued: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+/// A record queue to one agent holding at most `cap` messages.
+fn agent_queue(cap: usize) -> (AgentTx, AgentRx) {
+    let (tx, rx) = mpsc::channel();
+    let queued = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    (
+        AgentTx {
+            tx,
+            queued: queued.clone(),
+            cap,
+        },
+        AgentRx { rx, queued },
+    )
+}
+
+impl AgentTx {
+    /// Queue `m`, unless `cap` messages wait already (`Full`) or the
+    /// writer is gone (`Disconnected`).
+    fn try_send(&self, m: Msg) -> Result<(), TrySendError<Msg>> {
+        use std::sync::atomic::Ordering::AcqRel;
+        if self.queued.fetch_add(1, AcqRel) >= self.cap {
+            self.queued.fetch_sub(1, AcqRel);
+            return Err(TrySendError::Full(m));
+        }
+        self.tx.send(m).map_err(|e| {
+            self.queued.fetch_sub(1, AcqRel);
+            TrySendError::Disconnected(e.0)
+        })
+    }
+}
+
+impl AgentRx {
+    fn took<E>(&self, r: Result<Msg, E>) -> Result<Msg, E> {
+        if r.is_ok() {
+            self.queued
+                .fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+        }
+        r
+    }
+
+    fn recv_timeout(&self, d: Duration) -> Result<Msg, mpsc::RecvTimeoutError> {
+        self.took(self.rx.recv_timeout(d))
+    }
+
+    fn try_recv(&self) -> Result<Msg, mpsc::TryRecvError> {
+        self.took(self.rx.try_recv())
+    }
+
+    #[cfg(test)]
+    fn try_iter(&self) -> impl Iterator<Item = Msg> + '_ {
+        std::iter::from_fn(|| self.try_recv().ok())
+    }
+}
 
 /// How long one write to an agent may block before the agent is given up
 /// (a truncated frame cannot be continued: the session ends, the replica
@@ -127,7 +198,7 @@ struct Agent {
     /// When its session last heard from it: an agent heard within
     /// `dead_after` is alive, and nobody else may speak for its replica.
     last_heard: std::time::Instant,
-    tx: SyncSender<Msg>,
+    tx: AgentTx,
     /// Connection records the agent said it holds (from its heartbeats).
     records: u64,
     lost: Option<std::time::Instant>,
@@ -857,6 +928,7 @@ fn serve(
                 reg.end_sessions_but(id);
             })
             .is_some();
+        stall.mark("order check");
         if let (true, Some(r)) = (started_over, registered) {
             // This agent registered with what is gone (its hello came
             // first): the fresh router learns it again.
@@ -871,7 +943,16 @@ fn serve(
         for ev in events {
             match ev {
                 RouterEvent::Registered { replica, host } => {
-                    let (tx, rx) = mpsc::sync_channel(QUEUE);
+                    // An agent that proved the secret is heard (and its
+                    // records written) at realtime priority from here on:
+                    // this thread's delay on a loaded router host would
+                    // read as the agent's silence, and holds a takeover's
+                    // rebuild back (the registry's lock and the router's
+                    // are taken next). Never before: an unauthenticated
+                    // peer gets no realtime thread.
+                    let sched = sys::realtime(rt);
+                    debug!(%replica, scheduling = %sched, "control session scheduling");
+                    let (tx, rx) = agent_queue(QUEUE);
                     // Checked again and taken under one lock: of two agents
                     // racing for one replica, one is refused.
                     let prev = {
@@ -893,6 +974,7 @@ fn serve(
                             return Ok(());
                         }
                         let now = std::time::Instant::now();
+                        stall.mark("admission");
                         agents.insert(
                             replica,
                             Agent {
@@ -909,13 +991,6 @@ fn serve(
                         )
                     };
                     registered = Some(replica);
-                    // An agent that proved the secret is heard (and its
-                    // records written) at realtime priority: this thread's
-                    // delay on a loaded router host would read as the
-                    // agent's silence. Never before: an unauthenticated
-                    // peer gets no realtime thread.
-                    let sched = sys::realtime(rt);
-                    debug!(%replica, scheduling = %sched, "control session scheduling");
                     let (w, d) = (writer.clone(), done.clone());
                     if let Err(e) = std::thread::Builder::new()
                         .name(format!("agent{id}-tx"))
@@ -924,6 +999,7 @@ fn serve(
                         forget(reg, replica, id, router);
                         return Err(e).context("starting a record writer");
                     }
+                    stall.mark("record writer");
                     let again = match &prev {
                         Some(p) if p.lost.is_some() => " (replaces a lost agent)".to_string(),
                         Some(p) => format!(
@@ -1225,7 +1301,7 @@ impl Drop for StopOnDrop {
 /// when several are waiting), until the session ends. A write that fails
 /// (or blocks beyond the write timeout) loses records and may cut a frame:
 /// the writer stops and says why (the session takes the replica out).
-fn write_records(rx: &Receiver<Msg>, w: &Mutex<Out>, done: &WriterState) {
+fn write_records(rx: &AgentRx, w: &Mutex<Out>, done: &WriterState) {
     let mut batch = Vec::new();
     while !done.load(std::sync::atomic::Ordering::Relaxed) {
         let m = match rx.recv_timeout(Duration::from_millis(100)) {
@@ -1297,7 +1373,7 @@ mod tests {
         }
     }
 
-    fn agent(tx: SyncSender<Msg>, session: u64) -> Agent {
+    fn agent(tx: AgentTx, session: u64) -> Agent {
         Agent {
             host: "h".into(),
             peer: "198.18.11.2:1".parse().unwrap(),
@@ -1317,7 +1393,7 @@ mod tests {
     #[test]
     fn a_full_queue_ends_the_agent() {
         let reg = Registry::default();
-        let (tx, rx) = mpsc::sync_channel(2);
+        let (tx, rx) = agent_queue(2);
         reg.lock().insert(R, agent(tx, 7));
         for s in 1..=4 {
             reg.route(&input(s));
@@ -1346,8 +1422,8 @@ mod tests {
     fn a_restart_request_reaches_an_agent_with_ordered_servers() {
         let reg = Registry::default();
         let other = Ipv4Addr::new(198, 18, 12, 2);
-        let (tx, rx) = mpsc::sync_channel(8);
-        let (tx2, rx2) = mpsc::sync_channel(8);
+        let (tx, rx) = agent_queue(8);
+        let (tx2, rx2) = agent_queue(8);
         reg.lock().insert(R, agent(tx, 1));
         reg.lock().insert(other, agent(tx2, 2));
         let ask = AgentMsg::Restart {
@@ -1382,7 +1458,7 @@ mod tests {
         let (_peer, _) = l.accept().unwrap();
         c.set_write_timeout(Some(Duration::from_millis(100)))
             .unwrap();
-        let (tx, rx) = mpsc::sync_channel(1 << 20);
+        let (tx, rx) = agent_queue(1 << 20);
         let w = Mutex::new(Out::new(c));
         let state = WriterState::default();
         let mut n = 0;
@@ -1423,7 +1499,7 @@ mod tests {
             peer: SocketAddr::from((R2, 40000)),
             since: now,
             last_heard: now.checked_sub(heard_ago).unwrap_or(now),
-            tx: mpsc::sync_channel(1).0,
+            tx: agent_queue(1).0,
             records: 0,
             lost: lost.then_some(now),
             session,

@@ -144,6 +144,13 @@ pub struct Counters {
     /// connections so that a client in retransmission back-off resends at
     /// once (RFC 6069: Linux takes back one back-off step per message).
     pub rto_prompts: u64,
+    /// Duplicate ACKs sent to clients whose first word after a rebuild
+    /// showed bytes in flight that died with the router before, so that
+    /// they resend at once (`Conn::dup_acks_for_lost_tail`).
+    pub rebuild_dup_acks: u64,
+    /// SYN-ACKs sent again to clients of rebuilt connections that may
+    /// still be connecting (`Conn::resend_synack`).
+    pub rebuild_synacks: u64,
     /// Client segments that reached the new router while their connection
     /// was rebuilt, passed on to a replica once it told its position (the
     /// others had them at once).

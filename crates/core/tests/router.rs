@@ -7505,6 +7505,100 @@ fn a_rebuilt_connection_that_may_still_be_connecting_gets_no_icmp() {
         "the probe still goes: {sent:?}"
     );
     assert_eq!(r.counters().rto_prompts, 0);
+    // Its SYN-ACK goes again, as recorded: a client still connecting need
+    // not wait a second for its SYN's timeout (and a sequenced service's
+    // servers for its Accept).
+    let synacks: Vec<&Out> = sent
+        .iter()
+        .filter_map(|s| match s {
+            Sent::Tcp(o) if o.dst == CLIENT && o.r.flags == flags::SYN | flags::ACK => Some(o),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(synacks.len(), 1, "{sent:?}");
+    let o = synacks[0];
+    assert_eq!((o.r.seq, o.r.ack), (SeqNum(risn), SeqNum(CISN).add(1)));
+    assert_eq!((o.r.mss, o.r.wscale), (Some(1460), None));
+    assert_eq!(r.counters().rebuild_synacks, 1);
+    // The client had it: its challenge ACK says where it stands.
+    let a = Repr::new(
+        CPORT,
+        PORT,
+        SeqNum(CISN).add(1),
+        SeqNum(risn).add(1),
+        flags::ACK,
+        500,
+    );
+    r.handle_packet(t(3), seg(CLIENT, VIP, a, b""));
+    let sent = drain_sent(&mut r);
+    for i in 0..2u8 {
+        assert!(
+            sent.iter()
+                .any(|s| matches!(s, Sent::Tcp(o) if o.dst == replica(i + 1) && o.r.flags & flags::RST == 0)),
+            "its ACK reaches replica {}: {sent:?}", i + 1
+        );
+    }
+    assert!(
+        !sent
+            .iter()
+            .any(|s| matches!(s, Sent::Tcp(o) if o.r.flags & flags::RST != 0)),
+        "{sent:?}"
+    );
+}
+
+/// A client whose first word after a rebuild is a pure ACK beyond the
+/// group's ACK had segments in flight that died with the router before:
+/// it is sent duplicate ACKs at once, one fewer than those segments and
+/// three at most, so that it resends now, not at its retransmission
+/// timeout (a fault campaign: an echo client waited 760 ms after a rebuild
+/// of 200 ms, its RTO rearmed by the rebuild's ACK). One segment in
+/// flight gets none (more duplicates than it has in flight would raise
+/// its reordering estimate), nor does a client that resends on its own.
+#[test]
+fn a_client_whose_tail_died_with_the_router_gets_duplicate_acks_at_once() {
+    let dup_acks_after = |beyond: u32, payload: &[u8]| {
+        let mut r = router(2);
+        let (risn, isns) = (7_000_000u32, [1_000_000u32, 2_000_000]);
+        adopt_two_with(&mut r, risn, isns, 0, None);
+        for (i, at) in [(0usize, 1u64), (1, 2)] {
+            position_answer(&mut r, t(at), i as u8 + 1, SeqNum(isns[i]).add(101), 5000);
+        }
+        let rebuilt = drain_sent(&mut r);
+        assert!(
+            !rebuilt
+                .iter()
+                .any(|s| matches!(s, Sent::Tcp(o) if o.r.flags & flags::SYN != 0)),
+            "replicas sent and took bytes: the client is connected {rebuilt:?}"
+        );
+        let group_ack = SeqNum(CISN).add(1 + 5000);
+        let seq = if payload.is_empty() {
+            group_ack.add(beyond)
+        } else {
+            group_ack
+        };
+        let a = Repr::new(CPORT, PORT, seq, SeqNum(risn).add(101), flags::ACK, 500);
+        r.handle_packet(t(3), seg(CLIENT, VIP, a, payload));
+        let sent = drain_sent(&mut r);
+        let n = sent
+            .iter()
+            .filter(|s| {
+                matches!(s, Sent::Tcp(o) if o.dst == CLIENT
+                    && o.payload.is_empty()
+                    && o.r.flags == flags::ACK
+                    && o.r.ack == group_ack)
+            })
+            .count();
+        (n, r.counters().rebuild_dup_acks)
+    };
+    assert_eq!(dup_acks_after(12 * 1448, b""), (3, 3), "twelve in flight");
+    assert_eq!(dup_acks_after(2 * 1448, b""), (1, 1), "two in flight");
+    assert_eq!(dup_acks_after(1000, b""), (0, 0), "one in flight");
+    assert_eq!(dup_acks_after(0, b""), (0, 0), "nothing in flight");
+    assert_eq!(
+        dup_acks_after(0, &[7; 100]),
+        (0, 0),
+        "it resends on its own"
+    );
 }
 
 /// A client that connects and resets at once (a TCP health check), best

@@ -248,6 +248,8 @@ pub fn render(v: &Value) -> String {
             "connections_adopted",
             "connections_rebuilt",
             "rto_prompts",
+            "rebuild_dup_acks",
+            "rebuild_synacks",
             "rebuild_resends",
         ] {
             let _ = writeln!(o, "  {k:<20} {}", u(&c[k]));

@@ -205,6 +205,12 @@ impl Conn {
         let first = open.first()?;
         let mss = open.iter().map(|l| l.mss).min().unwrap_or(536);
         let win = open.iter().map(|l| l.syn_window).min().unwrap_or(0);
+        if self.is_adopted() {
+            // The router that died chose them, for every replica the
+            // record names: the client (and the replicas) use those. From
+            // the legs left now, the scale could come out different.
+            return Some((win, self.client_ws.then_some(self.ws_out)));
+        }
         let ts_on = self.client_ts && first.has_ts;
         let ws = if self.client_ws && first.has_ws {
             Some(open.iter().map(|l| l.wscale).max().unwrap_or(0))
@@ -254,7 +260,15 @@ impl Conn {
         r.mss = Some(mss);
         r.wscale = ws;
         if ts_on {
-            r.timestamps = Some((self.router_ts(ctx.now), self.client_tsval));
+            // An adopted connection's client TSval is not its SYN's: an
+            // echo a client in SYN-SENT cannot place draws a reset
+            // (`Conn::resend_synack`).
+            let ecr = if self.is_adopted() {
+                0
+            } else {
+                self.client_tsval
+            };
+            r.timestamps = Some((self.router_ts(ctx.now), ecr));
         }
         let data = r.emit_ipv4(self.key.vip, self.key.client, &[]);
         ctx.tx.push_back(Packet::plain(data));

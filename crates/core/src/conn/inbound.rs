@@ -66,7 +66,11 @@ impl Conn {
             return;
         }
         if !self.client_seen {
+            let rebuilt = self.is_adopted() && !self.recovering();
             self.learn_client(seg);
+            if rebuilt {
+                self.dup_acks_for_lost_tail(ctx, seg);
+            }
         }
         if let (true, Some((_, e))) = (self.ts_on, seg.ts) {
             self.follow_client_echo(ctx.now, e);

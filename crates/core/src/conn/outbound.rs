@@ -442,6 +442,46 @@ impl Conn {
         false
     }
 
+    /// The client's first segment after a rebuild, `seg`, is a pure ACK
+    /// whose sequence number (its SND.NXT) lies beyond the group's ACK:
+    /// what it sent in between died with the router before (no replica
+    /// acknowledged it by the rebuild). Its retransmission timer was
+    /// rearmed by the last ACK that moved its SND.UNA, so it is in no
+    /// back-off a prompt could revert: it would wait that timeout out
+    /// (an echo stream: 760 ms after a rebuild that took 200 ms, on a
+    /// loaded host where its RTO had grown). A receiver that had those
+    /// segments beyond a hole would have answered each with a duplicate
+    /// ACK: up to `DUP_IDLE_MAX` go to it now, one fewer than the
+    /// segments it has in flight (more would be taken for reordering,
+    /// `tcp_check_reno_reordering`), and a client that counts them sends
+    /// the first again at once (NewReno then repairs the rest on its
+    /// partial ACKs). They count against the allowance for an idle client.
+    pub(super) fn dup_acks_for_lost_tail(&mut self, ctx: &mut Ctx, seg: &Seg) {
+        if seg.payload_len > 0 || seg.has(flags::FIN | flags::SYN | flags::RST) {
+            return;
+        }
+        let (Some(ack), Some(edge)) = (self.group_ack(), self.group_edge()) else {
+            return;
+        };
+        if !seg.seq.is_after(ack) {
+            return;
+        }
+        let mss = u32::from(self.mss_out.max(1));
+        let in_flight = u32::try_from(seg.seq.diff(ack)).unwrap_or(0).div_ceil(mss);
+        let n = in_flight
+            .saturating_sub(1)
+            .min(u32::from(DUP_IDLE_MAX.saturating_sub(self.dup_idle.1)));
+        for _ in 0..n {
+            self.empty_to_client(ctx, self.sent_hi, flags::ACK, ack, edge);
+            ctx.counters.rebuild_dup_acks += 1;
+        }
+        // (n <= DUP_IDLE_MAX, a u8.)
+        self.dup_idle.1 = self
+            .dup_idle
+            .1
+            .saturating_add(u8::try_from(n).unwrap_or(u8::MAX));
+    }
+
     pub(super) fn replica_data(
         &mut self,
         ctx: &mut Ctx,

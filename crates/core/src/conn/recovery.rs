@@ -493,6 +493,14 @@ impl Conn {
         // EHOSTUNREACH (RFC 1122 §4.2.3.9 lets it). No prompt then; the
         // probe is discarded there, answered once established.
         if ack == self.client_isn.add(1) {
+            if self
+                .legs
+                .iter()
+                .filter(|l| l.open())
+                .all(|l| l.hi == self.router_isn.add(1))
+            {
+                self.resend_synack(ctx);
+            }
             return;
         }
         let mut at = vec![ack];
@@ -517,6 +525,46 @@ impl Conn {
             };
             rto_prompt(ctx, self.key.vip, &quoted);
         }
+    }
+
+    /// Nothing of the client's reached a replica and no replica sent a
+    /// byte: the client may still sit in SYN-SENT, its SYN-ACK lost with
+    /// the router that died (which had the connection recorded, then sent
+    /// the SYN-ACK, or not). It would send its SYN again only after its
+    /// initial timeout, a second, and with the sequencer every replica's
+    /// server waits for that connection's Accept meanwhile: the whole
+    /// service stalls. The SYN-ACK goes again, as the record has it (ISN,
+    /// MSS, window scale, timestamps with TSecr 0: Linux in SYN-SENT takes
+    /// it, `tcp_rcv_synsent_state_process`, where an echo it cannot place
+    /// would draw a reset). A client that had it answers, established, with
+    /// a challenge ACK (RFC 5961 §4), which tells where it stands.
+    fn resend_synack(&mut self, ctx: &mut Ctx) {
+        let Some(win) = self
+            .legs
+            .iter()
+            .filter(|l| l.open())
+            .map(|l| l.syn_window)
+            .min()
+        else {
+            return;
+        };
+        let mut r = ftnet_wire::tcp::Repr::new(
+            self.key.vport,
+            self.key.cport,
+            self.router_isn,
+            self.client_isn.add(1),
+            flags::SYN | flags::ACK,
+            win,
+        );
+        r.mss = Some(self.mss_out);
+        r.wscale = self.client_ws.then_some(self.ws_out);
+        if self.ts_on {
+            r.timestamps = Some((self.router_ts(ctx.now), 0));
+        }
+        let data = r.emit_ipv4(self.key.vip, self.key.client, &[]);
+        ctx.tx.push_back(crate::packet::Packet::plain(data));
+        ctx.counters.packets_out += 1;
+        ctx.counters.rebuild_synacks += 1;
     }
 
     /// After the rebuild's ACK: one garbage octet 2^30 before what the

@@ -66,6 +66,12 @@ pub enum EvictReason {
     /// again): its server would go on without input the others applied.
     /// It leaves the service (it comes back through a join).
     InputLost,
+    /// Taken out of one connection that could still get input (stalled,
+    /// reset or unreachable there while the rest of the service went on):
+    /// its server, which keeps the service's state in the input order,
+    /// misses that connection's input from then on. It leaves the service
+    /// (it comes back through a join).
+    MissedInput,
 }
 
 /// One replica out of service for one service (named by its VIP and first

@@ -3821,7 +3821,7 @@ fn a_replica_taken_out_has_its_stale_servers_restarted() {
 /// FIN where the others send on) misses that connection's input from then
 /// on, which the others apply. Where its server follows the service's
 /// input order, its state is no longer the group's: it leaves the service
-/// (`OrderLost`) and its agent is told to restart its servers, instead of
+/// (`MissedInput`) and its agent is told to restart its servers, instead of
 /// serving on with commands missing (a Redis replica's digest differed
 /// after a takeover's connections evicted it as slow). A replica whose
 /// servers do not follow the order misses nothing the order carries: it
@@ -3871,7 +3871,7 @@ fn a_replica_taken_out_of_a_connection_with_input_to_come_leaves_the_service() {
             .collect();
         if follows {
             assert_eq!(alive, vec![true, true, false], "out of the service: {ev:?}");
-            assert!(ev.iter().any(|e| matches!(e, Event::ReplicaDown { replica: a, reason: EvictReason::OrderLost, .. } if *a == replica(3))));
+            assert!(ev.iter().any(|e| matches!(e, Event::ReplicaDown { replica: a, reason: EvictReason::MissedInput, .. } if *a == replica(3))));
             assert_eq!(restarts(&mut r), vec![replica(3)]);
         } else {
             assert_eq!(

@@ -16,7 +16,7 @@ impl Router {
             // that input from now on (`Ctx::missed`).
             let s = &self.config.services[svc.0];
             if !s.stateless && self.follows_order.contains(&s.replicas[replica.0]) {
-                self.down.push((svc, replica, EvictReason::OrderLost));
+                self.down.push((svc, replica, EvictReason::MissedInput));
             }
         }
         while let Some((svc, replica, reason)) = self.down.pop() {

@@ -167,6 +167,7 @@ class Campaign:
         self.out = a.out
         self.work = a.work
         self.gap_ms = a.gap_ms
+        self._lines = {}
         self.max_seconds = a.max_seconds
         self.rnd = random.Random(a.seed)
         self.faults = []
@@ -333,9 +334,11 @@ class Campaign:
             for l in labs:
                 if l.load:
                     loads[l.name] = l.stop_load()
-            checks = self.final_checks(labs, loads)
+            # The routers' logs first: the checks read them (`diverged`).
             for l in labs:
                 self.keep_logs(l)
+            checks = self.final_checks(labs, loads)
+            for l in labs:
                 if not a.keep:
                     l.ftnet("down", check=False)
         return self.report(labs, loads, checks, time.time() - t_start)
@@ -416,10 +419,37 @@ class Campaign:
         out = {f.get("victim") for f in self.faults if f["lab"] == lab and f["t_ms"] <= e["t_ms"]
                and f["t_ms"] + (f.get("recovered_ms") or 0) >= e["since_ms"]
                and (f["kind"] in ("kill", "cut") or (f["kind"] == "stop" and f.get("hold_s", 0) * 1000 >= self.a.failure_ms))}
+        # Replicas whose replies on this very connection differed from what the client got (the
+        # web lab's nginx runs without the shim: its Date header differs when the replicas answer
+        # on either side of a second) left it as diverged, at the router's word: the connection
+        # lost that redundancy without a fault (campaign/n3-none at 02604cf: a download's r2 and
+        # r3 diverged, then its r1 was killed).
+        if e.get("port"):
+            out |= {int(addr.split(".")[2]) % 10 for t, addr in self.diverged(lab, e["port"])
+                    if e["since_ms"] - 1000 <= t <= e["t_ms"]}
         return len(out) >= 3
+
+    def diverged(self, lab, port):
+        """(epoch ms, replica address) of each replica whose reply on client port `port` differed
+        from what the client got (the routers' log)."""
+        import types
+        key = (lab, "reply differs from what the client got")
+        if key not in self._lines:
+            self._lines[key] = self.lines_full(types.SimpleNamespace(name=lab), key[1])
+        import re
+        out = []
+        for t, _, line in self._lines[key]:
+            m = re.search(r":(\d+)->\S+: replica (\d+\.\d+\.\d+\.\d+)'s reply differs", line)
+            if m and int(m.group(1)) == port:
+                out.append((t, m.group(2)))
+        return out
 
     def lines(self, l, what):
         """(epoch ms, replica address) of each router log line of this lab containing `what`."""
+        return [(t, a) for t, a, _ in self.lines_full(l, what)]
+
+    def lines_full(self, l, what):
+        """(epoch ms, replica address, line) of each router log line of this lab containing `what`."""
         import datetime
         import re
         out = []
@@ -433,7 +463,7 @@ class Campaign:
                 m = re.match(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+)Z.*replica (\d+\.\d+\.\d+\.\d+)", line)
                 if m:
                     ts = datetime.datetime.fromisoformat(m.group(1)[:26]).replace(tzinfo=datetime.timezone.utc)
-                    out.append((ts.timestamp() * 1000, m.group(2)))
+                    out.append((ts.timestamp() * 1000, m.group(2), line))
         return out
 
     def report(self, labs, loads, checks, elapsed):
@@ -528,7 +558,8 @@ class Campaign:
                      f"{v['recovery_p50_ms']} / {v['recovery_max_ms']} | {v['with_failures']} |")
         bm = res["failures_beyond_model"]
         L += ["", f"Client failures beyond the fault model (a stateless service's connection that lived "
-              f"through faults of all 3 replicas, so had no replica left): {len(bm)}"]
+              f"through faults of all 3 replicas, or whose other replicas left it as their replies differed, so had "
+              f"no replica left): {len(bm)}"]
         sp = res["taken_out_unhit"]
         L += ["", f"Replicas taken out that no fault had hit (false verdicts; the group healed them): {len(sp)}"]
         for x in sp[:10]:

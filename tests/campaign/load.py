@@ -41,12 +41,21 @@ def now_ms():
     return time.time() * 1000.0
 
 
-def error(kind, what, since_ms=None, last_ms=None):
+def error(kind, what, since_ms=None, last_ms=None, port=None):
     """A failure; `since_ms`: when its connection opened, `last_ms`: when it last made progress
-    (a timeout is reported long after the fault that caused it)."""
+    (a timeout is reported long after the fault that caused it); `port`: the connection's client
+    port, where known (the routers' log names connections by it)."""
     with LOCK:
         OUT["errors"].append({"t_ms": round(last_ms or now_ms()), "kind": kind, "what": str(what)[:300],
-                              "since_ms": round(since_ms) if since_ms else None})
+                              "since_ms": round(since_ms) if since_ms else None, "port": port})
+
+
+def local_port(c):
+    """The client port of an http.client connection, if it connected."""
+    try:
+        return c.sock.getsockname()[1] if c.sock else None
+    except OSError:
+        return None
 
 
 def diagnose(a, s, why):
@@ -90,6 +99,7 @@ def echo_stream(a, seed, t_end):
     except OSError as e:
         error("echo", f"connect: {e}")
         return
+    port = s.getsockname()[1]
     s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     s.settimeout(30)
     sent = [0]
@@ -146,7 +156,7 @@ def echo_stream(a, seed, t_end):
     with LOCK:
         OUT["echo"]["streams"] += 1
     for f in failed:
-        error("echo", f, opened, progress[0])
+        error("echo", f, opened, progress[0], port=port)
 
 
 def echo_worker(a, k, t_end):
@@ -165,19 +175,22 @@ def download_worker(a, t_end):
     want = hashlib.md5(open(a.big, "rb").read()).hexdigest()
     while not stopped(a, t_end):
         t = now_ms()
+        c, port = None, None
         try:
             c = http_conn(a)
+            c.connect()
+            port = local_port(c)
             c.request("GET", "/big.bin")
             r = c.getresponse()
             body = r.read()
             c.close()
             if r.status != 200 or hashlib.md5(body).hexdigest() != want:
-                error("download", f"status {r.status}, {len(body)} bytes, md5 {'ok' if hashlib.md5(body).hexdigest() == want else 'differs'}")
+                error("download", f"status {r.status}, {len(body)} bytes, md5 {'ok' if hashlib.md5(body).hexdigest() == want else 'differs'}", t, port=port)
             else:
                 with LOCK:
                     OUT["http"]["downloads"] += 1
         except (OSError, http.client.HTTPException) as e:
-            error("download", f"{e!r} after {now_ms() - t:.0f} ms")
+            error("download", f"{e!r} after {now_ms() - t:.0f} ms", t, port=port)
         time.sleep(0.05)
 
 
@@ -189,8 +202,11 @@ def upload_worker(a, t_end):
         name = f"u{n:05d}.bin"
         n += 1
         t = now_ms()
+        port = None
         try:
             c = http_conn(a)
+            c.connect()
+            port = local_port(c)
             c.request("PUT", f"/upload/{name}", body=body)
             r = c.getresponse()
             r.read()
@@ -200,9 +216,9 @@ def upload_worker(a, t_end):
                     OUT["http"]["uploads"].append({"name": name, "md5": hashlib.md5(body).hexdigest(),
                                                    "t_ms": round(t), "done_ms": round(now_ms())})
             else:
-                error("upload", f"{name}: status {r.status}")
+                error("upload", f"{name}: status {r.status}", t, port=port)
         except (OSError, http.client.HTTPException) as e:
-            error("upload", f"{name}: {e!r} after {now_ms() - t:.0f} ms")
+            error("upload", f"{name}: {e!r} after {now_ms() - t:.0f} ms", t, port=port)
         time.sleep(0.1)
 
 

@@ -747,6 +747,9 @@ fn serve(
     reg: &Registry,
     router: &dyn RouterHandle,
 ) -> anyhow::Result<()> {
+    // However this session ends, an order to end it that it did not read
+    // goes with it (`Registry::end_sessions_but`).
+    let _ended = ForgetEnded(reg, id);
     let peer = stream.peer_addr()?;
     stream.set_nodelay(true)?;
     // Short reads so timers and queued records are served promptly.
@@ -1289,6 +1292,15 @@ impl WriterState {
 /// Sets the flag when the session ends, whichever way it returns.
 struct StopOnDrop(Arc<WriterState>);
 
+/// Drops session `.1` from the sessions told to end, as that session ends.
+struct ForgetEnded<'a>(&'a Registry, u64);
+
+impl Drop for ForgetEnded<'_> {
+    fn drop(&mut self) {
+        self.0.take_ended(self.1);
+    }
+}
+
 impl Drop for StopOnDrop {
     fn drop(&mut self) {
         self.0
@@ -1413,6 +1425,18 @@ mod tests {
         );
         assert!(reg.overflowed(R, 7), "its session is told to end it");
         assert_eq!(reg.status()["dropped_records"], 1);
+    }
+
+    /// A session told to end that ended on its own first (its agent's
+    /// connection broke) leaves nothing behind in the registry.
+    #[test]
+    fn a_session_that_ended_leaves_no_order_to_end_behind() {
+        let reg = Registry::default();
+        reg.lock().insert(R, agent(agent_queue(1).0, 7));
+        reg.end_sessions_but(1);
+        assert_eq!(reg.ended.lock().unwrap().len(), 1, "session 7 is to end");
+        drop(ForgetEnded(&reg, 7));
+        assert!(reg.ended.lock().unwrap().is_empty());
     }
 
     /// The core's restart request reaches the replica's agent only where

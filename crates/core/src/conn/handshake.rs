@@ -245,9 +245,22 @@ impl Conn {
     /// answered (§III-E): router ISN, MSS = min, window scale = the largest
     /// replica scale (every replica window fits), timestamps if all agreed.
     pub(super) fn emit_synack(&mut self, ctx: &mut Ctx) {
-        let Some((win, ws)) = self.synack_options() else {
+        let Some(win) = self.send_synack(ctx) else {
             return;
         };
+        self.sent_hi = self.sent_hi.max(self.router_isn.add(1));
+        self.adv_ack = self.client_isn.add(1);
+        self.adv_edge = self.adv_ack.add(win as u32);
+        if self.phase == Phase::Handshake {
+            self.phase = Phase::SynAckSent;
+        }
+    }
+
+    /// The SYN-ACK itself (see [`Conn::emit_synack`]; an adopted
+    /// connection's carries the recorded options). Returns its window, or
+    /// `None` with no replica open.
+    pub(super) fn send_synack(&mut self, ctx: &mut Ctx) -> Option<u16> {
+        let (win, ws) = self.synack_options()?;
         let (mss, ts_on) = (self.mss_out, self.ts_on);
         let mut r = Repr::new(
             self.key.vport,
@@ -273,11 +286,6 @@ impl Conn {
         let data = r.emit_ipv4(self.key.vip, self.key.client, &[]);
         ctx.tx.push_back(Packet::plain(data));
         ctx.counters.packets_out += 1;
-        self.sent_hi = self.sent_hi.max(self.router_isn.add(1));
-        self.adv_ack = self.client_isn.add(1);
-        self.adv_edge = self.adv_ack.add(win as u32);
-        if self.phase == Phase::Handshake {
-            self.phase = Phase::SynAckSent;
-        }
+        Some(win)
     }
 }

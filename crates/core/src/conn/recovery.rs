@@ -539,32 +539,9 @@ impl Conn {
     /// would draw a reset). A client that had it answers, established, with
     /// a challenge ACK (RFC 5961 §4), which tells where it stands.
     fn resend_synack(&mut self, ctx: &mut Ctx) {
-        let Some(win) = self
-            .legs
-            .iter()
-            .filter(|l| l.open())
-            .map(|l| l.syn_window)
-            .min()
-        else {
-            return;
-        };
-        let mut r = ftnet_wire::tcp::Repr::new(
-            self.key.vport,
-            self.key.cport,
-            self.router_isn,
-            self.client_isn.add(1),
-            flags::SYN | flags::ACK,
-            win,
-        );
-        r.mss = Some(self.mss_out);
-        r.wscale = self.client_ws.then_some(self.ws_out);
-        if self.ts_on {
-            r.timestamps = Some((self.router_ts(ctx.now), 0));
+        if self.send_synack(ctx).is_some() {
+            ctx.counters.rebuild_synacks += 1;
         }
-        let data = r.emit_ipv4(self.key.vip, self.key.client, &[]);
-        ctx.tx.push_back(crate::packet::Packet::plain(data));
-        ctx.counters.packets_out += 1;
-        ctx.counters.rebuild_synacks += 1;
     }
 
     /// After the rebuild's ACK: one garbage octet 2^30 before what the

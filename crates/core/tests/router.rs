@@ -3818,7 +3818,7 @@ fn a_replica_taken_out_has_its_stale_servers_restarted() {
 }
 
 /// A replica taken out of one connection only (here: it closed early, a
-/// FIN where the others send on) misses that connection's input from then
+/// FIN where the others send on, or reset it) misses that connection's input from then
 /// on, which the others apply. Where its server follows the service's
 /// input order, its state is no longer the group's: it leaves the service
 /// (`MissedInput`) and its agent is told to restart its servers, instead of
@@ -3828,7 +3828,7 @@ fn a_replica_taken_out_has_its_stale_servers_restarted() {
 /// stays.
 #[test]
 fn a_replica_taken_out_of_a_connection_with_input_to_come_leaves_the_service() {
-    for follows in [true, false] {
+    for (follows, by_reset) in [(true, false), (false, false), (true, true), (false, true)] {
         let mut r = sequencer_router(3);
         if follows {
             for i in 1..=3 {
@@ -3837,13 +3837,19 @@ fn a_replica_taken_out_of_a_connection_with_input_to_come_leaves_the_service() {
         }
         let (risn, isns) = handshake(&mut r, 3);
         client_bytes(&mut r, t(3), risn, 0, b"0123456789");
-        // Replica 3 closes at once; 1 and 2 send on past that point.
+        // Replica 3 closes (or resets) at once; 1 and 2 send on past that
+        // point.
+        let (fl, how) = if by_reset {
+            (flags::RST | flags::ACK, EvictReason::Reset)
+        } else {
+            (flags::ACK | flags::FIN, EvictReason::Fin)
+        };
         let fin = Repr::new(
             PORT,
             CPORT,
             SeqNum(isns[2]).add(1),
             SeqNum(CISN).add(11),
-            flags::ACK | flags::FIN,
+            fl,
             500,
         );
         r.handle_packet(t(4), seg(replica(3), CLIENT, fin, b""));
@@ -3858,10 +3864,14 @@ fn a_replica_taken_out_of_a_connection_with_input_to_come_leaves_the_service() {
             );
             r.handle_packet(t(5), seg(replica(i), CLIENT, d, b"reply"));
         }
+        // A reset's verdict waits until another replica proves it was no
+        // abort of the service's (here: the others' replies), at most the
+        // detection time.
+        r.handle_timeout(t(200));
         drain(&mut r);
         let ev = log_events(&mut r);
         assert!(
-            ev.iter().any(|e| matches!(e, Event::Evicted { replica: a, reason: EvictReason::Fin, .. } if *a == replica(3))),
+            ev.iter().any(|e| matches!(e, Event::Evicted { replica: a, reason, .. } if *a == replica(3) && *reason == how)),
             "replica 3 left the connection: {ev:?}"
         );
         let alive: Vec<bool> = r.status().services[0]
@@ -3881,6 +3891,75 @@ fn a_replica_taken_out_of_a_connection_with_input_to_come_leaves_the_service() {
             );
             assert!(restarts(&mut r).is_empty());
         }
+    }
+}
+
+/// A server that resets one connection after it took all of the client's
+/// input, FIN included (Linux: a close with bytes unread sends RST|ACK at
+/// its RCV.NXT), missed nothing the others apply: it leaves that connection
+/// but stays in the service. One whose reset says the client's FIN (or any
+/// byte) did not reach it leaves the service (`MissedInput`); so does one
+/// whose RST carries no ACK (what it took is not known).
+#[test]
+fn a_replica_that_reset_after_taking_the_whole_input_stays_in_the_service() {
+    // (ACK flag, ACK number past the client's SYN, stays in the service)
+    for (with_ack, ack, stays) in [(true, 12, true), (true, 11, false), (false, 12, false)] {
+        let mut r = sequencer_router(3);
+        for i in 1..=3 {
+            r.set_follows_order(replica(i), true);
+        }
+        let (risn, isns) = handshake(&mut r, 3);
+        client_bytes(&mut r, t(3), risn, 0, b"0123456789");
+        let fin = Repr::new(
+            CPORT,
+            PORT,
+            SeqNum(CISN).add(11),
+            SeqNum(risn).add(1),
+            flags::ACK | flags::FIN,
+            502,
+        );
+        r.handle_packet(t(4), seg(CLIENT, VIP, fin, b""));
+        drain(&mut r);
+        let (fl, a) = if with_ack {
+            (flags::RST | flags::ACK, SeqNum(CISN).add(ack))
+        } else {
+            (flags::RST, SeqNum(0))
+        };
+        let rst = Repr::new(PORT, CPORT, SeqNum(isns[2]).add(1), a, fl, 0);
+        r.handle_packet(t(5), seg(replica(3), CLIENT, rst, b""));
+        for i in 1..=2u8 {
+            let d = Repr::new(
+                PORT,
+                CPORT,
+                SeqNum(isns[i as usize - 1]).add(1),
+                SeqNum(CISN).add(12),
+                flags::ACK | flags::PSH,
+                500,
+            );
+            r.handle_packet(t(6), seg(replica(i), CLIENT, d, b"reply"));
+        }
+        r.handle_timeout(t(200));
+        drain(&mut r);
+        let ev = log_events(&mut r);
+        assert!(
+            ev.iter().any(|e| matches!(e, Event::Evicted { replica: a, reason: EvictReason::Reset, .. } if *a == replica(3))),
+            "replica 3 left the connection: {ev:?}"
+        );
+        let alive: Vec<bool> = r.status().services[0]
+            .replicas
+            .iter()
+            .map(|x| x.alive)
+            .collect();
+        assert_eq!(
+            alive,
+            vec![true, true, stays],
+            "ack {with_ack} {ack}: {ev:?}"
+        );
+        assert_eq!(
+            ev.iter().any(|e| matches!(e, Event::ReplicaDown { replica: a, reason: EvictReason::MissedInput, .. } if *a == replica(3))),
+            !stays,
+            "{ev:?}"
+        );
     }
 }
 

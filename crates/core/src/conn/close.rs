@@ -52,22 +52,16 @@ impl Conn {
             // not bring the replica back into it.
             self.forget(ctx.out, vec![self.legs[i].addr]);
         }
-        if self.legs[i].state == LegState::Aborted {
-            // It already reset its side; only the verdict was pending.
-            self.legs[i].state = LegState::Evicted;
-            self.restart_behind_clocks(ctx.now);
-            ctx.counters.evictions += 1;
-            let remaining = self.live_legs();
-            ctx.out.event(Event::Evicted {
-                conn: self.key.to_string(),
-                replica: self.legs[i].addr,
-                reason,
-                remaining,
-                detail: String::new(),
-            });
+        // An aborted leg already reset its side; only the verdict was
+        // pending. It leaves like any other (and, under the sequencer,
+        // takes its replica out of the service below: a server that reset
+        // one connection while the others serve it misses its input).
+        let aborted = self.legs[i].state == LegState::Aborted;
+        if !aborted && !self.legs[i].live() {
             return;
         }
         let detail = match reason {
+            _ if aborted => String::new(),
             EvictReason::Stalled | EvictReason::NoSynAck => self.silence_detail(i, ctx.now),
             EvictReason::InputLost => match self.reset_wait {
                 Some(w) => format!(
@@ -79,25 +73,9 @@ impl Conn {
             },
             _ => String::new(),
         };
-        if !self.legs[i].live() {
-            return;
+        if !aborted {
+            self.reset_leg(ctx, i);
         }
-        let l = &self.legs[i];
-        let (seq, ack, fl) = match l.state {
-            LegState::Open => (self.client_hi, l.hi.unshift(l.off), flags::RST | flags::ACK),
-            _ => (self.client_isn.add(1), SeqNum(0), flags::RST),
-        };
-        // RFC 5961 §3.2: a RST is accepted only at exactly RCV.NXT; the
-        // replica's RCV.NXT is at most what it acknowledged of client_hi.
-        let seq = if l.state == LegState::Open {
-            l.ack.min(seq)
-        } else {
-            seq
-        };
-        let r = Repr::new(self.key.cport, self.key.vport, seq, ack, fl, 0);
-        ctx.tx
-            .push_back(Packet::plain(r.emit_ipv4(self.key.client, l.addr, &[])));
-        ctx.counters.packets_out += 1;
         self.legs[i].state = LegState::Evicted;
         self.restart_behind_clocks(ctx.now);
         ctx.counters.evictions += 1;
@@ -131,6 +109,27 @@ impl Conn {
             // reset; under voting a diverged replica is taken out anyway).
             ctx.missed.push((self.svc, self.legs[i].replica));
         }
+    }
+
+    /// Reset replica leg `i`'s side of the connection, so that a
+    /// partitioned replica frees it.
+    fn reset_leg(&self, ctx: &mut Ctx, i: usize) {
+        let l = &self.legs[i];
+        let (seq, ack, fl) = match l.state {
+            LegState::Open => (self.client_hi, l.hi.unshift(l.off), flags::RST | flags::ACK),
+            _ => (self.client_isn.add(1), SeqNum(0), flags::RST),
+        };
+        // RFC 5961 §3.2: a RST is accepted only at exactly RCV.NXT; the
+        // replica's RCV.NXT is at most what it acknowledged of client_hi.
+        let seq = if l.state == LegState::Open {
+            l.ack.min(seq)
+        } else {
+            seq
+        };
+        let r = Repr::new(self.key.cport, self.key.vport, seq, ack, fl, 0);
+        ctx.tx
+            .push_back(Packet::plain(r.emit_ipv4(self.key.client, l.addr, &[])));
+        ctx.counters.packets_out += 1;
     }
 
     /// Whether leg `i` could still get client input on this connection:

@@ -828,6 +828,9 @@ pub struct RouterSession {
     last_heard_ms: u64,
     opened_ms: u64,
     keys: Option<FrameKeys>,
+    /// When `on_timeout` last ran: a gap in those calls is this side not
+    /// running, not the agent's silence.
+    checked_ms: u64,
 }
 
 impl RouterSession {
@@ -841,6 +844,7 @@ impl RouterSession {
             last_heard_ms: now_ms,
             opened_ms: now_ms,
             keys: None,
+            checked_ms: now_ms,
         }
     }
 
@@ -1076,7 +1080,20 @@ impl RouterSession {
 
     /// Time passes: an authenticated agent silent for `dead_after` is lost;
     /// a peer that never finished authenticating is dropped.
+    ///
+    /// The caller calls this at least every few milliseconds (its read
+    /// timeout). A gap of half `dead_after` or more between two calls is
+    /// this side not running (the router's process stopped, or a host that
+    /// did not schedule its thread): the agent's silence is counted
+    /// without it. (A router stopped for 2 s took every agent for lost
+    /// when it ran again, and its verdicts reset healthy replicas'
+    /// connections.)
     pub fn on_timeout(&mut self, now_ms: u64, out: &mut Vec<Msg>) -> Option<RouterEvent> {
+        let gap = now_ms.saturating_sub(self.checked_ms);
+        self.checked_ms = self.checked_ms.max(now_ms);
+        if matches!(self.state, RState::Live { .. }) && gap >= ms(self.hb.dead_after) / 2 {
+            self.last_heard_ms = (self.last_heard_ms + gap).min(now_ms);
+        }
         let due = self.poll_timeout_ms()?;
         if now_ms < due {
             return None;
@@ -2099,6 +2116,9 @@ mod tests {
         // Then the agent falls silent (host lost) after its heartbeat at
         // 1900 ms: the router notices 500 ms later, not before.
         let mut out = Vec::new();
+        for t in (2000..2399).step_by(10) {
+            assert_eq!(r.on_timeout(t, &mut out), None);
+        }
         assert_eq!(r.on_timeout(2399, &mut out), None);
         assert_eq!(
             r.on_timeout(2400, &mut out),
@@ -2114,6 +2134,35 @@ mod tests {
         // Closed, but it was registered: the agent looks for the router's
         // successor at its fast pace.
         assert!(!a.is_live() && a.registered());
+    }
+
+    /// The router's side stops running for 2 s (its process stopped) while
+    /// the agent's heartbeats stop reaching it: run again, it does not take
+    /// the agent for lost at once (the silence it measured across its own
+    /// gap is not the agent's), only after `dead_after` of silence it saw.
+    #[test]
+    fn a_router_that_did_not_run_counts_no_silence_across_its_own_gap() {
+        let (mut a, hello) = AgentSession::new(b"s3cret", R, "host1", [1; 16], 0);
+        let mut r = RouterSession::new(b"s3cret", [2; 16], Heartbeats::default(), 0);
+        converse(&mut a, &mut r, hello, 0);
+        assert_eq!(Heartbeats::default().dead_after, Duration::from_millis(500));
+        let mut out = Vec::new();
+        for t in (0..=100).step_by(10) {
+            assert_eq!(r.on_timeout(t, &mut out), None);
+        }
+        // Heard last at 0; nothing runs from 100 ms to 2,100 ms.
+        assert_eq!(r.on_timeout(2100, &mut out), None, "not lost at once");
+        for t in (2110..2500).step_by(10) {
+            assert_eq!(r.on_timeout(t, &mut out), None);
+        }
+        // 100 ms of silence before the gap, 400 after it: lost.
+        assert_eq!(
+            r.on_timeout(2500, &mut out),
+            Some(RouterEvent::Lost {
+                replica: R,
+                silent: Duration::from_millis(500)
+            })
+        );
     }
 
     #[test]

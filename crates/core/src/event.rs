@@ -228,6 +228,10 @@ pub enum Event {
     /// Every connection adopted from the agents' records since the first
     /// record came is rebuilt (or left the table), `after_ms` after it.
     TableRebuilt { connections: u64, after_ms: u64 },
+    /// The router itself did not run for `ms` (its process stopped or not
+    /// scheduled, past its own timers by at least the detection time): no replica's silence across that gap counts against it
+    /// (`Conn::router_resumed`).
+    RouterPaused { ms: u64, connections: usize },
     /// A router that started or took over numbers a service's input on
     /// from `last` (the highest number its agents reported): `reported`
     /// replicas' agents told where they stood, `missing` ones did not in

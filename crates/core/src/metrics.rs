@@ -148,6 +148,9 @@ pub struct Counters {
     /// showed bytes in flight that died with the router before, so that
     /// they resend at once (`Conn::dup_acks_for_lost_tail`).
     pub rebuild_dup_acks: u64,
+    /// Times the router found it had not run for at least the detection
+    /// time past its own timers (`Event::RouterPaused`).
+    pub router_pauses: u64,
     /// SYN-ACKs sent again to clients of rebuilt connections that may
     /// still be connecting (`Conn::resend_synack`).
     pub rebuild_synacks: u64,

@@ -232,6 +232,16 @@ fn handshake(r: &mut Router, n: u8) -> (u32, Vec<u32>) {
 }
 
 /// The client's first data segment (no ACK flag, timestamps on).
+/// The router runs at each of its timers up to `until`, as its I/O loop
+/// does (a single `handle_timeout` far past a due timer is a router that
+/// did not run meanwhile: `Event::RouterPaused`).
+fn run_to(r: &mut Router, until: Instant) {
+    while let Some(d) = r.poll_timeout().filter(|d| *d <= until) {
+        r.handle_timeout(d);
+    }
+    r.handle_timeout(until);
+}
+
 fn client_data(r: &mut Router, now: Instant, payload: &[u8]) {
     let mut d = Repr::new(CPORT, PORT, SeqNum(CISN).add(1), SeqNum(0), flags::PSH, 502);
     d.timestamps = Some((1002, 0));
@@ -387,6 +397,126 @@ fn rst_from_one_replica_evicts_it_and_last_one_resets_client() {
         "last replica gone: client reset"
     );
     assert_eq!(r.connections(), 0);
+}
+
+/// The router itself stops for 2 s (its process stopped, a host that did
+/// not schedule it) while the client's bytes wait for the replicas'
+/// answers. Resumed, it reads what waited in its queues one packet at a
+/// time: replica 1's answer first. The others' silence across the pause
+/// is the router's own, not theirs: nobody is evicted for it (a router
+/// stalled for 2 s evicted two healthy replicas at once, and its resets
+/// killed their connections). Silence after the pause still convicts.
+#[test]
+fn a_router_that_did_not_run_for_a_while_blames_no_replica_for_it() {
+    let mut r = router(3);
+    let (_risn, isns) = handshake(&mut r, 3);
+    client_data(&mut r, t(10), b"ping");
+    drain(&mut r);
+    log_events(&mut r);
+    // Nothing runs from t(10) to t(2010).
+    r.handle_packet(t(2010), ack_from(1, isns[0], SeqNum(CISN).add(5), 500));
+    r.handle_timeout(t(2011));
+    r.handle_packet(t(2012), ack_from(2, isns[1], SeqNum(CISN).add(5), 500));
+    r.handle_timeout(t(2013));
+    let out = drain(&mut r);
+    assert!(
+        out.iter().all(|o| o.r.flags & flags::RST == 0),
+        "no replica reset for the router's own pause: {out:?}"
+    );
+    let ev = log_events(&mut r);
+    assert!(
+        !ev.iter().any(|e| matches!(e, Event::Evicted { .. })),
+        "nobody evicted: {ev:?}"
+    );
+    assert!(
+        ev.iter().any(|e| matches!(
+            e,
+            Event::RouterPaused {
+                ms: 2000,
+                connections: 1
+            }
+        )),
+        "the pause is said: {ev:?}"
+    );
+    assert_eq!(r.counters().router_pauses, 1);
+    // A verdict that takes a replica out of the service waits while the
+    // router does not know whether another served meanwhile.
+    r.host_lost(t(2014), replica(2));
+    let ev = log_events(&mut r);
+    assert!(
+        !ev.iter()
+            .any(|e| matches!(e, Event::ReplicaDown { .. } | Event::Evicted { .. })),
+        "{ev:?}"
+    );
+    assert!(drain(&mut r).iter().all(|o| o.r.flags & flags::RST == 0));
+    // Replica 3 stays silent after the pause: out one detection time on
+    // (the router now runs at each of its timers).
+    run_to(&mut r, t(2200));
+    let ev = log_events(&mut r);
+    assert!(
+        ev.iter().any(|e| matches!(e, Event::Evicted { replica: a, reason: EvictReason::Stalled, .. } if *a == replica(3))),
+        "silence after the pause convicts: {ev:?}"
+    );
+    assert!(!ev.iter().any(|e| matches!(e, Event::RouterPaused { .. })));
+    assert!(
+        !ev.iter().any(|e| matches!(e, Event::ReplicaDown { .. })),
+        "{ev:?}"
+    );
+    // Packets came since the pause: the verdict holds once probation ends.
+    r.handle_packet(t(2300), ack_from(1, isns[0], SeqNum(CISN).add(5), 500));
+    run_to(&mut r, t(2010) + ftnet_core::PAUSE_PROBATION);
+    let ev = log_events(&mut r);
+    assert!(
+        ev.iter().any(|e| matches!(e, Event::ReplicaDown { replica: a, reason: EvictReason::HostLost, .. } if *a == replica(2))),
+        "{ev:?}"
+    );
+    assert_eq!(r.connections(), 1);
+}
+
+/// A router that did not run for a while and, run again, gets not one
+/// packet: another router holds the addresses (a standby took over). Its
+/// table is stale, and a verdict acted on would reset connections the
+/// other router serves: verdicts that take a replica out wait until a
+/// packet shows this router serves again.
+#[test]
+fn a_router_that_gets_nothing_after_its_pause_holds_its_verdicts() {
+    let mut r = router(3);
+    let (_risn, isns) = handshake(&mut r, 3);
+    client_data(&mut r, t(10), b"ping");
+    drain(&mut r);
+    log_events(&mut r);
+    r.handle_timeout(t(2010));
+    r.host_lost(t(2011), replica(2));
+    let ev = log_events(&mut r);
+    assert!(
+        ev.iter().any(|e| matches!(e, Event::RouterPaused { .. })),
+        "{ev:?}"
+    );
+    let mut out = drain(&mut r);
+    let end = t(2010) + ftnet_core::PAUSE_PROBATION * 2;
+    while let Some(d) = r.poll_timeout().filter(|d| *d <= end) {
+        r.handle_timeout(d);
+        out.extend(drain(&mut r));
+    }
+    r.handle_timeout(end);
+    out.extend(drain(&mut r));
+    let ev = log_events(&mut r);
+    assert!(
+        !ev.iter().any(|e| matches!(e, Event::ReplicaDown { .. })),
+        "{ev:?}"
+    );
+    assert!(
+        out.iter().all(|o| o.r.flags & flags::RST == 0),
+        "no reset: {out:?}"
+    );
+    assert!(all_alive(&r));
+    // A packet: this router serves; the verdict holds.
+    r.handle_packet(end, ack_from(1, isns[0], SeqNum(CISN).add(5), 500));
+    let ev = log_events(&mut r);
+    assert!(
+        ev.iter().any(|e| matches!(e, Event::ReplicaDown { replica: a, reason: EvictReason::HostLost, .. } if *a == replica(2))),
+        "{ev:?}"
+    );
 }
 
 #[test]
@@ -569,7 +699,7 @@ fn rst_from_every_replica_is_the_services_abort() {
             .count(),
         1
     );
-    r.handle_timeout(t(1000));
+    run_to(&mut r, t(1000));
     assert!(log_events(&mut r).is_empty(), "nobody blamed");
     assert!(r.status().services[0].replicas.iter().all(|x| x.alive));
 }
@@ -1410,8 +1540,10 @@ fn a_replica_silent_to_a_syn_another_answered_is_marked_down() {
     );
     r.handle_packet(t(1), seg(replica(1), CLIENT, sa, b""));
     drain(&mut r);
+    run_to(&mut r, t(1000));
     r.handle_packet(t(1000), seg(CLIENT, VIP, syn.clone(), b""));
     drain(&mut r);
+    run_to(&mut r, t(3000));
     r.handle_packet(t(3000), seg(CLIENT, VIP, syn, b""));
     drain(&mut r);
     let ev: Vec<Event> = std::iter::from_fn(|| r.poll_event()).collect();
@@ -1765,6 +1897,7 @@ fn a_failover_records_its_detection_delay_and_the_clients_stall() {
     assert_eq!(h.sum_us, 289_000);
     assert_eq!(r.status().services[0].client_bytes_out, 6);
     // An eviction on a connection that was idle for seconds opens no stall.
+    run_to(&mut r, t(5_000));
     assert_eq!(r.host_lost(t(5_000), replica(2)), 1);
     r.handle_packet(t(5_100), data(3, 6, b"ghi"));
     assert!(drain(&mut r)
@@ -2450,7 +2583,7 @@ fn replica_rst_in_window_but_not_exact_changes_nothing() {
     assert_eq!(out[0].dst, replica(1));
     assert_eq!(out[0].r.flags, flags::ACK);
     assert_eq!(out[0].r.ack, SeqNum(isns[0]).add(1));
-    r.handle_timeout(t(500));
+    run_to(&mut r, t(500));
     assert!(log_events(&mut r).is_empty(), "nobody evicted");
     assert_eq!(dropped(&r, "rst_not_exact"), 1);
     let out = client_bytes(&mut r, t(501), risn, 0, b"hi");
@@ -4324,7 +4457,7 @@ fn a_joiner_whose_digest_differs_stays_out() {
         drain(&mut r);
         agent_msgs(&mut r);
     }
-    r.handle_timeout(t(at + 60_000));
+    run_to(&mut r, t(at + 60_000));
     assert!(log_events(&mut r).is_empty(), "no more attempts");
 }
 
@@ -6761,6 +6894,7 @@ fn a_join_ends_a_connection_whose_closing_stood_still() {
         };
         servers_close(&mut r, &isns);
         log_events(&mut r);
+        run_to(&mut r, t(3000));
         r.join_replica(t(3000), "t", replica(3)).expect("join");
         r.handle_timeout(t(3012));
         let ev = log_events(&mut r);
@@ -6769,9 +6903,10 @@ fn a_join_ends_a_connection_whose_closing_stood_still() {
                 .any(|e| matches!(e, Event::ConnectionEnded { .. })),
             "still for 3 s only: {ev:?}"
         );
-        r.handle_timeout(t(5001));
+        run_to(&mut r, t(5001));
         log_events(&mut r);
         drain(&mut r);
+        run_to(&mut r, t(7000));
         r.join_replica(t(7000), "t", replica(3)).ok();
         r.handle_timeout(t(7012));
         let ev = log_events(&mut r);

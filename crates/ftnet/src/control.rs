@@ -821,6 +821,13 @@ fn serve(
                 // (a lost host cannot close anything). Its replica stays in service,
                 // unless its server followed the order through this agent.
                 if let Some(r) = registered {
+                    if reg.lock().get(&r).is_some_and(|a| a.session != id) {
+                        // The agent registered again on another session
+                        // (it gave this router up while it did not run,
+                        // or the router started over): it is heard there.
+                        info!(replica = %r, %peer, "an earlier session of this agent closed; the agent is registered on a newer one");
+                        return Ok(());
+                    }
                     if shims > 0 {
                         order_lost(router, r, peer, &format!("its agent's connection closed while {shims} server(s) followed the order through it"));
                     } else {
@@ -1164,8 +1171,44 @@ fn serve(
                         .insert(replica, count);
                 }
                 RouterEvent::Lost { replica, silent } => {
-                    let n = router.host_lost(replica);
-                    if n > 0 {
+                    if reg.lock().get(&replica).is_some_and(|a| a.session != id) {
+                        // The agent registered again on another session
+                        // (this one was cut off): it is heard there.
+                        info!(%replica, %peer, "an earlier session of this agent fell silent for {} ms; the agent is registered on a newer one: nothing is lost", silent.as_millis());
+                        let _ = stream.shutdown(std::net::Shutdown::Both);
+                        return Ok(());
+                    }
+                    // Silence convicts only against another agent's voice
+                    // (as a connection's silence does against another
+                    // replica's): every agent falling silent together is
+                    // this router cut off from them, or another router
+                    // serving them (a standby that took over while this
+                    // one did not run), and its verdicts would reset
+                    // connections the other one serves.
+                    let others_spoke = {
+                        let g = reg.lock();
+                        let mine = g
+                            .get(&replica)
+                            .filter(|a| a.session == id)
+                            .map(|a| a.last_heard);
+                        mine.is_none_or(|m| {
+                            g.iter().any(|(r, a)| {
+                                *r != replica && a.lost.is_none() && a.last_heard > m + 2 * hb.every
+                            })
+                        })
+                    };
+                    let n = if others_spoke {
+                        router.host_lost(replica)
+                    } else {
+                        0
+                    };
+                    if !others_spoke {
+                        warn!(
+                            %replica, %peer,
+                            "agent silent for {} ms, and no other agent was heard since it fell silent: this router is the one cut off from the replicas, or another router serves them; no replica is marked down",
+                            silent.as_millis()
+                        );
+                    } else if n > 0 {
                         warn!(
                             %replica, %peer,
                             "agent silent for {} ms: host lost; replica marked down in {n} service(s) and taken out of its connections",

@@ -73,7 +73,7 @@ impl Conn {
             },
             _ => String::new(),
         };
-        if !aborted {
+        if !aborted && !ctx.quiet {
             self.reset_leg(ctx, i);
         }
         self.legs[i].state = LegState::Evicted;

@@ -217,7 +217,8 @@ impl Conn {
         } else {
             Some(self.fin_owed_since(i)?)
         };
-        let since = l.behind_since.unwrap_or(l.seen_at);
+        // Nothing from before the router's own pause counts against it.
+        let since = l.behind_since.unwrap_or(l.seen_at).max(self.resumed_at);
         let others = || {
             self.legs
                 .iter()
@@ -283,6 +284,19 @@ impl Conn {
             }
         }
         Some((silent.max(self.grace_until()), others_spoke))
+    }
+
+    /// The router itself did not run for a while (its process stopped, or
+    /// not scheduled: [`crate::Router`]'s pause check) and runs again at
+    /// `now`. What it reads now may have waited in its queues all that
+    /// time, one replica's before another's: no replica's silence or
+    /// standstill across the pause is evidence against it (read after the
+    /// pause, one replica's queued answer made the others look silent for
+    /// the whole of it, and a router stalled for 2 s evicted healthy
+    /// replicas, its resets killing their connections). Every verdict of
+    /// silence (`fail_deadline`) counts from now.
+    pub(crate) fn router_resumed(&mut self, now: Instant) {
+        self.resumed_at = self.resumed_at.max(now);
     }
 
     /// While a suspect leg is silent it is probed every quarter of the

@@ -104,6 +104,12 @@ pub struct Ctx<'a> {
     /// Client bytes every input log together may hold
     /// (`Limits::log_total`; `Counters::log_bytes` is what they hold).
     pub log_total: usize,
+    /// The router is on probation after a pause (`Router::note_time`): it
+    /// may have been superseded, and a reset it sent could end a
+    /// connection another router serves. An evicted leg's side is not
+    /// reset then; should the replica speak on it again, it is
+    /// (`Conn::evicted_challenged`).
+    pub quiet: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -312,6 +318,9 @@ pub struct Conn {
     /// The service's input is paused (a replica joins): the client is told
     /// a zero window.
     paused: bool,
+    /// When the router last ran again after it had not run for a while
+    /// (`Conn::router_resumed`): no leg's silence counts from before.
+    resumed_at: Instant,
     /// The input log (`Ack::Log`, `log.rs`); `None`: the client is
     /// acknowledged for what every replica has.
     log: Option<Box<log::InLog>>,
@@ -418,6 +427,7 @@ impl Conn {
             join_refusal: None,
             held_lost: None,
             paused: false,
+            resumed_at: Instant::ZERO,
             log: None,
             log_lost: None,
             told_zero: false,
@@ -705,6 +715,7 @@ pub(super) mod fixture {
                 sequencer: true,
                 challenges: &mut self.challenges,
                 log_total: usize::MAX,
+                quiet: false,
             }
         }
     }

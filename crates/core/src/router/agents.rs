@@ -110,7 +110,7 @@ impl Router {
     /// for each, in one batch as it registered): connections being rebuilt
     /// stop waiting for a record of `from` that was not among them.
     pub fn records_done(&mut self, now: Instant, from: Ipv4Addr) {
-        self.last_now = self.last_now.max(now);
+        self.note_time(now);
         self.records_in.insert(from);
         let keys: Vec<ConnKey> = self
             .conns
@@ -371,7 +371,7 @@ impl Router {
     /// every live replica of a service reported. A report after that
     /// brings that agent up to date from the router's log.
     pub fn order_report(&mut self, now: Instant, replica: Ipv4Addr, reports: &[OrderReport]) {
-        self.last_now = self.last_now.max(now);
+        self.note_time(now);
         for svc in 0..self.order.len() {
             let s = &self.config.services[svc];
             let Some(ri) = s.replicas.iter().position(|r| *r == replica) else {

@@ -156,7 +156,7 @@ impl Router {
         name: &str,
         addr: Ipv4Addr,
     ) -> Result<u64, MembershipError> {
-        self.last_now = self.last_now.max(now);
+        self.note_time(now);
         let (svc, slot) = self.find_member(name, addr)?;
         let cannot = |why: &str| MembershipError::CannotJoin {
             service: name.to_string(),
@@ -287,7 +287,7 @@ impl Router {
     /// event (a fork of its server, or a save, is taken): a live join's
     /// input may resume once the joiner is part of every connection.
     pub fn checkpoint_point(&mut self, now: Instant, join: u64) {
-        self.last_now = self.last_now.max(now);
+        self.note_time(now);
         if let Some(j) = self
             .joins
             .iter_mut()
@@ -300,7 +300,7 @@ impl Router {
 
     /// Either agent's part of join `join` failed.
     pub fn join_failed(&mut self, now: Instant, join: u64, reason: String) {
-        self.last_now = self.last_now.max(now);
+        self.note_time(now);
         if self
             .joins
             .iter()
@@ -370,7 +370,7 @@ impl Router {
         donor: bool,
         result: Result<String, String>,
     ) {
-        self.last_now = self.last_now.max(now);
+        self.note_time(now);
         let Some(j) = self
             .joins
             .iter_mut()

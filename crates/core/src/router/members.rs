@@ -10,6 +10,11 @@ impl Router {
     /// every connection.
     pub(super) fn apply_down(&mut self, now: Instant) {
         self.check_rebuilt(now);
+        if self.on_probation() {
+            // The router did not run for a while and may have been
+            // superseded: verdicts wait until it knows (`note_time`).
+            return;
+        }
         for (svc, replica) in std::mem::take(&mut self.missed) {
             // Taken out of a connection that could still get input: a
             // server that keeps the service's state in its order misses
@@ -422,7 +427,7 @@ impl Router {
         addr: Ipv4Addr,
         m: Member,
     ) -> Result<(), MembershipError> {
-        self.last_now = self.last_now.max(now);
+        self.note_time(now);
         let (svc, slot) = self.add_slot(name, addr)?;
         let r = match slot {
             Some(r) => r,
@@ -461,7 +466,7 @@ impl Router {
         now: Instant,
         s: crate::config::Service,
     ) -> Result<(), MembershipError> {
-        self.last_now = self.last_now.max(now);
+        self.note_time(now);
         self.check_add_service(&s)?;
         let svc = ServiceId(self.config.services.len());
         for &p in &s.ports {
@@ -493,7 +498,7 @@ impl Router {
     /// and (once its connections ended) its replicas' ports are free for
     /// [`Router::add_service`].
     pub fn remove_service(&mut self, now: Instant, name: &str) -> Result<usize, MembershipError> {
-        self.last_now = self.last_now.max(now);
+        self.note_time(now);
         let svc = self.live_service(name)?;
         self.by_vip.retain(|_, v| *v != svc);
         self.retired.insert(svc);
@@ -631,7 +636,7 @@ impl Router {
         name: &str,
         addr: Ipv4Addr,
     ) -> Result<usize, MembershipError> {
-        self.last_now = self.last_now.max(now);
+        self.note_time(now);
         let (svc, r) = self.serving_member(name, addr)?;
         self.health[svc.0][r.0] = Member::Draining { since: now };
         self.drained.retain(|x| *x != (svc, r));
@@ -657,7 +662,7 @@ impl Router {
         name: &str,
         addr: Ipv4Addr,
     ) -> Result<(usize, usize), MembershipError> {
-        self.last_now = self.last_now.max(now);
+        self.note_time(now);
         let (svc, slot) = self.find_member(name, addr)?;
         let not_member = || MembershipError::NotAMember {
             service: name.to_string(),

@@ -75,6 +75,12 @@ const SYN_BACKLOG_MAX: usize = 1024;
 
 /// How often, while a replica drains, the table is scanned for whether its
 /// last connection left.
+/// After the router did not run for a while, how long it takes no replica
+/// out of a service ([`Router::note_time`]): long enough for an agent that
+/// moved to another router meanwhile to register here again and show it
+/// (`Router::superseded`).
+pub const PAUSE_PROBATION: core::time::Duration = core::time::Duration::from_secs(2);
+
 const DRAIN_CHECK: core::time::Duration = core::time::Duration::from_millis(100);
 
 /// The router state machine.
@@ -140,6 +146,10 @@ pub struct Router {
     /// The latest `now` the router was given (for hold deadlines set
     /// while events leave).
     last_now: Instant,
+    /// After the router found it had not run for a while
+    /// ([`Router::note_time`]): until when no replica is taken out of a
+    /// service, and how many packets it had taken in by then.
+    probation: Option<(Instant, u64)>,
     /// A rebuild in progress: when the first record came, connections
     /// adopted since, and adopted ones that left the table unrebuilt.
     rebuild: Option<(Instant, u64)>,
@@ -219,6 +229,7 @@ impl Router {
                 .map(|_| SvcOrder::default())
                 .collect(),
             last_now: Instant::ZERO,
+            probation: None,
             rebuild: None,
             rebuild_dropped: 0,
             agents: None,
@@ -264,8 +275,9 @@ impl Router {
 
     /// Feed one packet read from the network.
     pub fn handle_packet(&mut self, now: Instant, pkt: Packet) {
-        self.last_now = self.last_now.max(now);
+        self.note_time(now);
         self.counters.packets_in += 1;
+        self.end_probation(now);
         if let Err(r) = self.classify(now, pkt) {
             self.counters.drop(r);
         }
@@ -388,6 +400,7 @@ impl Router {
             sequencer: self.config.sequencer,
             challenges: &mut self.challenges,
             log_total: self.config.limits.log_total,
+            quiet: self.probation.is_some(),
         };
         let r = f(c, &mut ctx);
         if let Some(b) = self.service_bytes.get_mut(c.service().0) {
@@ -790,7 +803,7 @@ impl Router {
 
     /// Run timers due at `now`.
     pub fn handle_timeout(&mut self, now: Instant) {
-        self.last_now = self.last_now.max(now);
+        self.note_time(now);
         self.send_probes(now);
         if self.drain_due().is_some_and(|t| t <= now) {
             self.check_drained(now);
@@ -863,6 +876,60 @@ impl Router {
     }
 
     /// When [`Router::handle_timeout`] next needs to run.
+    /// Time moves on to `now`. If the router ran late by at least the
+    /// detection time — its earliest timer was due that long before, and
+    /// nothing ran since — it was not running (its process stopped, a
+    /// host that did not schedule it): what it reads now may have waited
+    /// in its queues, one replica's before another's, and no replica's
+    /// silence across that gap is evidence. Every connection's silence
+    /// verdicts count from now (`Conn::router_resumed`), and the log says
+    /// so.
+    pub(crate) fn note_time(&mut self, now: Instant) {
+        let limit = self.config.timeouts.failure_detection;
+        if self.last_now != Instant::ZERO && now.saturating_sub(self.last_now) >= limit {
+            let late = self
+                .poll_timeout()
+                .map(|d| now.saturating_sub(d.max(self.last_now)));
+            if late.is_some_and(|l| l >= limit) {
+                for c in self.conns.values_mut() {
+                    c.router_resumed(now);
+                }
+                // Another router may have served meanwhile (a standby
+                // takes over from one that stops answering): until this
+                // one knows it did not, its verdicts wait.
+                self.probation = Some((now + PAUSE_PROBATION, self.counters.packets_in));
+                self.counters.router_pauses += 1;
+                self.out.event(Event::RouterPaused {
+                    ms: u64::try_from(now.saturating_sub(self.last_now).as_millis())
+                        .unwrap_or(u64::MAX),
+                    connections: self.conns.len(),
+                });
+            }
+        }
+        self.last_now = self.last_now.max(now);
+        self.end_probation(now);
+    }
+
+    fn end_probation(&mut self, now: Instant) {
+        if let Some((until, packets)) = self.probation {
+            // Over once its time is up and a packet showed that this
+            // router still serves. Not one packet: another router holds
+            // the addresses (a standby that took over), and verdicts on
+            // a stale table would reset connections that one serves: they
+            // wait on, until this router serves again or finds itself
+            // superseded (and starts over).
+            if now >= until && self.counters.packets_in > packets {
+                self.probation = None;
+            }
+        }
+    }
+
+    /// While on probation after a pause ([`Router::note_time`]): verdicts
+    /// that take a replica out of a service wait.
+    pub(crate) fn on_probation(&self) -> bool {
+        self.probation.is_some()
+    }
+
     pub fn poll_timeout(&self) -> Option<Instant> {
         let order = self
             .order
@@ -878,6 +945,9 @@ impl Router {
             probe,
             self.join_due(),
             self.tick_due(),
+            self.probation
+                .map(|(until, _)| until)
+                .filter(|u| *u > self.last_now),
         ]
         .into_iter()
         .flatten()

@@ -231,7 +231,13 @@ pub enum Event {
     /// The router itself did not run for `ms` (its process stopped or not
     /// scheduled, past its own timers by at least the detection time): no replica's silence across that gap counts against it
     /// (`Conn::router_resumed`).
-    RouterPaused { ms: u64, connections: usize },
+    RouterPaused {
+        ms: u64,
+        connections: usize,
+        /// Long enough that another router may have taken over: verdicts
+        /// taking replicas out wait (`PAUSE_PROBATION`).
+        probation: bool,
+    },
     /// A router that started or took over numbers a service's input on
     /// from `last` (the highest number its agents reported): `reported`
     /// replicas' agents told where they stood, `missing` ones did not in

@@ -1037,8 +1037,17 @@ fn log_event(ev: &Event) {
         } => {
             warn!("table rebuilt: all {connections} connection(s) adopted from the agents' records are whole again, {after_ms} ms after the first record")
         }
-        Event::RouterPaused { ms, connections } => {
-            warn!("this router did not run for {ms} ms (its process was stopped or not scheduled): what it reads now may have waited that long, so no replica's silence across the gap counts against it; failure detection starts again now on its {connections} connection(s), and for {} s at least, until a packet shows it still serves, no replica is taken out of a service (another router may have served meanwhile, and verdicts on a stale table would reset connections that one serves)", ftnet_core::PAUSE_PROBATION.as_secs())
+        Event::RouterPaused {
+            ms,
+            connections,
+            probation,
+        } => {
+            let wait = if *probation {
+                format!("; and for {} s at least, until a packet shows it still serves, no replica is taken out of a service (another router may have served meanwhile, and verdicts on a stale table would reset connections that one serves)", ftnet_core::PAUSE_PROBATION.as_secs())
+            } else {
+                String::new()
+            };
+            warn!("this router did not run for {ms} ms (its process was stopped or not scheduled): what it reads now may have waited that long, so no replica's silence across the gap counts against it; failure detection starts again now on its {connections} connection(s){wait}")
         }
         Event::OrderResumed {
             service,

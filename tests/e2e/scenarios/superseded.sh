@@ -16,9 +16,10 @@
 # number over the other router's order (found by the fault campaign: its Redis lab never
 # recovered, every replica's order lost).
 # Not in the default run (FTNET_E2E_KNOWN=1 or `run.sh --only superseded` adds it): about one run
-# in four, when the stalled router takes its addresses back by itself while the other still runs,
-# a short connection times out and one replica's digest differs from the others' at the end
-# (found, not yet explained: both routers may serve for a moment before the first agent's report).
+# in six, a short connection opened around the takeovers is never answered and times out (30 s);
+# not explained yet. (The replicas taken out, ORDER LOST and digests that differed before — in 2
+# of 4 runs at 92572c5, 9 of 17 at bf34512 — were the stale routers' resets: the stalled one's
+# verdicts on its own pause, the other's on its agents leaving it; see ARCHITECTURE.md, probation.)
 # Pass: the SUPERSEDED line; no ORDER LOST and no replica taken out after it; 0 client errors and
 # every counter exact; all three replicas serving with equal digests.
 set -euo pipefail

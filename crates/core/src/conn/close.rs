@@ -53,9 +53,13 @@ impl Conn {
             self.forget(ctx.out, vec![self.legs[i].addr]);
         }
         // An aborted leg already reset its side; only the verdict was
-        // pending. It leaves like any other (and, under the sequencer,
-        // takes its replica out of the service below: a server that reset
-        // one connection while the others serve it misses its input).
+        // pending. It leaves like any other, but stays in the service: a
+        // server that resets a connection is, as far as the router can
+        // tell, the service closing it (Redis after a malformed request:
+        // every replica's kernel resets it, each at its own time, while
+        // the others still acknowledge input their servers will not read;
+        // simulation `servers_closing_connections_leave_no_hole_in_the_order`).
+        // A crashed server is taken out by its agent.
         let aborted = self.legs[i].state == LegState::Aborted;
         if !aborted && !self.legs[i].live() {
             return;
@@ -90,6 +94,7 @@ impl Conn {
         if service_wide {
             ctx.down.push((self.svc, self.legs[i].replica, reason));
         } else if ctx.sequencer
+            && !aborted
             && !matches!(reason, EvictReason::ReplicaDown | EvictReason::Diverged)
             && remaining > 0
             && self.input_to_come(i)

@@ -274,18 +274,6 @@ impl Conn {
             // evidence of its crash, not a close. It leaves the group now so
             // nobody waits for it; if every replica resets, it was the
             // service's own abort and no replica is blamed.
-            if seg.has(flags::ACK) {
-                // A server's abort (Linux: `tcp_send_active_reset`, a close
-                // with bytes unread) carries its RCV.NXT: what it took of
-                // the client's stream, the client's FIN included. Its
-                // verdict asks whether it missed input still to come
-                // (`input_to_come`): one that had all of it, FIN and all,
-                // missed nothing the others apply.
-                let a = seg.ack.min(self.client_hi);
-                if a.is_after(self.legs[i].ack) {
-                    self.legs[i].ack = a;
-                }
-            }
             self.legs[i].state = LegState::Aborted;
             self.legs[i].aborted_at = Some(ctx.now);
             if self.safe {

@@ -81,6 +81,10 @@ const SYN_BACKLOG_MAX: usize = 1024;
 /// (`Router::superseded`).
 pub const PAUSE_PROBATION: core::time::Duration = core::time::Duration::from_secs(2);
 
+/// The shortest pause after which the router may have been superseded
+/// (probation, [`Router::note_time`]).
+const PAUSE_SUPERSEDED_MIN: core::time::Duration = core::time::Duration::from_millis(250);
+
 const DRAIN_CHECK: core::time::Duration = core::time::Duration::from_millis(100);
 
 /// The router state machine.
@@ -895,14 +899,20 @@ impl Router {
                     c.router_resumed(now);
                 }
                 // Another router may have served meanwhile (a standby
-                // takes over from one that stops answering): until this
-                // one knows it did not, its verdicts wait.
-                self.probation = Some((now + PAUSE_PROBATION, self.counters.packets_in));
+                // takes over from one that stops answering: VRRP after
+                // three adverts, 300 ms at the shortest one practice
+                // uses): until this one knows it did not, its verdicts
+                // wait. A shorter hiccup of a loaded host is not that.
+                let probation = now.saturating_sub(self.last_now) >= PAUSE_SUPERSEDED_MIN;
+                if probation {
+                    self.probation = Some((now + PAUSE_PROBATION, self.counters.packets_in));
+                }
                 self.counters.router_pauses += 1;
                 self.out.event(Event::RouterPaused {
                     ms: u64::try_from(now.saturating_sub(self.last_now).as_millis())
                         .unwrap_or(u64::MAX),
                     connections: self.conns.len(),
+                    probation,
                 });
             }
         }

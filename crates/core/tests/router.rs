@@ -562,7 +562,7 @@ fn stalled_replica_is_evicted_after_detection_time() {
     // the ACK replica 1 gave.
     let due = r.poll_timeout().expect("a failure timer");
     assert!(due <= t(112), "timer at {due:?}");
-    r.handle_timeout(t(112));
+    run_to(&mut r, t(112));
     let out = drain(&mut r);
     assert!(
         out.iter()
@@ -900,6 +900,56 @@ fn silent_lagging_replica_is_probed_and_kept_while_it_answers() {
     r.handle_packet(t(37), ack_from(2, isns[1], SeqNum(CISN).add(1), 500));
     r.handle_timeout(t(115));
     assert!(r.status().services[0].replicas[1].alive);
+}
+
+/// The router's timers run late (its loop starved of CPU by a storm of
+/// connections, or holding them for another thread's lagging queue): the
+/// replica that owes an answer was never asked during its silence. It is
+/// asked first; one whose kernel answers is kept, one that stays silent
+/// goes a quarter of the detection time after the question.
+#[test]
+fn a_router_whose_timers_ran_late_asks_before_it_convicts() {
+    for answers in [true, false] {
+        let mut r = router(2);
+        let (_risn, isns) = handshake(&mut r, 2);
+        client_data(&mut r, t(10), b"ping");
+        drain(&mut r);
+        r.handle_packet(t(11), ack_from(1, isns[0], SeqNum(CISN).add(5), 500));
+        drain(&mut r);
+        // Its packets keep coming (replica 1 repeats its ACK), but the
+        // first timer run since is 190 ms later, long past the detection
+        // time: the router was busy, not stopped.
+        for at in (30..=190).step_by(20) {
+            r.handle_packet(t(at), ack_from(1, isns[0], SeqNum(CISN).add(5), 500));
+        }
+        drain(&mut r);
+        r.handle_timeout(t(200));
+        let out = drain(&mut r);
+        assert!(all_alive(&r), "convicted unasked: {:?}", log_events(&mut r));
+        assert!(
+            out.iter()
+                .any(|o| o.dst == replica(2) && o.payload.len() == 1),
+            "replica 2 is probed: {out:?}"
+        );
+        if answers {
+            // Its kernel answers (a duplicate ACK): alive.
+            r.handle_packet(t(201), ack_from(2, isns[1], SeqNum(CISN).add(1), 500));
+            r.handle_timeout(t(240));
+            drain(&mut r);
+            assert!(all_alive(&r), "{:?}", log_events(&mut r));
+        } else {
+            r.handle_timeout(t(224));
+            drain(&mut r);
+            assert!(all_alive(&r), "before the answer was due");
+            r.handle_timeout(t(226));
+            drain(&mut r);
+            assert!(
+                !r.status().services[0].replicas[1].alive,
+                "silent after the question: {:?}",
+                log_events(&mut r)
+            );
+        }
+    }
 }
 
 /// The client's segment is lost before the router: every replica holds
@@ -1744,7 +1794,7 @@ fn an_evicted_replicas_side_that_lives_on_is_reset_at_its_ack() {
     drain(&mut r);
     r.handle_packet(t(11), ack_from(1, isns[0], SeqNum(CISN).add(5), 500));
     drain(&mut r);
-    r.handle_timeout(t(112));
+    run_to(&mut r, t(112));
     let out = drain(&mut r);
     let first = out
         .iter()

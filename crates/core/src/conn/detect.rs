@@ -239,6 +239,20 @@ impl Conn {
         } else {
             silent_from + (t.failure_detection * 30).max(core::time::Duration::from_secs(3))
         };
+        // Silence convicts only a replica that was asked and did not
+        // answer: a probe sent since it was last heard (`on_timer` sends
+        // one first if none was), a quarter of the detection time before. On time, the probes (every quarter) make
+        // that so anyway. A router whose timers ran late (its loop starved
+        // of CPU, or holding them for another thread's lagging queue) asked
+        // nobody meanwhile: it asks first. (Without this a replica whose
+        // server was merely slow to answer one request, its kernel alive,
+        // was declared down for every connection when the router's
+        // timers ran 130 ms late under a storm of connections.)
+        let silent = match l.asked_at {
+            Some(a) if l.asked() => silent.max(a + t.failure_detection / 4),
+            // Not asked yet: `on_timer` asks before it convicts.
+            _ => silent,
+        };
         let stuck_from = l.progress_at.max(since);
         let others_progressed = others().any(|o| o.progress_at > stuck_from);
         // Its output stands still while another's, ahead of it, moved —
@@ -351,7 +365,11 @@ impl Conn {
     /// segments that carry data). One that has not answered the SYN gets the
     /// client's SYN again.
     pub(super) fn probe(&mut self, ctx: &mut Ctx, i: usize) {
-        self.legs[i].probe_at = Some(ctx.now);
+        let l = &mut self.legs[i];
+        if !l.asked() {
+            l.asked_at = Some(ctx.now);
+        }
+        l.probe_at = Some(ctx.now);
         if self.legs[i].state == LegState::SynSent {
             if let Some((base, at)) = self.syn_copy.take() {
                 self.send_syn(ctx, &base, at, self.key.vip, i);

@@ -70,6 +70,10 @@ pub(super) struct Leg {
     pub(super) stale_resets: u8,
     /// Last liveness probe sent to this replica.
     pub(super) probe_at: Option<Instant>,
+    /// The first probe sent since it was last heard (the question its
+    /// silence leaves unanswered, [`Conn::fail_deadline`]); earlier when
+    /// it was heard since.
+    pub(super) asked_at: Option<Instant>,
     /// When it reset the connection (state `Aborted`).
     pub(super) aborted_at: Option<Instant>,
     pub(super) mss: u16,
@@ -129,6 +133,11 @@ pub(super) struct Leg {
 }
 
 impl Leg {
+    /// A probe was sent since it was last heard ([`Leg::asked_at`]).
+    pub(super) fn asked(&self) -> bool {
+        self.asked_at.is_some_and(|a| a > self.seen_at)
+    }
+
     /// End of the data this replica sent, its FIN not counted.
     pub(super) fn data_hi(&self) -> SeqNum {
         self.fin.unwrap_or(self.hi)
@@ -205,6 +214,7 @@ impl Conn {
             stale_resets: 0,
             una_hint: None,
             probe_at: None,
+            asked_at: None,
             aborted_at: None,
             mss: 0,
             syn_window: 0,

@@ -158,7 +158,14 @@ impl Conn {
             }
         }
         for i in 0..self.legs.len() {
-            if self.due(Timer::Fail(i), t, now) {
+            if self.due(Timer::Probe(i), t, now) && !self.legs[i].asked() {
+                // Asked nothing since it was last heard (timers that ran
+                // late): the question comes before any verdict of silence
+                // (`fail_deadline`), which this moves to a quarter of the
+                // detection time from now. A verdict of standstill is
+                // taken at the next run, right after.
+                self.probe(ctx, i);
+            } else if self.due(Timer::Fail(i), t, now) {
                 let mut service_wide = self.fail_deadline(i, t).is_some_and(|(_, w)| w);
                 let reason = if self.legs[i].state == LegState::SynSent {
                     // See `another_answered_syn`.
@@ -301,6 +308,7 @@ mod tests {
                 l.out_at = ms(progress);
                 l.behind_since = behind.map(ms);
                 l.probe_at = probe.map(ms);
+                l.asked_at = probe.map(ms);
                 l.aborted_at = aborted.map(ms);
                 l.fin = fin.map(|f| c.router_isn.add(1 + f.min(hi)));
             }

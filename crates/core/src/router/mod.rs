@@ -279,9 +279,11 @@ impl Router {
 
     /// Feed one packet read from the network.
     pub fn handle_packet(&mut self, now: Instant, pkt: Packet) {
-        self.note_time(now);
+        // Counted first: a probation this packet starts (`note_time`) ends
+        // only on a later one (this one may have waited out the pause in
+        // the router's queue).
         self.counters.packets_in += 1;
-        self.end_probation(now);
+        self.note_time(now);
         if let Err(r) = self.classify(now, pkt) {
             self.counters.drop(r);
         }

@@ -41,14 +41,25 @@ pub enum Outcome {
     Split { groups: Vec<Vec<usize>> },
 }
 
+/// Length of the common prefix of two byte strings: 64 bytes at a time
+/// (a `memcmp`), then byte by byte inside the block that differs.
+pub(crate) fn prefix(a: &[u8], b: &[u8]) -> usize {
+    const BLOCK: usize = 64;
+    let n = a.len().min(b.len());
+    let mut i = 0;
+    while i + BLOCK <= n && a[i..i + BLOCK] == b[i..i + BLOCK] {
+        i += BLOCK;
+    }
+    i + a[i..n]
+        .iter()
+        .zip(&b[i..n])
+        .position(|(x, y)| x != y)
+        .unwrap_or(n - i)
+}
+
 /// Common prefix of two offers in symbols.
 fn common(a: &Offer, b: &Offer) -> usize {
-    let n = a.bytes.len().min(b.bytes.len());
-    let c = a.bytes[..n]
-        .iter()
-        .zip(&b.bytes[..n])
-        .position(|(x, y)| x != y)
-        .unwrap_or(n);
+    let c = prefix(a.bytes, b.bytes);
     if c == a.bytes.len() && c == b.bytes.len() && a.fin && b.fin {
         c + 1
     } else {
@@ -63,13 +74,27 @@ fn common(a: &Offer, b: &Offer) -> usize {
 /// quorum is unique, because two quorums of a majority overlap.
 pub fn decide(offers: &[Offer], quorum: usize) -> Outcome {
     let quorum = quorum.max(1);
+    // Common prefixes, each pair compared once; an offer with itself is
+    // its length (compared, a replica far ahead of the others cost a scan
+    // of all it offered at every packet: 79 % of the router's time on a
+    // voted download).
+    let n = offers.len();
+    let mut cp = vec![0usize; n * n];
+    for j in 0..n {
+        cp[j * n + j] = offers[j].len();
+        for k in j + 1..n {
+            let c = common(&offers[j], &offers[k]);
+            cp[j * n + k] = c;
+            cp[k * n + j] = c;
+        }
+    }
     let mut best: Option<(usize, usize, Vec<usize>)> = None;
     for (j, a) in offers.iter().enumerate() {
         if a.len() == 0 {
             continue;
         }
-        let mut cps: Vec<usize> = offers.iter().map(|b| common(a, b)).collect();
-        let row = cps.clone();
+        let row = cp[j * n..(j + 1) * n].to_vec();
+        let mut cps = row.clone();
         cps.sort_unstable_by(|x, y| y.cmp(x));
         let x = cps.get(quorum - 1).copied().unwrap_or(0);
         if x > 0 && best.as_ref().is_none_or(|b| x > b.1) {
@@ -254,5 +279,26 @@ mod tests {
             }
         );
         assert_eq!(decide(&[o(b"")], 1), Outcome::Wait);
+    }
+
+    proptest::proptest! {
+        /// The block-wise prefix is the byte-wise one, wherever the first
+        /// difference falls (inside a block, on its edge, in the tail).
+        #[test]
+        fn the_common_prefix_is_found_wherever_the_bytes_differ(
+            len in 0usize..400,
+            at in 0usize..400,
+            cut in 0usize..400,
+        ) {
+            let a: Vec<u8> = (0..len).map(|x| (x * 7 + 3) as u8).collect();
+            let mut b = a.clone();
+            if at < len {
+                b[at] ^= 0x5a;
+            }
+            b.truncate(cut.max(at.min(len)));
+            let naive = a.iter().zip(&b).position(|(x, y)| x != y).unwrap_or(a.len().min(b.len()));
+            proptest::prop_assert_eq!(prefix(&a, &b), naive);
+            proptest::prop_assert_eq!(prefix(&b, &a), naive);
+        }
     }
 }

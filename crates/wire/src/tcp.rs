@@ -473,6 +473,17 @@ impl Repr {
     /// `buf`, with its complete checksum over the pseudo header of `ends`,
     /// and return its length. `Error::Truncated` if `buf` is too short.
     pub fn emit(&self, buf: &mut [u8], ends: IpPair, payload: &[u8]) -> Result<usize, Error> {
+        let len = self.emit_unsummed(buf, payload)?;
+        let mut seg = Segment {
+            buffer: &mut buf[..len],
+            opts: OptionOffsets::default(),
+        };
+        seg.fill_checksum_of(ends);
+        Ok(len)
+    }
+
+    /// [`Repr::emit`] without the checksum: its field is left zero.
+    fn emit_unsummed(&self, buf: &mut [u8], payload: &[u8]) -> Result<usize, Error> {
         let hl = self.header_len();
         let len = hl + payload.len();
         let t = buf.get_mut(..len).ok_or(Error::Truncated)?;
@@ -505,11 +516,6 @@ impl Repr {
             t[i + 8..i + 12].copy_from_slice(&e.to_be_bytes());
         }
         t[hl..].copy_from_slice(payload);
-        let mut seg = Segment {
-            buffer: t,
-            opts: OptionOffsets::default(),
-        };
-        seg.fill_checksum_of(ends);
         Ok(len)
     }
 
@@ -529,6 +535,33 @@ impl Repr {
         crate::ipv4::emit_header(b, src, dst, crate::ipv4::PROTO_TCP, total16, 64);
         self.emit(&mut b[ihl..], IpPair::V4 { src, dst }, payload)?;
         Ok(total)
+    }
+
+    /// Build an IPv4 packet carrying this segment and `payload` for a
+    /// device that completes the TCP checksum (`VIRTIO_NET_HDR_F_NEEDS_CSUM`,
+    /// as for segmentation offload): its field holds the pseudo header's
+    /// sum, and the payload is not summed here. The IPv4 checksum is
+    /// complete. Empty if over 65,535 octets.
+    pub fn emit_ipv4_partial(&self, src: Ipv4Addr, dst: Ipv4Addr, payload: &[u8]) -> Vec<u8> {
+        let ihl = crate::ipv4::MIN_HEADER_LEN;
+        let total = ihl + self.header_len() + payload.len();
+        let Ok(total16) = u16::try_from(total) else {
+            return Vec::new();
+        };
+        let mut buf = vec![0u8; total];
+        crate::ipv4::emit_header(&mut buf, src, dst, crate::ipv4::PROTO_TCP, total16, 64);
+        if self.emit_unsummed(&mut buf[ihl..], payload).is_err() {
+            return Vec::new();
+        }
+        let tcp_len = u32::from(total16) - ihl as u32;
+        let seed = crate::checksum::fold(crate::checksum::pseudo_header(
+            src,
+            dst,
+            crate::ipv4::PROTO_TCP,
+            tcp_len,
+        ));
+        buf[ihl + 16..ihl + 18].copy_from_slice(&seed.to_be_bytes());
+        buf
     }
 
     /// Build a complete IPv4 packet carrying this segment and `payload`,
@@ -669,6 +702,34 @@ pub fn write_sack(buf: &mut [u8], blocks: &[(SeqNum, SeqNum)]) -> Result<usize, 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A device completing the partial checksum (sum from the TCP header
+    /// on, the field holding the pseudo header's sum) gets what a complete
+    /// emit writes.
+    #[test]
+    fn a_partial_checksum_completes_to_the_full_one() {
+        let (src, dst) = (Ipv4Addr::new(198, 19, 0, 1), Ipv4Addr::new(198, 18, 1, 2));
+        for len in [0usize, 1, 2, 3, 1448, 40_001] {
+            let payload: Vec<u8> = (0..len).map(|x| (x * 31 + 7) as u8).collect();
+            let mut r = Repr::new(
+                7000,
+                40_000,
+                SeqNum(0xfff0_0000),
+                SeqNum(77),
+                flags::ACK | flags::PSH,
+                501,
+            );
+            r.timestamps = Some((1, 2));
+            let full = r.emit_ipv4(src, dst, &payload);
+            let mut part = r.emit_ipv4_partial(src, dst, &payload);
+            let ihl = crate::ipv4::MIN_HEADER_LEN;
+            assert_eq!(full.len(), part.len());
+            assert_eq!(full[..ihl], part[..ihl], "IPv4 header");
+            let done = crate::checksum::complete(&part[ihl..], 0);
+            part[ihl + 16..ihl + 18].copy_from_slice(&done.to_be_bytes());
+            assert_eq!(full, part, "payload of {len}");
+        }
+    }
     use crate::ipv4;
     use proptest::prelude::*;
 

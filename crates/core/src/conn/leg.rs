@@ -233,7 +233,7 @@ impl Conn {
         });
         let start = self.router_isn.add(1);
         if let Some(v) = &mut self.vote {
-            v.pending.push(Vec::new());
+            v.pending.push(super::voting::Pending::default());
             v.seen.push(start);
             v.stash.push(Vec::new());
         }

@@ -743,19 +743,17 @@ impl Conn {
                 win,
             );
             r.timestamps = ts;
-            let mut bytes = r.emit_ipv4(vip, client, chunk);
-            let vnet = if chunk.len() > seg_size {
-                // The checksum field holds the pseudo-header sum; the kernel
-                // completes it for every segment it cuts.
+            let gso = chunk.len() > seg_size;
+            // The kernel completes the checksum of every segment it cuts
+            // from a GSO packet: its field holds the pseudo-header sum, and
+            // the payload is not summed here for nothing.
+            let bytes = if gso {
+                r.emit_ipv4_partial(vip, client, chunk)
+            } else {
+                r.emit_ipv4(vip, client, chunk)
+            };
+            let vnet = if gso {
                 let ihl = ipv4::MIN_HEADER_LEN;
-                let tcp_len = len32(bytes.len() - ihl);
-                let partial = ftnet_wire::checksum::fold(ftnet_wire::checksum::pseudo_header(
-                    vip,
-                    client,
-                    ipv4::PROTO_TCP,
-                    tcp_len,
-                ));
-                bytes[ihl + 16..ihl + 18].copy_from_slice(&partial.to_be_bytes());
                 VnetHdr {
                     flags: ftnet_wire::vnet::F_NEEDS_CSUM,
                     gso_type: ftnet_wire::vnet::GSO_TCPV4,

@@ -26,7 +26,7 @@ pub(super) struct VoteState {
     /// that a lagging replica is still compared.
     pub(super) agreed: VecDeque<u8>,
     /// Per leg: its bytes from `decided()` on (empty while it is behind).
-    pub(super) pending: Vec<Vec<u8>>,
+    pub(super) pending: Vec<Pending>,
     /// Per leg: end of the bytes it offered, contiguous from the start.
     pub(super) seen: Vec<SeqNum>,
     /// Per leg: segments beyond a hole in what it sent, for when the hole
@@ -41,6 +41,44 @@ impl VoteState {
         self.base.add(len32(self.agreed.len()))
     }
 }
+
+/// What one replica offered beyond the decided point. Decided bytes leave
+/// from the front without moving the rest each time (a replica ahead of
+/// the others by megabytes had them all moved for every segment decided);
+/// the buffer is compacted once half of it is consumed.
+#[derive(Debug, Default)]
+pub(super) struct Pending {
+    buf: Vec<u8>,
+    start: usize,
+}
+
+impl Pending {
+    pub(super) fn extend_from_slice(&mut self, bytes: &[u8]) {
+        self.buf.extend_from_slice(bytes);
+    }
+
+    /// Let go of the first `n` bytes (all of them, if it holds fewer).
+    pub(super) fn consume(&mut self, n: usize) {
+        self.start = (self.start + n).min(self.buf.len());
+        if self.start == self.buf.len() {
+            self.buf.clear();
+            self.start = 0;
+        } else if self.start >= COMPACT_AT && self.start >= self.buf.len() / 2 {
+            self.buf.drain(..self.start);
+            self.start = 0;
+        }
+    }
+}
+
+impl core::ops::Deref for Pending {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.buf[self.start..]
+    }
+}
+
+/// Consumed bytes a [`Pending`] keeps before it compacts.
+const COMPACT_AT: usize = 64 << 10;
 
 /// What one replica may offer the vote beyond the decided point; more
 /// waits for a retransmission (the replica is that far ahead of the
@@ -186,12 +224,7 @@ impl Conn {
         if upto.is_after(seen) {
             let n = upto.diff(seen) as usize;
             let from = seen.diff(v.base) as usize;
-            if let Some(k) = v
-                .agreed
-                .range(from..from + n)
-                .zip(&fresh[..n])
-                .position(|(a, b)| a != b)
-            {
+            if let Some(k) = mismatch(&v.agreed, from, &fresh[..n]) {
                 let agreed: Vec<u8> = v.agreed.range(from + k..).take(EXCERPT).copied().collect();
                 return Err((seen.add(len32(k)), excerpts(&fresh[k..n], &agreed)));
             }
@@ -237,7 +270,7 @@ impl Conn {
             detail,
         });
         if let Some(v) = &mut self.vote {
-            v.pending[i] = Vec::new();
+            v.pending[i] = Pending::default();
             v.stash[i] = Vec::new();
         }
         self.evict(ctx, LegId(i), EvictReason::Diverged, blame);
@@ -278,25 +311,52 @@ impl Conn {
                     fin,
                     diverged,
                 } => {
-                    let bytes: Vec<u8> = v.pending[live[from]][..len].to_vec();
+                    let src = live[from];
                     // What each diverging replica sent there, for the log.
                     let details: Vec<String> = diverged
                         .iter()
                         .map(|&(o, at)| {
                             let theirs = v.pending[live[o]].get(at..).unwrap_or_default();
-                            excerpts(theirs, bytes.get(at..).unwrap_or_default())
+                            let agreed = v.pending[src][..len].get(at..).unwrap_or_default();
+                            excerpts(theirs, agreed)
                         })
                         .collect();
-                    for &k in &live {
-                        let p = &mut v.pending[k];
-                        let n = len.min(p.len());
-                        p.drain(..n);
+                    // The decided bytes go to the client from where they
+                    // lie (no copy); the buffer is put back below.
+                    let bytes = std::mem::take(&mut v.pending[src]);
+                    for &k in live.iter().filter(|&&k| k != src) {
+                        v.pending[k].consume(len);
                     }
-                    v.agreed.extend(&bytes);
+                    // Decided bytes are kept only for a live replica that
+                    // has not sent them yet (it is checked against them
+                    // when it does); what every one passed is let go.
+                    let end = decided.add(len32(len));
+                    let slowest = live
+                        .iter()
+                        .map(|&k| {
+                            if v.seen[k].is_before(end) {
+                                v.seen[k]
+                            } else {
+                                end
+                            }
+                        })
+                        .min_by_key(|x| x.diff(v.base))
+                        .unwrap_or(end);
+                    if slowest.is_after(decided) {
+                        v.agreed.clear();
+                        v.base = slowest;
+                        v.agreed.extend(&bytes[slowest.diff(decided) as usize..len]);
+                    } else {
+                        v.agreed.extend(&bytes[..len]);
+                    }
                     v.fin = fin;
                     ctx.counters.voted_bytes += len as u64;
-                    self.send_built(ctx, decided, &bytes);
-                    self.sent_hi = self.sent_hi.max(decided.add(len32(len)));
+                    self.send_built(ctx, decided, &bytes[..len]);
+                    self.sent_hi = self.sent_hi.max(end);
+                    if let Some(v) = self.vote.as_mut() {
+                        v.pending[src] = bytes;
+                        v.pending[src].consume(len);
+                    }
                     let agreeing = live.len() - diverged.len();
                     for ((o, at), detail) in diverged.into_iter().zip(details) {
                         self.diverge(ctx, live[o], decided.add(len32(at)), agreeing, true, detail);
@@ -364,7 +424,7 @@ impl Conn {
             let Some(v) = self.vote.as_mut() else { return };
             for (k, l) in self.legs.iter().enumerate() {
                 if !l.open() && (!v.pending[k].is_empty() || !v.stash[k].is_empty()) {
-                    v.pending[k] = Vec::new();
+                    v.pending[k] = Pending::default();
                     v.stash[k] = Vec::new();
                 }
             }
@@ -385,6 +445,29 @@ impl Conn {
             self.evict(ctx, LegId(k), EvictReason::Lagging, false);
         }
     }
+}
+
+/// Where `bytes` first differ from `agreed` at `from` on, compared a block
+/// at a time (`None`: they match). `agreed` holds all of them.
+fn mismatch(agreed: &VecDeque<u8>, from: usize, bytes: &[u8]) -> Option<usize> {
+    let (a, b) = agreed.as_slices();
+    // The agreed bytes from `from` on, in at most two slices.
+    let (x, y): (&[u8], &[u8]) = if from < a.len() {
+        (&a[from..], b)
+    } else {
+        (&b[from - a.len()..], &[])
+    };
+    let mut off = 0;
+    for part in [x, y] {
+        let want = &bytes[off..];
+        let n = part.len().min(want.len());
+        let c = crate::vote::prefix(&part[..n], &want[..n]);
+        if c < n {
+            return Some(off + c);
+        }
+        off += n;
+    }
+    None
 }
 
 /// Bytes of each side a divergence's log shows.
@@ -412,4 +495,56 @@ pub(crate) fn excerpts(theirs: &[u8], agreed: &[u8]) -> String {
         show(theirs),
         show(agreed)
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Pending;
+
+    /// Bytes leave from the front; what is left reads the same before and
+    /// after a compaction.
+    /// The block-wise comparison with decided bytes finds the first
+    /// difference wherever it falls, across the ring buffer's wrap too.
+    #[test]
+    fn a_difference_from_the_decided_bytes_is_found_across_the_wrap() {
+        let mut d: std::collections::VecDeque<u8> = std::collections::VecDeque::with_capacity(256);
+        d.extend(std::iter::repeat_n(0u8, 200));
+        d.drain(..180);
+        d.extend((0..220u32).map(|x| x as u8));
+        let (a, b) = d.as_slices();
+        assert!(!a.is_empty() && !b.is_empty(), "wrapped");
+        let all: Vec<u8> = d.iter().copied().collect();
+        for from in [0, 5, a.len() - 1, a.len(), a.len() + 3] {
+            let mut bytes = all[from..].to_vec();
+            assert_eq!(super::mismatch(&d, from, &bytes), None, "from {from}");
+            for at in [0, 1, bytes.len() / 2, bytes.len() - 1] {
+                bytes[at] ^= 1;
+                assert_eq!(
+                    super::mismatch(&d, from, &bytes),
+                    Some(at),
+                    "from {from} at {at}"
+                );
+                bytes[at] ^= 1;
+            }
+        }
+    }
+
+    #[test]
+    fn pending_bytes_leave_from_the_front() {
+        let mut p = Pending::default();
+        let all: Vec<u8> = (0..200_000u32).map(|x| (x % 251) as u8).collect();
+        p.extend_from_slice(&all[..150_000]);
+        let mut gone = 0;
+        for n in [1, 1460, 30_000, 40_000, 25_000] {
+            p.consume(n);
+            gone += n;
+            assert_eq!(&p[..], &all[gone..150_000], "after {gone}");
+        }
+        p.extend_from_slice(&all[150_000..]);
+        assert_eq!(&p[..], &all[gone..]);
+        p.consume(usize::MAX / 2);
+        assert!(p.is_empty());
+        p.extend_from_slice(b"x");
+        assert_eq!(&p[..], b"x");
+    }
 }

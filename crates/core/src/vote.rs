@@ -290,7 +290,7 @@ mod tests {
             at in 0usize..400,
             cut in 0usize..400,
         ) {
-            let a: Vec<u8> = (0..len).map(|x| (x * 7 + 3) as u8).collect();
+            let a: Vec<u8> = (0..len).map(|x| (x * 7 + 3).to_le_bytes()[0]).collect();
             let mut b = a.clone();
             if at < len {
                 b[at] ^= 0x5a;

@@ -553,7 +553,8 @@ impl Repr {
         if self.emit_unsummed(&mut buf[ihl..], payload).is_err() {
             return Vec::new();
         }
-        let tcp_len = u32::from(total16) - ihl as u32;
+        // At most 65,535 (`total16`).
+        let tcp_len = u32::try_from(total - ihl).unwrap_or(0);
         let seed = crate::checksum::fold(crate::checksum::pseudo_header(
             src,
             dst,
@@ -710,7 +711,7 @@ mod tests {
     fn a_partial_checksum_completes_to_the_full_one() {
         let (src, dst) = (Ipv4Addr::new(198, 19, 0, 1), Ipv4Addr::new(198, 18, 1, 2));
         for len in [0usize, 1, 2, 3, 1448, 40_001] {
-            let payload: Vec<u8> = (0..len).map(|x| (x * 31 + 7) as u8).collect();
+            let payload: Vec<u8> = (0..len).map(|x| (x * 31 + 7).to_le_bytes()[0]).collect();
             let mut r = Repr::new(
                 7000,
                 40_000,

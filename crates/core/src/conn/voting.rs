@@ -510,7 +510,7 @@ mod tests {
         let mut d: std::collections::VecDeque<u8> = std::collections::VecDeque::with_capacity(256);
         d.extend(std::iter::repeat_n(0u8, 200));
         d.drain(..180);
-        d.extend((0..220u32).map(|x| x as u8));
+        d.extend((0..220u32).map(|x| x.to_le_bytes()[0]));
         let (a, b) = d.as_slices();
         assert!(!a.is_empty() && !b.is_empty(), "wrapped");
         let all: Vec<u8> = d.iter().copied().collect();
@@ -532,7 +532,9 @@ mod tests {
     #[test]
     fn pending_bytes_leave_from_the_front() {
         let mut p = Pending::default();
-        let all: Vec<u8> = (0..200_000u32).map(|x| (x % 251) as u8).collect();
+        let all: Vec<u8> = (0..200_000u32)
+            .map(|x| (x % 251).to_le_bytes()[0])
+            .collect();
         p.extend_from_slice(&all[..150_000]);
         let mut gone = 0;
         for n in [1, 1460, 30_000, 40_000, 25_000] {

@@ -550,6 +550,49 @@ fn a_router_that_gets_nothing_after_its_pause_holds_its_verdicts() {
     );
 }
 
+/// The first call after the router's pause is a control verdict (its
+/// control sessions ran before its data plane, and their writes to agents
+/// that had moved to another router failed): it waits on probation like
+/// any other. (It was applied at once, before the pause was noticed: two
+/// healthy replicas marked down and their servers ended, and the router
+/// then found itself superseded.)
+#[test]
+fn a_control_verdict_heard_first_after_a_pause_waits_on_probation() {
+    for lost_host in [false, true] {
+        let mut r = router(3);
+        let (_risn, isns) = handshake(&mut r, 3);
+        client_data(&mut r, t(10), b"ping");
+        drain(&mut r);
+        log_events(&mut r);
+        if lost_host {
+            r.host_lost(t(2300), replica(2));
+        } else {
+            r.replica_failed(t(2300), replica(2));
+        }
+        let ev = log_events(&mut r);
+        assert!(
+            ev.iter().any(|e| matches!(e, Event::RouterPaused { probation: true, .. })),
+            "{ev:?}"
+        );
+        assert!(
+            !ev.iter().any(|e| matches!(e, Event::ReplicaDown { .. })),
+            "applied before the pause was noted: {ev:?}"
+        );
+        assert!(all_alive(&r));
+        // Served again (packets, probation over): the verdict holds.
+        let end = t(2300) + ftnet_core::PAUSE_PROBATION;
+        run_to(&mut r, end);
+        drain(&mut r);
+        assert!(all_alive(&r), "{:?}", log_events(&mut r));
+        r.handle_packet(end, ack_from(1, isns[0], SeqNum(CISN).add(5), 500));
+        let ev = log_events(&mut r);
+        assert!(
+            ev.iter().any(|e| matches!(e, Event::ReplicaDown { replica: a, .. } if *a == replica(2))),
+            "{ev:?}"
+        );
+    }
+}
+
 #[test]
 fn stalled_replica_is_evicted_after_detection_time() {
     let mut r = router(2);

@@ -159,6 +159,10 @@ impl Router {
     /// router's verdicts reach this one through the agents
     /// ([`Router::reported_down`]).
     pub fn host_lost(&mut self, now: Instant, addr: Ipv4Addr) -> usize {
+        // The first thing a router that did not run hears may be this
+        // verdict (its control sessions ran before its data plane): the
+        // pause is noted first, so that it waits on probation.
+        self.note_time(now);
         self.fail_joins_of(now, addr, "its host was lost (agent silent)");
         if let Some(a) = &mut self.agents {
             if self.counters.connections_opened + self.counters.connections_adopted == 0 {
@@ -188,6 +192,10 @@ impl Router {
     /// back when its agent registers again. Returns how many services it
     /// was marked down in.
     pub fn replica_failed(&mut self, now: Instant, addr: Ipv4Addr) -> usize {
+        // As in `host_lost`: a router that did not run (its sessions'
+        // writes to agents that moved to another router failed meanwhile)
+        // notes its pause before it takes anyone out.
+        self.note_time(now);
         self.fail_joins_of(now, addr, "its server lost the input order");
         let mut n = 0;
         for (svc, s) in self.config.services.iter().enumerate() {
@@ -261,6 +269,7 @@ impl Router {
         reporter: Ipv4Addr,
         down: &[OutOfService],
     ) -> usize {
+        self.note_time(now);
         let _ = reporter;
         let mut n = 0;
         for d in down {

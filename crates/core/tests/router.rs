@@ -571,7 +571,13 @@ fn a_control_verdict_heard_first_after_a_pause_waits_on_probation() {
         }
         let ev = log_events(&mut r);
         assert!(
-            ev.iter().any(|e| matches!(e, Event::RouterPaused { probation: true, .. })),
+            ev.iter().any(|e| matches!(
+                e,
+                Event::RouterPaused {
+                    probation: true,
+                    ..
+                }
+            )),
             "{ev:?}"
         );
         assert!(
@@ -587,10 +593,63 @@ fn a_control_verdict_heard_first_after_a_pause_waits_on_probation() {
         r.handle_packet(end, ack_from(1, isns[0], SeqNum(CISN).add(5), 500));
         let ev = log_events(&mut r);
         assert!(
-            ev.iter().any(|e| matches!(e, Event::ReplicaDown { replica: a, .. } if *a == replica(2))),
+            ev.iter()
+                .any(|e| matches!(e, Event::ReplicaDown { replica: a, .. } if *a == replica(2))),
             "{ev:?}"
         );
     }
+}
+
+/// Every agent fell silent together: this router is cut off, or another
+/// one holds the addresses. A replica it then finds stalled in its own
+/// table leaves that connection, but its side is not reset (the reset
+/// would reach a connection the other router serves) and it is not marked
+/// down, until an agent registers again.
+#[test]
+fn a_router_whose_agents_all_fell_silent_resets_and_marks_down_nobody() {
+    let mut r = router(3);
+    let (_risn, isns) = handshake(&mut r, 3);
+    r.agents_all_silent(t(5));
+    client_data(&mut r, t(10), b"ping");
+    drain(&mut r);
+    log_events(&mut r);
+    r.handle_packet(t(11), ack_from(1, isns[0], SeqNum(CISN).add(5), 500));
+    r.handle_packet(t(11), ack_from(3, isns[2], SeqNum(CISN).add(5), 500));
+    let mut out = drain(&mut r);
+    let mut at = 11;
+    while at < 400 {
+        at += 10;
+        run_to(&mut r, t(at));
+        out.extend(drain(&mut r));
+        r.handle_packet(t(at), ack_from(1, isns[0], SeqNum(CISN).add(5), 500));
+        out.extend(drain(&mut r));
+    }
+    let ev = log_events(&mut r);
+    assert!(
+        ev.iter()
+            .any(|e| matches!(e, Event::Evicted { replica: a, .. } if *a == replica(2))),
+        "it leaves the connection: {ev:?}"
+    );
+    assert!(
+        !out.iter()
+            .any(|o| o.dst == replica(2) && o.r.flags & flags::RST != 0),
+        "not reset: {out:?}"
+    );
+    assert!(
+        !ev.iter().any(|e| matches!(e, Event::ReplicaDown { .. })),
+        "{ev:?}"
+    );
+    assert!(all_alive(&r));
+    // An agent registers: the router hears its replicas again, and the
+    // verdict holds.
+    r.agent_registered(replica(1));
+    r.handle_packet(t(at), ack_from(1, isns[0], SeqNum(CISN).add(5), 500));
+    let ev = log_events(&mut r);
+    assert!(
+        ev.iter()
+            .any(|e| matches!(e, Event::ReplicaDown { replica: a, .. } if *a == replica(2))),
+        "{ev:?}"
+    );
 }
 
 #[test]

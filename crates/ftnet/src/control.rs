@@ -115,6 +115,9 @@ pub trait RouterHandle: Send + Sync + 'static {
     /// connection (see `Router::replica_failed`); returns the services it
     /// was marked down in.
     fn replica_failed(&self, addr: Ipv4Addr) -> usize;
+    /// Every agent fell silent together: the router holds its verdicts and
+    /// resets until one registers (see `Router::agents_all_silent`).
+    fn agents_all_silent(&self);
     /// A replica's agent registered; returns the services in which the
     /// replica stays out of service (see `Router::agent_registered`).
     fn agent_registered(&self, addr: Ipv4Addr) -> Vec<String>;
@@ -1203,9 +1206,10 @@ fn serve(
                         0
                     };
                     if !others_spoke {
+                        router.agents_all_silent();
                         warn!(
                             %replica, %peer,
-                            "agent silent for {} ms, and no other agent was heard since it fell silent: this router is the one cut off from the replicas, or another router serves them; no replica is marked down",
+                            "agent silent for {} ms, and no other agent was heard since it fell silent: this router is the one cut off from the replicas, or another router serves them; no replica is marked down, and until an agent registers again none is reset or marked down",
                             silent.as_millis()
                         );
                     } else if n > 0 {

@@ -391,6 +391,11 @@ impl RouterHandle for Shared {
         n
     }
 
+    fn agents_all_silent(&self) {
+        self.lock().agents_all_silent(self.now());
+        self.kick();
+    }
+
     fn agent_registered(&self, addr: std::net::Ipv4Addr) -> Vec<String> {
         let out = self.lock().agent_registered(addr);
         self.kick();

@@ -234,6 +234,8 @@ impl Router {
     /// stale server). Only [`Router::enable_replica`] brings it back.
     /// Returns the names of the services in which it stays out.
     pub fn agent_registered(&mut self, addr: Ipv4Addr) -> Vec<String> {
+        // An agent's voice: not cut off (any more).
+        self.cut_off = false;
         if let Some(a) = &mut self.agents {
             a.insert(addr);
         }

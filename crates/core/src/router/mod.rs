@@ -154,6 +154,9 @@ pub struct Router {
     /// ([`Router::note_time`]): until when no replica is taken out of a
     /// service, and how many packets it had taken in by then.
     probation: Option<(Instant, u64)>,
+    /// Every agent fell silent together and none registered since
+    /// ([`Router::agents_all_silent`]): held like a probation.
+    cut_off: bool,
     /// A rebuild in progress: when the first record came, connections
     /// adopted since, and adopted ones that left the table unrebuilt.
     rebuild: Option<(Instant, u64)>,
@@ -234,6 +237,7 @@ impl Router {
                 .collect(),
             last_now: Instant::ZERO,
             probation: None,
+            cut_off: false,
             rebuild: None,
             rebuild_dropped: 0,
             agents: None,
@@ -406,7 +410,7 @@ impl Router {
             sequencer: self.config.sequencer,
             challenges: &mut self.challenges,
             log_total: self.config.limits.log_total,
-            quiet: self.probation.is_some(),
+            quiet: self.probation.is_some() || self.cut_off,
         };
         let r = f(c, &mut ctx);
         if let Some(b) = self.service_bytes.get_mut(c.service().0) {
@@ -936,10 +940,26 @@ impl Router {
         }
     }
 
-    /// While on probation after a pause ([`Router::note_time`]): verdicts
-    /// that take a replica out of a service wait.
+    /// While on probation after a pause ([`Router::note_time`]), or cut off
+    /// from every agent ([`Router::agents_all_silent`]): verdicts that take
+    /// a replica out of a service wait, and evicted legs are not reset.
     pub(crate) fn on_probation(&self) -> bool {
-        self.probation.is_some()
+        self.probation.is_some() || self.cut_off
+    }
+
+    /// Every agent fell silent together (the control plane's verdict,
+    /// `ftnet::control`): this router is the one cut off from the
+    /// replicas, or another router holds the addresses and serves them (a
+    /// standby that took over, or a master that took its addresses back).
+    /// Until an agent registers again ([`Router::agent_registered`]) it
+    /// acts like a router on probation: what it still reads (queued, or
+    /// stray) may take replicas out of its own table, but it resets no
+    /// replica's side (its resets would reach connections the other
+    /// router serves: a healthy replica's server lost its clients'
+    /// sockets) and marks nobody down.
+    pub fn agents_all_silent(&mut self, now: Instant) {
+        self.note_time(now);
+        self.cut_off = true;
     }
 
     pub fn poll_timeout(&self) -> Option<Instant> {

@@ -15,11 +15,16 @@
 # and rebuild from the agents' records, not tell healthy replicas' agents to end their servers nor
 # number over the other router's order (found by the fault campaign: its Redis lab never
 # recovered, every replica's order lost).
-# Not in the default run (FTNET_E2E_KNOWN=1 or `run.sh --only superseded` adds it): about one run
-# in six, a short connection opened around the takeovers is never answered and times out (30 s);
-# not explained yet. (The replicas taken out, ORDER LOST and digests that differed before — in 2
-# of 4 runs at 92572c5, 9 of 17 at bf34512 — were the stale routers' resets: the stalled one's
-# verdicts on its own pause, the other's on its agents leaving it; see ARCHITECTURE.md, probation.)
+# Not in the default run (FTNET_E2E_KNOWN=1 or `run.sh --only superseded` adds it). Known
+# failures (4 of 14 runs at 14f90b5 and the commit before it):
+# - A short connection opened around the takeovers is never answered and times out (30 s). Its
+#   INCR was applied; the fresh router dropped its segments as `unknown_connection` (its record
+#   was not among the agents'). Not explained yet.
+# - An agent gives the fresh router up (its session threads held ~330 ms, once) and its session's
+#   end is ORDER LOST: the replica leaves and rejoins, loudly.
+# (Before: the replicas taken out, ORDER LOST and digests that differed — in 2 of 4 runs at
+# 92572c5, 9 of 17 at bf34512, 1 of 12 at de0c4ad — were stale verdicts: the stalled router's on
+# its own pause, and the other's on its agents leaving it; see ARCHITECTURE.md, probation.)
 # Pass: the SUPERSEDED line; no ORDER LOST and no replica taken out after it; 0 client errors and
 # every counter exact; all three replicas serving with equal digests.
 set -euo pipefail

@@ -235,6 +235,25 @@ fn handshake(r: &mut Router, n: u8) -> (u32, Vec<u32>) {
 /// The router runs at each of its timers up to `until`, as its I/O loop
 /// does (a single `handle_timeout` far past a due timer is a router that
 /// did not run meanwhile: `Event::RouterPaused`).
+/// Three replicas after the handshake; the client sent "ping" at 10 ms;
+/// output and events so far drained.
+fn three_pinged() -> (Router, Vec<u32>) {
+    let mut r = router(3);
+    let (_risn, isns) = handshake(&mut r, 3);
+    client_data(&mut r, t(10), b"ping");
+    drain(&mut r);
+    log_events(&mut r);
+    (r, isns)
+}
+
+/// Whether `ev` marks replica `i` down (for `reason`, if given).
+fn marked_down(ev: &[Event], i: u8, reason: Option<EvictReason>) -> bool {
+    ev.iter().any(|e| {
+        matches!(e, Event::ReplicaDown { replica: a, reason: why, .. }
+            if *a == replica(i) && reason.is_none_or(|x| x == *why))
+    })
+}
+
 fn run_to(r: &mut Router, until: Instant) {
     while let Some(d) = r.poll_timeout().filter(|d| *d <= until) {
         r.handle_timeout(d);
@@ -408,11 +427,7 @@ fn rst_from_one_replica_evicts_it_and_last_one_resets_client() {
 /// killed their connections). Silence after the pause still convicts.
 #[test]
 fn a_router_that_did_not_run_for_a_while_blames_no_replica_for_it() {
-    let mut r = router(3);
-    let (_risn, isns) = handshake(&mut r, 3);
-    client_data(&mut r, t(10), b"ping");
-    drain(&mut r);
-    log_events(&mut r);
+    let (mut r, isns) = three_pinged();
     // Nothing runs from t(10) to t(2010).
     r.handle_packet(t(2010), ack_from(1, isns[0], SeqNum(CISN).add(5), 500));
     r.handle_timeout(t(2011));
@@ -467,10 +482,7 @@ fn a_router_that_did_not_run_for_a_while_blames_no_replica_for_it() {
     r.handle_packet(t(2300), ack_from(1, isns[0], SeqNum(CISN).add(5), 500));
     run_to(&mut r, t(2010) + ftnet_core::PAUSE_PROBATION);
     let ev = log_events(&mut r);
-    assert!(
-        ev.iter().any(|e| matches!(e, Event::ReplicaDown { replica: a, reason: EvictReason::HostLost, .. } if *a == replica(2))),
-        "{ev:?}"
-    );
+    assert!(marked_down(&ev, 2, Some(EvictReason::HostLost)), "{ev:?}");
     assert_eq!(r.connections(), 1);
 }
 
@@ -479,11 +491,7 @@ fn a_router_that_did_not_run_for_a_while_blames_no_replica_for_it() {
 /// hold.
 #[test]
 fn a_short_pause_holds_no_verdict() {
-    let mut r = router(3);
-    let (_risn, isns) = handshake(&mut r, 3);
-    client_data(&mut r, t(10), b"ping");
-    drain(&mut r);
-    log_events(&mut r);
+    let (mut r, isns) = three_pinged();
     r.handle_packet(t(160), ack_from(1, isns[0], SeqNum(CISN).add(5), 500));
     let ev = log_events(&mut r);
     assert!(
@@ -498,10 +506,7 @@ fn a_short_pause_holds_no_verdict() {
     );
     r.host_lost(t(161), replica(2));
     let ev = log_events(&mut r);
-    assert!(
-        ev.iter().any(|e| matches!(e, Event::ReplicaDown { replica: a, reason: EvictReason::HostLost, .. } if *a == replica(2))),
-        "{ev:?}"
-    );
+    assert!(marked_down(&ev, 2, Some(EvictReason::HostLost)), "{ev:?}");
 }
 
 /// A router that did not run for a while and, run again, gets not one
@@ -511,11 +516,7 @@ fn a_short_pause_holds_no_verdict() {
 /// packet shows this router serves again.
 #[test]
 fn a_router_that_gets_nothing_after_its_pause_holds_its_verdicts() {
-    let mut r = router(3);
-    let (_risn, isns) = handshake(&mut r, 3);
-    client_data(&mut r, t(10), b"ping");
-    drain(&mut r);
-    log_events(&mut r);
+    let (mut r, isns) = three_pinged();
     r.handle_timeout(t(2010));
     r.host_lost(t(2011), replica(2));
     let ev = log_events(&mut r);
@@ -544,10 +545,7 @@ fn a_router_that_gets_nothing_after_its_pause_holds_its_verdicts() {
     // A packet: this router serves; the verdict holds.
     r.handle_packet(end, ack_from(1, isns[0], SeqNum(CISN).add(5), 500));
     let ev = log_events(&mut r);
-    assert!(
-        ev.iter().any(|e| matches!(e, Event::ReplicaDown { replica: a, reason: EvictReason::HostLost, .. } if *a == replica(2))),
-        "{ev:?}"
-    );
+    assert!(marked_down(&ev, 2, Some(EvictReason::HostLost)), "{ev:?}");
 }
 
 /// The first call after the router's pause is a control verdict (its
@@ -559,11 +557,7 @@ fn a_router_that_gets_nothing_after_its_pause_holds_its_verdicts() {
 #[test]
 fn a_control_verdict_heard_first_after_a_pause_waits_on_probation() {
     for lost_host in [false, true] {
-        let mut r = router(3);
-        let (_risn, isns) = handshake(&mut r, 3);
-        client_data(&mut r, t(10), b"ping");
-        drain(&mut r);
-        log_events(&mut r);
+        let (mut r, isns) = three_pinged();
         if lost_host {
             r.host_lost(t(2300), replica(2));
         } else {
@@ -592,11 +586,7 @@ fn a_control_verdict_heard_first_after_a_pause_waits_on_probation() {
         assert!(all_alive(&r), "{:?}", log_events(&mut r));
         r.handle_packet(end, ack_from(1, isns[0], SeqNum(CISN).add(5), 500));
         let ev = log_events(&mut r);
-        assert!(
-            ev.iter()
-                .any(|e| matches!(e, Event::ReplicaDown { replica: a, .. } if *a == replica(2))),
-            "{ev:?}"
-        );
+        assert!(marked_down(&ev, 2, None), "{ev:?}");
     }
 }
 
@@ -645,11 +635,7 @@ fn a_router_whose_agents_all_fell_silent_resets_and_marks_down_nobody() {
     r.agent_registered(replica(1));
     r.handle_packet(t(at), ack_from(1, isns[0], SeqNum(CISN).add(5), 500));
     let ev = log_events(&mut r);
-    assert!(
-        ev.iter()
-            .any(|e| matches!(e, Event::ReplicaDown { replica: a, .. } if *a == replica(2))),
-        "{ev:?}"
-    );
+    assert!(marked_down(&ev, 2, None), "{ev:?}");
 }
 
 #[test]

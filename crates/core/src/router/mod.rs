@@ -73,8 +73,6 @@ const PROBE_PORT_BASE: u16 = 61_000;
 /// `Router::open`); beyond, a SYN is dropped and the client repeats it.
 const SYN_BACKLOG_MAX: usize = 1024;
 
-/// How often, while a replica drains, the table is scanned for whether its
-/// last connection left.
 /// After the router did not run for a while, how long it takes no replica
 /// out of a service ([`Router::note_time`]): long enough for an agent that
 /// moved to another router meanwhile to register here again and show it
@@ -85,6 +83,8 @@ pub const PAUSE_PROBATION: core::time::Duration = core::time::Duration::from_sec
 /// (probation, [`Router::note_time`]).
 const PAUSE_SUPERSEDED_MIN: core::time::Duration = core::time::Duration::from_millis(250);
 
+/// How often, while a replica drains, the table is scanned for whether its
+/// last connection left.
 const DRAIN_CHECK: core::time::Duration = core::time::Duration::from_millis(100);
 
 /// The router state machine.

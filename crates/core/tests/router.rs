@@ -6975,6 +6975,114 @@ fn a_replica_an_adopted_connections_events_leave_out_leaves_the_group() {
     }
 }
 
+/// After a takeover a replica named in a connection's record may have no
+/// part in the connection as rebuilt: its agent had no record of it (its
+/// server lost the socket: the router before reset it while no router
+/// could tell). Its shim gets the connection's events and drops them, so
+/// its server misses that connection's input from the first chunk on,
+/// while it serves the rest (a Redis replica served on with ten writers'
+/// commands missing, its digest differing at the end). Where its servers
+/// follow the order it leaves the service then, loudly (`MissedInput`,
+/// with the reason in the log and its agent told to end its servers);
+/// not before a chunk is numbered (a connection that gets no more input
+/// costs it nothing), and not where its servers do not follow the order.
+#[test]
+fn a_replica_with_no_part_in_an_adopted_connection_leaves_at_its_first_chunk() {
+    for follows in [true, false] {
+        let mut r = sequencer_router(3);
+        for i in 1..=3u8 {
+            r.set_follows_order(replica(i), follows);
+        }
+        let (risn, isns) = (7_000_000u32, [1_000_000u32, 2_000_000, 3_000_000]);
+        let rec = record_of_three(risn, &isns);
+        for i in 1..=3u8 {
+            r.agent_registered(replica(i));
+        }
+        // Only replica 1's agent has the record; 2's and 3's had none.
+        r.adopt(t(0), replica(1), &rec);
+        for i in 1..=3u8 {
+            r.records_done(t(0), replica(i));
+        }
+        drain(&mut r);
+        let a = Repr::new(
+            PORT,
+            CPORT,
+            SeqNum(isns[0]).add(1),
+            SeqNum(CISN).add(1),
+            flags::ACK,
+            500,
+        );
+        r.handle_packet(t(1), seg(replica(1), CLIENT, a, b""));
+        drain(&mut r);
+        agent_msgs(&mut r);
+        let evs = log_events(&mut r);
+        assert!(
+            !evs.iter().any(|e| matches!(e, Event::ReplicaDown { .. })),
+            "rebuilt, no chunk yet: {evs:?}"
+        );
+        let d = Repr::new(
+            CPORT,
+            PORT,
+            SeqNum(CISN).add(1),
+            SeqNum(risn).add(1),
+            flags::ACK | flags::PSH,
+            502,
+        );
+        r.handle_packet(t(2), seg(CLIENT, VIP, d, b"SET k v\r\n"));
+        drain(&mut r);
+        let msgs = agent_msgs(&mut r);
+        assert!(
+            msgs.iter().any(|m| matches!(
+                m,
+                AgentMsg::Input {
+                    kind: ftnet_core::InputKind::Data { .. },
+                    ..
+                }
+            )),
+            "the chunk is numbered: {msgs:?}"
+        );
+        let evs = log_events(&mut r);
+        for i in 2..=3u8 {
+            let down = evs.iter().any(|e| matches!(e, Event::ReplicaDown { replica: a, reason: EvictReason::MissedInput, .. } if *a == replica(i)));
+            let told = evs.iter().any(|e| matches!(e, Event::Evicted { replica: a, reason: EvictReason::MissedInput, detail, .. } if *a == replica(i) && detail.contains("no part in the connection as rebuilt")));
+            let restart = msgs
+                .iter()
+                .any(|m| matches!(m, AgentMsg::Restart { replica: a, .. } if *a == replica(i)));
+            assert_eq!(
+                (down, told, restart),
+                (follows, follows, follows),
+                "follows {follows}, replica {i}: {evs:?} {msgs:?}"
+            );
+        }
+        assert!(
+            !evs.iter()
+                .any(|e| matches!(e, Event::ReplicaDown { replica: a, .. } if *a == replica(1))),
+            "{evs:?}"
+        );
+        // Once: the next chunk says nothing more.
+        let d = Repr::new(
+            CPORT,
+            PORT,
+            SeqNum(CISN).add(10),
+            SeqNum(risn).add(1),
+            flags::ACK | flags::PSH,
+            502,
+        );
+        r.handle_packet(t(3), seg(CLIENT, VIP, d, b"GET k\r\n"));
+        let evs = log_events(&mut r);
+        assert!(
+            !evs.iter().any(|e| matches!(
+                e,
+                Event::Evicted {
+                    reason: EvictReason::MissedInput,
+                    ..
+                }
+            )),
+            "{evs:?}"
+        );
+    }
+}
+
 /// Both servers closed a connection whose bytes were all delivered both
 /// ways, and its closing handshake then stood still (the client neither
 /// acknowledged their FIN nor sent its own: a FIN lost while no router was

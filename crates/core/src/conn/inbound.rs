@@ -8,6 +8,7 @@ use crate::packet::Packet;
 use crate::time::Instant;
 use ftnet_wire::tcp::flags;
 use ftnet_wire::SeqNum;
+use std::net::Ipv4Addr;
 
 impl Conn {
     /// One input event for the sequencer (numbered by the router). A
@@ -40,12 +41,48 @@ impl Conn {
                 .map(|l| l.addr)
                 .collect();
         }
+        if matches!(kind, InputKind::Data { .. })
+            && self.is_adopted()
+            && self.missed_no_leg.is_none()
+        {
+            self.note_missed_no_leg();
+        }
         let replicas = self.order_to.clone();
         ctx.out.input(Unnumbered {
             key: self.key,
             kind,
             replicas,
         });
+    }
+
+    /// The first chunk of an adopted connection is numbered: a replica of
+    /// its record with no leg in it (its agent had no record of it, so its
+    /// server has no socket of it: the router before reset it, or the
+    /// server lost it, while no router could tell) gets this event without
+    /// the bytes, and its shim drops it. Its server misses this input,
+    /// which the others apply, and it would serve on with a state that is
+    /// no longer the group's (a Redis replica kept serving with ten
+    /// writers' commands missing after such a takeover). The router takes
+    /// it out of the service, loudly (`Router::after`, for a service that
+    /// keeps state in its order).
+    fn note_missed_no_leg(&mut self) {
+        let legs = &self.legs;
+        let missing: Vec<Ipv4Addr> = self
+            .order_to
+            .iter()
+            .copied()
+            .filter(|a| !legs.iter().any(|l| l.addr == *a))
+            .collect();
+        self.missed_no_leg = Some(missing);
+    }
+
+    /// The replicas [`Conn::note_missed_no_leg`] found, once (the router
+    /// logs and judges them: `Router::after`).
+    pub(crate) fn take_missed_no_leg(&mut self) -> Vec<Ipv4Addr> {
+        match &mut self.missed_no_leg {
+            Some(v) => std::mem::take(v),
+            None => Vec::new(),
+        }
     }
 
     /// A segment from the client on an existing connection.

@@ -180,6 +180,13 @@ pub struct Conn {
     /// went to (see `input`). Not only the live legs: a replica stays here
     /// after it left the connection.
     order_to: Vec<Ipv4Addr>,
+    /// Adopted: the replicas of the agents' record that have no leg in the
+    /// connection as rebuilt (their agents had no record of it: their
+    /// servers lost the socket while no router could tell), found when the
+    /// first chunk after the rebuild is numbered. The router takes them
+    /// out of the service ([`Conn::take_missed_no_leg`]): their servers
+    /// miss this connection's input from then on. Checked once.
+    missed_no_leg: Option<Vec<Ipv4Addr>>,
     client_fin: Option<SeqNum>,
     client_win: u16,
     client_tsval: u32,
@@ -384,6 +391,7 @@ impl Conn {
             safe: false,
             order_accepted: false,
             order_to: Vec::new(),
+            missed_no_leg: None,
             client_fin: None,
             client_win: syn.window,
             client_tsval: syn.ts.map(|t| t.0).unwrap_or(0),

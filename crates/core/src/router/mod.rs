@@ -751,6 +751,15 @@ impl Router {
         let Some(c) = self.conns.get_mut(&key) else {
             return;
         };
+        let svc = c.service();
+        let no_leg = c.take_missed_no_leg();
+        if !no_leg.is_empty() {
+            let remaining = c.live_legs();
+            self.missed_no_leg(svc, key, &no_leg, remaining);
+        }
+        let Some(c) = self.conns.get_mut(&key) else {
+            return;
+        };
         let tr = c.after_input(now, &self.config.timeouts, &mut self.out);
         if tr.gone {
             self.remove(key);
@@ -770,6 +779,43 @@ impl Router {
         if let Some(d) = tr.schedule {
             self.timers.push(Reverse((d, key)));
             self.compact_timers();
+        }
+    }
+
+    /// Replicas `addrs` of stateful service `svc` have no part in adopted
+    /// connection `key` as rebuilt, whose first chunk since was just
+    /// numbered (`Conn::note_missed_no_leg`): those in the group whose
+    /// servers follow the order miss its input from here, and leave the
+    /// service as `MissedInput` (`apply_down`), each with the reason in
+    /// the log. (`remaining`: the connection's live legs.)
+    fn missed_no_leg(
+        &mut self,
+        svc: ServiceId,
+        key: ConnKey,
+        addrs: &[Ipv4Addr],
+        remaining: usize,
+    ) {
+        let s = &self.config.services[svc.0];
+        if s.stateless {
+            return;
+        }
+        for &addr in addrs {
+            let Some(i) = s.replicas.iter().position(|r| *r == addr) else {
+                continue;
+            };
+            if !self.follows_order.contains(&addr)
+                || !self.health[svc.0].get(i).is_some_and(Member::in_group)
+            {
+                continue;
+            }
+            self.out.event(Event::Evicted {
+                conn: key.to_string(),
+                replica: addr,
+                reason: EvictReason::MissedInput,
+                remaining,
+                detail: "no part in the connection as rebuilt after the takeover (its agent had no record of it: its server lost the socket while no router could tell); its server misses the input numbered from here".into(),
+            });
+            self.missed.push((svc, ReplicaId(i)));
         }
     }
 

@@ -42,7 +42,8 @@
 #   order for an asyncio server on each readiness call), redis-desync (Redis closing clients that
 #   sent malformed requests leaves no hole in the order), redis-load (32 connections of
 #   order-sensitive commands with the CPU loaded: nothing lost between router, agent and shim),
-#   redis-orderlost (an agent killed mid-load: its replica leaves the group at once), client-loss/n3-none (2 % of
+#   redis-orderlost (an agent killed mid-load: its replica leaves the group at once), router-hold/n3-none (the
+#   router stopped 3 s under Redis load: its agents give it up and come back, nobody leaves), client-loss/n3-none (2 % of
 #   the client's segments lost on its link: one duplicate ACK per segment reaches it, so its fast
 #   retransmit keeps working), client-reset (clients that
 #   reset at once: no replica's server stops, the input stays the same), stale-port/n3-none (a client
@@ -120,7 +121,7 @@ for sc in "${scenarios[@]}"; do
 done
 [[ -z $only || hygiene/n2-none =~ $only ]] && tests+=(hygiene/n2-none)
 [[ -z $only || agents/n3-cut =~ $only ]] && tests+=(agents/n3-cut)
-for id in operator/n2-none drain/n2-none package/n1-none ack-log/n3-none client-reset/n3-none client-loss/n3-none stale-port/n3-none spoof/n3-none impostor/n3-none redis-order/n3-none redis-order/n3-kill redis-desync/n3-none redis-load/n3-none redis-orderlost/n3-kill asyncio-poll/n3-none asyncio-select/n3-kill asyncio-epoll/n3-kill \
+for id in operator/n2-none drain/n2-none package/n1-none ack-log/n3-none client-reset/n3-none client-loss/n3-none stale-port/n3-none spoof/n3-none impostor/n3-none redis-order/n3-none redis-order/n3-kill redis-desync/n3-none redis-load/n3-none redis-orderlost/n3-kill router-hold/n3-none asyncio-poll/n3-none asyncio-select/n3-kill asyncio-epoll/n3-kill \
 	shim-echo/n3-kill shim-nginx-get/n3-kill shim-nginx-put/n3-cut \
 	vote/n3-none vote/n3-kill vote-echo/n3-cut vote-nginx-get/n3-kill output/n3-none output/n3-kill diverge/n3-none determinism/n3-none determinism-nginx/n3-none safe-delivery/n3-none \
 	takeover-stall/n3-kill takeover-get/n3-kill takeover-put/n3-kill takeover-synack/n3-kill \

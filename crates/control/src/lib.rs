@@ -218,6 +218,14 @@ pub enum Msg {
     OrderLost {
         reason: String,
     },
+    /// Agent → router, its last message on a session it gives up (the
+    /// router was silent for the agent's limit, perhaps only held): it
+    /// registers again at once, and its servers keep their place in the
+    /// order. The router waits up to `dead_after` for that registration
+    /// before it counts the order lost to those servers (the new session's
+    /// `Order` report brings them up to date from the router's log, or
+    /// loses the order loudly there).
+    Reconnecting {},
     /// Agent → router: how many servers on the replica host follow the input
     /// order through this agent (sent on registering and whenever it
     /// changes). While it is not zero, the agent's connection ending means
@@ -754,6 +762,9 @@ pub enum RouterEvent {
     Rejected { reason: String },
     /// An authenticated agent fell silent: its host is lost.
     Lost { replica: Ipv4Addr, silent: Duration },
+    /// The agent gives this session up and registers again at once
+    /// ([`Msg::Reconnecting`]).
+    Reconnecting { replica: Ipv4Addr },
     /// The agent's connection records (after registering).
     Records {
         replica: Ipv4Addr,
@@ -1011,6 +1022,10 @@ impl RouterSession {
                 self.state = RState::Live { replica };
                 Some(RouterEvent::OrderLost { replica, reason })
             }
+            (RState::Live { replica }, Msg::Reconnecting {}) => {
+                self.state = RState::Live { replica };
+                Some(RouterEvent::Reconnecting { replica })
+            }
             (RState::Live { replica }, Msg::Shims { count }) => {
                 self.state = RState::Live { replica };
                 Some(RouterEvent::Shims { replica, count })
@@ -1128,6 +1143,7 @@ fn kind(m: &Msg) -> &'static str {
         Msg::Order { .. } => "order",
         Msg::OrderLost { .. } => "order_lost",
         Msg::Shims { .. } => "shims",
+        Msg::Reconnecting { .. } => "reconnecting",
         Msg::OutOfService { .. } => "out_of_service",
         Msg::Checkpoint { .. } => "checkpoint",
         Msg::State { .. } => "state",
@@ -1670,6 +1686,9 @@ impl AgentSession {
                 let limit = if host_heard { dead_ms } else { silence_ms };
                 if now_ms >= self.last_heard_ms + limit {
                     self.state = AState::Closed;
+                    // Its last word, should the router only have been held:
+                    // the order is not lost, the agent comes back.
+                    out.push(Msg::Reconnecting {});
                     return Some(AgentEvent::RouterLost);
                 }
                 if now_ms >= self.next_beat_ms {
@@ -2163,6 +2182,35 @@ mod tests {
                 silent: Duration::from_millis(500)
             })
         );
+    }
+
+    /// An agent that gives a silent router up says so in its last frame
+    /// (`Reconnecting`): the router, should it only have been held, waits
+    /// for the agent's next registration before it counts the order lost
+    /// to the servers that follow it through this agent.
+    #[test]
+    fn an_agent_giving_its_router_up_says_it_comes_back() {
+        let (mut a, hello) = AgentSession::new(b"k", R, "h", [1; 16], 0);
+        let mut r = RouterSession::new(b"k", [2; 16], Heartbeats::default(), 0);
+        converse(&mut a, &mut r, hello, 0);
+        let mut out = Vec::new();
+        let mut lost = None;
+        for t in (0..=1000).step_by(10) {
+            out.clear();
+            if let Some(e) = a.on_timeout(t, &mut out) {
+                lost = Some((e, t));
+                break;
+            }
+        }
+        let (e, t) = lost.expect("the silent router is given up");
+        assert_eq!(e, AgentEvent::RouterLost);
+        assert_eq!(out.last(), Some(&Msg::Reconnecting {}), "{out:?}");
+        let mut back = Vec::new();
+        let evs: Vec<_> = out
+            .into_iter()
+            .filter_map(|m| r.handle(m, t, |_| true, &mut back))
+            .collect();
+        assert_eq!(evs, vec![RouterEvent::Reconnecting { replica: R }]);
     }
 
     #[test]

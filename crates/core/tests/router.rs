@@ -2239,6 +2239,93 @@ fn a_report_older_than_the_routers_own_readmission_changes_nothing() {
     );
 }
 
+/// A router that did not run for a while (its process stopped) may have
+/// been superseded: the agents are likely registered with the router that
+/// took over, and a record this one announces now may never be stored. A
+/// SYN-ACK whose record no agent stored is held on, not sent when the wait
+/// runs out, and while the router is on probation not even once every
+/// agent it went to is gone: sent, it gave a client a connection that no
+/// router could find (dropped as unknown, the client timed out 30 s
+/// later). One agent's confirmation sends it; once probation is over (and
+/// a packet showed this router still serves) an orphaned record's SYN-ACK
+/// goes unconfirmed, as before.
+#[test]
+fn a_paused_router_holds_a_synack_no_agent_confirmed() {
+    for confirmed in [true, false] {
+        let mut c = config_of(2, false);
+        c.timeouts.record_commit = Some(std::time::Duration::from_millis(50));
+        let mut r = Router::new(c, [9; 16]);
+        let syn = Repr::new(CPORT, PORT, SeqNum(CISN), SeqNum(0), flags::SYN, 64240);
+        r.handle_packet(t(0), seg(CLIENT, VIP, syn, b""));
+        drain(&mut r);
+        for i in 1..=2u8 {
+            let sa = Repr::new(
+                PORT,
+                CPORT,
+                SeqNum(1_000_000 * u32::from(i)),
+                SeqNum(CISN).add(1),
+                flags::SYN | flags::ACK,
+                65160,
+            );
+            r.handle_packet(t(1), seg(replica(i), CLIENT, sa, b""));
+        }
+        assert!(drain(&mut r).is_empty());
+        let key = agent_msgs(&mut r)
+            .iter()
+            .find_map(|e| match e {
+                AgentMsg::Established { record } => Some(record.key),
+                _ => None,
+            })
+            .expect("announced");
+        // The router stops for 2 s: its commit timer (due at 51 ms) runs
+        // late, on probation.
+        r.handle_timeout(t(2000));
+        let ev = log_events(&mut r);
+        assert!(
+            ev.iter().any(|e| matches!(
+                e,
+                Event::RouterPaused {
+                    probation: true,
+                    ..
+                }
+            )),
+            "{ev:?}"
+        );
+        run_to(&mut r, t(3000));
+        let synack = |out: &[Out]| {
+            out.iter()
+                .filter(|o| o.dst == CLIENT && o.r.flags == flags::SYN | flags::ACK)
+                .count()
+        };
+        assert_eq!(synack(&drain(&mut r)), 0, "held while on probation");
+        // Every agent it went to is gone (they went to the router that
+        // took over), none stored it: still held, the router in doubt.
+        r.record_unstored(t(2500), key);
+        run_to(&mut r, t(3000));
+        assert_eq!(synack(&drain(&mut r)), 0, "orphaned, on probation: held");
+        if confirmed {
+            // One agent (registered again) stored it.
+            r.record_heard(t(3000), key);
+            assert_eq!(synack(&drain(&mut r)), 1, "an agent has it: it goes");
+            assert_eq!(r.counters().synacks_uncommitted, 1);
+        } else {
+            // Probation over (its time, and the client's repeated SYN shows
+            // this router still serves): the orphaned record's SYN-ACK goes.
+            run_to(&mut r, t(4001));
+            assert_eq!(synack(&drain(&mut r)), 0);
+            let again = Repr::new(CPORT, PORT, SeqNum(CISN), SeqNum(0), flags::SYN, 64240);
+            r.handle_packet(t(4002), seg(CLIENT, VIP, again, b""));
+            run_to(&mut r, t(4200));
+            assert_eq!(
+                synack(&drain(&mut r)),
+                1,
+                "sent unconfirmed after probation"
+            );
+            assert_eq!(r.counters().synacks_uncommitted, 1);
+        }
+    }
+}
+
 /// Output commit (`record_commit`): once every replica answered, the
 /// connection's record is announced and the SYN-ACK waits until the control
 /// plane says the agents stored it — or until the wait runs out. A client
@@ -2304,15 +2391,21 @@ fn synack_waits_for_the_record_to_be_stored() {
             let due = r.poll_timeout().expect("a timer for the wait");
             assert!(due <= t(at + 51), "{due:?}");
             r.handle_timeout(t(at + 51));
+            assert!(
+                drain(&mut r).is_empty(),
+                "the wait ran out, but no agent has the record and they may only be slow: held"
+            );
+            // Every agent it went to is gone, none stored it: it goes.
+            r.record_unstored(t(at + 60), key);
             let out = drain(&mut r);
-            assert_eq!(out.len(), 1, "the wait ran out: SYN-ACK sent anyway");
+            assert_eq!(out.len(), 1, "no agent left to wait for: SYN-ACK sent");
             assert_eq!(r.counters().synacks_uncommitted, 1);
-            // The commit waits in the histogram: 2 ms (confirmed), 50 ms
-            // (ran out).
+            // The commit waits in the histogram: 2 ms (confirmed), 59 ms
+            // (sent unconfirmed).
             let h = &r.counters().commit_wait;
             assert_eq!(h.count(), 2);
             assert_eq!((h.counts[1], h.counts[6]), (1, 1), "{h:?}");
-            assert_eq!(h.sum_us, 52_000);
+            assert_eq!(h.sum_us, 61_000);
         }
         // The handshake completes as usual.
         assert!(

@@ -128,9 +128,10 @@ pub trait RouterHandle: Send + Sync + 'static {
     fn out_of_service(&self) -> Vec<OutOfService>;
     /// Rebuild connections from an agent's records (see `Router::adopt`).
     fn adopt(&self, from: Ipv4Addr, records: &[ConnRecord]) -> Vec<Adopted>;
-    /// Every live agent of these connections stored their records: their
-    /// held SYN-ACKs go out (see `Router::record_stored`).
-    fn records_stored(&self, keys: &[ConnKey]);
+    /// The agents stored these connections' records, or went
+    /// (`Router::record_stored`, `Router::record_heard`,
+    /// `Router::record_unstored`): held SYN-ACKs may go out.
+    fn records_committed(&self, c: &Commits);
     /// Whether an agent's report of the input order says another router
     /// served since this one numbered it (see `Router::superseded`); if so
     /// the router starts over (`Router::start_over`) and says why.
@@ -171,7 +172,7 @@ pub struct Registry {
     /// Output commit: connections whose SYN-ACK waits, and the agents whose
     /// `Stored` is still missing. Never locked while taking the router's
     /// lock (it is taken under it, in `route`).
-    pending: Mutex<HashMap<ConnKey, Vec<Ipv4Addr>>>,
+    pending: Mutex<HashMap<ConnKey, Pending>>,
     /// Replicas whose servers follow the input order (`ftnet run`), as
     /// their agents last said (`Shims`).
     ordered_servers: Mutex<HashMap<Ipv4Addr, u32>>,
@@ -192,6 +193,34 @@ pub enum Routed {
     /// A connection record that no agent can confirm (none registered for
     /// its replicas): its SYN-ACK need not wait.
     StoredNow(ConnKey),
+}
+
+/// A connection's record on its way to the agents: its SYN-ACK waits.
+struct Pending {
+    /// The agents that have not confirmed it yet.
+    waiting: Vec<Ipv4Addr>,
+    /// One agent confirmed it (a router taking over finds it there).
+    heard: bool,
+}
+
+/// What the agents' answers (or their going) mean for held SYN-ACKs.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Commits {
+    /// Stored by every agent it went to (or by one, the rest gone).
+    pub stored: Vec<ConnKey>,
+    /// Stored by a first agent, others still to answer.
+    pub heard: Vec<ConnKey>,
+    /// Every agent it went to is gone, none stored it.
+    pub unstored: Vec<ConnKey>,
+}
+
+impl Commits {
+    /// Pass them to the router.
+    fn apply(&self, router: &dyn RouterHandle) {
+        if !(self.stored.is_empty() && self.heard.is_empty() && self.unstored.is_empty()) {
+            router.records_committed(self);
+        }
+    }
 }
 
 struct Agent {
@@ -237,41 +266,54 @@ impl Registry {
         self.budget.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn pending(&self) -> MutexGuard<'_, HashMap<ConnKey, Vec<Ipv4Addr>>> {
+    fn pending(&self) -> MutexGuard<'_, HashMap<ConnKey, Pending>> {
         self.pending.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// `replica`'s agent stored these records; returns the connections
-    /// whose every agent has now confirmed (their SYN-ACKs may go).
-    pub fn stored(&self, replica: Ipv4Addr, keys: &[ConnKey]) -> Vec<ConnKey> {
+    /// whose every agent has now confirmed (their SYN-ACKs may go), and
+    /// those it is the first of several to confirm
+    /// (`Router::record_heard`).
+    pub fn stored(&self, replica: Ipv4Addr, keys: &[ConnKey]) -> Commits {
         let mut pending = self.pending();
-        let mut done = Vec::new();
+        let mut c = Commits::default();
         for &key in keys {
-            if let Some(w) = pending.get_mut(&key) {
-                w.retain(|a| *a != replica);
-                if w.is_empty() {
+            if let Some(p) = pending.get_mut(&key) {
+                if !p.waiting.contains(&replica) {
+                    continue;
+                }
+                p.waiting.retain(|a| *a != replica);
+                if p.waiting.is_empty() {
                     pending.remove(&key);
-                    done.push(key);
+                    c.stored.push(key);
+                } else if !p.heard {
+                    p.heard = true;
+                    c.heard.push(key);
                 }
             }
         }
-        done
+        c
     }
 
     /// `replica`'s agent is gone (disconnected or its host lost): nobody
-    /// waits for its confirmations; returns the connections that waited
-    /// for it alone.
-    pub fn release(&self, replica: Ipv4Addr) -> Vec<ConnKey> {
+    /// waits for its confirmations. Returns the connections that waited
+    /// for it alone: stored where another agent confirmed, else stored
+    /// nowhere (`Router::record_unstored`).
+    pub fn release(&self, replica: Ipv4Addr) -> Commits {
         let mut pending = self.pending();
-        let mut done = Vec::new();
-        pending.retain(|k, w| {
-            w.retain(|a| *a != replica);
-            if w.is_empty() {
-                done.push(*k);
+        let mut c = Commits::default();
+        pending.retain(|k, p| {
+            p.waiting.retain(|a| *a != replica);
+            if p.waiting.is_empty() {
+                if p.heard {
+                    c.stored.push(*k);
+                } else {
+                    c.unstored.push(*k);
+                }
             }
-            !w.is_empty()
+            !p.waiting.is_empty()
         });
-        done
+        c
     }
 
     /// Whether any of these replicas' servers follow the input order (their
@@ -361,7 +403,13 @@ impl Registry {
                     p.remove(&key);
                     Routed::StoredNow(key)
                 } else {
-                    p.insert(key, waiting);
+                    p.insert(
+                        key,
+                        Pending {
+                            waiting,
+                            heard: false,
+                        },
+                    );
                     Routed::Yes
                 }
             }
@@ -1070,10 +1118,7 @@ fn serve(
                     }
                 }
                 RouterEvent::Stored { replica, keys } => {
-                    let done = reg.stored(replica, &keys);
-                    if !done.is_empty() {
-                        router.records_stored(&done);
-                    }
+                    reg.stored(replica, &keys).apply(router);
                 }
                 RouterEvent::Rejected { reason } => {
                     if let Some(more) = reg.unproven_line() {
@@ -1456,12 +1501,11 @@ fn forget(reg: &Registry, replica: Ipv4Addr, session: u64, router: &dyn RouterHa
     }
 }
 
-/// An agent that can confirm no more records holds no SYN-ACK back.
+/// An agent that can confirm no more records holds no SYN-ACK back
+/// waiting for it (one no agent stored may still be held: see
+/// `Router::record_unstored`).
 fn release(reg: &Registry, replica: Ipv4Addr, router: &dyn RouterHandle) {
-    let done = reg.release(replica);
-    if !done.is_empty() {
-        router.records_stored(&done);
-    }
+    reg.release(replica).apply(router);
 }
 
 #[cfg(test)]
@@ -1498,6 +1542,103 @@ mod tests {
             lost: None,
             session,
             ordered: true,
+        }
+    }
+
+    /// A connection's record goes to every registered agent of its
+    /// replicas, and its SYN-ACK waits for their confirmations. The first
+    /// of several says the record is somewhere (a router taking over finds
+    /// it: the SYN-ACK may go once the wait runs out); all of them, or the
+    /// rest gone after one, say it is stored; every agent gone before any
+    /// confirmed says it is stored nowhere (the router may hold the
+    /// SYN-ACK on: `Router::record_unstored`). Before, agents that went
+    /// without a word counted as confirmations.
+    #[test]
+    fn a_record_no_agent_stored_is_not_taken_for_stored() {
+        const R2: Ipv4Addr = Ipv4Addr::new(198, 18, 12, 2);
+        let key = ConnKey {
+            client: Ipv4Addr::new(198, 18, 1, 2),
+            cport: 40001,
+            vip: Ipv4Addr::new(198, 19, 0, 1),
+            vport: 6379,
+        };
+        let record = ConnRecord {
+            key,
+            client_isn: 1,
+            router_isn: 2,
+            wscale_out: 7,
+            ts_base: None,
+            client_mss: 1460,
+            mss_out: 1460,
+            replicas: [R, R2]
+                .iter()
+                .map(|&addr| ftnet_core::ReplicaSetup {
+                    addr,
+                    isn: 3,
+                    wscale: 7,
+                })
+                .collect(),
+            client_wscale: Some(7),
+            accepted: false,
+            input_end: None,
+            snd_una: None,
+        };
+        let one = |k: ConnKey| vec![k];
+        for case in 0..3 {
+            let reg = Registry::default();
+            let (tx1, _rx1) = agent_queue(8);
+            let (tx2, _rx2) = agent_queue(8);
+            reg.lock().insert(R, agent(tx1, 1));
+            reg.lock().insert(R2, agent(tx2, 2));
+            let routed = reg.route(&AgentMsg::Established {
+                record: record.clone(),
+            });
+            assert!(matches!(routed, Routed::Yes));
+            assert_eq!(reg.pending_commits(), 1);
+            match case {
+                0 => {
+                    let c = reg.stored(R, &[key]);
+                    assert_eq!(
+                        c,
+                        Commits {
+                            heard: one(key),
+                            ..Commits::default()
+                        }
+                    );
+                    assert_eq!(reg.stored(R, &[key]), Commits::default(), "said twice");
+                    let c = reg.stored(R2, &[key]);
+                    assert_eq!(
+                        c,
+                        Commits {
+                            stored: one(key),
+                            ..Commits::default()
+                        }
+                    );
+                }
+                1 => {
+                    reg.stored(R, &[key]);
+                    let c = reg.release(R2);
+                    assert_eq!(
+                        c,
+                        Commits {
+                            stored: one(key),
+                            ..Commits::default()
+                        }
+                    );
+                }
+                _ => {
+                    assert_eq!(reg.release(R), Commits::default());
+                    let c = reg.release(R2);
+                    assert_eq!(
+                        c,
+                        Commits {
+                            unstored: one(key),
+                            ..Commits::default()
+                        }
+                    );
+                }
+            }
+            assert_eq!(reg.pending_commits(), 0, "case {case}");
         }
     }
 

@@ -440,12 +440,18 @@ impl RouterHandle for Shared {
         done
     }
 
-    fn records_stored(&self, keys: &[ftnet_core::ConnKey]) {
+    fn records_committed(&self, c: &crate::control::Commits) {
         let now = self.now();
         {
             let mut r = self.lock();
-            for k in keys {
+            for k in &c.stored {
                 r.record_stored(now, *k);
+            }
+            for k in &c.heard {
+                r.record_heard(now, *k);
+            }
+            for k in &c.unstored {
+                r.record_unstored(now, *k);
             }
         }
         // The SYN-ACKs are queued: get them written.

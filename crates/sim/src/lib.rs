@@ -1350,11 +1350,18 @@ impl Sim {
                         self.tsfin.note_record(self.now, record);
                         self.records.insert(record.key, record.clone());
                         self.record_at.insert(record.key, self.now);
-                        // The agents confirm it; one confirmation in 20 is
-                        // lost (the SYN-ACK then goes when the wait ends).
-                        if self.agent_rng.gen_range(0..20) != 0 {
-                            stored.push(record.key);
-                        }
+                        // The agents confirm it; in one record of 20 an
+                        // agent's session ends before it confirms (the
+                        // others did: the SYN-ACK goes when the wait ends),
+                        // and in one of 40 every agent's does (none stored
+                        // it: it goes unconfirmed when the wait ends, unless
+                        // the router is on probation or cut off).
+                        let how = match self.agent_rng.gen_range(0..40) {
+                            0 => Commit::Unstored,
+                            1 | 2 => Commit::Heard,
+                            _ => Commit::Stored,
+                        };
+                        stored.push((record.key, how));
                     }
                     AgentMsg::Forgotten { key, replicas } => {
                         // Each agent named forgets it (an evicted replica's
@@ -1417,8 +1424,13 @@ impl Sim {
             let Middle::Router(r) = &mut self.middle else {
                 return Ok(());
             };
-            for key in stored {
-                r.record_stored(Instant(self.now), key);
+            for (key, how) in stored {
+                let now = Instant(self.now);
+                match how {
+                    Commit::Stored => r.record_stored(now, key),
+                    Commit::Heard => r.record_heard(now, key),
+                    Commit::Unstored => r.record_unstored(now, key),
+                }
             }
             let Some(pkt) = self.gso_rest.pop_front().or_else(|| r.poll_transmit()) else {
                 return Ok(());
@@ -3254,4 +3266,15 @@ pub fn describe(data: &[u8]) -> String {
         s.window(),
         s.payload_len()
     )
+}
+
+/// What the simulated agents answer to a connection's record.
+#[derive(Debug, Clone, Copy)]
+enum Commit {
+    /// Every agent stored it.
+    Stored,
+    /// One did; another's session ended first.
+    Heard,
+    /// Every agent's session ended before it stored it.
+    Unstored,
 }

@@ -223,6 +223,48 @@ impl Conn {
         Some((win, ws))
     }
 
+    /// Whether a SYN-ACK whose record is not confirmed by every agent may
+    /// go once the wait (`Timeouts::record_commit`) ran out: if one agent
+    /// stored the record (a router taking over finds it there), or if every
+    /// agent it went to is gone without storing it and this router is not
+    /// in doubt whether it still serves (`Ctx::quiet`: on probation after a
+    /// pause, or cut off from every agent). Not while no agent has it and
+    /// its agents may only be slow, nor while in doubt: the client would
+    /// hold a connection no router can find should this one be superseded
+    /// (a client connecting through a router that had just lost its
+    /// addresses, its agents gone to the other, got a SYN-ACK 100 ms later
+    /// and timed out 30 s after). Held, the client's next SYN reaches the
+    /// router that serves then.
+    pub(super) fn may_send_uncommitted(&self, ctx: &Ctx) -> bool {
+        self.commit_heard || (self.commit_orphan && !ctx.quiet)
+    }
+
+    /// An agent stored the record, not every one yet: a SYN-ACK held past
+    /// its wait goes now.
+    pub(crate) fn commit_heard(&mut self, ctx: &mut Ctx) {
+        self.commit_heard = true;
+        self.commit_if_overdue(ctx);
+    }
+
+    /// Every agent the record went to is gone, none stored it: a SYN-ACK
+    /// held past its wait goes now, unless the router is in doubt.
+    pub(crate) fn commit_orphaned(&mut self, ctx: &mut Ctx) {
+        self.commit_orphan = true;
+        self.commit_if_overdue(ctx);
+    }
+
+    fn commit_if_overdue(&mut self, ctx: &mut Ctx) {
+        if let Phase::Committing { since, .. } = self.phase {
+            let wait = ctx
+                .timeouts
+                .record_commit
+                .unwrap_or(core::time::Duration::from_millis(100));
+            if since + wait <= ctx.now && self.may_send_uncommitted(ctx) {
+                self.commit_synack(ctx, false);
+            }
+        }
+    }
+
     /// `Committing`: the record is stored (`confirmed`) or the wait ran
     /// out; the client gets its SYN-ACK.
     pub(crate) fn commit_synack(&mut self, ctx: &mut Ctx, confirmed: bool) {

@@ -252,6 +252,12 @@ pub struct Conn {
     counted_closed: bool,
     /// `AgentMsg::Established` was emitted (so `Forgotten` follows).
     announced: bool,
+    /// Its SYN-ACK waits for the record (`Phase::Committing`): an agent
+    /// stored it, though not every one yet ([`Conn::commit_heard`]).
+    commit_heard: bool,
+    /// Its SYN-ACK waits for the record: every agent it went to is gone
+    /// and none stored it ([`Conn::commit_orphaned`]).
+    commit_orphan: bool,
     /// The client's SYN as the replicas get it, kept during the handshake
     /// to probe a replica whose copy may have been lost.
     syn_copy: Option<(Packet, Headers)>,
@@ -415,6 +421,8 @@ impl Conn {
             counted_half_open: true,
             counted_closed: false,
             announced: false,
+            commit_heard: false,
+            commit_orphan: false,
             syn_copy: None,
             syn_at: now,
             client_mss: syn.mss.unwrap_or(536).max(64),

@@ -146,7 +146,18 @@ impl Conn {
             return;
         }
         if self.due(Timer::Commit, t, now) {
-            self.commit_synack(ctx, false);
+            if self.may_send_uncommitted(ctx) {
+                self.commit_synack(ctx, false);
+            } else if let Phase::Committing { since, .. } = self.phase {
+                // No agent has the record: held on (`may_send_uncommitted`).
+                let wait = t
+                    .record_commit
+                    .unwrap_or(core::time::Duration::from_millis(100));
+                self.phase = Phase::Committing {
+                    by: now + wait,
+                    since,
+                };
+            }
         }
         if self.due(Timer::ResetWait, t, now) {
             self.reset_wait_over(ctx);

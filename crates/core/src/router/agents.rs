@@ -141,6 +141,31 @@ impl Router {
         self.after(now, key);
     }
 
+    /// One agent stored the record of `key`, not every one yet
+    /// ([`Router::record_stored`] follows when all did): should its
+    /// SYN-ACK be held past `Timeouts::record_commit`, it goes now.
+    pub fn record_heard(&mut self, now: Instant, key: ConnKey) {
+        self.note_time(now);
+        if !self.conns.get(&key).is_some_and(|c| c.is_committing()) {
+            return;
+        }
+        self.on_conn(now, key, |c, ctx| c.commit_heard(ctx));
+        self.after(now, key);
+    }
+
+    /// Every agent the record of `key` went to is gone (disconnected, or
+    /// its host lost) and none stored it: its SYN-ACK may go unconfirmed
+    /// once its wait ran out, unless this router is on probation or cut
+    /// off (see `Conn::may_send_uncommitted`).
+    pub fn record_unstored(&mut self, now: Instant, key: ConnKey) {
+        self.note_time(now);
+        if !self.conns.get(&key).is_some_and(|c| c.is_committing()) {
+            return;
+        }
+        self.on_conn(now, key, |c, ctx| c.commit_orphaned(ctx));
+        self.after(now, key);
+    }
+
     /// Every connection adopted since the rebuild began is whole again (or
     /// gone): say so once, with how long it took.
     pub(super) fn check_rebuilt(&mut self, now: Instant) {

@@ -123,15 +123,18 @@ def main():
     def shorts():
         # --short-ms 0: long-lived writers only.
         while a.short_ms > 0 and time.monotonic() < stop:
+            port = None
             try:
                 c = Conn(a.host, a.port, a.timeout)
+                port = c.s.getsockname()[1]
                 c.call("INCR", "short")
                 c.s.close()
                 short["ok"] += 1
             except Exception as e:  # noqa: BLE001
                 short["failed"] += 1
                 with lock:
-                    errors.append("short: %s" % e)
+                    # The client's port names the connection in the routers' logs.
+                    errors.append("short (client port %s, %s): %s" % (port, time.strftime("%H:%M:%S"), e))
             time.sleep(a.short_ms / 1000)
 
     threads = [threading.Thread(target=writer, args=(i,)) for i in range(a.conns)]

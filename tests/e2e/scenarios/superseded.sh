@@ -16,12 +16,14 @@
 # number over the other router's order (found by the fault campaign: its Redis lab never
 # recovered, every replica's order lost).
 # Not in the default run (FTNET_E2E_KNOWN=1 or `run.sh --only superseded` adds it). Known
-# failures (4 of 14 runs at 14f90b5 and the commit before it):
-# - A short connection opened around the takeovers is never answered and times out (30 s). Its
-#   INCR was applied; the fresh router dropped its segments as `unknown_connection` (its record
-#   was not among the agents'). Not explained yet.
-# - An agent gives the fresh router up (its session threads held ~330 ms, once) and its session's
-#   end is ORDER LOST: the replica leaves and rejoins, loudly.
+# failures, 3 of 17 runs at 09b0cb1 (4 of 14 at 14f90b5). Twice, a short connection opened around the
+# takeovers is never answered and times out (30 s). Its INCR was applied: each replica's shim
+# handed the connection out unordered after 2 s with no accept event in the order, and the fresh
+# router had no record of it. Which router gave the client its SYN-ACK is not found yet (a router
+# now holds a SYN-ACK that no agent stored, and one that may be superseded holds it even when its
+# agents are all gone). Since 5fd0cd4 agents that give a held router up come back without ORDER
+# LOST (e2e router-hold); once at 09b0cb1 there was still ORDER LOST after the start-over (that
+# run's logs were not kept).
 # (Before: the replicas taken out, ORDER LOST and digests that differed — in 2 of 4 runs at
 # 92572c5, 9 of 17 at bf34512, 1 of 12 at de0c4ad — were stale verdicts: the stalled router's on
 # its own pause, and the other's on its agents leaving it; see ARCHITECTURE.md, probation.)

@@ -394,6 +394,7 @@ impl Router {
         key: ConnKey,
         f: impl FnOnce(&mut Conn, &mut Ctx) -> R,
     ) -> Option<R> {
+        let quiet = self.on_probation();
         let c = self.conns.get_mut(&key)?;
         let before = (
             self.counters.client_bytes_in,
@@ -410,7 +411,7 @@ impl Router {
             sequencer: self.config.sequencer,
             challenges: &mut self.challenges,
             log_total: self.config.limits.log_total,
-            quiet: self.probation.is_some() || self.cut_off,
+            quiet,
         };
         let r = f(c, &mut ctx);
         if let Some(b) = self.service_bytes.get_mut(c.service().0) {

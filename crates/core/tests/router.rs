@@ -2239,6 +2239,70 @@ fn a_report_older_than_the_routers_own_readmission_changes_nothing() {
     );
 }
 
+/// A record no agent can store (none of its replicas' agents registered
+/// and live): the SYN-ACK goes at once, unconfirmed. Not from a router whose
+/// agents all fell silent together (cut off, or another router took its
+/// addresses while clients still reach this one by their stale neighbour
+/// entries): a client got a SYN-ACK from such a router, its connection
+/// known to no router that serves, and timed out 30 s later. It is held
+/// until an agent registers again (then the wait's end sends it), and
+/// meanwhile the client's repeated SYN may reach the router that serves.
+#[test]
+fn a_router_cut_off_from_its_agents_holds_a_synack_no_agent_can_store() {
+    for cut_off in [false, true] {
+        let mut c = config_of(2, false);
+        c.timeouts.record_commit = Some(std::time::Duration::from_millis(50));
+        let mut r = Router::new(c, [9; 16]);
+        r.require_agents();
+        for i in 1..=2u8 {
+            r.agent_registered(replica(i));
+        }
+        if cut_off {
+            r.agents_all_silent(t(0));
+        }
+        let syn = Repr::new(CPORT, PORT, SeqNum(CISN), SeqNum(0), flags::SYN, 64240);
+        r.handle_packet(t(1), seg(CLIENT, VIP, syn, b""));
+        drain(&mut r);
+        for i in 1..=2u8 {
+            let sa = Repr::new(
+                PORT,
+                CPORT,
+                SeqNum(1_000_000 * u32::from(i)),
+                SeqNum(CISN).add(1),
+                flags::SYN | flags::ACK,
+                65160,
+            );
+            r.handle_packet(t(2), seg(replica(i), CLIENT, sa, b""));
+        }
+        assert!(drain(&mut r).is_empty());
+        let key = agent_msgs(&mut r)
+            .iter()
+            .find_map(|e| match e {
+                AgentMsg::Established { record } => Some(record.key),
+                _ => None,
+            })
+            .expect("announced");
+        let synack = |out: &[Out]| {
+            out.iter()
+                .filter(|o| o.dst == CLIENT && o.r.flags == flags::SYN | flags::ACK)
+                .count()
+        };
+        // The control plane has no live agent to send the record to.
+        r.record_unstored(t(2), key);
+        if !cut_off {
+            assert_eq!(synack(&drain(&mut r)), 1, "nobody to wait for: at once");
+            assert_eq!(r.counters().synacks_uncommitted, 1);
+            continue;
+        }
+        run_to(&mut r, t(500));
+        assert_eq!(synack(&drain(&mut r)), 0, "cut off: held");
+        r.agent_registered(replica(1));
+        run_to(&mut r, t(600));
+        assert_eq!(synack(&drain(&mut r)), 1, "an agent is back: it goes");
+        assert_eq!(r.counters().synacks_uncommitted, 1);
+    }
+}
+
 /// A router that did not run for a while (its process stopped) may have
 /// been superseded: the agents are likely registered with the router that
 /// took over, and a record this one announces now may never be stored. A

@@ -190,9 +190,11 @@ pub struct Registry {
 pub enum Routed {
     /// Sent to the agents.
     Yes,
-    /// A connection record that no agent can confirm (none registered for
-    /// its replicas): its SYN-ACK need not wait.
-    StoredNow(ConnKey),
+    /// A connection record that no agent can store (none registered and
+    /// live for its replicas): its SYN-ACK need not wait, unless the
+    /// router is in doubt whether it still serves
+    /// (`Router::record_unstored`).
+    NoAgent(ConnKey),
 }
 
 /// A connection's record on its way to the agents: its SYN-ACK waits.
@@ -401,7 +403,7 @@ impl Registry {
             Some((key, mut p)) => {
                 if waiting.is_empty() {
                     p.remove(&key);
-                    Routed::StoredNow(key)
+                    Routed::NoAgent(key)
                 } else {
                     p.insert(
                         key,

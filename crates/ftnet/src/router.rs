@@ -629,9 +629,10 @@ impl Out {
             let mut more = false;
             // Without a control plane nobody keeps records or the order.
             while let Some(msg) = router.poll_agent_msg() {
-                if let Some(Routed::StoredNow(key)) = registry.map(|r| r.route(&msg)) {
-                    // No agent to wait for: the SYN-ACK goes now.
-                    router.record_stored(now, key);
+                if let Some(Routed::NoAgent(key)) = registry.map(|r| r.route(&msg)) {
+                    // No agent to wait for: the SYN-ACK goes now, unless
+                    // the router is in doubt whether it still serves.
+                    router.record_unstored(now, key);
                     more = true;
                 }
             }

@@ -246,11 +246,15 @@ impl Conn {
         self.commit_if_overdue(ctx);
     }
 
-    /// Every agent the record went to is gone, none stored it: a SYN-ACK
-    /// held past its wait goes now, unless the router is in doubt.
+    /// No agent the record went to is left to store it (every one is gone,
+    /// or none was registered): nothing is to be waited for, and the
+    /// SYN-ACK goes now, unless the router is in doubt (then it is held
+    /// until it is not, or the client's next SYN reaches another router).
     pub(crate) fn commit_orphaned(&mut self, ctx: &mut Ctx) {
         self.commit_orphan = true;
-        self.commit_if_overdue(ctx);
+        if matches!(self.phase, Phase::Committing { .. }) && self.may_send_uncommitted(ctx) {
+            self.commit_synack(ctx, false);
+        }
     }
 
     fn commit_if_overdue(&mut self, ctx: &mut Ctx) {

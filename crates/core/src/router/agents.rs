@@ -153,10 +153,14 @@ impl Router {
         self.after(now, key);
     }
 
-    /// Every agent the record of `key` went to is gone (disconnected, or
-    /// its host lost) and none stored it: its SYN-ACK may go unconfirmed
-    /// once its wait ran out, unless this router is on probation or cut
-    /// off (see `Conn::may_send_uncommitted`).
+    /// No agent is left to store the record of `key`: every one it went to
+    /// is gone (disconnected, or its host lost) without storing it, or no
+    /// agent of its replicas was registered to send it to. Its SYN-ACK goes
+    /// unconfirmed now, unless this router is on probation or cut off from
+    /// every agent (see `Conn::may_send_uncommitted`): a router whose
+    /// agents all fell silent (another router took its addresses, and
+    /// clients still reached it by their stale neighbour entries) gave a
+    /// client a connection no router could find.
     pub fn record_unstored(&mut self, now: Instant, key: ConnKey) {
         self.note_time(now);
         if !self.conns.get(&key).is_some_and(|c| c.is_committing()) {

@@ -837,6 +837,11 @@ fn serve(
     let mut stall = sys::StallWatch::new("router's session with an agent");
     loop {
         stall.lap("events");
+        if reg.take_ended(id) {
+            info!(%peer, "agent session ended: the router started over; the agent registers again and hands over its records");
+            let _ = stream.shutdown(std::net::Shutdown::Both);
+            return Ok(());
+        }
         if let Some(r) = registered {
             // Records this agent should have had and did not get: its
             // server can no longer follow the order.
@@ -861,11 +866,6 @@ fn serve(
                 return Ok(());
             }
         }
-        if reg.take_ended(id) {
-            info!(%peer, "agent session ended: the router started over; the agent registers again and hands over its records");
-            let _ = stream.shutdown(std::net::Shutdown::Both);
-            return Ok(());
-        }
         stall.mark("checks");
         let mut events = Vec::new();
         match stream.read(&mut buf) {
@@ -874,6 +874,13 @@ fn serve(
                 // (a lost host cannot close anything). Its replica stays in service,
                 // unless its server followed the order through this agent.
                 if let Some(r) = registered {
+                    if reg.take_ended(id) {
+                        // Ended by a start-over while this thread read: what
+                        // it knew is the stale router's (its verdict would
+                        // take a healthy replica out of the fresh one).
+                        info!(replica = %r, %peer, "agent session closed after the router started over; the agent registers again");
+                        return Ok(());
+                    }
                     if reg.lock().get(&r).is_some_and(|a| a.session != id) {
                         // The agent registered again on another session
                         // (it gave this router up while it did not run,
@@ -947,7 +954,7 @@ fn serve(
                     } else if let Some(more) = reg.unproven_line() {
                         warn!(%peer, "control connection {id}: {e}; closing{more}");
                     }
-                    if let Some(r) = registered {
+                    if let Some(r) = registered.filter(|_| !reg.take_ended(id)) {
                         if shims > 0 {
                             order_lost(router, r, peer, &format!("its agent's connection broke ({e}) while {shims} server(s) followed the order through it"));
                         }
@@ -1135,7 +1142,9 @@ fn serve(
                     // again at once; this session is over.
                     forget(reg, replica, id, router);
                     let _ = stream.shutdown(std::net::Shutdown::Both);
-                    if shims > 0 {
+                    if reg.take_ended(id) {
+                        info!(%replica, %peer, "the agent gave up a session the router's start-over had ended; it registers again");
+                    } else if shims > 0 {
                         await_return(reg, replica, id, hb.dead_after, router, peer, shims);
                     } else {
                         info!(%replica, %peer, "the agent gave this router up and registers again; the replica stays in service (passive detection still applies)");

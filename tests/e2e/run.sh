@@ -58,7 +58,7 @@
 #   its agent registering again, nor by a takeover; `ftnet replica enable` brings it back),
 #   superseded/n3-none (only with FTNET_E2E_KNOWN=1 or by name; a router stalled, superseded by the
 #   standby and serving again starts over instead of acting on its stale table, order and verdicts;
-#   known to fail: 3 of 17 runs today, see the scenario),
+#   known to fail: 1 of 8 runs today, see the scenario),
 #   server-reset/n1-none, n3-none (a server's RST after its acknowledged FIN reaches the client),
 #   keepalive/n3-none, n3-kill (a client's TCP keep-alive probes on an idle connection are answered),
 #   attack-client (a hostile client's raw packets against its own connection: no stall, no

@@ -16,14 +16,18 @@
 # number over the other router's order (found by the fault campaign: its Redis lab never
 # recovered, every replica's order lost).
 # Not in the default run (FTNET_E2E_KNOWN=1 or `run.sh --only superseded` adds it). Known
-# failures, 3 of 17 runs at 09b0cb1 (4 of 14 at 14f90b5). Twice, a short connection opened around the
-# takeovers is never answered and times out (30 s). Its INCR was applied: each replica's shim
-# handed the connection out unordered after 2 s with no accept event in the order, and the fresh
-# router had no record of it. Which router gave the client its SYN-ACK is not found yet (a router
-# now holds a SYN-ACK that no agent stored, and one that may be superseded holds it even when its
-# agents are all gone). Since 5fd0cd4 agents that give a held router up come back without ORDER
-# LOST (e2e router-hold); once at 09b0cb1 there was still ORDER LOST after the start-over (that
-# run's logs were not kept).
+# failures: 1 of 8 runs at 75dfad2, 1 of 8 at 00b2705, 3 of 17 at 09b0cb1, 4 of 14 at 14f90b5.
+# - A replica is taken out after the start-over as `missed_input` (then its fresh server joins):
+#   an adopted connection names it, but its agent had no record of it (a short connection set up
+#   by the other router while that agent was leaving it), so it has no leg there and its server
+#   would miss the connection's input. Loud and safe; the replica's kernel may well have the
+#   connection, and a router could probe it with the other agents' record instead (not done).
+# - Before 00b2705, a short connection opened around the takeovers timed out (30 s): a router
+#   whose agents had all fallen silent (the other held its addresses; the client still reached it)
+#   sent its SYN-ACK at once, no agent to wait for. Such a router now holds it.
+# - Before 75dfad2, ORDER LOST after the start-over: a session the start-over had ended gave its
+#   verdict when its agent's connection closed.
+# Since 5fd0cd4 agents that give a held router up come back without ORDER LOST (e2e router-hold).
 # (Before: the replicas taken out, ORDER LOST and digests that differed — in 2 of 4 runs at
 # 92572c5, 9 of 17 at bf34512, 1 of 12 at de0c4ad — were stale verdicts: the stalled router's on
 # its own pause, and the other's on its agents leaving it; see ARCHITECTURE.md, probation.)

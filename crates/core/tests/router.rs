@@ -2239,6 +2239,42 @@ fn a_report_older_than_the_routers_own_readmission_changes_nothing() {
     );
 }
 
+/// A client's SYN at `syn` and both replicas' SYN-ACKs at `answered`
+/// (replica ISNs 1,000,000 and 2,000,000): the connection's record is
+/// announced and its SYN-ACK waits for it (`record_commit` set). Returns
+/// the connection's key.
+fn committing(r: &mut Router, syn: Instant, answered: Instant) -> ftnet_core::ConnKey {
+    let s = Repr::new(CPORT, PORT, SeqNum(CISN), SeqNum(0), flags::SYN, 64240);
+    r.handle_packet(syn, seg(CLIENT, VIP, s, b""));
+    drain(r);
+    for i in 1..=2u8 {
+        let sa = Repr::new(
+            PORT,
+            CPORT,
+            SeqNum(1_000_000 * u32::from(i)),
+            SeqNum(CISN).add(1),
+            flags::SYN | flags::ACK,
+            65160,
+        );
+        r.handle_packet(answered, seg(replica(i), CLIENT, sa, b""));
+    }
+    assert!(drain(r).is_empty(), "no SYN-ACK before the record");
+    agent_msgs(r)
+        .iter()
+        .find_map(|e| match e {
+            AgentMsg::Established { record } => Some(record.key),
+            _ => None,
+        })
+        .expect("the record is announced")
+}
+
+/// How many SYN-ACKs to the client are among `out`.
+fn synack(out: &[Out]) -> usize {
+    out.iter()
+        .filter(|o| o.dst == CLIENT && o.r.flags == flags::SYN | flags::ACK)
+        .count()
+}
+
 /// A record no agent can store (none of its replicas' agents registered
 /// and live): the SYN-ACK goes at once, unconfirmed. Not from a router whose
 /// agents all fell silent together (cut off, or another router took its
@@ -2260,33 +2296,7 @@ fn a_router_cut_off_from_its_agents_holds_a_synack_no_agent_can_store() {
         if cut_off {
             r.agents_all_silent(t(0));
         }
-        let syn = Repr::new(CPORT, PORT, SeqNum(CISN), SeqNum(0), flags::SYN, 64240);
-        r.handle_packet(t(1), seg(CLIENT, VIP, syn, b""));
-        drain(&mut r);
-        for i in 1..=2u8 {
-            let sa = Repr::new(
-                PORT,
-                CPORT,
-                SeqNum(1_000_000 * u32::from(i)),
-                SeqNum(CISN).add(1),
-                flags::SYN | flags::ACK,
-                65160,
-            );
-            r.handle_packet(t(2), seg(replica(i), CLIENT, sa, b""));
-        }
-        assert!(drain(&mut r).is_empty());
-        let key = agent_msgs(&mut r)
-            .iter()
-            .find_map(|e| match e {
-                AgentMsg::Established { record } => Some(record.key),
-                _ => None,
-            })
-            .expect("announced");
-        let synack = |out: &[Out]| {
-            out.iter()
-                .filter(|o| o.dst == CLIENT && o.r.flags == flags::SYN | flags::ACK)
-                .count()
-        };
+        let key = committing(&mut r, t(1), t(2));
         // The control plane has no live agent to send the record to.
         r.record_unstored(t(2), key);
         if !cut_off {
@@ -2319,28 +2329,7 @@ fn a_paused_router_holds_a_synack_no_agent_confirmed() {
         let mut c = config_of(2, false);
         c.timeouts.record_commit = Some(std::time::Duration::from_millis(50));
         let mut r = Router::new(c, [9; 16]);
-        let syn = Repr::new(CPORT, PORT, SeqNum(CISN), SeqNum(0), flags::SYN, 64240);
-        r.handle_packet(t(0), seg(CLIENT, VIP, syn, b""));
-        drain(&mut r);
-        for i in 1..=2u8 {
-            let sa = Repr::new(
-                PORT,
-                CPORT,
-                SeqNum(1_000_000 * u32::from(i)),
-                SeqNum(CISN).add(1),
-                flags::SYN | flags::ACK,
-                65160,
-            );
-            r.handle_packet(t(1), seg(replica(i), CLIENT, sa, b""));
-        }
-        assert!(drain(&mut r).is_empty());
-        let key = agent_msgs(&mut r)
-            .iter()
-            .find_map(|e| match e {
-                AgentMsg::Established { record } => Some(record.key),
-                _ => None,
-            })
-            .expect("announced");
+        let key = committing(&mut r, t(0), t(1));
         // The router stops for 2 s: its commit timer (due at 51 ms) runs
         // late, on probation.
         r.handle_timeout(t(2000));
@@ -2356,11 +2345,6 @@ fn a_paused_router_holds_a_synack_no_agent_confirmed() {
             "{ev:?}"
         );
         run_to(&mut r, t(3000));
-        let synack = |out: &[Out]| {
-            out.iter()
-                .filter(|o| o.dst == CLIENT && o.r.flags == flags::SYN | flags::ACK)
-                .count()
-        };
         assert_eq!(synack(&drain(&mut r)), 0, "held while on probation");
         // Every agent it went to is gone (they went to the router that
         // took over), none stored it: still held, the router in doubt.

@@ -259,11 +259,7 @@ impl Conn {
 
     fn commit_if_overdue(&mut self, ctx: &mut Ctx) {
         if let Phase::Committing { since, .. } = self.phase {
-            let wait = ctx
-                .timeouts
-                .record_commit
-                .unwrap_or(core::time::Duration::from_millis(100));
-            if since + wait <= ctx.now && self.may_send_uncommitted(ctx) {
+            if since + commit_wait(ctx.timeouts) <= ctx.now && self.may_send_uncommitted(ctx) {
                 self.commit_synack(ctx, false);
             }
         }
@@ -334,4 +330,11 @@ impl Conn {
         ctx.counters.packets_out += 1;
         Some(win)
     }
+}
+
+/// How long a SYN-ACK waits for its record, and is held again each time
+/// (`Timeouts::record_commit`; unset, the configuration's default, 100 ms).
+pub(super) fn commit_wait(t: &crate::config::Timeouts) -> core::time::Duration {
+    t.record_commit
+        .unwrap_or(core::time::Duration::from_millis(100))
 }

@@ -150,11 +150,8 @@ impl Conn {
                 self.commit_synack(ctx, false);
             } else if let Phase::Committing { since, .. } = self.phase {
                 // No agent has the record: held on (`may_send_uncommitted`).
-                let wait = t
-                    .record_commit
-                    .unwrap_or(core::time::Duration::from_millis(100));
                 self.phase = Phase::Committing {
-                    by: now + wait,
+                    by: now + super::handshake::commit_wait(t),
                     since,
                 };
             }

@@ -181,6 +181,10 @@ pub struct Counters {
     /// Output voting: payload bytes a majority agreed on before they went
     /// to a client.
     pub voted_bytes: u64,
+    /// Output voting: window updates sent to replicas that were held back
+    /// because they ran too far ahead of the slowest live replica, once
+    /// it caught up.
+    pub pace_updates: u64,
     /// Challenge ACKs sent (RFC 5961 §3.2, §4), to clients and replicas.
     pub challenge_acks: u64,
     /// Challenge ACKs not sent because of the per-connection or the global

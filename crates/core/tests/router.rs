@@ -5205,6 +5205,134 @@ fn a_vote_between_a_fin_and_more_bytes_takes_the_fin_for_a_crash() {
     );
 }
 
+/// Output voting keeps the decided bytes for the slowest live replica
+/// until it sends them too, and evicts one more than 16 MiB behind as
+/// lagging. A replica slower than the others but alive (it lost input and
+/// waits for its retransmission, or its CPU is busy) is not to be taken
+/// out for that: the faster replicas' windows end 8 MiB past the slowest's
+/// output, so the group goes at its pace, and once it moves on they are
+/// sent a window update (they would otherwise wait for a zero-window
+/// probe while the client waits for the bytes the group holds).
+#[test]
+fn under_voting_a_slow_replica_holds_the_others_back_instead_of_leaving() {
+    const LEAD: u32 = 8 << 20;
+    const CHUNK: u32 = 1_400;
+    let mut c = config_of(3, false);
+    c.services[0].voting = ftnet_core::Voting::Majority {
+        tie: ftnet_core::Tie::First,
+    };
+    let mut r = Router::new(c, [9; 16]);
+    let (risn, isns) = handshake(&mut r, 3);
+    client_bytes(&mut r, t(3), risn, 0, b"GET k");
+    drain(&mut r);
+    // Replica 3 acknowledges the request and sends nothing yet.
+    from_replica(&mut r, t(4), &isns, 3, (1, 6, 7000), b"");
+    let byte = |off: u32| (off.wrapping_mul(2_654_435_761) >> 24) as u8;
+    let bytes = |from: u32, len: u32| -> Vec<u8> { (from..from + len).map(byte).collect() };
+    // Replica-space offsets (past its ISN) of each leader's next byte and
+    // of the right edge of the last window the router sent it.
+    let mut nxt = [1u32; 2];
+    let mut edge = [1u32; 2];
+    let mut got = 1u32; // the client's next byte, past the router's ISN
+    let mut cut_to = None;
+    let mut widest = 0;
+    let mut ts = 7001;
+    for k in 0..400u64 {
+        let now = Instant::from_micros(5_000 + k * 500);
+        let mut sent = false;
+        for l in 0..2 {
+            for _ in 0..45 {
+                let n = CHUNK.min(edge[l].saturating_sub(nxt[l]));
+                if n == 0 {
+                    break;
+                }
+                from_replica(
+                    &mut r,
+                    now,
+                    &isns,
+                    l as u8 + 1,
+                    (nxt[l], 6, ts),
+                    &bytes(nxt[l], n),
+                );
+                nxt[l] += n;
+                sent = true;
+            }
+        }
+        ts += 1;
+        for o in drain(&mut r) {
+            if o.dst == CLIENT && !o.payload.is_empty() {
+                got = got.max(o.r.seq.diff(SeqNum(risn)) as u32 + o.payload.len() as u32);
+            }
+        }
+        // The client reads everything at once: its window stays 8 MiB.
+        let a = Repr::new(
+            CPORT,
+            PORT,
+            SeqNum(CISN).add(6),
+            SeqNum(risn).add(got),
+            flags::ACK,
+            0xffff,
+        );
+        r.handle_packet(now, seg(CLIENT, VIP, a, b""));
+        for o in drain(&mut r) {
+            for l in 0..2 {
+                if o.dst == replica(l as u8 + 1) && o.r.flags & flags::ACK != 0 {
+                    let e = o.r.ack.diff(SeqNum(isns[l])) as u32 + (u32::from(o.r.window) << 7);
+                    widest = widest.max(e);
+                    if e < got + (0xffff << 7) {
+                        cut_to.get_or_insert(e);
+                    }
+                    edge[l] = edge[l].max(e);
+                }
+            }
+        }
+        if !sent && k > 2 || nxt[0] > 2 * LEAD {
+            break;
+        }
+    }
+    let ev = log_events(&mut r);
+    assert!(
+        !ev.iter().any(|e| matches!(e, Event::Evicted { .. })),
+        "nobody leaves: {ev:?}"
+    );
+    assert!(cut_to.is_some(), "the leaders' windows were cut");
+    assert!(
+        nxt[0] > LEAD - CHUNK - (1 << 7),
+        "they went as far as the lead: {}",
+        nxt[0]
+    );
+    assert_eq!(got, nxt[0], "the client got what both agree on");
+    assert!(all_alive(&r));
+    assert!(widest <= 1 + LEAD, "a window to {widest}, past the lead");
+    assert_eq!(r.counters().pace_updates, 0);
+    // Replica 3 catches up by 1 MiB: the leaders' windows open by as much
+    // (updates go every 256 KiB it moves).
+    const STEP: u32 = 256 << 10;
+    let mut at = 1;
+    while at < 1 + (1 << 20) {
+        from_replica(&mut r, t(300), &isns, 3, (at, 6, ts), &bytes(at, CHUNK));
+        at += CHUNK;
+    }
+    // (Segments of one MSS: the router hands larger ones to the kernel to
+    // cut, checksum unfinished.)
+    let out = drain(&mut r);
+    for l in 0..2 {
+        let e = out
+            .iter()
+            .filter(|o| o.dst == replica(l as u8 + 1) && o.r.flags & flags::ACK != 0)
+            .map(|o| o.r.ack.diff(SeqNum(isns[l])) as u32 + (u32::from(o.r.window) << 7))
+            .max();
+        assert!(
+            e.is_some_and(|e| e + STEP + CHUNK > edge[l] + (1 << 20) && e <= at + LEAD),
+            "replica {}: window update to {e:?} (was {})",
+            l + 1,
+            edge[l]
+        );
+    }
+    assert!(r.counters().pace_updates >= 2);
+    assert!(all_alive(&r));
+}
+
 /// A draining router (`ftnet drain`) takes no new connection — the SYN is
 /// dropped, counted, and nothing reaches a replica — while an open one goes
 /// on; `open_connections` is what the drain waits for. Draining off takes

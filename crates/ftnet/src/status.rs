@@ -273,7 +273,7 @@ pub fn render(v: &Value) -> String {
     }
     // Output voting and the output policy, where anything happened.
     if u(&c["voted_bytes"]) > 0 || u(&c["divergences"]) > 0 {
-        for k in ["voted_bytes", "divergences"] {
+        for k in ["voted_bytes", "divergences", "pace_updates"] {
             let _ = writeln!(o, "  {k:<20} {}", u(&c[k]));
         }
     }

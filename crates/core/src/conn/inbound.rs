@@ -536,6 +536,15 @@ impl Conn {
             };
             let Some(mut p) = copy else { break };
             let (ack_c, ack) = l.ack_for(ack_in);
+            // Under voting, a replica far ahead of the slowest is held
+            // back (`paced_window`).
+            let win = if seg.has(flags::ACK) && self.vote.is_some() {
+                let w = self.paced_window(i, ack_c, seg.window);
+                (w != seg.window).then_some(w)
+            } else {
+                None
+            };
+            let l = &self.legs[i];
             // RFC 5961 §3.2 at the replica: a RST counts only at exactly
             // its RCV.NXT, which is at least what it acknowledged (the
             // client's RST may be at what the group acknowledged).
@@ -552,6 +561,9 @@ impl Conn {
                 t.update_pseudo_addr(seg.dst, l.addr, seg.mode);
                 if seg.has(flags::ACK) {
                     t.set_ack(ack, seg.mode);
+                }
+                if let Some(w) = win {
+                    t.set_window(w, seg.mode);
                 }
                 if let (Some(e), Some(v)) = (tsecr, tsval) {
                     t.set_timestamps(v, e, seg.mode);

@@ -676,7 +676,7 @@ impl Conn {
 
     /// The handshake's last ACK to a joining leg, in the client's name.
     fn send_join_ack(&mut self, ctx: &mut Ctx, i: usize, ack: SeqNum) {
-        self.pure_ack_to(ctx, i, ack);
+        self.pure_ack_to(ctx, i, self.sent_hi, ack);
         self.legs[i].ack_out = Some(self.sent_hi);
     }
 }

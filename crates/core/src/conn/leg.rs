@@ -86,6 +86,11 @@ pub(super) struct Leg {
     /// space): a replica whose connection is gone answers a segment with
     /// a RST carrying that segment's ACK number (RFC 9293 §3.10.7.1).
     pub(super) ack_out: Option<SeqNum>,
+    /// Under voting: the right edge (client space) of the last window it
+    /// was sent, where that window was cut short because it ran too far
+    /// ahead of the slowest live replica (`Conn::pace_window`); `None`
+    /// when the client's window went as it was.
+    pub(super) paced: Option<SeqNum>,
     /// When the last challenge ACK went to this replica (RFC 5961 §7).
     pub(super) challenge_at: Option<Instant>,
     /// A replica that joined the open connection
@@ -220,6 +225,7 @@ impl Conn {
             syn_window: 0,
             learned: true,
             ack_out: None,
+            paced: None,
             nxt_seen: None,
             challenge_at: None,
             joined_at: None,

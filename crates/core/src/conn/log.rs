@@ -544,6 +544,7 @@ impl Conn {
         let (ack_c, ack) = l.ack_for(self.client_ack);
         let tsecr = self.tsecr_to(i, l.ts_last);
         let addr = l.addr;
+        let (win, paced) = self.pace_window(i, ack_c, self.client_win);
         let mut at = from;
         let mut sent = 0usize;
         let mut out = Vec::new();
@@ -566,7 +567,7 @@ impl Conn {
             let fl = flags::ACK
                 | if len > 0 { flags::PSH } else { 0 }
                 | if fin { flags::FIN } else { 0 };
-            let mut r = Repr::new(self.key.cport, self.key.vport, at, ack, fl, self.client_win);
+            let mut r = Repr::new(self.key.cport, self.key.vport, at, ack, fl, win);
             if self.ts_on {
                 r.timestamps = Some((self.client_tsval, tsecr));
             }
@@ -585,6 +586,7 @@ impl Conn {
         ctx.tx.extend(out);
         let l = &mut self.legs[i];
         l.ack_out = Some(ack_c);
+        l.paced = paced;
         l.log_nxt = l.log_nxt.max(at);
     }
 }

@@ -853,12 +853,14 @@ impl Conn {
     pub(super) fn send_ack_to(&mut self, ctx: &mut Ctx, i: usize) {
         let (a, ack) = self.legs[i].ack_for(self.client_ack);
         self.legs[i].ack_out = Some(a);
-        self.pure_ack_to(ctx, i, ack);
+        self.pure_ack_to(ctx, i, a, ack);
     }
 
     /// A pure ACK to replica `i` in the client's name, acknowledging `ack`
-    /// (the replica's own space), at the end of the client's stream.
-    pub(super) fn pure_ack_to(&self, ctx: &mut Ctx, i: usize, ack: SeqNum) {
+    /// (the replica's own space; `ack_c` in the client's), at the end of
+    /// the client's stream.
+    pub(super) fn pure_ack_to(&mut self, ctx: &mut Ctx, i: usize, ack_c: SeqNum, ack: SeqNum) {
+        let win = self.paced_window(i, ack_c, self.client_win);
         let l = &self.legs[i];
         let mut r = Repr::new(
             self.key.cport,
@@ -866,7 +868,7 @@ impl Conn {
             self.client_hi,
             ack,
             flags::ACK,
-            self.client_win,
+            win,
         );
         if self.ts_on {
             r.timestamps = Some((self.client_tsval, self.tsecr_to(i, l.ts_last)));

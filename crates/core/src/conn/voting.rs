@@ -88,6 +88,14 @@ const VOTE_MAX_PENDING: usize = 8 << 20;
 const VOTE_MAX_STASHED: usize = 256;
 /// Decided bytes kept for a lagging replica; one further behind is evicted.
 const VOTE_MAX_AGREED: usize = 16 << 20;
+/// How far a replica may send beyond the slowest live replica's output:
+/// the window it is sent ends there (`Conn::pace_window`). Below
+/// [`VOTE_MAX_AGREED`], so that a replica slower than the others but
+/// alive slows the group instead of leaving it.
+const VOTE_MAX_LEAD: u32 = 8 << 20;
+/// A replica held back by the pace is sent a window update when the
+/// slowest moved this far since (`Conn::vote_pace`).
+const VOTE_PACE_STEP: i32 = 256 << 10;
 
 impl Conn {
     /// Data or a FIN from leg `i` of a voting connection: check what it
@@ -247,6 +255,72 @@ impl Conn {
         }
         v.seen[i] = e;
         Ok(true)
+    }
+
+    /// Where the slowest live replica's output stands (client space):
+    /// the end of what the vote has of it. `None` without voting.
+    fn vote_slowest(&self) -> Option<SeqNum> {
+        let v = self.vote.as_ref()?;
+        (0..self.legs.len())
+            .filter(|&k| self.legs[k].open())
+            .map(|k| v.seen[k])
+            .min_by_key(|s| s.diff(v.base))
+    }
+
+    /// The window field replica `i` is sent with an ACK of `ack_c` (client
+    /// space) where the client's own field is `field`, and the edge it was
+    /// cut to (`None`: not cut). Under voting the decided bytes are kept
+    /// for the slowest live replica until it sends them too; a replica
+    /// that sends faster (the slowest loses input, or its CPU is busy)
+    /// would run that buffer past [`VOTE_MAX_AGREED`] and be evicted as
+    /// lagging, alive and correct. So the others' windows end
+    /// [`VOTE_MAX_LEAD`] past the slowest's output: the group goes at the
+    /// slowest's pace once it is that far behind. A replica that stops
+    /// altogether is still judged by failure detection (its output stands
+    /// still while the others' moved).
+    pub(super) fn pace_window(&self, i: usize, ack_c: SeqNum, field: u16) -> (u16, Option<SeqNum>) {
+        let Some(slowest) = self.vote_slowest() else {
+            return (field, None);
+        };
+        let l = &self.legs[i];
+        let shift = if self.client_ws && l.has_ws {
+            self.client_wscale.unwrap_or(0).min(14)
+        } else {
+            0
+        };
+        let cap = slowest.add(VOTE_MAX_LEAD);
+        let room = u32::try_from(cap.diff(ack_c)).unwrap_or(0);
+        let capped = u16::try_from(room >> shift).unwrap_or(u16::MAX);
+        if capped >= field {
+            return (field, None);
+        }
+        (capped, Some(ack_c.add(u32::from(capped) << shift)))
+    }
+
+    /// [`Conn::pace_window`], noting the cut on the leg.
+    pub(super) fn paced_window(&mut self, i: usize, ack_c: SeqNum, field: u16) -> u16 {
+        let (w, paced) = self.pace_window(i, ack_c, field);
+        self.legs[i].paced = paced;
+        w
+    }
+
+    /// Replicas whose window the pace cut short get a window update once
+    /// the slowest moved on by [`VOTE_PACE_STEP`]: a sender at the edge of
+    /// its window otherwise waits for its next zero-window probe (backed
+    /// off up to minutes) or the client's next segment, which does not
+    /// come while the client waits for the bytes the group holds.
+    fn vote_pace(&mut self, ctx: &mut Ctx) {
+        let Some(slowest) = self.vote_slowest() else {
+            return;
+        };
+        let cap = slowest.add(VOTE_MAX_LEAD);
+        for i in 0..self.legs.len() {
+            let l = &self.legs[i];
+            if l.open() && l.paced.is_some_and(|e| cap.diff(e) >= VOTE_PACE_STEP) {
+                self.send_ack_to(ctx, i);
+                ctx.counters.pace_updates += 1;
+            }
+        }
     }
 
     /// Leg `i` sent bytes that differ from what the others agreed on (or
@@ -440,6 +514,7 @@ impl Conn {
                 v.base = upto;
             }
             if v.agreed.len() <= VOTE_MAX_AGREED {
+                self.vote_pace(ctx);
                 return;
             }
             self.evict(ctx, LegId(k), EvictReason::Lagging, false);

@@ -637,6 +637,9 @@ impl Out {
                 }
             }
             if !more {
+                if let Some(r) = registry {
+                    r.flush();
+                }
                 return;
             }
         }

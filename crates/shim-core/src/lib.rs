@@ -858,6 +858,7 @@ impl<O: Os> Shim<O> {
                         gen: seq,
                         consumed: base,
                         reset: false,
+                        arrived: std::cell::Cell::new(base),
                     },
                 );
                 s.reads.insert(cfd, Reads::default());

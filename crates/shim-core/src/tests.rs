@@ -69,6 +69,8 @@ struct Fake {
     socks: RefCell<HashMap<Fd, Sock>>,
     /// Real reads of the server's sockets.
     reads: Cell<usize>,
+    /// Times the shim asked how many bytes wait in the kernel (`FIONREAD`).
+    unread_asked: Cell<usize>,
     /// The calling thread's id (1: the process's first).
     thread: Cell<i32>,
     /// Stand-in sockets made (numbered from `STAND_IN`).
@@ -92,6 +94,7 @@ impl Fake {
             queue: RefCell::default(),
             socks: RefCell::default(),
             reads: Cell::new(0),
+            unread_asked: Cell::new(0),
             thread: Cell::new(1),
             stand_ins: Cell::new(0),
         }
@@ -249,6 +252,7 @@ impl Os for Fake {
         self.socks.borrow().get(&fd).map(|s| (VIP, s.port))
     }
     fn unread(&self, fd: Fd) -> u32 {
+        self.unread_asked.set(self.unread_asked.get() + 1);
         self.socks
             .borrow()
             .get(&fd)
@@ -456,6 +460,32 @@ fn a_chunk_boundary_limits_a_read() {
     assert_eq!(read(&s, 10, 100), Ok(b"hello".to_vec()));
     assert_eq!(read(&s, 10, 4), Ok(b" wor".to_vec()));
     assert_eq!(read(&s, 10, 100), Ok(b"ld".to_vec()));
+}
+
+/// Bytes seen in the kernel stay there until the server reads them: a
+/// chunk that ends before them is not asked of the kernel again (each
+/// event cost several `FIONREAD` calls), and one beyond them still is.
+#[test]
+fn a_chunk_seen_in_the_kernel_is_not_asked_for_again() {
+    let s = shim();
+    s.os().connect(10, A);
+    s.os()
+        .order(&[acc(1, A), data(2, A, 5), data(3, A, 11), data(4, A, 14)]);
+    assert_eq!(accept(&s), Ok(10));
+    s.os().arrive(10, b"hello world");
+    assert_eq!(read(&s, 10, 100), Ok(b"hello".to_vec()));
+    let asked = s.os().unread_asked.get();
+    assert_eq!(read(&s, 10, 4), Ok(b" wor".to_vec()));
+    assert_eq!(read(&s, 10, 100), Ok(b"ld".to_vec()));
+    assert_eq!(
+        s.os().unread_asked.get(),
+        asked,
+        "chunk 3 was seen with chunk 2"
+    );
+    assert_eq!(read(&s, 10, 100), Err(libc::EAGAIN), "chunk 4 is not there");
+    assert!(s.os().unread_asked.get() > asked, "and that was asked");
+    s.os().arrive(10, b"!!!");
+    assert_eq!(read(&s, 10, 100), Ok(b"!!!".to_vec()));
 }
 
 /// A connection the kernel has queued is not handed out before its accept
@@ -905,6 +935,7 @@ fn the_connections_by_key_follow_the_servers_connections() {
         gen,
         consumed: 0,
         reset: false,
+        arrived: std::cell::Cell::new(0),
     };
     {
         let mut st = s.state();

@@ -185,6 +185,9 @@ pub struct Counters {
     /// because they ran too far ahead of the slowest live replica, once
     /// it caught up.
     pub pace_updates: u64,
+    /// Safe delivery: one-byte duplicates sent behind client data so that
+    /// each replica acknowledges it at once (no delayed ACK).
+    pub ack_prompts: u64,
     /// Challenge ACKs sent (RFC 5961 §3.2, §4), to clients and replicas.
     pub challenge_acks: u64,
     /// Challenge ACKs not sent because of the per-connection or the global

@@ -277,7 +277,12 @@ pub fn render(v: &Value) -> String {
             let _ = writeln!(o, "  {k:<20} {}", u(&c[k]));
         }
     }
-    for k in ["detached", "failover_sent_on", "follower_repeats"] {
+    for k in [
+        "detached",
+        "failover_sent_on",
+        "follower_repeats",
+        "ack_prompts",
+    ] {
         if u(&c[k]) > 0 {
             let _ = writeln!(o, "  {k:<20} {}", u(&c[k]));
         }

@@ -6,7 +6,7 @@ use crate::event::{InputKind, Unnumbered};
 use crate::metrics::DropReason;
 use crate::packet::Packet;
 use crate::time::Instant;
-use ftnet_wire::tcp::flags;
+use ftnet_wire::tcp::{flags, Repr};
 use ftnet_wire::SeqNum;
 use std::net::Ipv4Addr;
 
@@ -525,6 +525,20 @@ impl Conn {
             self.ts_own_from
                 .is_some_and(|f| SeqNum(e).is_before(SeqNum(f)))
         });
+        // Safe delivery numbers client bytes once every replica
+        // acknowledged them, and a server answers only what it was given:
+        // a replica's kernel in delayed-ACK mode (an interactive
+        // connection: Linux's pingpong mode) would hold each request's ACK
+        // back up to 40 ms. A copy of the segment's last byte, right
+        // behind it, is a duplicate when it arrives, which Linux
+        // acknowledges at once (RFC 9293 §3.10.7.4) and which puts it in
+        // quick-ACK mode. The byte is the client's own: should the segment
+        // itself be lost, the copy waits out of order and is either
+        // covered by the retransmission or, if a retransmission ends right
+        // before it, the right byte.
+        let prompt = (self.safe && ctx.sequencer && !rst && seg.payload_len > 0)
+            .then(|| seg.at.payload(&pkt).last().copied())
+            .flatten();
         let mut pkt = Some(pkt);
         for (n, &i) in targets.iter().enumerate() {
             let l = &self.legs[i];
@@ -545,6 +559,7 @@ impl Conn {
                 None
             };
             let l = &self.legs[i];
+            let addr = l.addr;
             // RFC 5961 §3.2 at the replica: a RST counts only at exactly
             // its RCV.NXT, which is at least what it acknowledged (the
             // client's RST may be at what the group acknowledged).
@@ -579,6 +594,23 @@ impl Conn {
             }
             ctx.tx.push_back(p);
             ctx.counters.packets_out += 1;
+            if let (Some(b), true) = (prompt, seg.has(flags::ACK)) {
+                let mut r = Repr::new(
+                    self.key.cport,
+                    self.key.vport,
+                    seg.seq.add(seg.payload_len - 1),
+                    ack,
+                    flags::ACK,
+                    win.unwrap_or(seg.window),
+                );
+                if let (Some(e), Some(v)) = (tsecr, tsval) {
+                    r.timestamps = Some((v, e));
+                }
+                ctx.tx
+                    .push_back(Packet::plain(r.emit_ipv4(self.key.client, addr, &[b])));
+                ctx.counters.packets_out += 1;
+                ctx.counters.ack_prompts += 1;
+            }
             if !rst {
                 self.log_forwarded(i, seg.seq, seg.payload_len, seg.has(flags::FIN));
             }

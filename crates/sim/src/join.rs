@@ -190,6 +190,8 @@ pub(crate) struct JoinSim {
     left_at: Option<u64>,
     /// The router took it out of service (`ReplicaDown`).
     out: bool,
+    /// When it did (virtual time of that step).
+    out_at: Option<u64>,
     /// The next attempt (index) and when it is due.
     next: usize,
     next_at: Option<u64>,
@@ -301,6 +303,7 @@ impl JoinSim {
             client_scale: HashMap::new(),
             left_at: None,
             out: false,
+            out_at: None,
             next: 0,
             next_at: None,
             restart_at: None,
@@ -1400,7 +1403,9 @@ impl Sim {
                     return Ok(false);
                 }
                 j.out = true;
-                Ok(!j.replaced || j.cur.is_some())
+                let now = self.now;
+                self.js().out_at = Some(now);
+                Ok(!self.js().replaced || self.js().cur.is_some())
             }
             _ => Ok(false),
         }
@@ -1483,6 +1488,14 @@ impl Sim {
             return Ok(());
         }
         if fl & tcp::flags::RST != 0 {
+            return Ok(());
+        }
+        if !syn && j.out_at == Some(now) {
+            // Emitted in the step that took it out: the sim sees a step's
+            // events before its packets, and the router may have sent this
+            // one to the old server's leg before it learnt of the crash in
+            // the same step (a client segment or log resend forwarded
+            // before the FIN that evicts it was read).
             return Ok(());
         }
         if syn {

@@ -495,6 +495,11 @@ same_digests() { # same_digests LABEL REPLICAS...
 		if [[ -z $first ]]; then first=$d; else check_eq "$label: r$r digest equals r$1's" "$first" "$d"; fi
 	done
 }
+# lab_counter NAME — the router's counter NAME (`ftnet status --json`).
+lab_counter() { lab status --name "$LAB" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["status"]["counters"][sys.argv[1]])' "$1"; }
+# lab_alive — how many replicas of the lab's service are alive.
+lab_alive() { lab status --name "$LAB" --json | python3 -c 'import json,sys; print(sum(1 for r in json.load(sys.stdin)["status"]["services"][0]["replicas"] if r["alive"]))'; }
+
 settle() { # settle REPLICAS... — let each finish applying (its command count stops moving)
 	local r a b i
 	for r in "$@"; do

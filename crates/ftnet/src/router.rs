@@ -619,6 +619,7 @@ impl Out {
     /// here, under the router's lock, so that they reach each agent in the
     /// order the core numbered them even when several threads drain.
     fn drain(&mut self, router: &mut Router, registry: Option<&Registry>, now: Instant) {
+        let mut routed = false;
         loop {
             while let Some(p) = router.poll_transmit() {
                 self.packets.push(p);
@@ -629,6 +630,7 @@ impl Out {
             let mut more = false;
             // Without a control plane nobody keeps records or the order.
             while let Some(msg) = router.poll_agent_msg() {
+                routed = true;
                 if let Some(Routed::NoAgent(key)) = registry.map(|r| r.route(&msg)) {
                     // No agent to wait for: the SYN-ACK goes now, unless
                     // the router is in doubt whether it still serves.
@@ -637,7 +639,9 @@ impl Out {
                 }
             }
             if !more {
-                if let Some(r) = registry {
+                // What was routed reaches the agents' writers now (nothing
+                // to hand over, and no lock taken, for a drain without).
+                if let (Some(r), true) = (registry, routed) {
                     r.flush();
                 }
                 return;

@@ -24,7 +24,6 @@ page=$(e2e_data "rand-1m" 1)
 LOG=/run/ftnet/lab/$LAB/router.log
 status_json() { lab status --name "$LAB" --json; }
 divergences() { status_json | python3 -c 'import json,sys; print(json.load(sys.stdin)["status"]["counters"]["divergences"])'; }
-counter() { status_json | python3 -c 'import json,sys; print(json.load(sys.stdin)["status"]["counters"]["'"$1"'"])'; }
 alive() { status_json | python3 -c 'import json,sys; print(sum(1 for r in json.load(sys.stdin)["status"]["services"][0]["replicas"] if r["alive"]))'; }
 
 run_gets() { # run_gets TAG — the clients; their summary line in $T/TAG.out, exit status returned
@@ -61,7 +60,7 @@ sys.exit(0 if not errors and list(codes) == [200] and len(dates) >= 3 else 1)
 PY
 rc=0
 run_gets get || rc=$?
-say "clients: $(cat "$T/get.out"); voted $(counter voted_bytes) bytes, $(counter pace_updates) window update(s) to replicas the slowest held back"
+say "clients: $(cat "$T/get.out"); voted $(lab_counter voted_bytes) bytes, $(lab_counter pace_updates) window update(s) to replicas the slowest held back"
 grep -h "evicted\|diverged" "$LOG" | head -3 | sed 's/^/    /' || true
 check_eq "every response 200 with a Date header, 3 or more Date values" 0 "$rc"
 # (A lossy r3 may reset a connection as the clients close at the end — `evicted (reset)` from that

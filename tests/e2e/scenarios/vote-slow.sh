@@ -22,9 +22,6 @@ MB=$(quick 40 100)
 GETS=5
 big=$(e2e_data "rand-${MB}m" "$MB")
 LOG=/run/ftnet/lab/$LAB/router.log
-status_json() { lab status --name "$LAB" --json; }
-counter() { status_json | python3 -c 'import json,sys; print(json.load(sys.stdin)["status"]["counters"]["'"$1"'"])'; }
-alive() { status_json | python3 -c 'import json,sys; print(sum(1 for r in json.load(sys.stdin)["status"]["services"][0]["replicas"] if r["alive"]))'; }
 
 lab_up --port "$PORT" --vote majority --server "$(nginx_server_cmd "$big")"
 r3_nginx() { # r3's nginx processes
@@ -60,7 +57,7 @@ kill "$slower" 2>/dev/null || true
 wait "$slower" 2>/dev/null || true
 # shellcheck disable=SC2086
 kill -CONT $pids 2>/dev/null || true
-say "$GETS GETs of $MB MiB on one connection took $dt ms ($((GETS * MB * 8388608 / (dt > 0 ? dt : 1) / 1000)) Mbit/s); voted $(counter voted_bytes) bytes, $(counter pace_updates) window update(s) to replicas the slowest held back"
+say "$GETS GETs of $MB MiB on one connection took $dt ms ($((GETS * MB * 8388608 / (dt > 0 ? dt : 1) / 1000)) Mbit/s); voted $(lab_counter voted_bytes) bytes, $(lab_counter pace_updates) window update(s) to replicas the slowest held back"
 [[ -s $T/client.err ]] && say "client stderr: $(head -c 2000 "$T/client.err")"
 grep -h "evicted\|lagging" "$LOG" | head -3 | sed 's/^/    /' || true
 check_eq "curl exit status" 0 "$rc"
@@ -68,6 +65,6 @@ check_eq "HTTP status and connections opened" "$(printf '200 1\n'; for _ in $(se
 want=$(sha "$big")
 for i in $(seq "$GETS"); do check_eq "copy $i sha256" "$want" "$(sha "$T/get$i.bin")"; done
 check "no replica taken out of the connection" bash -c "! grep -q 'evicted' '$LOG'"
-check_eq "replicas alive" 3 "$(alive)"
-check "the slowest held the others back (window updates sent)" test "$(counter pace_updates)" -gt 0
+check_eq "replicas alive" 3 "$(lab_alive)"
+check "the slowest held the others back (window updates sent)" test "$(lab_counter pace_updates)" -gt 0
 e2e_finish

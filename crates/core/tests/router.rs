@@ -5333,6 +5333,110 @@ fn under_voting_a_slow_replica_holds_the_others_back_instead_of_leaving() {
     assert!(all_alive(&r));
 }
 
+/// A replica behind the others is acknowledged only what it sent (Linux
+/// drops an ACK beyond its SND.NXT); the bytes between that and the
+/// client's ACK the client already holds, so its window reaches the
+/// client's edge, not the client's window past its own ACK. Before, a
+/// client whose window had closed (its buffer full of the others' bytes)
+/// kept a replica 1,224 bytes behind from sending them until it read, and
+/// after 1 s of that the replica was evicted as stalled, alive and correct
+/// (a 64 KiB GET in a storm of them).
+#[test]
+fn a_replica_behind_may_send_what_the_client_holds_through_a_closed_window() {
+    let mut r = router(3);
+    let (risn, isns) = handshake(&mut r, 3);
+    client_bytes(&mut r, t(3), risn, 0, b"GET k");
+    drain(&mut r);
+    let body: Vec<u8> = (0..3_000u32).map(|k| (k * 7) as u8).collect();
+    // Replicas 1 and 2 send 3,000 bytes; replica 3 sent 1,776 of them.
+    for (i, upto) in [(1, 3_000), (2, 3_000), (3, 1_776)] {
+        let mut at = 0;
+        while at < upto {
+            let n = (upto - at).min(1_400);
+            from_replica(
+                &mut r,
+                t(4),
+                &isns,
+                i,
+                (1 + at, 6, 7000),
+                &body[at as usize..(at + n) as usize],
+            );
+            at += n;
+        }
+    }
+    let out = drain(&mut r);
+    let to_client: usize = out
+        .iter()
+        .filter(|o| o.dst == CLIENT)
+        .map(|o| o.payload.len())
+        .sum();
+    assert_eq!(to_client, 3_000);
+    // The client holds all of it and its window closed.
+    let a = Repr::new(
+        CPORT,
+        PORT,
+        SeqNum(CISN).add(6),
+        SeqNum(risn).add(3_001),
+        flags::ACK,
+        0,
+    );
+    r.handle_packet(t(5), seg(CLIENT, VIP, a, b""));
+    let out = drain(&mut r);
+    let to = |i: u8| {
+        out.iter()
+            .find(|o| o.dst == replica(i))
+            .unwrap_or_else(|| panic!("the client's ACK reaches replica {i}: {out:?}"))
+    };
+    for i in [1, 2] {
+        assert_eq!(to(i).r.ack, SeqNum(isns[i as usize - 1]).add(3_001));
+        assert_eq!(
+            to(i).r.window,
+            0,
+            "a replica level with the client gets its window"
+        );
+    }
+    let o = to(3);
+    assert_eq!(
+        o.r.ack,
+        SeqNum(isns[2]).add(1_777),
+        "acknowledged what it sent"
+    );
+    // The client's scale is 7: 1,224 bytes are 9.6 units, rounded up.
+    assert_eq!(o.r.window, 10, "its window reaches the client's edge");
+    // It sends them: the client gets nothing new, the replica is
+    // acknowledged on the client's behalf and nobody is taken out.
+    from_replica(
+        &mut r,
+        t(6),
+        &isns,
+        3,
+        (1_777, 6, 7001),
+        &body[1_776..2_800],
+    );
+    from_replica(&mut r, t(6), &isns, 3, (2_801, 6, 7001), &body[2_800..]);
+    let out = drain(&mut r);
+    assert!(
+        out.iter().all(|o| o.dst != CLIENT || o.payload.is_empty()),
+        "nothing new for the client: {out:?}"
+    );
+    let back = out
+        .iter()
+        .filter(|o| o.dst == replica(3))
+        .map(|o| o.r.ack)
+        .max_by_key(|a| a.diff(SeqNum(isns[2])));
+    assert_eq!(
+        back,
+        Some(SeqNum(isns[2]).add(3_001)),
+        "acknowledged on the client's behalf"
+    );
+    run_to(&mut r, t(3_000));
+    let ev = log_events(&mut r);
+    assert!(
+        !ev.iter().any(|e| matches!(e, Event::Evicted { .. })),
+        "nobody leaves: {ev:?}"
+    );
+}
+
 /// A draining router (`ftnet drain`) takes no new connection — the SYN is
 /// dropped, counted, and nothing reaches a replica — while an open one goes
 /// on; `open_connections` is what the drain waits for. Draining off takes

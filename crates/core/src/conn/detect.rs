@@ -460,14 +460,9 @@ impl Conn {
             l.ack.sub(1 << 30)
         };
         let (ack_c, ack) = l.ack_for(self.client_ack);
-        let mut r = Repr::new(
-            self.key.cport,
-            self.key.vport,
-            seq,
-            ack,
-            flags::ACK,
-            self.client_win,
-        );
+        let (win, _) = self.window_to(i, self.client_ack, ack_c, self.client_win);
+        let l = &self.legs[i];
+        let mut r = Repr::new(self.key.cport, self.key.vport, seq, ack, flags::ACK, win);
         if self.ts_on {
             r.timestamps = Some((self.client_tsval, self.tsecr_to(i, l.ts_last)));
         }

@@ -550,10 +550,11 @@ impl Conn {
             };
             let Some(mut p) = copy else { break };
             let (ack_c, ack) = l.ack_for(ack_in);
-            // Under voting, a replica far ahead of the slowest is held
-            // back (`paced_window`).
-            let win = if seg.has(flags::ACK) && self.vote.is_some() {
-                let w = self.paced_window(i, ack_c, seg.window);
+            // The client's edge for a replica behind the others; under
+            // voting, one far ahead of the slowest is held back
+            // (`window_to`).
+            let win = if seg.has(flags::ACK) {
+                let w = self.windowed(i, ack_in, ack_c, seg.window);
                 (w != seg.window).then_some(w)
             } else {
                 None

@@ -88,7 +88,7 @@ pub(super) struct Leg {
     pub(super) ack_out: Option<SeqNum>,
     /// Under voting: the right edge (client space) of the last window it
     /// was sent, where that window was cut short because it ran too far
-    /// ahead of the slowest live replica (`Conn::pace_window`); `None`
+    /// ahead of the slowest live replica (`Conn::window_to`); `None`
     /// when the client's window went as it was.
     pub(super) paced: Option<SeqNum>,
     /// When the last challenge ACK went to this replica (RFC 5961 §7).

@@ -544,7 +544,7 @@ impl Conn {
         let (ack_c, ack) = l.ack_for(self.client_ack);
         let tsecr = self.tsecr_to(i, l.ts_last);
         let addr = l.addr;
-        let (win, paced) = self.pace_window(i, ack_c, self.client_win);
+        let (win, paced) = self.window_to(i, self.client_ack, ack_c, self.client_win);
         let mut at = from;
         let mut sent = 0usize;
         let mut out = Vec::new();

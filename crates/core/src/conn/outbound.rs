@@ -860,7 +860,7 @@ impl Conn {
     /// (the replica's own space; `ack_c` in the client's), at the end of
     /// the client's stream.
     pub(super) fn pure_ack_to(&mut self, ctx: &mut Ctx, i: usize, ack_c: SeqNum, ack: SeqNum) {
-        let win = self.paced_window(i, ack_c, self.client_win);
+        let win = self.windowed(i, self.client_ack, ack_c, self.client_win);
         let l = &self.legs[i];
         let mut r = Repr::new(
             self.key.cport,

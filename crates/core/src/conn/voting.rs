@@ -89,7 +89,7 @@ const VOTE_MAX_STASHED: usize = 256;
 /// Decided bytes kept for a lagging replica; one further behind is evicted.
 const VOTE_MAX_AGREED: usize = 16 << 20;
 /// How far a replica may send beyond the slowest live replica's output:
-/// the window it is sent ends there (`Conn::pace_window`). Below
+/// the window it is sent ends there (`Conn::window_to`). Below
 /// [`VOTE_MAX_AGREED`], so that a replica slower than the others but
 /// alive slows the group instead of leaving it.
 const VOTE_MAX_LEAD: u32 = 8 << 20;
@@ -268,25 +268,50 @@ impl Conn {
     }
 
     /// The window field replica `i` is sent with an ACK of `ack_c` (client
-    /// space) where the client's own field is `field`, and the edge it was
-    /// cut to (`None`: not cut). Under voting the decided bytes are kept
-    /// for the slowest live replica until it sends them too; a replica
-    /// that sends faster (the slowest loses input, or its CPU is busy)
-    /// would run that buffer past [`VOTE_MAX_AGREED`] and be evicted as
-    /// lagging, alive and correct. So the others' windows end
-    /// [`VOTE_MAX_LEAD`] past the slowest's output: the group goes at the
-    /// slowest's pace once it is that far behind. A replica that stops
-    /// altogether is still judged by failure detection (its output stands
-    /// still while the others' moved).
-    pub(super) fn pace_window(&self, i: usize, ack_c: SeqNum, field: u16) -> (u16, Option<SeqNum>) {
-        let Some(slowest) = self.vote_slowest() else {
-            return (field, None);
-        };
+    /// space) in place of the client's field `field`, which goes with the
+    /// client's ACK `ack`; and the edge a pace cut it to (`None`: not cut).
+    ///
+    /// The edge is the client's (`ack` + its window), not `ack_c` + the
+    /// field: a replica behind the others is acknowledged only what it sent
+    /// (`Leg::ack_for`), and the bytes between that and `ack` the client
+    /// already holds. With the client's field alone its window would end
+    /// short by that much: a client whose window closed (its buffer full
+    /// of the others' bytes) left it unable to send them, alive and
+    /// correct, until the client read, and after 1 s of that it was
+    /// convicted of standing still while the others moved. Rounded up to
+    /// the scale: its edge may pass the client's by less than one unit,
+    /// where the rounding down would keep up to a unit of its tail back.
+    ///
+    /// Under voting the decided bytes are kept for the slowest live replica
+    /// until it sends them too; a replica that sends faster (the slowest
+    /// loses input, or its CPU is busy) would run that buffer past
+    /// [`VOTE_MAX_AGREED`] and be evicted as lagging, alive and correct. So
+    /// the others' windows end [`VOTE_MAX_LEAD`] past the slowest's output:
+    /// the group goes at the slowest's pace once it is that far behind. A
+    /// replica that stops altogether is still judged by failure detection
+    /// (its output stands still while the others' moved).
+    pub(super) fn window_to(
+        &self,
+        i: usize,
+        ack: SeqNum,
+        ack_c: SeqNum,
+        field: u16,
+    ) -> (u16, Option<SeqNum>) {
         let l = &self.legs[i];
         let shift = if self.client_ws && l.has_ws {
             self.client_wscale.unwrap_or(0).min(14)
         } else {
             0
+        };
+        let field = match u32::try_from(ack.diff(ack_c)) {
+            Ok(held) if held > 0 => {
+                let units = held.div_ceil(1 << shift);
+                u16::try_from(u32::from(field) + units).unwrap_or(u16::MAX)
+            }
+            _ => field,
+        };
+        let Some(slowest) = self.vote_slowest() else {
+            return (field, None);
         };
         let cap = slowest.add(VOTE_MAX_LEAD);
         let room = u32::try_from(cap.diff(ack_c)).unwrap_or(0);
@@ -297,9 +322,9 @@ impl Conn {
         (capped, Some(ack_c.add(u32::from(capped) << shift)))
     }
 
-    /// [`Conn::pace_window`], noting the cut on the leg.
-    pub(super) fn paced_window(&mut self, i: usize, ack_c: SeqNum, field: u16) -> u16 {
-        let (w, paced) = self.pace_window(i, ack_c, field);
+    /// [`Conn::window_to`], noting a pace's cut on the leg.
+    pub(super) fn windowed(&mut self, i: usize, ack: SeqNum, ack_c: SeqNum, field: u16) -> u16 {
+        let (w, paced) = self.window_to(i, ack, ack_c, field);
         self.legs[i].paced = paced;
         w
     }

@@ -18,6 +18,29 @@ impl InterfaceInner {
             &self.caps.checksum
         ));
 
+        // (vendored fix) A connection's own socket first, a listener only
+        // when there is none, as Linux looks a segment up (established and
+        // SYN-RECEIVED before listening sockets). Upstream took the first
+        // socket in the set that accepted it: a listener in a lower slot took
+        // a repeated SYN for a connection in SYN-RECEIVED and opened a second
+        // one with another ISN for the same four-tuple. TIME-WAIT is left to
+        // the upstream order (Linux may hand a new SYN to the listener).
+        for tcp_socket in sockets
+            .items_mut()
+            .filter_map(|i| Socket::downcast_mut(&mut i.socket))
+        {
+            if !matches!(
+                tcp_socket.state(),
+                crate::socket::tcp::State::Listen
+                    | crate::socket::tcp::State::TimeWait
+                    | crate::socket::tcp::State::Closed
+            ) && tcp_socket.accepts(self, &ip_repr, &tcp_repr)
+            {
+                return tcp_socket
+                    .process(self, &ip_repr, &tcp_repr)
+                    .map(|(ip, tcp)| Packet::new(ip, IpPayload::Tcp(tcp)));
+            }
+        }
         for tcp_socket in sockets
             .items_mut()
             .filter_map(|i| Socket::downcast_mut(&mut i.socket))

@@ -568,16 +568,25 @@ impl Registry {
 /// replica's own address: whoever holds the shared secret elsewhere (a
 /// client, another replica's host) cannot pose as it, make it look alive,
 /// or have it marked down by falling silent. And a replica whose agent is
-/// alive (heard within `dead_after`) keeps it: a second one that proved the
-/// secret (`proven`; an unproven peer is not told) is refused until the
-/// first closes its connection or falls silent.
+/// alive keeps it: a second one that proved the secret (`proven`; an
+/// unproven peer is not told) is refused until the first closes its
+/// connection or has not been heard for as long as an agent waits for its
+/// router before it gives the session up and connects anew
+/// ([`ftnet_control::router_silence_ms`]: three heartbeats, at least
+/// 250 ms). A live agent is heard every heartbeat; one silent that long has
+/// given this router up, or is cut off, and the one connecting from its
+/// replica's address with the secret is that agent again. (With
+/// `dead_after` instead, an agent that had moved to a standby and came
+/// back to this router, which still held its old session because the
+/// agent's goodbye never reached it, was refused for up to `dead_after`
+/// while this router served its replica's connections without records.)
 fn admission(
     known: &HashSet<Ipv4Addr>,
     agents: &HashMap<Ipv4Addr, Agent>,
     replica: Ipv4Addr,
     peer: SocketAddr,
     session: u64,
-    dead_after: Duration,
+    hb: &Heartbeats,
     proven: bool,
 ) -> Result<(), String> {
     if !known.contains(&replica) {
@@ -586,15 +595,19 @@ fn admission(
     if v4(peer.ip()) != Some(replica) {
         return Err(format!("an agent for replica {replica} must connect from that address, this one connects from {} — run it on the replica's host, routed to the router through the replica's own interface", peer.ip()));
     }
+    let live_for = Duration::from_millis(ftnet_control::router_silence_ms(
+        crate::sys::ms(hb.every),
+        crate::sys::ms(hb.dead_after),
+    ));
     if let Some(a) = agents.get(&replica).filter(|_| proven) {
         let heard = a.last_heard.elapsed();
-        if a.session != session && a.lost.is_none() && heard < dead_after {
+        if a.session != session && a.lost.is_none() && heard < live_for {
             return Err(format!(
                 "replica {replica} already has a live agent (host {:?} at {}, heard {} ms ago) — a second one is refused until that one closes or is silent for {} ms",
                 a.host,
                 a.peer,
                 heard.as_millis(),
-                dead_after.as_millis()
+                live_for.as_millis()
             ));
         }
     }
@@ -986,7 +999,7 @@ fn serve(
                             r,
                             peer,
                             id,
-                            hb.dead_after,
+                            &hb,
                             proven,
                         )
                     };
@@ -1095,7 +1108,7 @@ fn serve(
                             replica,
                             peer,
                             id,
-                            hb.dead_after,
+                            &hb,
                             true,
                         ) {
                             drop(agents);
@@ -1868,6 +1881,13 @@ mod tests {
 
     const R2: Ipv4Addr = Ipv4Addr::new(198, 18, 12, 2);
     const DEAD: Duration = Duration::from_millis(500);
+    /// Heartbeats every 100 ms, lost after 500: an agent gives its router
+    /// up after 300 ms of silence.
+    const HB: Heartbeats = Heartbeats {
+        every: Duration::from_millis(100),
+        dead_after: DEAD,
+        tick_ms: 0,
+    };
 
     fn agent_heard(session: u64, heard_ago: Duration, lost: bool) -> Agent {
         let now = std::time::Instant::now();
@@ -1892,7 +1912,7 @@ mod tests {
             R2,
             SocketAddr::from((peer, 40001)),
             session,
-            DEAD,
+            &HB,
             true,
         )
     }
@@ -1916,30 +1936,48 @@ mod tests {
             other,
             SocketAddr::from((other, 1)),
             1,
-            DEAD,
+            &HB,
             false,
         )
         .unwrap_err();
         assert!(e.contains("not in the router's configuration"), "{e}");
     }
 
-    /// A live agent (heard within dead_after) is never replaced; a lost,
-    /// silent or closed one (no entry) may be; a session re-checking itself
-    /// is not in its own way.
+    /// A live agent (heard within three heartbeats, at least 250 ms) is
+    /// never replaced; a lost, silent or closed one (no entry) may be; a
+    /// session re-checking itself is not in its own way.
     #[test]
     fn a_live_agent_is_not_replaced() {
         let mut agents = HashMap::new();
         agents.insert(R2, agent_heard(1, Duration::from_millis(50), false));
         let e = admit(&agents, [198, 18, 12, 2], 2).unwrap_err();
-        assert!(e.contains("already has a live agent"), "{e}");
+        assert!(
+            e.contains("already has a live agent") && e.contains("silent for 300 ms"),
+            "{e}"
+        );
+        agents.insert(R2, agent_heard(1, Duration::from_millis(250), false));
+        assert!(admit(&agents, [198, 18, 12, 2], 2).is_err());
         // Not before it proved the secret (it may not even hold it).
         let known: HashSet<Ipv4Addr> = [R2].into();
         let peer = SocketAddr::from((R2, 40001));
-        assert_eq!(admission(&known, &agents, R2, peer, 2, DEAD, false), Ok(()));
+        assert_eq!(admission(&known, &agents, R2, peer, 2, &HB, false), Ok(()));
         assert_eq!(admit(&agents, [198, 18, 12, 2], 1), Ok(()));
         agents.insert(R2, agent_heard(1, DEAD * 2, false));
         assert_eq!(admit(&agents, [198, 18, 12, 2], 2), Ok(()));
         agents.insert(R2, agent_heard(1, Duration::ZERO, true));
+        assert_eq!(admit(&agents, [198, 18, 12, 2], 2), Ok(()));
+    }
+
+    /// An agent that gave this router up (it moved to a standby, and came
+    /// back) while its goodbye never reached this router: its old session
+    /// here looks registered but has not been heard for longer than an
+    /// agent waits for its router (300 ms here), though less than
+    /// `dead_after`. The agent connecting again from its replica's address
+    /// with the secret replaces it at once, not after `dead_after`.
+    #[test]
+    fn an_agent_that_gave_the_router_up_gets_back_in_before_dead_after() {
+        let mut agents = HashMap::new();
+        agents.insert(R2, agent_heard(1, Duration::from_millis(400), false));
         assert_eq!(admit(&agents, [198, 18, 12, 2], 2), Ok(()));
     }
 

@@ -681,6 +681,11 @@ fn stalled_replica_is_evicted_after_detection_time() {
         "{detail}"
     );
     assert!(detail.contains("last heard"), "{detail}");
+    // And how much room it had: it was probed, in the client's name.
+    assert!(
+        detail.contains("the last window it was sent ends"),
+        "{detail}"
+    );
     let st = r.status();
     assert!(!st.services[0].replicas[1].alive);
     // A new connection skips the dead replica.

@@ -54,6 +54,14 @@ impl Conn {
                 );
             }
         }
+        if let (Some(e), true) = (l.edge_out, l.open()) {
+            // Output that stands still for want of room is no standstill
+            // of its server: say how much room it was last given.
+            d += &format!(
+                "; the last window it was sent ends {} byte(s) past its output",
+                e.diff(l.data_hi())
+            );
+        }
         if let Some(p) = l.probe_at {
             d += &format!("; last probed {} ms ago", ago(p));
         }
@@ -461,6 +469,7 @@ impl Conn {
         };
         let (ack_c, ack) = l.ack_for(self.client_ack);
         let (win, _) = self.window_to(i, self.client_ack, ack_c, self.client_win);
+        self.note_window(i, ack_c, win);
         let l = &self.legs[i];
         let mut r = Repr::new(self.key.cport, self.key.vport, seq, ack, flags::ACK, win);
         if self.ts_on {

@@ -91,6 +91,10 @@ pub(super) struct Leg {
     /// ahead of the slowest live replica (`Conn::window_to`); `None`
     /// when the client's window went as it was.
     pub(super) paced: Option<SeqNum>,
+    /// The right edge (client space) of the last window it was sent in the
+    /// client's name (`Conn::window_to`), for an eviction's log line: a
+    /// replica whose output stands still may be one with no room to send.
+    pub(super) edge_out: Option<SeqNum>,
     /// When the last challenge ACK went to this replica (RFC 5961 §7).
     pub(super) challenge_at: Option<Instant>,
     /// A replica that joined the open connection
@@ -226,6 +230,7 @@ impl Conn {
             learned: true,
             ack_out: None,
             paced: None,
+            edge_out: None,
             nxt_seen: None,
             challenge_at: None,
             joined_at: None,

@@ -297,12 +297,7 @@ impl Conn {
         ack_c: SeqNum,
         field: u16,
     ) -> (u16, Option<SeqNum>) {
-        let l = &self.legs[i];
-        let shift = if self.client_ws && l.has_ws {
-            self.client_wscale.unwrap_or(0).min(14)
-        } else {
-            0
-        };
+        let shift = self.ws_to(i);
         let field = match u32::try_from(ack.diff(ack_c)) {
             Ok(held) if held > 0 => {
                 let units = held.div_ceil(1 << shift);
@@ -322,11 +317,30 @@ impl Conn {
         (capped, Some(ack_c.add(u32::from(capped) << shift)))
     }
 
-    /// [`Conn::window_to`], noting a pace's cut on the leg.
+    /// [`Conn::window_to`], noting on the leg the edge sent and a pace's
+    /// cut.
     pub(super) fn windowed(&mut self, i: usize, ack: SeqNum, ack_c: SeqNum, field: u16) -> u16 {
         let (w, paced) = self.window_to(i, ack, ack_c, field);
+        self.note_window(i, ack_c, w);
         self.legs[i].paced = paced;
         w
+    }
+
+    /// Leg `i` was sent window field `w` with an ACK of `ack_c` (client
+    /// space): where that window ends (`Leg::edge_out`).
+    pub(super) fn note_window(&mut self, i: usize, ack_c: SeqNum, w: u16) {
+        let shift = self.ws_to(i);
+        self.legs[i].edge_out = Some(ack_c.add(u32::from(w) << shift));
+    }
+
+    /// The scale leg `i` reads the window fields it is sent with: the
+    /// client's, where both it and the client took window scaling.
+    fn ws_to(&self, i: usize) -> u8 {
+        if self.client_ws && self.legs[i].has_ws {
+            self.client_wscale.unwrap_or(0).min(14)
+        } else {
+            0
+        }
     }
 
     /// Replicas whose window the pace cut short get a window update once

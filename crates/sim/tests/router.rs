@@ -1050,11 +1050,13 @@ fn join_after_a_crash() {
 fn a_live_join_serves_while_the_state_travels() {
     for (seed, lossy_net, attempts) in [
         (91, false, vec![(5_000, JoinAttempt::Fresh)]),
-        // Lossy: seed 95. (Seed 92 until smoltcp's fixes 5 and 6 changed
-        // its course: its clients' input then paused 670 ms of an 820 ms
-        // join. Under loss a live join's pause can last most of the join:
-        // seeds 94, 96 and 97 pause 820-880 ms of 1,020 ms.)
-        (95, true, vec![(5_000, JoinAttempt::Fresh)]),
+        // Lossy: seed 96. (Seed 92 until smoltcp's fixes 5 and 6 changed
+        // its course, then seed 95, which passed only on the router's own
+        // retry once its connections had ended: its live join did not come
+        // to rest within 2 s. Under loss a live join's pause is mostly the
+        // wait to come to rest: seeds 96, 98 and 100 pause 1.56-1.76 s of
+        // 1.76-1.95 s; 94, 99, 101 and 102 join only on a retry.)
+        (96, true, vec![(5_000, JoinAttempt::Fresh)]),
         (
             93,
             false,
@@ -1077,6 +1079,15 @@ fn a_live_join_serves_while_the_state_travels() {
         let r = run(seed, &p).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
         let last = r.joins.last().expect("an attempt");
         assert!(last.result.is_ok(), "seed {seed}: {:?}", r.joins);
+        if attempts.len() == 1 {
+            // The live join itself, with its connections open: not the
+            // router's own retry once they had ended.
+            assert!(
+                r.joins.iter().all(|j| !j.retry),
+                "seed {seed}: only the router's retry joined: {:?}",
+                r.joins
+            );
+        }
         assert!(
             last.join_ms >= last.pause_ms + 190,
             "seed {seed}: the input paused {} ms of the join's {}, the restore alone took 200: {:?}",

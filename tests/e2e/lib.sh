@@ -499,6 +499,14 @@ same_digests() { # same_digests LABEL REPLICAS...
 lab_counter() { lab status --name "$LAB" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["status"]["counters"][sys.argv[1]])' "$1"; }
 # lab_alive — how many replicas of the lab's service are alive.
 lab_alive() { lab status --name "$LAB" --json | python3 -c 'import json,sys; print(sum(1 for r in json.load(sys.stdin)["status"]["services"][0]["replicas"] if r["alive"]))'; }
+# replica_procs R COMM — the pids of processes named COMM in replica R's namespace, one a line.
+replica_procs() {
+	local p
+	for p in $(ip netns pids "ftnet-$LAB-r$1" 2>/dev/null); do
+		[[ $(cat "/proc/$p/comm" 2>/dev/null) == "$2" ]] && echo "$p"
+	done
+	return 0
+}
 
 settle() { # settle REPLICAS... — let each finish applying (its command count stops moving)
 	local r a b i still

@@ -23,14 +23,7 @@ big=$(e2e_data rand-8m 8)
 LOG=/run/ftnet/lab/$LAB/router.log
 
 lab_up --port "$PORT" --server "$(nginx_server_cmd "$big")"
-r3_nginx() { # r3's nginx processes
-	local p
-	for p in $(ip netns pids "ftnet-$LAB-r3" 2>/dev/null); do
-		[[ $(cat "/proc/$p/comm" 2>/dev/null) == nginx ]] && echo "$p"
-	done
-	return 0
-}
-pids=$(r3_nginx)
+pids=$(replica_procs 3 nginx)
 [[ -n $pids ]] || die "no nginx in r3"
 
 cat >"$T/reader.py" <<'EOF'

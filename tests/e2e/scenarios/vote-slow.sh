@@ -24,14 +24,7 @@ big=$(e2e_data "rand-${MB}m" "$MB")
 LOG=/run/ftnet/lab/$LAB/router.log
 
 lab_up --port "$PORT" --vote majority --server "$(nginx_server_cmd "$big")"
-r3_nginx() { # r3's nginx processes
-	local p
-	for p in $(ip netns pids "ftnet-$LAB-r3" 2>/dev/null); do
-		[[ $(cat "/proc/$p/comm" 2>/dev/null) == nginx ]] && echo "$p"
-	done
-	return 0
-}
-pids=$(r3_nginx)
+pids=$(replica_procs 3 nginx)
 [[ -n $pids ]] || die "no nginx in r3"
 slow() { # stop r3's nginx 100 ms of every 300 ms, at most 200 times (60 s)
 	local i

@@ -123,7 +123,7 @@ done
 [[ -z $only || agents/n3-cut =~ $only ]] && tests+=(agents/n3-cut)
 for id in operator/n2-none drain/n2-none package/n1-none ack-log/n3-none client-reset/n3-none client-loss/n3-none stale-port/n3-none spoof/n3-none impostor/n3-none redis-order/n3-none redis-order/n3-kill redis-desync/n3-none redis-load/n3-none redis-orderlost/n3-kill router-hold/n3-none asyncio-poll/n3-none asyncio-select/n3-kill asyncio-epoll/n3-kill \
 	shim-echo/n3-kill shim-nginx-get/n3-kill shim-nginx-put/n3-cut \
-	vote/n3-none vote/n3-kill vote-echo/n3-cut vote-nginx-get/n3-kill output/n3-none output/n3-kill diverge/n3-none determinism/n3-none determinism-nginx/n3-none vote-slow/n3-none closed-window/n3-none safe-delivery/n3-none \
+	vote/n3-none vote/n3-kill vote-echo/n3-cut vote-nginx-get/n3-kill output/n3-none output/n3-kill diverge/n3-none determinism/n3-none determinism-nginx/n3-none vote-slow/n3-none closed-window/n3-none fin-behind/n3-none safe-delivery/n3-none \
 	takeover-stall/n3-kill takeover-get/n3-kill takeover-put/n3-kill takeover-synack/n3-kill \
 	takeover-redis/n3-kill takeover-connect/n3-kill takeover-stall/n3-cut \
 	rejoin/n3-cut rejoin-takeover/n3-kill server-reset/n1-none server-reset/n3-none keepalive/n3-none keepalive/n3-kill \

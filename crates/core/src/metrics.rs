@@ -185,6 +185,10 @@ pub struct Counters {
     /// because they ran too far ahead of the slowest live replica, once
     /// it caught up.
     pub pace_updates: u64,
+    /// Client FINs held back from a replica that had not yet sent what the
+    /// client had got when it closed (`Conn::fin_held`); each goes to it
+    /// once it has.
+    pub fins_held: u64,
     /// Safe delivery: one-byte duplicates sent behind client data so that
     /// each replica acknowledges it at once (no delayed ACK).
     pub ack_prompts: u64,

@@ -5442,6 +5442,135 @@ fn a_replica_behind_may_send_what_the_client_holds_through_a_closed_window() {
     );
 }
 
+/// The client closes (FIN) having got the reply from replicas 1 and 2
+/// while replica 3 has sent only part of it. A lone server never sees its
+/// client close before the client has what it had then; replica 3 would,
+/// and nginx gives a reply up when its client closes: it closed in the
+/// middle of bytes the client held, the vote took that for divergence and
+/// the replica left the service (e2e `vote-slow`, `fin-behind`). The FIN
+/// goes to replica 3 once it has sent what the client had acknowledged.
+#[test]
+fn the_clients_fin_waits_for_a_replica_behind_what_the_client_had() {
+    let mut c = config_of(3, false);
+    c.services[0].voting = ftnet_core::Voting::Majority {
+        tie: ftnet_core::Tie::First,
+    };
+    let mut r = Router::new(c, [9; 16]);
+    let (risn, isns) = handshake(&mut r, 3);
+    client_bytes(&mut r, t(3), risn, 0, b"GET k");
+    drain(&mut r);
+    let body: Vec<u8> = (0..3_000u32).map(|k| (k * 13) as u8).collect();
+    let send = |r: &mut Router, now, i: u8, from: u32, to: u32| {
+        let mut at = from;
+        while at < to {
+            let n = (to - at).min(1_400);
+            from_replica(
+                r,
+                now,
+                &isns,
+                i,
+                (1 + at, 6, 7000),
+                &body[at as usize..(at + n) as usize],
+            );
+            at += n;
+        }
+    };
+    send(&mut r, t(4), 1, 0, 3_000);
+    send(&mut r, t(4), 2, 0, 3_000);
+    send(&mut r, t(4), 3, 0, 1_000);
+    let out = drain(&mut r);
+    let to_client: usize = out
+        .iter()
+        .filter(|o| o.dst == CLIENT)
+        .map(|o| o.payload.len())
+        .sum();
+    assert_eq!(to_client, 3_000);
+    // The client has all 3,000 bytes and closes.
+    let fin = Repr::new(
+        CPORT,
+        PORT,
+        SeqNum(CISN).add(6),
+        SeqNum(risn).add(3_001),
+        flags::ACK | flags::FIN,
+        502,
+    );
+    r.handle_packet(t(5), seg(CLIENT, VIP, fin.clone(), b""));
+    let out = drain(&mut r);
+    let to = |out: &[Out], i: u8| -> Vec<Repr> {
+        out.iter()
+            .filter(|o| o.dst == replica(i))
+            .map(|o| o.r.clone())
+            .collect()
+    };
+    for i in [1, 2] {
+        assert!(
+            to(&out, i)
+                .iter()
+                .any(|s| s.flags & flags::FIN != 0 && s.seq == SeqNum(CISN).add(6)),
+            "replica {i}, level with the client, gets its FIN: {out:?}"
+        );
+    }
+    let r3 = to(&out, 3);
+    assert!(!r3.is_empty(), "replica 3 gets the client's ACK: {out:?}");
+    assert!(
+        r3.iter().all(|s| s.flags & flags::FIN == 0),
+        "no FIN for replica 3 while it is behind what the client had: {r3:?}"
+    );
+    assert_eq!(r.counters().fins_held, 1);
+    // The client repeats its FIN (the group has not acknowledged it): still
+    // held.
+    r.handle_packet(t(205), seg(CLIENT, VIP, fin, b""));
+    let r3 = to(&drain(&mut r), 3);
+    assert!(r3.iter().all(|s| s.flags & flags::FIN == 0), "{r3:?}");
+    // Replica 3 sends the rest of its reply: then it gets the FIN.
+    send(&mut r, t(206), 3, 1_000, 2_400);
+    let r3 = to(&drain(&mut r), 3);
+    assert!(
+        r3.iter().all(|s| s.flags & flags::FIN == 0),
+        "600 bytes short still: {r3:?}"
+    );
+    send(&mut r, t(207), 3, 2_400, 3_000);
+    let out = drain(&mut r);
+    assert!(
+        out.iter().all(|o| o.dst != CLIENT || o.payload.is_empty()),
+        "nothing new for the client: {out:?}"
+    );
+    let r3 = to(&out, 3);
+    assert!(
+        r3.iter().any(|s| s.flags & flags::FIN != 0
+            && s.seq == SeqNum(CISN).add(6)
+            && s.ack == SeqNum(isns[2]).add(3_001)),
+        "replica 3 caught up: the client's FIN, acknowledging its reply: {r3:?}"
+    );
+    // Every replica acknowledges the FIN and closes where the reply ends.
+    for i in 1..=3u8 {
+        let mut a = Repr::new(
+            PORT,
+            CPORT,
+            SeqNum(isns[i as usize - 1]).add(3_001),
+            SeqNum(CISN).add(7),
+            flags::ACK | flags::FIN,
+            500,
+        );
+        a.timestamps = Some((7001, 1001));
+        r.handle_packet(t(208), seg(replica(i), CLIENT, a, b""));
+    }
+    let out = drain(&mut r);
+    assert!(
+        out.iter()
+            .any(|o| o.dst == CLIENT && o.r.flags & flags::FIN != 0),
+        "the group's FIN reaches the client: {out:?}"
+    );
+    run_to(&mut r, t(3_000));
+    let ev = log_events(&mut r);
+    assert!(
+        !ev.iter()
+            .any(|e| matches!(e, Event::Evicted { .. } | Event::Diverged { .. })),
+        "nobody leaves: {ev:?}"
+    );
+    assert!(all_alive(&r));
+}
+
 /// A draining router (`ftnet drain`) takes no new connection — the SYN is
 /// dropped, counted, and nothing reaches a replica — while an open one goes
 /// on; `open_connections` is what the drain waits for. Draining off takes

@@ -50,7 +50,7 @@ kill "$slower" 2>/dev/null || true
 wait "$slower" 2>/dev/null || true
 # shellcheck disable=SC2086
 kill -CONT $pids 2>/dev/null || true
-say "$GETS GETs of $MB MiB on one connection took $dt ms ($((GETS * MB * 8388608 / (dt > 0 ? dt : 1) / 1000)) Mbit/s); voted $(lab_counter voted_bytes) bytes, $(lab_counter pace_updates) window update(s) to replicas the slowest held back"
+say "$GETS GETs of $MB MiB on one connection took $dt ms ($((GETS * MB * 8388608 / (dt > 0 ? dt : 1) / 1000)) Mbit/s); voted $(lab_counter voted_bytes) bytes, $(lab_counter pace_updates) window update(s) to replicas the slowest held back, $(lab_counter fins_held) client FIN(s) held back from a replica behind"
 [[ -s $T/client.err ]] && say "client stderr: $(head -c 2000 "$T/client.err")"
 grep -h "evicted\|lagging" "$LOG" | head -3 | sed 's/^/    /' || true
 check_eq "curl exit status" 0 "$rc"

@@ -147,6 +147,42 @@ impl Conn {
                 .is_some_and(|f| self.legs[i].ack.is_after(f))
     }
 
+    /// Whether the client's FIN is held back from leg `i`: the client
+    /// closed having got output this replica has not sent yet. A server
+    /// never sees its client close before the bytes the client had then;
+    /// a replica behind the others would, and a server may give its reply
+    /// up when the client closes (nginx does, status 499): it would close
+    /// in the middle of bytes the client already holds, which the vote
+    /// takes for divergence (a `vote-slow` run lost its slowest replica so,
+    /// e2e `fin-behind`). Its kernel gets the FIN once it has sent that far
+    /// (`release_fins`), so its server sees the client close where a lone
+    /// server would have.
+    pub(super) fn fin_held(&self, i: usize) -> bool {
+        self.fin_hold.is_some_and(|t| self.legs[i].hi.is_before(t))
+    }
+
+    /// The client's FIN to each open leg it was held back from that has
+    /// now sent what the client had when it closed (`fin_held`): called
+    /// where a leg's output moves, and from `settle`. Should
+    /// this copy be lost, the client's own repeat of its FIN (it is not
+    /// acknowledged before every replica took it) or the log's goes on.
+    pub(super) fn release_fins(&mut self, ctx: &mut Ctx) {
+        let Some(f) = self.client_fin else { return };
+        if !self.legs.iter().any(|l| l.client_fin_held) {
+            return;
+        }
+        for i in 0..self.legs.len() {
+            if !self.legs[i].client_fin_held || !self.legs[i].open() || self.fin_held(i) {
+                continue;
+            }
+            self.legs[i].client_fin_held = false;
+            let (ack_c, ack) = self.legs[i].ack_for(self.client_ack);
+            self.legs[i].ack_out = Some(ack_c);
+            self.empty_to_leg(ctx, i, f, flags::ACK | flags::FIN, ack_c, ack);
+            self.log_forwarded(i, f, 0, true);
+        }
+    }
+
     /// A leg just left the connection: what the others lagged behind may
     /// have been its doing, so the no-progress clocks of those still behind
     /// start again now. A dead replica that the client followed, or whose
@@ -289,6 +325,7 @@ impl Conn {
             self.reset_caught_up(ctx);
             return;
         }
+        self.release_fins(ctx);
         if self.phase == Phase::Handshake && !self.legs.iter().any(|l| l.state == LegState::SynSent)
         {
             let open = self.legs.iter().any(|l| l.open());

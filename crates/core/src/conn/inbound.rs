@@ -233,6 +233,9 @@ impl Conn {
         }
         if seg.has(flags::FIN) {
             self.client_fin = Some(seg.seq.add(seg.payload_len));
+            if self.fin_hold.is_none() && seg.has(flags::ACK) {
+                self.fin_hold = Some(seg.ack);
+            }
         }
         if carries {
             self.dup_idle = (ctx.now, 0);
@@ -559,6 +562,9 @@ impl Conn {
             } else {
                 None
             };
+            // The client's FIN, to a replica that has not sent what the
+            // client had when it closed, goes once it has (`fin_held`).
+            let hold = seg.has(flags::FIN) && !rst && self.fin_held(i);
             let l = &self.legs[i];
             let addr = l.addr;
             // RFC 5961 §3.2 at the replica: a RST counts only at exactly
@@ -587,6 +593,9 @@ impl Conn {
                 if let Some(s) = rst_seq {
                     t.set_seq(s, seg.mode);
                 }
+                if hold {
+                    t.set_flags(seg.flags & !flags::FIN, seg.mode);
+                }
                 // The group never agreed to SACK; drop any blocks.
                 t.strip_sack(seg.mode);
             });
@@ -612,8 +621,12 @@ impl Conn {
                 ctx.counters.packets_out += 1;
                 ctx.counters.ack_prompts += 1;
             }
+            if hold && !self.legs[i].client_fin_held {
+                self.legs[i].client_fin_held = true;
+                ctx.counters.fins_held += 1;
+            }
             if !rst {
-                self.log_forwarded(i, seg.seq, seg.payload_len, seg.has(flags::FIN));
+                self.log_forwarded(i, seg.seq, seg.payload_len, seg.has(flags::FIN) && !hold);
             }
         }
     }

@@ -115,6 +115,10 @@ pub(super) struct Leg {
     /// (`Conn::behind`). Cleared when it sends data or the client gets
     /// further.
     pub(super) owes_repeat: bool,
+    /// The client's FIN was held back from it (`Conn::fin_held`): it gets
+    /// it once it has sent what the client had when it closed
+    /// (`Conn::release_fins`).
+    pub(super) client_fin_held: bool,
     /// `primary`, a stateful service: its reply differed from what the
     /// client got, with no majority against it (a reply of per-process
     /// output, Redis `INFO`). It stays in the connection for its input, so
@@ -237,6 +241,7 @@ impl Conn {
             joined_out: None,
             held: false,
             owes_repeat: false,
+            client_fin_held: false,
             detached: false,
             out_start: None,
             log_nxt: self.client_isn.add(1),

@@ -521,7 +521,7 @@ impl Conn {
             return None;
         }
         let mut end = log.end();
-        if self.client_fin == Some(end) {
+        if self.client_fin == Some(end) && !self.fin_held(i) {
             end = end.add(1);
         }
         end.is_after(l.ack).then_some(end)
@@ -576,6 +576,7 @@ impl Conn {
             at = seg_end.add(u32::from(fin));
             sent += 1;
             if fin {
+                self.legs[i].client_fin_held = false;
                 break;
             }
         }

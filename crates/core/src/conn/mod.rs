@@ -188,6 +188,11 @@ pub struct Conn {
     /// miss this connection's input from then on. Checked once.
     missed_no_leg: Option<Vec<Ipv4Addr>>,
     client_fin: Option<SeqNum>,
+    /// Server stream: what the client had acknowledged when it closed (the
+    /// ACK on the first FIN of it the router saw). A replica that has not
+    /// sent that far gets the client's FIN only once it has
+    /// ([`Conn::fin_held`]).
+    fin_hold: Option<SeqNum>,
     client_win: u16,
     client_tsval: u32,
     client_ts: bool,
@@ -399,6 +404,7 @@ impl Conn {
             order_to: Vec::new(),
             missed_no_leg: None,
             client_fin: None,
+            fin_hold: None,
             client_win: syn.window,
             client_tsval: syn.ts.map(|t| t.0).unwrap_or(0),
             client_ts: syn.ts.is_some(),

@@ -503,6 +503,7 @@ impl Conn {
                 self.legs[i].hi = end;
                 self.legs[i].out_at = ctx.now;
                 self.legs[i].progress_at = ctx.now;
+                self.release_fins(ctx);
             }
             ctx.counters.drop(DropReason::DuplicateSuppressed);
             ctx.counters.suppressed_bytes += seg.payload_len as u64;
@@ -551,6 +552,7 @@ impl Conn {
             self.legs[i].progress_at = ctx.now;
             self.legs[i].out_at = ctx.now;
             self.confirm_aborts(ctx);
+            self.release_fins(ctx);
         }
         let mut fin_agreed = false;
         if seg.has(flags::FIN) {
@@ -860,16 +862,31 @@ impl Conn {
     /// (the replica's own space; `ack_c` in the client's), at the end of
     /// the client's stream.
     pub(super) fn pure_ack_to(&mut self, ctx: &mut Ctx, i: usize, ack_c: SeqNum, ack: SeqNum) {
+        // Before the client's FIN when that is held back from it: past it,
+        // the ACK would lie outside a closed receive window and be dropped
+        // (RFC 9293 §3.10.7.4).
+        let seq = match self.client_fin {
+            Some(f) if self.legs[i].client_fin_held => f,
+            _ => self.client_hi,
+        };
+        self.empty_to_leg(ctx, i, seq, flags::ACK, ack_c, ack);
+    }
+
+    /// An empty segment to replica `i` in the client's name at `seq` with
+    /// `fl`, acknowledging `ack` (the replica's own space; `ack_c` in the
+    /// client's) with the window it is due.
+    pub(super) fn empty_to_leg(
+        &mut self,
+        ctx: &mut Ctx,
+        i: usize,
+        seq: SeqNum,
+        fl: u8,
+        ack_c: SeqNum,
+        ack: SeqNum,
+    ) {
         let win = self.windowed(i, self.client_ack, ack_c, self.client_win);
         let l = &self.legs[i];
-        let mut r = Repr::new(
-            self.key.cport,
-            self.key.vport,
-            self.client_hi,
-            ack,
-            flags::ACK,
-            win,
-        );
+        let mut r = Repr::new(self.key.cport, self.key.vport, seq, ack, fl, win);
         if self.ts_on {
             r.timestamps = Some((self.client_tsval, self.tsecr_to(i, l.ts_last)));
         }

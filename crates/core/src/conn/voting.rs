@@ -196,6 +196,7 @@ impl Conn {
             self.legs[i].progress_at = ctx.now;
             self.legs[i].out_at = ctx.now;
             self.confirm_aborts(ctx);
+            self.release_fins(ctx);
         }
         if seg.has(flags::FIN) && self.fin_sent && self.client_ack != self.sent_hi {
             // A repeated FIN the client has not acknowledged.

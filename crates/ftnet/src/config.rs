@@ -801,6 +801,8 @@ pub struct LabTuning {
     pub commit_wait_ms: Option<u64>,
     /// `[control]` tick_ms.
     pub tick_ms: Option<u64>,
+    /// `[control]` heartbeat_ms.
+    pub heartbeat_ms: Option<u64>,
     /// Voting lines for the service.
     pub vote: Option<&'static str>,
     /// `stateless = true` for the service.
@@ -846,6 +848,9 @@ pub fn render_lab(
         }
         if let Some(t) = tuning.tick_ms {
             threads.push_str(&format!("tick_ms = {t}\n"));
+        }
+        if let Some(h) = tuning.heartbeat_ms {
+            threads.push_str(&format!("heartbeat_ms = {h}\n"));
         }
     }
     format!(
@@ -944,6 +949,7 @@ replicas = ["198.18.11.2", "198.18.12.2", "198.18.13.2"]
                 control_secret: None,
                 commit_wait_ms: None,
                 tick_ms: None,
+                heartbeat_ms: None,
                 fault_drop: Some((r[1], 7, true)),
                 vote: Some("vote = \"majority\"\n"),
                 stateless: true,

@@ -573,7 +573,7 @@ impl Registry {
 /// connection or has not been heard for as long as an agent waits for its
 /// router before it gives the session up and connects anew
 /// ([`ftnet_control::router_silence_ms`]: three heartbeats, at least
-/// 250 ms). A live agent is heard every heartbeat; one silent that long has
+/// 150 ms). A live agent is heard every heartbeat; one silent that long has
 /// given this router up, or is cut off, and the one connecting from its
 /// replica's address with the secret is that agent again. (With
 /// `dead_after` instead, an agent that had moved to a standby and came
@@ -1943,7 +1943,7 @@ mod tests {
         assert!(e.contains("not in the router's configuration"), "{e}");
     }
 
-    /// A live agent (heard within three heartbeats, at least 250 ms) is
+    /// A live agent (heard within three heartbeats, at least 150 ms) is
     /// never replaced; a lost, silent or closed one (no entry) may be; a
     /// session re-checking itself is not in its own way.
     #[test]

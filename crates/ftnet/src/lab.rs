@@ -711,6 +711,10 @@ fn up(lab: &Lab, args: &UpArgs) -> anyhow::Result<()> {
         control_secret: agents.then(|| secret.clone()),
         commit_wait_ms: args.commit_wait_ms,
         tick_ms: args.tick_ms,
+        // Two routers: the agents give a cut-off one up after three
+        // unanswered heartbeats (`router_silence_ms`), as soon as VRRP's
+        // standby holds the address (`lab_ha::ADVERT_S`).
+        heartbeat_ms: args.ha.then_some(ha::HEARTBEAT_MS),
         vote: match args.vote.as_deref() {
             Some("majority") => Some("vote = \"majority\"\n"),
             Some("majority-reset") => Some("vote = \"majority\"\nvote_tie = \"reset\"\n"),

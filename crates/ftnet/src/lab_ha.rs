@@ -12,7 +12,7 @@
 //! switch namespace with both routers on it. The addresses clients and
 //! replicas route through — 198.18.1.1 and 198.18.(10+i).1 — are VRRP
 //! virtual addresses held by whichever router is master (VRRPv3,
-//! `advert_int` 0.1 s). Both ftnet routers run all the time; the backup
+//! `advert_int` 0.05 s, [`ADVERT_S`]). Both ftnet routers run all the time; the backup
 //! gets no traffic until it holds the addresses. Agents connect to the
 //! replica-side address, so they reach the master, and register again with
 //! the new one after a takeover, sending their connection records.
@@ -21,7 +21,7 @@
 //! supervising shell sets to 1 when ftnet exits (`kill-router` kills ftnet
 //! with SIGKILL): the instance goes to FAULT at once and the backup takes
 //! over. `cut-router` takes all the master's links down instead (host
-//! loss): the backup takes over when adverts stop (3 × 0.1 s + skew).
+//! loss): the backup takes over when adverts stop (3 × 0.05 s + skew).
 //! Both instances start as BACKUP with `nopreempt`, so a restarted router
 //! stays backup.
 
@@ -31,8 +31,19 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-/// VRRP advert interval (VRRPv3 allows centiseconds).
-pub const ADVERT_S: &str = "0.1";
+/// VRRP advert interval (VRRPv3 allows centiseconds). The standby takes
+/// over when adverts stop for 3 intervals and its skew (VRRPv3: (256 −
+/// priority) / 256 of one): 180 ms at 0.05 s and priority 100. A client
+/// whose segment was lost in the cut repeats it at its first RTO (~205 ms
+/// on a low-latency path); a table rebuilt by then serves that repeat,
+/// one rebuilt later waits for the next (~410 ms, or one RTO more).
+pub const ADVERT_S: &str = "0.05";
+
+/// `[control]` heartbeat_ms for both routers: the agents give a silent
+/// router whose host does not acknowledge them up after three heartbeats
+/// (150 ms, `ftnet_control::router_silence_ms`), before VRRP's standby
+/// holds the address, and find it as soon as it does.
+pub const HEARTBEAT_MS: u64 = 50;
 
 /// The two routers: namespace suffix, own host address byte, priority.
 pub const ROUTERS: [(&str, u8, u8); 2] = [("router", 3, 150), ("router2", 4, 100)];

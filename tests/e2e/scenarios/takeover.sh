@@ -280,7 +280,7 @@ import re, statistics, sys
 rows = [dict(kv.split("=") for kv in l.split()) for l in open(sys.argv[1])]
 t = [int(r["takeover_ms"]) for r in rows]
 b = [int(r["rebuild_ms"]) for r in rows]
-print(f"{sys.argv[2]}: {len(rows)} takeovers; kill to new VRRP master ms: median {statistics.median(t)} max {max(t)}; kill to table rebuilt ms: median {statistics.median(b)} max {max(b)} (advert_int 0.1 s, VRRPv3)")
+print(f"{sys.argv[2]}: {len(rows)} takeovers; kill to new VRRP master ms: median {statistics.median(t)} max {max(t)}; kill to table rebuilt ms: median {statistics.median(b)} max {max(b)} (advert_int 0.05 s, VRRPv3)")
 PY
 	[[ -n ${FTNET_E2E_FIGURES:-} ]] && flock "$FTNET_E2E_FIGURES" cat "$T/figure.txt" >>"$FTNET_E2E_FIGURES"
 fi

@@ -80,8 +80,10 @@ const SYN_BACKLOG_MAX: usize = 1024;
 pub const PAUSE_PROBATION: core::time::Duration = core::time::Duration::from_secs(2);
 
 /// The shortest pause after which the router may have been superseded
-/// (probation, [`Router::note_time`]).
-const PAUSE_SUPERSEDED_MIN: core::time::Duration = core::time::Duration::from_millis(250);
+/// (probation, [`Router::note_time`]): a VRRP standby takes over after
+/// three adverts and a skew, 150 ms and more with adverts every 50 ms (the
+/// HA lab's).
+const PAUSE_SUPERSEDED_MIN: core::time::Duration = core::time::Duration::from_millis(150);
 
 /// How often, while a replica drains, the table is scanned for whether its
 /// last connection left.

@@ -801,8 +801,8 @@ pub struct LabTuning {
     pub commit_wait_ms: Option<u64>,
     /// `[control]` tick_ms.
     pub tick_ms: Option<u64>,
-    /// `[control]` heartbeat_ms.
-    pub heartbeat_ms: Option<u64>,
+    /// `[control]` heartbeat_ms and dead_after_ms.
+    pub heartbeat_ms: Option<(u64, u64)>,
     /// Voting lines for the service.
     pub vote: Option<&'static str>,
     /// `stateless = true` for the service.
@@ -849,8 +849,8 @@ pub fn render_lab(
         if let Some(t) = tuning.tick_ms {
             threads.push_str(&format!("tick_ms = {t}\n"));
         }
-        if let Some(h) = tuning.heartbeat_ms {
-            threads.push_str(&format!("heartbeat_ms = {h}\n"));
+        if let Some((h, d)) = tuning.heartbeat_ms {
+            threads.push_str(&format!("heartbeat_ms = {h}\ndead_after_ms = {d}\n"));
         }
     }
     format!(

@@ -714,7 +714,7 @@ fn up(lab: &Lab, args: &UpArgs) -> anyhow::Result<()> {
         // Two routers: the agents give a cut-off one up after three
         // unanswered heartbeats (`router_silence_ms`), as soon as VRRP's
         // standby holds the address (`lab_ha::ADVERT_S`).
-        heartbeat_ms: args.ha.then_some(ha::HEARTBEAT_MS),
+        heartbeat_ms: args.ha.then_some((ha::HEARTBEAT_MS, ha::DEAD_AFTER_MS)),
         vote: match args.vote.as_deref() {
             Some("majority") => Some("vote = \"majority\"\n"),
             Some("majority-reset") => Some("vote = \"majority\"\nvote_tie = \"reset\"\n"),

@@ -157,8 +157,18 @@ impl Conn {
     /// e2e `fin-behind`). Its kernel gets the FIN once it has sent that far
     /// (`release_fins`), so its server sees the client close where a lone
     /// server would have.
+    ///
+    /// Only under voting, where every replica's output is the client's
+    /// byte for byte and a FIN short of it is divergence. Without voting a
+    /// replica's output may differ in length (`primary`: a follower whose
+    /// reply to Redis `INFO` is shorter than the followed one's), so where
+    /// it stands says nothing about what of it the client had: held, its
+    /// FIN would never come, its output would stand still while the others'
+    /// moved, and it would be taken out. There a FIN that comes early only
+    /// ends that replica's leg (`EvictReason::Fin`, after it took the
+    /// client's FIN: no input missed).
     pub(super) fn fin_held(&self, i: usize) -> bool {
-        self.fin_hold.is_some_and(|t| self.legs[i].hi.is_before(t))
+        self.vote.is_some() && self.fin_hold.is_some_and(|t| self.legs[i].hi.is_before(t))
     }
 
     /// The client's FIN to each open leg it was held back from that has

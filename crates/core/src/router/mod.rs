@@ -955,8 +955,8 @@ impl Router {
                 }
                 // Another router may have served meanwhile (a standby
                 // takes over from one that stops answering: VRRP after
-                // three adverts, 300 ms at the shortest one practice
-                // uses): until this one knows it did not, its verdicts
+                // three adverts, 150 ms and more with adverts every 50 ms,
+                // the HA lab's): until this one knows it did not, its verdicts
                 // wait. A shorter hiccup of a loaded host is not that.
                 let probation = now.saturating_sub(self.last_now) >= PAUSE_SUPERSEDED_MIN;
                 if probation {

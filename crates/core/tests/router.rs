@@ -841,16 +841,7 @@ fn rst_after_the_servers_acknowledged_fin_reaches_the_client() {
         let mut r = router(n);
         let (risn, isns) = handshake(&mut r, n);
         for i in 1..=n {
-            let mut fin = Repr::new(
-                PORT,
-                CPORT,
-                SeqNum(isns[i as usize - 1]).add(1),
-                SeqNum(CISN).add(1),
-                flags::ACK | flags::FIN,
-                500,
-            );
-            fin.timestamps = Some((7000, 1001));
-            r.handle_packet(t(10), seg(replica(i), CLIENT, fin, b""));
+            fin_from_replica(&mut r, t(10), &isns, i, (1, 1, 7000));
         }
         let out = drain(&mut r);
         assert!(
@@ -3970,6 +3961,27 @@ fn from_replica(
     r.handle_packet(now, seg(replica(i), CLIENT, a, payload));
 }
 
+/// Replica `i`'s FIN at `nxt` bytes past its ISN, acknowledging `acked`
+/// client bytes (past the client's ISN), with TSval `tsval`.
+fn fin_from_replica(
+    r: &mut Router,
+    now: Instant,
+    isns: &[u32],
+    i: u8,
+    (nxt, acked, tsval): (u32, u32, u32),
+) {
+    let mut fin = Repr::new(
+        PORT,
+        CPORT,
+        SeqNum(isns[i as usize - 1]).add(nxt),
+        SeqNum(CISN).add(acked),
+        flags::ACK | flags::FIN,
+        500,
+    );
+    fin.timestamps = Some((tsval, 1001));
+    r.handle_packet(now, seg(replica(i), CLIENT, fin, b""));
+}
+
 /// Replica `i`'s pure ACK with its SND.NXT at `nxt` bytes past its ISN.
 fn rest_answer(r: &mut Router, now: Instant, isns: &[u32], i: u8, nxt: u32) {
     from_replica(r, now, isns, i, (nxt, 6, 6001), b"");
@@ -5549,16 +5561,7 @@ fn the_clients_fin_waits_for_a_replica_behind_what_the_client_had() {
     );
     // Every replica acknowledges the FIN and closes where the reply ends.
     for i in 1..=3u8 {
-        let mut a = Repr::new(
-            PORT,
-            CPORT,
-            SeqNum(isns[i as usize - 1]).add(3_001),
-            SeqNum(CISN).add(7),
-            flags::ACK | flags::FIN,
-            500,
-        );
-        a.timestamps = Some((7001, 1001));
-        r.handle_packet(t(208), seg(replica(i), CLIENT, a, b""));
+        fin_from_replica(&mut r, t(208), &isns, i, (3_001, 7, 7001));
     }
     let out = drain(&mut r);
     assert!(

@@ -348,6 +348,7 @@ pub mod router {
             accepted: b.bool(),
             input_end: b.bool().then(|| b.u32()),
             snd_una: b.bool().then(|| b.u32()),
+            fin_received: b.bool(),
         }
     }
 

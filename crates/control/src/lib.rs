@@ -1287,8 +1287,9 @@ pub struct AgentSession {
     /// ([`AgentSession::note_sockets`]), for the records of the next
     /// `Welcome`: each one it has (client address, client port, local
     /// port), with the bytes its peer acknowledged of its output where the
-    /// kernel says. `None`: the kernel was not asked, or would not say.
-    sockets: Option<HashMap<(Ipv4Addr, u16, u16), Option<u64>>>,
+    /// kernel says, and whether it took the client's FIN. `None`: the
+    /// kernel was not asked, or would not say.
+    sockets: Option<Sockets>,
     /// What the agent knows of each record beyond it (carried from session
     /// to session with `records`).
     pub record_info: HashMap<ConnKey, RecordInfo>,
@@ -1296,6 +1297,20 @@ pub struct AgentSession {
     /// no longer has their connection ([`AgentSession::take_dropped`]).
     dropped: Vec<ConnKey>,
 }
+
+/// What the replica's kernel says of one of its server's connections
+/// ([`AgentSession::note_sockets`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SocketInfo {
+    /// Bytes of the replica's output its peer acknowledged
+    /// (`tcpi_bytes_acked`), where the kernel keeps them.
+    pub bytes_acked: Option<u64>,
+    /// It took the client's FIN (CLOSE-WAIT, LAST-ACK, CLOSING, TIME-WAIT).
+    pub fin_received: bool,
+}
+
+/// The replica's connections by (client address, client port, local port).
+pub type Sockets = HashMap<(Ipv4Addr, u16, u16), SocketInfo>;
 
 /// How old a record must be before its connection's absence from the
 /// replica's kernel counts, if no earlier look saw its socket: a
@@ -1315,13 +1330,11 @@ pub struct RecordInfo {
 
 /// Replica `me`'s SND.UNA on the connection of `r`: its ISN + 1 + the
 /// bytes acknowledged (modulo 2^32), if its kernel reported the socket.
-fn snd_una(
-    r: &ConnRecord,
-    me: Ipv4Addr,
-    sockets: &HashMap<(Ipv4Addr, u16, u16), Option<u64>>,
-) -> Option<u32> {
+fn snd_una(r: &ConnRecord, me: Ipv4Addr, sockets: &Sockets) -> Option<u32> {
     let isn = r.replica(me)?.isn;
-    let b = (*sockets.get(&(r.key.client, r.key.cport, r.key.vport))?)?;
+    let b = sockets
+        .get(&(r.key.client, r.key.cport, r.key.vport))?
+        .bytes_acked?;
     let low = u32::try_from(b & u64::from(u32::MAX)).ok()?;
     Some(isn.wrapping_add(1).wrapping_add(low))
 }
@@ -1508,6 +1521,10 @@ impl AgentSession {
                     .map(|r| {
                         let mut r = r.clone();
                         r.snd_una = sockets.as_ref().and_then(|m| snd_una(&r, me, m));
+                        r.fin_received = sockets.as_ref().is_some_and(|m| {
+                            m.get(&(r.key.client, r.key.cport, r.key.vport))
+                                .is_some_and(|s| s.fin_received)
+                        });
                         r
                     })
                     .collect();
@@ -1639,15 +1656,17 @@ impl AgentSession {
     /// The connections the replica's kernel has (client address, client
     /// port, local port), each with what its peer acknowledged of the
     /// replica's output where the kernel keeps it (`tcp_info`'s
-    /// `tcpi_bytes_acked`), read by the caller just before it passes the
-    /// router's `Welcome` to [`AgentSession::handle`]; `None` if the kernel
-    /// would not say. The records handed over then carry the replica's
-    /// SND.UNA ([`ConnRecord::snd_una`]): no router forwards the client's
-    /// ACKs to the replica while the new one has no table, so it stands
-    /// still until the record arrives. A record whose connection the
+    /// `tcpi_bytes_acked`) and whether it took the client's FIN, read by
+    /// the caller just before it passes the router's `Welcome` to
+    /// [`AgentSession::handle`]; `None` if the kernel would not say. The
+    /// records handed over then carry the replica's SND.UNA
+    /// ([`ConnRecord::snd_una`]): no router forwards the client's ACKs to
+    /// the replica while the new one has no table, so it stands still
+    /// until the record arrives, and whether it took the client's FIN
+    /// ([`ConnRecord::fin_received`]). A record whose connection the
     /// kernel no longer has is dropped ([`AgentSession::take_dropped`]) if
     /// an earlier look saw its socket or it is [`RECORD_SETTLE_MS`] old.
-    pub fn note_sockets(&mut self, sockets: Option<HashMap<(Ipv4Addr, u16, u16), Option<u64>>>) {
+    pub fn note_sockets(&mut self, sockets: Option<Sockets>) {
         self.sockets = sockets;
     }
 
@@ -2290,6 +2309,7 @@ mod tests {
             accepted: false,
             input_end: None,
             snd_una: None,
+            fin_received: false,
         };
         let mut out = Vec::new();
         a.handle(
@@ -2353,6 +2373,7 @@ mod tests {
             accepted: false,
             input_end: None,
             snd_una: None,
+            fin_received: false,
         }
     }
 
@@ -2426,8 +2447,9 @@ mod tests {
 
     /// The records handed to a new router carry the replica's SND.UNA
     /// where the caller read its kernel's count of acknowledged bytes
-    /// before the `Welcome` (ISN + 1 + bytes, modulo 2^32); only that
-    /// once: the agent's own records are unchanged.
+    /// before the `Welcome` (ISN + 1 + bytes, modulo 2^32), and whether
+    /// the kernel took the client's FIN; only that once: the agent's own
+    /// records are unchanged.
     #[test]
     fn records_handed_over_carry_the_replicas_snd_una() {
         let (mut a, hello) = AgentSession::new(b"k", R, "h", [1; 16], 0);
@@ -2436,34 +2458,44 @@ mod tests {
             a.records.insert(r.key, r);
         }
         let client = Ipv4Addr::new(198, 18, 1, 2);
+        let info = |b, fin_received| SocketInfo {
+            bytes_acked: b,
+            fin_received,
+        };
         a.note_sockets(Some(HashMap::from([
-            ((client, 40000, 6379), Some((1u64 << 32) + 5)),
-            ((client, 40001, 6379), None),
-            ((client, 40002, 6379), Some(77)),
+            ((client, 40000, 6379), info(Some((1u64 << 32) + 5), false)),
+            ((client, 40001, 6379), info(None, true)),
+            ((client, 40002, 6379), info(Some(77), true)),
         ])));
         let una = |a: &mut AgentSession, hello| {
             let mut r = RouterSession::new(b"k", [2; 16], Heartbeats::default(), 0);
             let (_, re) = converse(a, &mut r, hello, 0);
-            let mut got: Vec<(u16, Option<u32>)> = re
+            let mut got: Vec<(u16, Option<u32>, bool)> = re
                 .iter()
                 .filter_map(|e| match e {
                     RouterEvent::Records { records, .. } => Some(records.clone()),
                     _ => None,
                 })
                 .flatten()
-                .map(|r| (r.key.cport, r.snd_una))
+                .map(|r| (r.key.cport, r.snd_una, r.fin_received))
                 .collect();
             got.sort_unstable();
             got
         };
         assert_eq!(
             una(&mut a, hello),
-            vec![(40000, Some(3 + 1 + 5)), (40001, None)]
+            vec![(40000, Some(3 + 1 + 5), false), (40001, None, true)]
         );
-        assert!(a.records.values().all(|r| r.snd_una.is_none()));
+        assert!(a
+            .records
+            .values()
+            .all(|r| r.snd_una.is_none() && !r.fin_received));
         let (mut b, hello) = AgentSession::new(b"k", R, "h", [1; 16], 0);
         b.records = std::mem::take(&mut a.records);
-        assert_eq!(una(&mut b, hello), vec![(40000, None), (40001, None)]);
+        assert_eq!(
+            una(&mut b, hello),
+            vec![(40000, None, false), (40001, None, false)]
+        );
     }
 
     /// A record whose connection the replica's kernel no longer has is
@@ -2521,7 +2553,9 @@ mod tests {
         // dropped; 40002 is too young to tell.
         let sockets = |ports: &[u16]| {
             Some(HashMap::from_iter(
-                ports.iter().map(|&p| ((client, p, 6379), None)),
+                ports
+                    .iter()
+                    .map(|&p| ((client, p, 6379), SocketInfo::default())),
             ))
         };
         assert_eq!(

@@ -51,6 +51,14 @@ pub struct ConnRecord {
     /// before any ACK moves it.
     #[serde(default)]
     pub snd_una: Option<u32>,
+    /// Kept by the agent, read from its kernel as it hands the record to a
+    /// new router: its replica took the client's FIN (the socket is in
+    /// CLOSE-WAIT, LAST-ACK, CLOSING or TIME-WAIT), so that its RCV.NXT,
+    /// which counts the FIN, is not taken for one more byte of input. A
+    /// client that closed while no router was up (or just before) may never
+    /// send its FIN again: the replicas acknowledged it.
+    #[serde(default)]
+    pub fin_received: bool,
 }
 
 /// One replica's part of a [`ConnRecord`].

@@ -2998,6 +2998,21 @@ fn adopt_two_una(
     ts_base: Option<u32>,
     unas: [Option<u32>; 2],
 ) {
+    adopt_two_as(r, risn, isns, wscale, ts_base, |i, rec| {
+        rec.snd_una = unas[usize::from(i)];
+    });
+}
+
+/// `adopt_two_with`, each agent's record (replica `i`, 0 or 1) changed by
+/// `f` as it hands it over.
+fn adopt_two_as(
+    r: &mut Router,
+    risn: u32,
+    isns: [u32; 2],
+    wscale: u8,
+    ts_base: Option<u32>,
+    f: impl Fn(u8, &mut ftnet_core::ConnRecord),
+) {
     use ftnet_core::{ConnKey, ConnRecord, ReplicaSetup};
     let key = ConnKey {
         client: CLIENT,
@@ -3024,12 +3039,11 @@ fn adopt_two_una(
         accepted: true,
         input_end: Some(86),
         snd_una: None,
+        fin_received: false,
     };
     for i in 0..2u8 {
-        let rec = ConnRecord {
-            snd_una: unas[usize::from(i)],
-            ..rec.clone()
-        };
+        let mut rec = rec.clone();
+        f(i, &mut rec);
         r.adopt(t(0), replica(i + 1), &rec);
     }
     drain(r); // the position probes
@@ -5469,6 +5483,106 @@ fn a_replica_behind_may_send_what_the_client_holds_through_a_closed_window() {
     );
 }
 
+/// As above, but replica 3 is 1,096 bytes behind the client's edge, less
+/// than a segment: Linux sends nothing into a window that cannot take its
+/// next segment whole (`tcp_snd_wnd_test`), and every ACK it gets, the
+/// router's own probes among them, restarts its window probe timer
+/// (`tcp_ack_probe`). It answers every probe and sends nothing until the
+/// client reads. Before, it was evicted as stalled after 1 s, alive and
+/// correct (e2e `closed-window`, a FLAKY). Once the client reads, its
+/// window has room for a segment, and a replica that still sends nothing
+/// is taken out as before.
+#[test]
+fn a_replica_less_than_a_segment_behind_a_closed_window_waits_for_the_client() {
+    let mut r = router(3);
+    let (risn, isns) = handshake(&mut r, 3);
+    client_bytes(&mut r, t(3), risn, 0, b"GET k");
+    drain(&mut r);
+    let body: Vec<u8> = (0..4_000u32).map(|k| (k * 7) as u8).collect();
+    // Replica 3 sends 1,904 bytes; then replicas 1 and 2 send 3,000, one
+    // segment a millisecond.
+    for (i, upto) in [(3, 1_904), (1, 3_000), (2, 3_000)] {
+        let mut at = 0;
+        while at < upto {
+            let n = (upto - at).min(1_400);
+            from_replica(
+                &mut r,
+                t(if i == 3 { 4 } else { 5 + u64::from(at / 1_400) }),
+                &isns,
+                i,
+                (1 + at, 6, 7000),
+                &body[at as usize..(at + n) as usize],
+            );
+            at += n;
+        }
+    }
+    drain(&mut r);
+    // The client holds all 3,000 bytes and its window closed.
+    let client_ack = |r: &mut Router, now: Instant, win: u16| {
+        let a = Repr::new(
+            CPORT,
+            PORT,
+            SeqNum(CISN).add(6),
+            SeqNum(risn).add(3_001),
+            flags::ACK,
+            win,
+        );
+        r.handle_packet(now, seg(CLIENT, VIP, a, b""));
+    };
+    client_ack(&mut r, t(8), 0);
+    let out = drain(&mut r);
+    let w = out
+        .iter()
+        .find(|o| o.dst == replica(3))
+        .map(|o| o.r.window)
+        .expect("the client's ACK reaches replica 3");
+    assert!(
+        (w as u32) << 7 < 1_096 + 1_460,
+        "less than a segment of room: {w}"
+    );
+    // Every replica answers whatever it is sent, replica 3 with a pure ACK
+    // at its SND.NXT and nothing else, for `until`.
+    let mut ts = 7001;
+    let mut answer = |r: &mut Router, from: u64, until: u64, lead: u32| {
+        let mut now = from;
+        while now < until {
+            now += 10;
+            r.handle_timeout(t(now));
+            for o in drain(r) {
+                if let Some(i) = (1..=3u8).find(|&i| o.dst == replica(i)) {
+                    let nxt = if i == 3 { 1 + 1_904 } else { 1 + lead };
+                    ts += 1;
+                    from_replica(r, t(now), &isns, i, (nxt, 6, ts), b"");
+                }
+            }
+        }
+    };
+    answer(&mut r, 8, 4_000, 3_000);
+    let ev = log_events(&mut r);
+    assert!(
+        !ev.iter().any(|e| matches!(e, Event::Evicted { .. })),
+        "it waits for the client, alive: {ev:?}"
+    );
+    // The client reads: its window opens, and replicas 1 and 2 send their
+    // last 1,000 bytes. Replica 3's window now has room for its segment;
+    // it still sends nothing: its output stands still while theirs moved.
+    client_ack(&mut r, t(4_001), 100);
+    drain(&mut r);
+    for i in [1, 2] {
+        from_replica(&mut r, t(4_002), &isns, i, (3_001, 6, 9000), &body[3_000..]);
+    }
+    drain(&mut r);
+    answer(&mut r, 4_002, 7_000, 4_000);
+    let ev = log_events(&mut r);
+    assert!(
+        ev.iter().any(|e| matches!(
+            e,
+            Event::Evicted { replica: a, reason: EvictReason::Stalled, .. } if *a == replica(3)
+        )),
+        "{ev:?}"
+    );
+}
+
 /// The client closes (FIN) having got the reply from replicas 1 and 2
 /// while replica 3 has sent only part of it. A lone server never sees its
 /// client close before the client has what it had then; replica 3 would,
@@ -7288,6 +7402,88 @@ fn a_connection_adopted_after_a_takeover_does_not_hold_a_join_off() {
     );
 }
 
+/// A connection the client closed just before a takeover: the replicas
+/// took its FIN and closed too (LAST-ACK), the client acknowledged their
+/// FIN (TIME-WAIT) and that ACK died with the router. After the rebuild
+/// the replicas' RCV.NXT counts the client's FIN, and their agents say
+/// they took it (`fin_received`, read from the kernel): the client closed,
+/// no input is left to come on the connection, and a join passes it by.
+/// Taken for one more byte of input, its FIN never
+/// coming again, the connection stood "closing: the servers closed it, and
+/// the client has not" and held a join off until the join gave up (a
+/// fault campaign: a replica's join failed after 2 s and every client of
+/// the service waited those 2 s).
+#[test]
+fn a_rebuilt_connection_whose_replicas_took_the_clients_fin_holds_no_join_off() {
+    for (told, fin_again) in [(true, false), (true, true), (false, false), (false, true)] {
+        let mut r = sequencer_router_joining(3, false);
+        assert_eq!(r.replica_failed(t(0), replica(3)), 1);
+        let (risn, isns) = (7_000_000u32, [1_000_000u32, 2_000_000]);
+        // 86 client bytes and its FIN in; "world" and the servers' FIN out.
+        adopt_two_as(&mut r, risn, isns, 7, None, |_, rec| {
+            rec.fin_received = told;
+        });
+        for i in 0..2usize {
+            // LAST-ACK answers the position probe at SND.NXT (past its FIN).
+            let mut a = Repr::new(
+                PORT,
+                CPORT,
+                SeqNum(isns[i]).add(1 + 6),
+                SeqNum(CISN).add(1 + 87),
+                flags::ACK,
+                500,
+            );
+            a.timestamps = None;
+            if fin_again && i == 0 {
+                // Or its FIN again, on its retransmission timer.
+                a.seq = a.seq.sub(1);
+                a.flags |= flags::FIN;
+            }
+            r.handle_packet(t(1), seg(replica(i as u8 + 1), CLIENT, a, b""));
+        }
+        drain(&mut r);
+        assert_eq!(r.status().rebuilding, 0, "whole again");
+        let ends = input_ends(&mut r);
+        if told {
+            // The FIN is no byte of input: no chunk numbers it.
+            assert!(ends.iter().all(|&e| e <= 86), "{ends:?}");
+        }
+        // The client, in TIME-WAIT, answers the rebuild's probe with its
+        // ACK of everything (the servers' FIN included).
+        let mut a = Repr::new(
+            CPORT,
+            PORT,
+            SeqNum(CISN).add(1 + 87),
+            SeqNum(risn).add(1 + 6),
+            flags::ACK,
+            502,
+        );
+        a.timestamps = None;
+        r.handle_packet(t(5), seg(CLIENT, VIP, a, b""));
+        let to: Vec<Ipv4Addr> = drain(&mut r).iter().map(|o| o.dst).collect();
+        assert!(
+            to.contains(&replica(1)) && to.contains(&replica(2)),
+            "the client's ACK reaches the replicas: {to:?}"
+        );
+        // Their sockets are gone now; nothing more comes from them.
+        log_events(&mut r);
+        agent_msgs(&mut r);
+        r.join_replica(t(10), "t", replica(3)).expect("join");
+        drain(&mut r);
+        r.handle_timeout(t(12));
+        r.handle_timeout(t(2100));
+        let ev = log_events(&mut r);
+        let checkpoint = ev.iter().any(|e| matches!(e, Event::JoinCheckpoint { .. }));
+        if told {
+            assert!(checkpoint, "the client closed; the join goes on: {ev:?}");
+        } else {
+            // An agent that cannot say (an older one, or a kernel that would
+            // not tell) leaves the router where it was: the FIN is unknown.
+            assert!(!checkpoint, "{ev:?}");
+        }
+    }
+}
+
 /// After a takeover, while the order waits for the agents' reports, a
 /// client's SYN waits too if a replica of the group has not registered
 /// yet: opened at once it would leave that replica out of the connection,
@@ -7507,6 +7703,7 @@ fn record_of_three(risn: u32, isns: &[u32]) -> ftnet_core::ConnRecord {
         accepted: true,
         input_end: None,
         snd_una: None,
+        fin_received: false,
     }
 }
 

@@ -7,7 +7,8 @@
 use crate::sys;
 use anyhow::Context;
 use ftnet_control::{
-    AgentEvent, AgentSession, ConnKey, ConnRecord, Decoder, Msg, OrderLog, Sealer,
+    AgentEvent, AgentSession, ConnKey, ConnRecord, Decoder, Msg, OrderLog, Sealer, SocketInfo,
+    Sockets,
 };
 use std::collections::HashMap;
 use std::io::{Read, Write};
@@ -397,13 +398,10 @@ fn note_end(end: ShimEnd, lost: &mut Vec<String>) -> bool {
     }
 }
 
-/// Connections of the replica's server (client address, client port, local
-/// port), each with the bytes its peer acknowledged where the kernel says.
-type Sockets = HashMap<(Ipv4Addr, u16, u16), Option<u64>>;
-
 /// The connections of this replica's server on the ports of `records`
 /// (client address, client port, local port), each with what its peer
-/// acknowledged of its output where the kernel says, from one `sock_diag`
+/// acknowledged of its output where the kernel says and whether it took
+/// the client's FIN, from one `sock_diag`
 /// dump of this network namespace's TCP sockets. `None`, and logged, if
 /// the kernel will not say: the records then go as they are (no SND.UNA,
 /// so the router prompts the replica only once the client spoke; none
@@ -418,7 +416,13 @@ fn sockets(records: &HashMap<ConnKey, ConnRecord>) -> Option<Sockets> {
     match ftnet_io::netlink::tcp_sockets(&ports) {
         Ok(m) => Some(
             m.into_iter()
-                .map(|(p, b)| ((p.addr, p.port, p.local_port), b))
+                .map(|(p, s)| {
+                    let info = SocketInfo {
+                        bytes_acked: s.bytes_acked,
+                        fin_received: s.fin_received,
+                    };
+                    ((p.addr, p.port, p.local_port), info)
+                })
                 .collect(),
         ),
         Err(e) => {

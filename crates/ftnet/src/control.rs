@@ -1668,6 +1668,7 @@ mod tests {
             accepted: false,
             input_end: None,
             snd_una: None,
+            fin_received: false,
         };
         let one = |k: ConnKey| vec![k];
         for case in 0..3 {

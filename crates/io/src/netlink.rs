@@ -976,7 +976,7 @@ mod tests {
         for _ in 0..100 {
             let m = tcp_sockets(&[port]).unwrap();
             assert!(m.keys().all(|k| k.local_port == port), "{m:?}");
-            acked = m.get(&key).copied().flatten();
+            acked = m.get(&key).and_then(|s| s.bytes_acked);
             if acked == Some(3000) {
                 break;
             }
@@ -1022,6 +1022,38 @@ mod tests {
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
         assert_eq!(last, Some((true, false)), "(TIME-WAIT listed, closed gone)");
+    }
+
+    /// A server socket whose peer closed (CLOSE-WAIT) is reported as having
+    /// taken its peer's FIN; an open one is not.
+    #[test]
+    fn sock_diag_says_which_sockets_took_their_peers_fin() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        let key = |peer: std::net::SocketAddr| TcpPeer {
+            addr: Ipv4Addr::LOCALHOST,
+            port: peer.port(),
+            local_port: port,
+        };
+        let _c1 = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        let (_s1, p1) = l.accept().unwrap();
+        let c2 = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        let (_s2, p2) = l.accept().unwrap();
+        drop(c2);
+        let mut last = None;
+        for _ in 0..100 {
+            let m = tcp_sockets(&[port]).unwrap();
+            let state = (
+                m.get(&key(p1)).map(|s| s.fin_received),
+                m.get(&key(p2)).map(|s| s.fin_received),
+            );
+            last = Some(state);
+            if state == (Some(false), Some(true)) {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert_eq!(last, Some((Some(false), Some(true))), "(open, CLOSE-WAIT)");
     }
 
     fn hex(s: &str) -> Vec<u8> {
@@ -1249,18 +1281,28 @@ pub struct TcpPeer {
     pub local_port: u16,
 }
 
+/// What the kernel says of one TCP socket ([`tcp_sockets`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TcpSock {
+    /// Bytes of its output its peer acknowledged (`tcpi_bytes_acked`, the
+    /// FIN counted once acknowledged), where the kernel keeps a full
+    /// socket with a `tcp_info` long enough.
+    pub bytes_acked: Option<u64>,
+    /// It took its peer's FIN: CLOSE-WAIT, LAST-ACK, CLOSING or TIME-WAIT.
+    pub fin_received: bool,
+}
+
 /// Every IPv4 TCP connection of the calling thread's network namespace
 /// whose local port is one of `ports`, in any state from SYN-RECEIVED
 /// (request sockets included) to TIME-WAIT, with, where the kernel keeps a
 /// full socket, how many bytes of its output its peer acknowledged
-/// (`tcp_info`'s `tcpi_bytes_acked`, the FIN counted once acknowledged).
-/// With the socket's ISN that is its SND.UNA: `ISN + 1 + bytes_acked`
+/// (`tcp_info`'s `tcpi_bytes_acked`, the FIN counted once acknowledged),
+/// and whether it took its peer's FIN (its state). With the socket's ISN
+/// the bytes acknowledged give its SND.UNA: `ISN + 1 + bytes_acked`
 /// modulo 2^32. A connection absent from the map has no socket left here.
 /// One `sock_diag` dump (what `ss -tai` reads), no process's sockets
 /// touched.
-pub fn tcp_sockets(
-    ports: &[u16],
-) -> Result<std::collections::HashMap<TcpPeer, Option<u64>>, Error> {
+pub fn tcp_sockets(ports: &[u16]) -> Result<std::collections::HashMap<TcpPeer, TcpSock>, Error> {
     let what = || "sock_diag dump of TCP sockets (ss -tai)".to_string();
     let mut sock = Socket::open_protocol(NETLINK_SOCK_DIAG).map_err(netlink_err(what()))?;
     // struct inet_diag_req_v2: family, protocol, ext, pad, states, id.
@@ -1288,18 +1330,19 @@ pub fn tcp_sockets(
     Ok(replies
         .iter()
         .filter(|(ty, _)| *ty == SOCK_DIAG_BY_FAMILY)
-        .filter_map(|(_, b)| diag_bytes_acked(b))
+        .filter_map(|(_, b)| diag_sock(b))
         .filter(|(p, _)| ports.contains(&p.local_port))
         .collect())
 }
 
-/// One `inet_diag_msg` with its attributes: the socket and, if it has a
-/// `tcp_info` long enough to hold it, `tcpi_bytes_acked`.
-fn diag_bytes_acked(b: &[u8]) -> Option<(TcpPeer, Option<u64>)> {
+/// One `inet_diag_msg` with its attributes: the socket, its state and, if
+/// it has a `tcp_info` long enough to hold it, `tcpi_bytes_acked`.
+fn diag_sock(b: &[u8]) -> Option<(TcpPeer, TcpSock)> {
     let head = b.get(..INET_DIAG_MSG_LEN)?;
     if head[0] != AF_INET {
         return None;
     }
+    let state = u32::from(head[1]);
     // The socket id: sport, dport (network order), src, dst (16 bytes each).
     let local_port = u16::from_be_bytes(head.get(4..6)?.try_into().ok()?);
     let port = u16::from_be_bytes(head.get(6..8)?.try_into().ok()?);
@@ -1316,6 +1359,12 @@ fn diag_bytes_acked(b: &[u8]) -> Option<(TcpPeer, Option<u64>)> {
             port,
             local_port,
         },
-        acked,
+        TcpSock {
+            bytes_acked: acked,
+            fin_received: matches!(
+                state,
+                TCP_CLOSE_WAIT | TCP_LAST_ACK | TCP_CLOSING | TCP_TIME_WAIT
+            ),
+        },
     ))
 }

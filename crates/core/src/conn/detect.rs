@@ -280,6 +280,18 @@ impl Conn {
         let nagle_tail = l.data_hi().is_after(self.client_ack)
             && ahead.peek().is_some()
             && ahead.all(|o| o.data_hi().diff(l.data_hi()) < i32::from(self.client_mss));
+        // Linux sends a segment only if it fits the window whole
+        // (`tcp_snd_wnd_test`). Into less room than its next segment needs
+        // it sends nothing until its window probe timer fires, and every
+        // ACK it gets restarts that timer (`tcp_ack_probe`), the router's
+        // own probes among them: a replica behind the others whose window
+        // (to the client's edge, the client's window closed) ends less
+        // than a segment past its output stands still, alive, until the
+        // client reads (e2e `closed-window`: evicted as stalled 1,096
+        // bytes short of the client's edge). Only a window with room for a
+        // whole segment, sent since its output last moved, makes its
+        // standstill evidence.
+        let short_room = l.edge_out.is_some() && l.roomy_at.is_none_or(|r| r <= out_from);
         let others_out = l.open()
             && !l.detached
             && !awaits_room
@@ -289,7 +301,7 @@ impl Conn {
         // Behind in output only, and that output may wait for room (or for
         // the client's ACK, Nagle): it has all the input, so only its
         // silence can convict it.
-        let output_waits = (awaits_room || nagle_tail)
+        let output_waits = (awaits_room || nagle_tail || short_room)
             && !self.client_hi.is_after(l.ack)
             && !others().any(|o| o.ack.is_after(l.ack));
         // An owed FIN alone is judged by silence only (`fin_owed_since`);
@@ -469,7 +481,7 @@ impl Conn {
         };
         let (ack_c, ack) = l.ack_for(self.client_ack);
         let (win, _) = self.window_to(i, self.client_ack, ack_c, self.client_win);
-        self.note_window(i, ack_c, win);
+        self.note_window(ctx.now, i, ack_c, win);
         let l = &self.legs[i];
         let mut r = Repr::new(self.key.cport, self.key.vport, seq, ack, flags::ACK, win);
         if self.ts_on {

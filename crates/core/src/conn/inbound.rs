@@ -557,7 +557,7 @@ impl Conn {
             // voting, one far ahead of the slowest is held back
             // (`window_to`).
             let win = if seg.has(flags::ACK) {
-                let w = self.windowed(i, ack_in, ack_c, seg.window);
+                let w = self.windowed(ctx.now, i, ack_in, ack_c, seg.window);
                 (w != seg.window).then_some(w)
             } else {
                 None

@@ -63,6 +63,10 @@ pub(super) struct Leg {
     /// its agent read it when handing the record over, until the rebuild
     /// prompts it ([`Conn::prompt_replicas_at_una`]).
     pub(super) una_hint: Option<SeqNum>,
+    /// An adopted leg: its agent read from the replica's kernel that it
+    /// took the client's FIN (`ConnRecord::fin_received`): its RCV.NXT
+    /// counts the FIN ([`Conn::finish_recovery`]).
+    pub(super) fin_in_hint: bool,
     /// Resets sent to an earlier connection of this four-tuple that the
     /// replica still holds (its bare ACK answered the client's SYN,
     /// [`Conn::syn_challenged`]; or, evicted, its challenge ACK answered
@@ -95,6 +99,11 @@ pub(super) struct Leg {
     /// client's name (`Conn::window_to`), for an eviction's log line: a
     /// replica whose output stands still may be one with no room to send.
     pub(super) edge_out: Option<SeqNum>,
+    /// When it was last sent a window with room for a whole segment (the
+    /// client's MSS) past its output (`Conn::note_window`): Linux sends
+    /// nothing into less room than its next segment needs (see
+    /// `Conn::fail_deadline`).
+    pub(super) roomy_at: Option<Instant>,
     /// When the last challenge ACK went to this replica (RFC 5961 §7).
     pub(super) challenge_at: Option<Instant>,
     /// A replica that joined the open connection
@@ -226,6 +235,7 @@ impl Conn {
             syn_tries: 0,
             stale_resets: 0,
             una_hint: None,
+            fin_in_hint: false,
             probe_at: None,
             asked_at: None,
             aborted_at: None,
@@ -235,6 +245,7 @@ impl Conn {
             ack_out: None,
             paced: None,
             edge_out: None,
+            roomy_at: None,
             nxt_seen: None,
             challenge_at: None,
             joined_at: None,

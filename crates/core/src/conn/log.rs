@@ -585,7 +585,7 @@ impl Conn {
         }
         ctx.counters.packets_out += sent as u64;
         ctx.tx.extend(out);
-        self.note_window(i, ack_c, win);
+        self.note_window(ctx.now, i, ack_c, win);
         let l = &mut self.legs[i];
         l.ack_out = Some(ack_c);
         l.paced = paced;

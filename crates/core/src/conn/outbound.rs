@@ -884,7 +884,7 @@ impl Conn {
         ack_c: SeqNum,
         ack: SeqNum,
     ) {
-        let win = self.windowed(i, self.client_ack, ack_c, self.client_win);
+        let win = self.windowed(ctx.now, i, self.client_ack, ack_c, self.client_win);
         let l = &self.legs[i];
         let mut r = Repr::new(self.key.cport, self.key.vport, seq, ack, fl, win);
         if self.ts_on {

@@ -95,6 +95,7 @@ impl Conn {
             accepted: false,
             input_end: None,
             snd_una: None,
+            fin_received: false,
         }
     }
 
@@ -188,6 +189,7 @@ impl Conn {
         replica: ReplicaId,
         r: &ReplicaSetup,
         snd_una: Option<u32>,
+        fin_received: bool,
     ) -> bool {
         if self.legs.iter().any(|l| l.replica == replica) {
             return false;
@@ -210,6 +212,7 @@ impl Conn {
         l.ack = self.client_hi;
         l.edge = self.client_hi;
         l.una_hint = snd_una.map(SeqNum);
+        l.fin_in_hint = fin_received;
         self.probe(ctx, i);
         true
     }
@@ -303,6 +306,36 @@ impl Conn {
             self.replay_early(ctx, i);
         }
         self.finish_recovery(ctx)
+    }
+
+    /// As the connection becomes whole: the client closed if a replica's
+    /// agent read from its kernel that the replica took its FIN. That
+    /// replica's RCV.NXT (its ACK) counts the FIN: the input ends one
+    /// before it. Unknown, the FIN would be taken for one more byte of
+    /// input (numbered as such by the sequencer), and a client that
+    /// closed before the takeover never sends it again once a replica
+    /// acknowledged it: the connection would seem open for input, and hold
+    /// every join off, until it timed out.
+    fn learn_client_fin(&mut self) {
+        if self.client_fin.is_some() {
+            return;
+        }
+        let Some(a) = self
+            .legs
+            .iter()
+            .filter(|l| l.open() && l.learned && l.fin_in_hint)
+            .map(|l| l.ack)
+            .reduce(SeqNum::max)
+        else {
+            return;
+        };
+        if !a.is_after(self.client_isn.add(1)) {
+            return;
+        }
+        self.client_fin = Some(a.sub(1));
+        if a.is_after(self.client_hi) {
+            self.client_hi = a;
+        }
     }
 
     /// `primary`, as the connection becomes whole: the client follows the
@@ -434,6 +467,7 @@ impl Conn {
             self.sent_hi = lo;
             self.client_ack = lo;
         }
+        self.learn_client_fin();
         self.choose_lead();
         // One ACK to the client with the group's position and window.
         if let (Some(a), Some(e)) = (self.group_ack(), self.group_edge()) {

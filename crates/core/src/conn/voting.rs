@@ -7,6 +7,7 @@ use crate::event::{Event, EvictReason};
 use crate::ids::LegId;
 use crate::metrics::DropReason;
 use crate::packet::Packet;
+use crate::time::Instant;
 use crate::vote::{self, Offer, Outcome};
 use crate::wrap::len32;
 use ftnet_wire::tcp::flags;
@@ -320,18 +321,33 @@ impl Conn {
 
     /// [`Conn::window_to`], noting on the leg the edge sent and a pace's
     /// cut.
-    pub(super) fn windowed(&mut self, i: usize, ack: SeqNum, ack_c: SeqNum, field: u16) -> u16 {
+    pub(super) fn windowed(
+        &mut self,
+        now: Instant,
+        i: usize,
+        ack: SeqNum,
+        ack_c: SeqNum,
+        field: u16,
+    ) -> u16 {
         let (w, paced) = self.window_to(i, ack, ack_c, field);
-        self.note_window(i, ack_c, w);
+        self.note_window(now, i, ack_c, w);
         self.legs[i].paced = paced;
         w
     }
 
     /// Leg `i` was sent window field `w` with an ACK of `ack_c` (client
-    /// space): where that window ends (`Leg::edge_out`).
-    pub(super) fn note_window(&mut self, i: usize, ack_c: SeqNum, w: u16) {
+    /// space) at `now`: where that window ends (`Leg::edge_out`), and
+    /// whether it leaves room for a whole segment past the leg's output
+    /// (`Leg::roomy_at`).
+    pub(super) fn note_window(&mut self, now: Instant, i: usize, ack_c: SeqNum, w: u16) {
         let shift = self.ws_to(i);
-        self.legs[i].edge_out = Some(ack_c.add(u32::from(w) << shift));
+        let edge = ack_c.add(u32::from(w) << shift);
+        let mss = i32::from(self.client_mss);
+        let l = &mut self.legs[i];
+        l.edge_out = Some(edge);
+        if edge.diff(l.data_hi()) >= mss {
+            l.roomy_at = Some(now);
+        }
     }
 
     /// The scale leg `i` reads the window fields it is sent with: the

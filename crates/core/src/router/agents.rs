@@ -88,7 +88,7 @@ impl Router {
             .unwrap_or_default();
         let Some(added) = self.on_conn(now, key, |c, ctx| {
             c.adopt_order(rec.accepted, rec.input_end, &ends);
-            c.adopt_leg(ctx, replica, &mine, rec.snd_una)
+            c.adopt_leg(ctx, replica, &mine, rec.snd_una, rec.fin_received)
         }) else {
             return Adopted::Refused;
         };

@@ -290,8 +290,10 @@ impl Conn {
         // client reads (e2e `closed-window`: evicted as stalled 1,096
         // bytes short of the client's edge). Only a window with room for a
         // whole segment, sent since its output last moved, makes its
-        // standstill evidence.
-        let short_room = l.edge_out.is_some() && l.roomy_at.is_none_or(|r| r <= out_from);
+        // standstill evidence, counted from that window (counted from its
+        // last output, it was evicted the moment the client read).
+        let room_from = l.roomy_from.filter(|&r| r >= l.out_at);
+        let short_room = l.edge_out.is_some() && room_from.is_none();
         let others_out = l.open()
             && !l.detached
             && !awaits_room
@@ -301,9 +303,8 @@ impl Conn {
         // Behind in output only, and that output may wait for room (or for
         // the client's ACK, Nagle): it has all the input, so only its
         // silence can convict it.
-        let output_waits = (awaits_room || nagle_tail || short_room)
-            && !self.client_hi.is_after(l.ack)
-            && !others().any(|o| o.ack.is_after(l.ack));
+        let all_input = !self.client_hi.is_after(l.ack) && !others().any(|o| o.ack.is_after(l.ack));
+        let output_waits = (awaits_room || nagle_tail || short_room) && all_input;
         // An owed FIN alone is judged by silence only (`fin_owed_since`);
         // a held joiner's server takes nothing yet (`Leg::held`).
         if in_data && !l.held && !output_waits && (others_progressed || others_out) {
@@ -311,6 +312,11 @@ impl Conn {
                 (true, true) => stuck_from.min(out_from),
                 (true, false) => stuck_from,
                 _ => out_from,
+            };
+            // Behind in output only: from the window that gave it room.
+            let from = match room_from {
+                Some(r) if all_input => from.max(r),
+                _ => from,
             };
             let stuck = from + (t.failure_detection * 10).max(core::time::Duration::from_secs(1));
             if stuck < silent {

@@ -99,11 +99,12 @@ pub(super) struct Leg {
     /// client's name (`Conn::window_to`), for an eviction's log line: a
     /// replica whose output stands still may be one with no room to send.
     pub(super) edge_out: Option<SeqNum>,
-    /// When it was last sent a window with room for a whole segment (the
-    /// client's MSS) past its output (`Conn::note_window`): Linux sends
-    /// nothing into less room than its next segment needs (see
-    /// `Conn::fail_deadline`).
-    pub(super) roomy_at: Option<Instant>,
+    /// When it was first sent a window with room for a whole segment (the
+    /// client's MSS) past its output since that output last moved
+    /// (`out_at`; `Conn::note_window`): Linux sends nothing into less room
+    /// than its next segment needs, and a standstill counts from here
+    /// (`Conn::fail_deadline`). Older than `out_at`: none since.
+    pub(super) roomy_from: Option<Instant>,
     /// When the last challenge ACK went to this replica (RFC 5961 §7).
     pub(super) challenge_at: Option<Instant>,
     /// A replica that joined the open connection
@@ -245,7 +246,7 @@ impl Conn {
             ack_out: None,
             paced: None,
             edge_out: None,
-            roomy_at: None,
+            roomy_from: None,
             nxt_seen: None,
             challenge_at: None,
             joined_at: None,

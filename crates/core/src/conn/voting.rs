@@ -338,15 +338,15 @@ impl Conn {
     /// Leg `i` was sent window field `w` with an ACK of `ack_c` (client
     /// space) at `now`: where that window ends (`Leg::edge_out`), and
     /// whether it leaves room for a whole segment past the leg's output
-    /// (`Leg::roomy_at`).
+    /// (`Leg::roomy_from`).
     pub(super) fn note_window(&mut self, now: Instant, i: usize, ack_c: SeqNum, w: u16) {
         let shift = self.ws_to(i);
         let edge = ack_c.add(u32::from(w) << shift);
         let mss = i32::from(self.client_mss);
         let l = &mut self.legs[i];
         l.edge_out = Some(edge);
-        if edge.diff(l.data_hi()) >= mss {
-            l.roomy_at = Some(now);
+        if edge.diff(l.data_hi()) >= mss && l.roomy_from.is_none_or(|t| t < l.out_at) {
+            l.roomy_from = Some(now);
         }
     }
 

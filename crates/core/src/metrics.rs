@@ -158,6 +158,11 @@ pub struct Counters {
     /// was rebuilt, passed on to a replica once it told its position (the
     /// others had them at once).
     pub rebuild_resends: u64,
+    /// Client segments of connections the router did not have, kept while
+    /// it waited for the agents after a takeover (`Router::keep_orphan`),
+    /// and those that reached their connection as it was adopted.
+    pub orphans_kept: u64,
+    pub orphans_replayed: u64,
     /// Replicas' probes (zero-window, keep-alive) passed on to the client
     /// so that it answers with its window.
     pub probes_passed: u64,

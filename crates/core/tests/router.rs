@@ -2998,15 +2998,16 @@ fn adopt_two_una(
     ts_base: Option<u32>,
     unas: [Option<u32>; 2],
 ) {
-    adopt_two_as(r, risn, isns, wscale, ts_base, |i, rec| {
+    adopt_two_as(r, t(0), risn, isns, wscale, ts_base, |i, rec| {
         rec.snd_una = unas[usize::from(i)];
     });
 }
 
-/// `adopt_two_with`, each agent's record (replica `i`, 0 or 1) changed by
-/// `f` as it hands it over.
+/// `adopt_two_with` at `at`, each agent's record (replica `i`, 0 or 1)
+/// changed by `f` as it hands it over.
 fn adopt_two_as(
     r: &mut Router,
+    at: Instant,
     risn: u32,
     isns: [u32; 2],
     wscale: u8,
@@ -3044,7 +3045,7 @@ fn adopt_two_as(
     for i in 0..2u8 {
         let mut rec = rec.clone();
         f(i, &mut rec);
-        r.adopt(t(0), replica(i + 1), &rec);
+        r.adopt(at, replica(i + 1), &rec);
     }
     drain(r); // the position probes
 }
@@ -7429,7 +7430,7 @@ fn a_rebuilt_connection_whose_replicas_took_the_clients_fin_holds_no_join_off() 
         assert_eq!(r.replica_failed(t(0), replica(3)), 1);
         let (risn, isns) = (7_000_000u32, [1_000_000u32, 2_000_000]);
         // 86 client bytes and its FIN in; "world" and the servers' FIN out.
-        adopt_two_as(&mut r, risn, isns, 7, None, |_, rec| {
+        adopt_two_as(&mut r, t(0), risn, isns, 7, None, |_, rec| {
             rec.fin_received = told;
         });
         for i in 0..2usize {
@@ -8421,6 +8422,77 @@ fn a_clients_resend_during_a_rebuild_reaches_the_replicas_that_tell_their_positi
         "{out:?}"
     );
     assert_eq!(r.counters().rebuild_resends, 1);
+}
+
+/// A router that takes over holds the virtual address before the agents
+/// registered with it (a router cut: VRRP moved it after ~100 ms, the
+/// agents gave the silent router up after 150 ms). A client's resend that
+/// lands in between belongs to no connection yet; dropped, the client
+/// waited for its next resend, backed off (~400 ms after its first). It is
+/// kept instead, and reaches the connection as the records bring it in,
+/// then each replica as it tells its position. Kept only a second, and
+/// only while the router may be taking over.
+#[test]
+fn a_clients_resend_before_the_agents_registered_reaches_the_connection_adopted_later() {
+    let (risn, isns) = (7_000_000u32, [1_000_000u32, 2_000_000]);
+    let resend = |r: &mut Router, now: Instant| {
+        let d = Repr::new(
+            CPORT,
+            PORT,
+            SeqNum(CISN).add(1 + 86),
+            SeqNum(risn).add(1 + 100),
+            flags::ACK | flags::PSH,
+            502,
+        );
+        r.handle_packet(now, seg(CLIENT, VIP, d, &[b'c'; 14]));
+    };
+    for (kept, adopt_at) in [(true, 300u64), (false, 1_300)] {
+        let mut r = router(2);
+        r.require_agents();
+        resend(&mut r, t(0));
+        assert!(drain(&mut r).is_empty());
+        assert_eq!(r.counters().orphans_kept, 1);
+        for i in 1..=2 {
+            r.handle_timeout(t(adopt_at));
+            r.agent_registered(replica(i));
+        }
+        adopt_two_as(&mut r, t(adopt_at), risn, isns, 0, None, |_, _| {});
+        let mut got = Vec::new();
+        for i in 1..=2u8 {
+            position_answer(
+                &mut r,
+                t(adopt_at + 1),
+                i,
+                SeqNum(isns[usize::from(i) - 1]).add(101),
+                86,
+            );
+            got.extend(
+                drain(&mut r)
+                    .into_iter()
+                    .filter(|o| o.dst != CLIENT && o.payload == vec![b'c'; 14])
+                    .map(|o| (o.dst, o.r.seq.diff(SeqNum(CISN)))),
+            );
+        }
+        if kept {
+            assert_eq!(
+                got,
+                vec![(replica(1), 87), (replica(2), 87)],
+                "the resend reaches both replicas"
+            );
+            assert_eq!(r.counters().orphans_replayed, 1);
+        } else {
+            assert!(got.is_empty(), "older than a second: dropped {got:?}");
+            assert_eq!(r.counters().orphans_replayed, 0);
+        }
+    }
+    // Long after the agents registered, a segment of no connection is
+    // dropped at once.
+    let mut r = router(2);
+    r.require_agents();
+    r.handle_timeout(t(1));
+    r.agent_registered(replica(1));
+    resend(&mut r, t(2_100));
+    assert_eq!(r.counters().orphans_kept, 0);
 }
 
 /// After a takeover the router does not know which replica's stream the

@@ -251,6 +251,8 @@ pub fn render(v: &Value) -> String {
             "rebuild_dup_acks",
             "rebuild_synacks",
             "rebuild_resends",
+            "orphans_kept",
+            "orphans_replayed",
         ] {
             let _ = writeln!(o, "  {k:<20} {}", u(&c[k]));
         }

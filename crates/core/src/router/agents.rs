@@ -93,6 +93,9 @@ impl Router {
             return Adopted::Refused;
         };
         self.after(now, key);
+        if fresh {
+            self.replay_orphans(now, key);
+        }
         match (fresh, added) {
             (true, _) => {
                 self.counters.connections_adopted += 1;

@@ -58,6 +58,18 @@ impl BuildHasher for TableHasher {
 /// Connections shown in detail in the status.
 const SAMPLE_CONNS: usize = 8;
 
+/// How long a client segment of a connection this router does not have is
+/// kept while it may be taking over ([`Router::keep_orphan`]).
+pub const ORPHAN_KEEP: core::time::Duration = core::time::Duration::from_secs(1);
+/// How long after the first agent registered such segments are kept at
+/// all: the agents hand their records over as they register.
+pub const ORPHAN_WINDOW: core::time::Duration = core::time::Duration::from_secs(2);
+/// At most this many such segments, and payload bytes, in all.
+pub const ORPHANS_MAX: (usize, usize) = (4_096, 4 << 20);
+/// At most this many of one connection (a client that timed out resends
+/// one segment, then waits).
+pub const ORPHANS_PER_CONN: usize = 8;
+
 /// How long after an agent registered its records are surely in (they
 /// follow the registration at once).
 const AGENT_RECORDS_WAIT: core::time::Duration = core::time::Duration::from_secs(2);
@@ -163,6 +175,11 @@ pub struct Router {
     /// adopted since, and adopted ones that left the table unrebuilt.
     rebuild: Option<(Instant, u64)>,
     rebuild_dropped: u64,
+    /// Client segments of connections this router does not have, kept
+    /// while it may be taking over (arrival, connection, segment), and
+    /// their payload bytes ([`Router::keep_orphan`]).
+    orphans: VecDeque<(Instant, ConnKey, Packet)>,
+    orphan_bytes: usize,
     /// Challenge ACKs sent this second (RFC 5961 §7).
     challenges: ChallengeBudget,
     /// Draining replicas already announced drained.
@@ -242,6 +259,8 @@ impl Router {
             cut_off: false,
             rebuild: None,
             rebuild_dropped: 0,
+            orphans: VecDeque::new(),
+            orphan_bytes: 0,
             agents: None,
             agent_since: BTreeMap::new(),
             records_in: BTreeSet::new(),
@@ -478,10 +497,89 @@ impl Router {
             }
             return self.open(now, svc, key, pkt, seg);
         }
+        if !self.conns.contains_key(&key) && self.keeps_orphans(now) {
+            self.keep_orphan(now, key, pkt, seg);
+            return Ok(());
+        }
         self.on_conn(now, key, |c, ctx| c.client_segment(ctx, pkt, seg))
             .ok_or(DropReason::UnknownConnection)?;
         self.after(now, key);
         Ok(())
+    }
+
+    /// Whether client segments of connections this router does not have
+    /// are kept for a moment ([`Router::keep_orphan`]): it waits for the
+    /// agents (a router that takes over or restarts), and none registered
+    /// yet or the first did less than [`ORPHAN_WINDOW`] ago.
+    fn keeps_orphans(&self, now: Instant) -> bool {
+        self.agents.is_some()
+            && self
+                .agent_since
+                .values()
+                .min()
+                .is_none_or(|&t| now < t + ORPHAN_WINDOW)
+    }
+
+    /// A client segment of a connection this router does not have, while
+    /// it may be taking over: the connection may be one the agents'
+    /// records bring in a moment. A router that takes over holds the
+    /// virtual address before the agents have registered with it (VRRP
+    /// moved it ~100 ms after a cut; the agents give a silent router up
+    /// after 150 ms, then register), and a client's first retransmission
+    /// (~200 ms after its segment) landing in between was lost: the client
+    /// then waited for its next one, backed off (~400 ms; the ICMP prompt
+    /// of a rebuild takes back one back-off step, not the wait since its
+    /// last retransmission). Kept instead, bounded ([`ORPHAN_KEEP`],
+    /// [`ORPHANS_MAX`], [`ORPHANS_PER_CONN`]), it goes to the connection as
+    /// it is adopted ([`Router::replay_orphans`]), validated like any
+    /// client segment then; dropped if none is.
+    fn keep_orphan(&mut self, now: Instant, key: ConnKey, pkt: Packet, seg: &Seg) {
+        while let Some((t, _, p)) = self.orphans.front() {
+            if now.saturating_sub(*t) < ORPHAN_KEEP {
+                break;
+            }
+            self.orphan_bytes -= p.data.len();
+            self.orphans.pop_front();
+            self.counters.drop(DropReason::UnknownConnection);
+        }
+        let of_key = self.orphans.iter().filter(|(_, k, _)| *k == key).count();
+        if seg.has(flags::SYN)
+            || of_key >= ORPHANS_PER_CONN
+            || self.orphans.len() >= ORPHANS_MAX.0
+            || self.orphan_bytes + pkt.data.len() > ORPHANS_MAX.1
+        {
+            self.counters.drop(DropReason::UnknownConnection);
+            return;
+        }
+        self.orphan_bytes += pkt.data.len();
+        self.orphans.push_back((now, key, pkt));
+        self.counters.orphans_kept += 1;
+    }
+
+    /// Connection `key` was just adopted: the client's segments kept for it
+    /// ([`Router::keep_orphan`]) reach it now, in their order, as if they
+    /// arrived now.
+    pub(super) fn replay_orphans(&mut self, now: Instant, key: ConnKey) {
+        if !self.orphans.iter().any(|(_, k, _)| *k == key) {
+            return;
+        }
+        let mut mine = Vec::new();
+        let mut rest = VecDeque::with_capacity(self.orphans.len());
+        for (t, k, p) in self.orphans.drain(..) {
+            if k == key && now.saturating_sub(t) < ORPHAN_KEEP {
+                mine.push(p);
+            } else {
+                rest.push_back((t, k, p));
+            }
+        }
+        self.orphans = rest;
+        for p in mine {
+            self.orphan_bytes -= p.data.len();
+            self.counters.orphans_replayed += 1;
+            if let Err(r) = self.classify(now, p) {
+                self.counters.drop(r);
+            }
+        }
     }
 
     /// A new connection: SYN to every live replica (§III-E).

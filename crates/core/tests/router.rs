@@ -8587,7 +8587,9 @@ fn a_rebuilt_connection_prompts_both_ends_to_retransmit() {
             // replica 1 only (replica 2's position was not known), so the
             // group still acknowledges 86 and it waits for its next,
             // backed-off timeout. It is prompted at 86 (where its resend
-            // began, and the group's ACK); no probe: its ACK is known.
+            // began, and the group's ACK), and probed all the same: what it
+            // said came before the group's position was known, and its
+            // answer is its first word since (`first_word_due`).
             assert_eq!(icmps.len(), 3, "{what}: {sent:?}");
             for s in &icmps {
                 let Sent::Icmp(_, dst, u) = s else {
@@ -8597,7 +8599,7 @@ fn a_rebuilt_connection_prompts_both_ends_to_retransmit() {
             }
             assert!(
                 sent.iter()
-                    .all(|s| !matches!(s, Sent::Tcp(o) if o.dst == CLIENT && o.payload.len() == 1)),
+                    .any(|s| matches!(s, Sent::Tcp(o) if o.dst == CLIENT && o.payload.len() == 1)),
                 "{what}: {sent:?}"
             );
             assert_eq!(r.counters().rto_prompts, 3, "{what}");
@@ -8842,6 +8844,60 @@ fn a_rebuilt_connection_that_may_still_be_connecting_gets_no_icmp() {
             .any(|s| matches!(s, Sent::Tcp(o) if o.r.flags & flags::RST != 0)),
         "{sent:?}"
     );
+}
+
+/// As below, but the client's pure ACK came while the connection was
+/// still rebuilt (or before the agents' records, kept for it: a router
+/// that takes over holds the address before they register). That was its
+/// first word, and it came too early to tell anything: the group's ACK was
+/// not known. The rebuild's probe asks it again, and its answer gets the
+/// duplicate ACKs (an echo stream waited 760 ms across a router kill whose
+/// rebuild took 72 ms, its tail's resend at its own timeout).
+#[test]
+fn a_client_that_spoke_during_the_rebuild_gets_its_duplicate_acks_at_its_next_word() {
+    for early in [true, false] {
+        let mut r = router(2);
+        let (risn, isns) = (7_000_000u32, [1_000_000u32, 2_000_000]);
+        let group_ack = SeqNum(CISN).add(1 + 5000);
+        let tail = |r: &mut Router, now: Instant| {
+            let a = Repr::new(
+                CPORT,
+                PORT,
+                group_ack.add(12 * 1448),
+                SeqNum(risn).add(101),
+                flags::ACK,
+                500,
+            );
+            r.handle_packet(now, seg(CLIENT, VIP, a, b""));
+        };
+        adopt_two_with(&mut r, risn, isns, 0, None);
+        position_answer(&mut r, t(1), 1, SeqNum(isns[0]).add(101), 5000);
+        if early {
+            tail(&mut r, t(1));
+        }
+        position_answer(&mut r, t(2), 2, SeqNum(isns[1]).add(101), 5000);
+        let sent = drain_sent(&mut r);
+        let probed = sent
+            .iter()
+            .any(|s| matches!(s, Sent::Tcp(o) if o.dst == CLIENT && o.payload.len() == 1));
+        assert!(probed, "the rebuild's probe goes to the client: {sent:?}");
+        // Its answer (or, not early, its first word).
+        tail(&mut r, t(3));
+        let dups = drain_sent(&mut r)
+            .iter()
+            .filter(|s| {
+                matches!(s, Sent::Tcp(o) if o.dst == CLIENT
+                    && o.payload.is_empty()
+                    && o.r.flags == flags::ACK
+                    && o.r.ack == group_ack)
+            })
+            .count();
+        assert_eq!(
+            (dups, r.counters().rebuild_dup_acks),
+            (3, 3),
+            "early {early}"
+        );
+    }
 }
 
 /// A client whose first word after a rebuild is a pure ACK beyond the

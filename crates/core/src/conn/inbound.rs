@@ -108,6 +108,11 @@ impl Conn {
             if rebuilt {
                 self.dup_acks_for_lost_tail(ctx, seg);
             }
+        } else if self.first_word_due && !self.recovering() {
+            // It spoke only while the connection was rebuilt: this is its
+            // first word since (the answer to the rebuild's probe, say).
+            self.first_word_due = false;
+            self.dup_acks_for_lost_tail(ctx, seg);
         }
         if let (true, Some((_, e))) = (self.ts_on, seg.ts) {
             self.follow_client_echo(ctx.now, e);

@@ -232,6 +232,12 @@ pub struct Conn {
     /// resend what the client lacks (`Conn::prompt_replicas`, at the
     /// client's first segment after the rebuild).
     prompt_replicas_due: bool,
+    /// The client spoke only while the connection was rebuilt (a resend
+    /// that reached this router before the agents' records, or during the
+    /// rebuild): its next segment is taken as its first word after the
+    /// rebuild (`Conn::dup_acks_for_lost_tail`), and the rebuild's probe
+    /// asks it for one (`Conn::prompt_client_probe`).
+    first_word_due: bool,
     adv_edge: SeqNum,
     /// Adopted after a takeover: TSvals below this one were another
     /// router's (the client echoes the last one it took in order until a
@@ -418,6 +424,7 @@ impl Conn {
             echo_unknown: false,
             prompt_due: false,
             prompt_replicas_due: false,
+            first_word_due: false,
             adv_edge: router_isn,
             ts_own_from: None,
             ts_on: false,

@@ -454,6 +454,7 @@ impl Conn {
         self.early_bytes = 0;
         self.prompt_due = true;
         self.prompt_replicas_due = true;
+        self.first_word_due = self.client_seen;
         self.evict_log_lost(ctx);
         if !self.client_seen {
             // The client got at least what the slowest replica sent.
@@ -586,7 +587,7 @@ impl Conn {
     /// nothing to resend, waiting for bytes that died with the router
     /// before.
     pub(super) fn prompt_client_probe(&mut self, ctx: &mut Ctx) {
-        if self.client_seen {
+        if self.client_seen && !self.first_word_due {
             return;
         }
         let Some(ack) = self.client_ack_field() else {

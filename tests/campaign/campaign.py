@@ -197,10 +197,16 @@ class Campaign:
             return f"lab cut r{victim}, heal after {hold:.2f} s", t
         if kind == "stop":
             hold = r.uniform(0.05, 1.5)
-            pids = lab.server_pids(victim)
+            listed = lab.server_pids(victim)
             t = now_ms()
-            for p in pids:
-                os.kill(p, signal.SIGSTOP)
+            pids = []
+            for p in listed:
+                # A worker of the web lab's servers may exit between the listing and the signal.
+                try:
+                    os.kill(p, signal.SIGSTOP)
+                    pids.append(p)
+                except ProcessLookupError:
+                    pass
             time.sleep(hold)
             for p in pids:
                 try:

@@ -32,6 +32,9 @@ pub use metrics::{Counters, DropReason, Histogram, HISTOGRAM_BUCKETS};
 pub use order::{NumberedInput, OrderReport, ORDER_LOG, ORDER_WAIT};
 pub use packet::Packet;
 pub use record::{ConnRecord, ReplicaSetup};
-pub use router::{Router, StatusPass, JOIN_ATTEMPTS, PAUSE_PROBATION, PROBE_EVERY};
+pub use router::{
+    Router, StatusPass, JOIN_ATTEMPTS, ORPHANS_MAX, ORPHANS_PER_CONN, ORPHAN_KEEP, ORPHAN_WINDOW,
+    PAUSE_PROBATION, PROBE_EVERY,
+};
 pub use status::{ConnSample, LegSample, ReplicaDown, ReplicaStatus, ServiceStatus, Status};
 pub use time::Instant;

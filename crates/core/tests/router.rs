@@ -8485,6 +8485,16 @@ fn a_clients_resend_before_the_agents_registered_reaches_the_connection_adopted_
             assert_eq!(r.counters().orphans_replayed, 0);
         }
     }
+    // At most `ORPHANS_PER_CONN` of one connection are kept.
+    let mut r = router(2);
+    r.require_agents();
+    for k in 0..12 {
+        resend(&mut r, t(k));
+    }
+    assert_eq!(
+        r.counters().orphans_kept,
+        ftnet_core::ORPHANS_PER_CONN as u64
+    );
     // Long after the agents registered, a segment of no connection is
     // dropped at once.
     let mut r = router(2);

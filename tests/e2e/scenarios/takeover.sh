@@ -201,18 +201,23 @@ for k in kills:
     per.append(max(near) if near else 0)
 print(f"{sys.argv[3]}: client-observed stall per takeover (ms, longest echo gap around each kill): {per}; median {statistics.median(per)} max {max(per)}; echo intact {r['echo_intact']}")
 open(sys.argv[1] + ".median", "w").write("%d\n" % statistics.median(per))
+# All but the longest: one takeover of ten may meet a loaded CI machine's hiccup.
+open(sys.argv[1] + ".second", "w").write("%d\n" % sorted(per)[-2] if len(per) > 1 else "%d\n" % max(per))
 PY
 	# The bar of MISSION.md: a router's loss costs a client less than 500 ms. Asserted on the
-	# median of the takeovers (one of ten may meet a loaded CI machine's hiccup), after a kill
-	# (~210 ms here: the endpoints' first retransmission, 200 ms RTO minimum) and after a cut
-	# (~415 ms: the new master waits for three missed VRRP adverts, ~0.35 s, the agents give the
-	# silent router up after three heartbeats, and the rebuilt connections prompt each end in
-	# retransmission back-off to resend at once; before those prompts a cut cost ~640 ms, the
-	# endpoints' second retransmission).
+	# median of the takeovers and on every takeover but the longest (one of ten may meet a loaded
+	# CI machine's hiccup), after a kill and after a cut: ~210 ms here, the endpoints' first
+	# retransmission (200 ms RTO minimum). After a cut the new master holds the address after
+	# three missed VRRP adverts (~0.1-0.19 s) and the agents give the silent router up after
+	# 150 ms; a client's first resend that lands before their records is kept and replayed into
+	# the rebuilt connection (before that, 3 of 10 cuts cost ~415 ms: the resend was lost and the
+	# next came 400 ms after it; before the prompts of a rebuilt connection, ~640 ms).
 	med=$(cat "$T/stall.json.median" 2>/dev/null || echo "")
+	second=$(cat "$T/stall.json.second" 2>/dev/null || echo "")
 	bar=500
 	check "the takeover stalls were measured" test -n "$med"
 	[[ -n $med ]] && check "median client-visible stall per takeover ${med} ms <= ${bar} ms (fault $FAULT)" test "$med" -le "$bar"
+	[[ -n $second ]] && check "every takeover but the longest stalled the client <= ${bar} ms (second longest ${second} ms, fault $FAULT)" test "$second" -le "$bar"
 	;;
 connect)
 	dur=$((TAKEOVERS * 8 + 10))

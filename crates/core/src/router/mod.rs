@@ -180,6 +180,8 @@ pub struct Router {
     /// their payload bytes ([`Router::keep_orphan`]).
     orphans: VecDeque<(Instant, ConnKey, Packet)>,
     orphan_bytes: usize,
+    /// How many of `orphans` each connection has.
+    orphans_of: BTreeMap<ConnKey, usize>,
     /// Challenge ACKs sent this second (RFC 5961 §7).
     challenges: ChallengeBudget,
     /// Draining replicas already announced drained.
@@ -261,6 +263,7 @@ impl Router {
             rebuild_dropped: 0,
             orphans: VecDeque::new(),
             orphan_bytes: 0,
+            orphans_of: BTreeMap::new(),
             agents: None,
             agent_since: BTreeMap::new(),
             records_in: BTreeSet::new(),
@@ -534,15 +537,16 @@ impl Router {
     /// it is adopted ([`Router::replay_orphans`]), validated like any
     /// client segment then; dropped if none is.
     fn keep_orphan(&mut self, now: Instant, key: ConnKey, pkt: Packet, seg: &Seg) {
-        while let Some((t, _, p)) = self.orphans.front() {
+        while let Some((t, _, _)) = self.orphans.front() {
             if now.saturating_sub(*t) < ORPHAN_KEEP {
                 break;
             }
-            self.orphan_bytes -= p.data.len();
-            self.orphans.pop_front();
-            self.counters.drop(DropReason::UnknownConnection);
+            if let Some((_, k, p)) = self.orphans.pop_front() {
+                self.forget_orphan(&k, &p);
+                self.counters.drop(DropReason::UnknownConnection);
+            }
         }
-        let of_key = self.orphans.iter().filter(|(_, k, _)| *k == key).count();
+        let of_key = self.orphans_of.get(&key).copied().unwrap_or(0);
         if seg.has(flags::SYN)
             || of_key >= ORPHANS_PER_CONN
             || self.orphans.len() >= ORPHANS_MAX.0
@@ -552,29 +556,45 @@ impl Router {
             return;
         }
         self.orphan_bytes += pkt.data.len();
+        *self.orphans_of.entry(key).or_insert(0) += 1;
         self.orphans.push_back((now, key, pkt));
         self.counters.orphans_kept += 1;
+    }
+
+    /// A kept segment of `key` leaves the store.
+    fn forget_orphan(&mut self, key: &ConnKey, p: &Packet) {
+        self.orphan_bytes -= p.data.len();
+        if let Some(n) = self.orphans_of.get_mut(key) {
+            *n -= 1;
+            if *n == 0 {
+                self.orphans_of.remove(key);
+            }
+        }
     }
 
     /// Connection `key` was just adopted: the client's segments kept for it
     /// ([`Router::keep_orphan`]) reach it now, in their order, as if they
     /// arrived now.
     pub(super) fn replay_orphans(&mut self, now: Instant, key: ConnKey) {
-        if !self.orphans.iter().any(|(_, k, _)| *k == key) {
+        if !self.orphans_of.contains_key(&key) {
             return;
         }
         let mut mine = Vec::new();
         let mut rest = VecDeque::with_capacity(self.orphans.len());
-        for (t, k, p) in self.orphans.drain(..) {
-            if k == key && now.saturating_sub(t) < ORPHAN_KEEP {
-                mine.push(p);
+        for (t, k, p) in core::mem::take(&mut self.orphans) {
+            if k == key {
+                mine.push((t, p));
             } else {
                 rest.push_back((t, k, p));
             }
         }
         self.orphans = rest;
-        for p in mine {
-            self.orphan_bytes -= p.data.len();
+        for (t, p) in mine {
+            self.forget_orphan(&key, &p);
+            if now.saturating_sub(t) >= ORPHAN_KEEP {
+                self.counters.drop(DropReason::UnknownConnection);
+                continue;
+            }
             self.counters.orphans_replayed += 1;
             if let Err(r) = self.classify(now, p) {
                 self.counters.drop(r);

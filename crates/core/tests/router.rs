@@ -3976,6 +3976,21 @@ fn from_replica(
     r.handle_packet(now, seg(replica(i), CLIENT, a, payload));
 }
 
+/// Replica `i` sends `reply` (after the client's 5 bytes) in segments of
+/// 1,400 bytes, the one at offset `at` at `when(at)`.
+fn reply_in_segments(
+    r: &mut Router,
+    isns: &[u32],
+    i: u8,
+    reply: &[u8],
+    when: impl Fn(u32) -> Instant,
+) {
+    for (k, chunk) in reply.chunks(1_400).enumerate() {
+        let at = u32::try_from(k * 1_400).unwrap();
+        from_replica(r, when(at), isns, i, (1 + at, 6, 7000), chunk);
+    }
+}
+
 /// Replica `i`'s FIN at `nxt` bytes past its ISN, acknowledging `acked`
 /// client bytes (past the client's ISN), with TSval `tsval`.
 fn fin_from_replica(
@@ -5397,19 +5412,7 @@ fn a_replica_behind_may_send_what_the_client_holds_through_a_closed_window() {
     let body: Vec<u8> = (0..3_000u32).map(|k| (k * 7) as u8).collect();
     // Replicas 1 and 2 send 3,000 bytes; replica 3 sent 1,776 of them.
     for (i, upto) in [(1, 3_000), (2, 3_000), (3, 1_776)] {
-        let mut at = 0;
-        while at < upto {
-            let n = (upto - at).min(1_400);
-            from_replica(
-                &mut r,
-                t(4),
-                &isns,
-                i,
-                (1 + at, 6, 7000),
-                &body[at as usize..(at + n) as usize],
-            );
-            at += n;
-        }
+        reply_in_segments(&mut r, &isns, i, &body[..upto], |_| t(4));
     }
     let out = drain(&mut r);
     let to_client: usize = out
@@ -5503,19 +5506,9 @@ fn a_replica_less_than_a_segment_behind_a_closed_window_waits_for_the_client() {
     // Replica 3 sends 1,904 bytes; then replicas 1 and 2 send 3,000, one
     // segment a millisecond.
     for (i, upto) in [(3, 1_904), (1, 3_000), (2, 3_000)] {
-        let mut at = 0;
-        while at < upto {
-            let n = (upto - at).min(1_400);
-            from_replica(
-                &mut r,
-                t(if i == 3 { 4 } else { 5 + u64::from(at / 1_400) }),
-                &isns,
-                i,
-                (1 + at, 6, 7000),
-                &body[at as usize..(at + n) as usize],
-            );
-            at += n;
-        }
+        reply_in_segments(&mut r, &isns, i, &body[..upto], |at| {
+            t(if i == 3 { 4 } else { 5 + u64::from(at / 1_400) })
+        });
     }
     drain(&mut r);
     // The client holds all 3,000 bytes and its window closed.

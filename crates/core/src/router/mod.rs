@@ -500,7 +500,8 @@ impl Router {
             }
             return self.open(now, svc, key, pkt, seg);
         }
-        if !self.conns.contains_key(&key) && self.keeps_orphans(now) {
+        // (The cheap test first: past the takeover no lookup is added.)
+        if self.keeps_orphans(now) && !self.conns.contains_key(&key) {
             self.keep_orphan(now, key, pkt, seg);
             return Ok(());
         }

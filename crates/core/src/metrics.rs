@@ -194,6 +194,10 @@ pub struct Counters {
     /// client had got when it closed (`Conn::fin_held`); each goes to it
     /// once it has.
     pub fins_held: u64,
+    /// `primary`: FINs of a followed replica held while the followers,
+    /// detached, had not closed (`Conn::fin_hold_until`): a crash's FIN
+    /// must not reach the client before the verdict that resets it.
+    pub lone_fins_held: u64,
     /// Safe delivery: one-byte duplicates sent behind client data so that
     /// each replica acknowledges it at once (no delayed ACK).
     pub ack_prompts: u64,

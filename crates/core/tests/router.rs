@@ -6824,6 +6824,87 @@ fn primary_never_splices_replies_that_differ() {
     );
 }
 
+/// `primary`, the followers detached (their `INFO` replies differed): a
+/// FIN from the followed replica alone may be its server's crash (Redis
+/// killed with nothing unread closes with a FIN), and no detached follower
+/// can take over: the client must then be reset, not told the server
+/// closed. The FIN waits the failure detection time for a verdict, or for
+/// the detached followers to close too.
+#[test]
+fn a_followed_replicas_lone_fin_waits_for_a_verdict_when_its_followers_are_detached() {
+    // (the followers' FINs, at their own reply's end; none: the agent's
+    // verdict or the wait's end decides)
+    enum Then {
+        Crash,
+        FollowersClose,
+        Nothing,
+    }
+    let fin_to_client =
+        |out: &[Out]| out.iter().any(|o| o.dst == CLIENT && o.r.flags & flags::FIN != 0);
+    let rst_to_client =
+        |out: &[Out]| out.iter().any(|o| o.dst == CLIENT && o.r.flags & flags::RST != 0);
+    for then in [Then::Crash, Then::FollowersClose, Then::Nothing] {
+        let mut r = router(3);
+        let (risn, isns) = handshake(&mut r, 3);
+        client_bytes(&mut r, t(1), risn, 0, b"INFO\r\n");
+        from_replica(&mut r, t(2), &isns, 1, (1, 7, 7000), b"$6\r\nused:1\r\n");
+        from_replica(&mut r, t(2), &isns, 2, (1, 7, 7000), b"$9\r\nused:2222\r\n");
+        from_replica(&mut r, t(2), &isns, 3, (1, 7, 7000), b"$10\r\nused:33333\r\n");
+        drain(&mut r);
+        client_acks(&mut r, t(3), risn, 13);
+        drain(&mut r);
+        assert_eq!(r.counters().detached, 2, "both followers detached");
+        // The followed replica's FIN, right after its reply.
+        fin_from_replica(&mut r, t(10), &isns, 1, (13, 7, 7001));
+        r.handle_timeout(t(10));
+        let out = drain(&mut r);
+        assert!(!fin_to_client(&out), "the lone FIN waits: {out:?}");
+        assert_eq!(r.counters().lone_fins_held, 1);
+        match then {
+            Then::Crash => {
+                // Its agent: the server is gone (the shim's socket closed).
+                r.handle_timeout(t(11));
+                r.replica_failed(t(11), replica(1));
+                r.handle_timeout(t(11));
+                let out = drain(&mut r);
+                assert!(rst_to_client(&out), "the client is reset: {out:?}");
+                for k in 12..400 {
+                    r.handle_timeout(t(k));
+                }
+                fin_from_replica(&mut r, t(400), &isns, 1, (13, 7, 7002));
+                assert!(!fin_to_client(&drain(&mut r)), "and never told of a close");
+            }
+            Then::FollowersClose => {
+                fin_from_replica(&mut r, t(20), &isns, 2, (16, 7, 7001));
+                r.handle_timeout(t(20));
+                assert!(!fin_to_client(&drain(&mut r)), "one follower closed of two");
+                fin_from_replica(&mut r, t(30), &isns, 3, (18, 7, 7001));
+                r.handle_timeout(t(30));
+                let out = drain(&mut r);
+                assert!(fin_to_client(&out), "every server closed: {out:?}");
+                let f = out
+                    .iter()
+                    .find(|o| o.dst == CLIENT && o.r.flags & flags::FIN != 0)
+                    .unwrap();
+                assert_eq!(f.r.seq, SeqNum(risn).add(13), "at the end of the client's stream");
+            }
+            Then::Nothing => {
+                // The time the router next needs, not later than the end
+                // of the wait.
+                assert!(r.poll_timeout().is_some_and(|d| d <= t(110)));
+                for k in 11..110 {
+                    r.handle_timeout(t(k));
+                }
+                assert!(!fin_to_client(&drain(&mut r)), "within the detection time");
+                r.handle_timeout(t(110));
+                let out = drain(&mut r);
+                assert!(fin_to_client(&out), "no verdict came: its FIN goes: {out:?}");
+                assert!(!rst_to_client(&out));
+            }
+        }
+    }
+}
+
 /// The client's FIN is held back from a replica behind what the client
 /// had only under voting
 /// (`the_clients_fin_waits_for_a_replica_behind_what_the_client_had`).

@@ -2,9 +2,11 @@
 //! changed (`settle`), and the end of the connection.
 
 use super::{Conn, Ctx, LegState, Phase, STALL_ACTIVE};
+use crate::config::Timeouts;
 use crate::event::{Event, EvictReason};
 use crate::ids::{LegId, ReplicaId};
 use crate::packet::Packet;
+use crate::time::Instant;
 use ftnet_wire::tcp::{flags, Repr};
 use ftnet_wire::SeqNum;
 
@@ -447,13 +449,11 @@ impl Conn {
                 fin_now = true;
             }
         } else if !self.fin_sent {
-            if let Some(f) = self.legs.iter().find(|l| l.counts()).and_then(|l| l.fin) {
-                if self
-                    .legs
-                    .iter()
-                    .filter(|l| l.counts())
-                    .all(|l| l.fin == Some(f))
-                    && !self.sent_hi.is_before(f)
+            if let Some(f) = self.group_fin() {
+                if !self.sent_hi.is_before(f)
+                    && self
+                        .fin_hold_until(ctx.timeouts)
+                        .is_none_or(|d| d <= ctx.now)
                 {
                     self.sent_hi = f.add(1);
                     self.fin_sent = true;
@@ -483,6 +483,50 @@ impl Conn {
             self.prompt_client_probe(ctx);
         }
         self.check_closed(ctx);
+    }
+
+    /// Where every replica whose output counts sent its FIN, if they all
+    /// sent it at the same place.
+    pub(super) fn group_fin(&self) -> Option<SeqNum> {
+        let f = self.legs.iter().find(|l| l.counts())?.fin?;
+        self.legs
+            .iter()
+            .filter(|l| l.counts())
+            .all(|l| l.fin == Some(f))
+            .then_some(f)
+    }
+
+    /// `primary`, followers detached (their replies differed, Redis
+    /// `INFO`): the followed replica's FIN is the client's stream's end only
+    /// if its server closed, and a server killed with nothing unread closes
+    /// its connections with a FIN too. Attached followers tell the two
+    /// apart (a close is theirs too; a crash is not, and the FIN waits for
+    /// them, `fail_deadline`), detached ones cannot take the connection
+    /// over: a crash resets the client, and a FIN passed first would tell
+    /// it the server closed (an end it takes as whole). So while a live
+    /// detached leg has not closed, the followed replica's FIN waits until
+    /// the returned time, the failure detection time after it came: by
+    /// then an agent's verdict on that replica (its server gone, its order
+    /// lost) has reset the client, or, none come, the FIN goes. Every
+    /// detached leg's own FIN (its server closed as well) lets it go at
+    /// once. `None`: no FIN waits for them.
+    pub(super) fn fin_hold_until(&self, t: &Timeouts) -> Option<Instant> {
+        if !self
+            .legs
+            .iter()
+            .any(|l| l.live() && l.detached && l.fin_at.is_none())
+        {
+            return None;
+        }
+        let mut at = None;
+        for l in self.legs.iter().filter(|l| l.counts()) {
+            l.fin?;
+            // A FIN learnt without its arrival (a takeover's records) is
+            // not held.
+            let a = l.fin_at.unwrap_or(Instant::ZERO);
+            at = Some(at.map_or(a, |b: Instant| b.max(a)));
+        }
+        at.map(|a| a + t.failure_detection)
     }
 
     /// Both directions closed and acknowledged by everyone: enter the

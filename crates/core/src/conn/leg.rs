@@ -41,6 +41,10 @@ pub(super) struct Leg {
     pub(super) wscale: u8,
     /// Where this replica's FIN sits, if it sent one.
     pub(super) fin: Option<SeqNum>,
+    /// When its FIN first came (`None` if it sent none, or its FIN was
+    /// learnt another way): a detached leg that closed, and the start of a
+    /// followed replica's FIN held for them (`Conn::fin_hold_until`).
+    pub(super) fin_at: Option<Instant>,
     pub(super) has_ts: bool,
     pub(super) has_ws: bool,
     /// Router TSval minus this replica's TSval when last translated.
@@ -225,6 +229,7 @@ impl Conn {
             edge: self.client_isn,
             wscale: 0,
             fin: None,
+            fin_at: None,
             has_ts: false,
             has_ws: false,
             ts_off: 0,

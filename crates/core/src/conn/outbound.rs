@@ -499,6 +499,11 @@ impl Conn {
             // Its output goes nowhere (`Leg::detached`): acknowledged at
             // once, whatever it is.
             let end = s.add(seg.payload_len).add(seg.has(flags::FIN) as u32);
+            if seg.has(flags::FIN) && self.legs[i].fin_at.is_none() {
+                // It closed too: a FIN of the followed replica held for it
+                // may go (`Conn::fin_hold_until`).
+                self.legs[i].fin_at = Some(ctx.now);
+            }
             if end.is_after(self.legs[i].hi) {
                 self.legs[i].hi = end;
                 self.legs[i].out_at = ctx.now;
@@ -555,6 +560,7 @@ impl Conn {
             self.release_fins(ctx);
         }
         let mut fin_agreed = false;
+        let first_fin = seg.has(flags::FIN) && self.legs[i].fin.is_none();
         if seg.has(flags::FIN) {
             if let Some(f) = self.legs[i].fin {
                 if f != e {
@@ -565,6 +571,7 @@ impl Conn {
                 }
             }
             self.legs[i].fin = Some(e);
+            self.legs[i].fin_at.get_or_insert(ctx.now);
         }
         // A FIN from another replica at a point this one went past means
         // that replica stopped early: it crashed (§III-D).
@@ -596,6 +603,18 @@ impl Conn {
                 .iter()
                 .filter(|l| l.counts())
                 .all(|l| l.fin == Some(f));
+            if fin_agreed
+                && self
+                    .fin_hold_until(ctx.timeouts)
+                    .is_some_and(|d| d > ctx.now)
+            {
+                // Detached followers have not closed: it waits for a
+                // verdict (`Conn::fin_hold_until`).
+                fin_agreed = false;
+                if first_fin {
+                    ctx.counters.lone_fins_held += 1;
+                }
+            }
         }
         if self.follows_one() && self.leader() != Some(i) {
             // A follower (`primary`): compared, not sent on. Bytes ahead

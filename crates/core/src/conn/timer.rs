@@ -29,6 +29,9 @@ pub(super) enum Timer {
     /// The client's reset waits for replicas behind another
     /// (`Conn::wait_reset`): those still behind leave.
     ResetWait,
+    /// The followed replica's FIN waited for detached legs to close
+    /// (`Conn::fin_hold_until`): it goes (acted on by `settle`).
+    FinHold,
     /// Leg `i` reset while the others carried on: it crashed.
     Abort(usize),
     /// Leg `i` owes an answer for too long: evicted.
@@ -49,6 +52,7 @@ impl Conn {
             Timer::Commit,
             Timer::AdoptWait,
             Timer::ResetWait,
+            Timer::FinHold,
         ]
         .into_iter()
         .chain((0..n).map(Timer::Abort))
@@ -80,6 +84,27 @@ impl Conn {
                 Some(w) if self.resetting && !closed => Some(w.since + t.failure_detection),
                 _ => None,
             },
+            Timer::FinHold => {
+                // Only where `settle` would send the FIN once the wait is
+                // over (else the due entry would never be acted on).
+                if closed
+                    || self.fin_sent
+                    || self.vote.is_some()
+                    || self.resetting
+                    || self.recovering()
+                    || matches!(
+                        self.phase,
+                        Phase::Dead | Phase::Handshake | Phase::Committing { .. }
+                    )
+                {
+                    return None;
+                }
+                let f = self.group_fin()?;
+                if self.sent_hi.is_before(f) {
+                    return None;
+                }
+                self.fin_hold_until(t)
+            }
             Timer::Abort(i) => {
                 let l = &self.legs[i];
                 match (closed, l.state, l.aborted_at) {
@@ -190,7 +215,8 @@ impl Conn {
                 self.probe(ctx, i);
             }
         }
-        // `Timer::AdoptWait` and anything the above changed.
+        // `Timer::AdoptWait`, `Timer::FinHold` and anything the above
+        // changed.
         self.settle(ctx);
     }
 }
@@ -269,7 +295,11 @@ mod tests {
         /// its next deadline lies later. Else the loop would spin.
         #[test]
         fn every_deadline_is_acted_on(
-            legs in proptest::collection::vec(leg_gen(), 1..5),
+            legs in proptest::collection::vec(
+                (leg_gen(), any::<bool>(), proptest::option::of(0u64..20_000)),
+                1..5,
+            ),
+            sent in 0u32..20,
             phase_i in 0usize..5,
             (created, last, closed, commit) in (0u64..5_000, 0u64..20_000, 0u64..20_000, 0u64..20_000),
             adopted in any::<bool>(),
@@ -291,6 +321,7 @@ mod tests {
             c.created = ms(created);
             c.last_activity = ms(last);
             c.client_hi = CLIENT_ISN.add(1 + client_hi);
+            c.sent_hi = c.router_isn.add(1 + sent);
             if adopted && c.phase == Phase::Established {
                 // Only an established connection is adopted.
                 c.adoption = Some(if rebuilding {
@@ -304,8 +335,10 @@ mod tests {
                     Adoption::Rebuilt { at: ms(rebuilt) }
                 });
             }
-            for (l, g) in c.legs.iter_mut().zip(&legs) {
+            for (l, (g, detached, fin_at)) in c.legs.iter_mut().zip(&legs) {
                 let (state, learned, ack, hi, heard, progress, behind, probe, aborted, fin) = *g;
+                l.detached = *detached;
+                l.fin_at = fin_at.map(ms);
                 l.state = STATES[state];
                 l.learned = learned || c.adoption.is_none();
                 l.ack = CLIENT_ISN.add(1 + ack);

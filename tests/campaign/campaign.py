@@ -536,7 +536,8 @@ class Campaign:
                "checks": [{"lab": c[0], "check": c[1], "ok": c[2], "detail": c[3]} for c in checks],
                "elapsed_s": round(elapsed), "gap_ms": self.gap_ms,
                "machine": f"{os.cpu_count()} CPUs, Linux {os.uname().release}",
-               "client_retries2": self.a.client_retries2 or 15}
+               "client_retries2": self.a.client_retries2 or 15,
+               "failure_ms": self.a.failure_ms}
         json.dump(res, open(f"{self.out}/campaign.json", "w"), indent=1)
         md = self.markdown(res)
         open(f"{self.out}/campaign.md", "w").write(md)
@@ -555,7 +556,8 @@ class Campaign:
              f"verdict: **{'PASS' if res['ok'] else 'FAIL'}**. A stall is the longest silence (> {res['gap_ms']} ms) "
              "a client stream or command saw from the fault until 0.5 s after the group recovered; recovery is "
              "until every replica serves again and both routers run. The clients' tcp_retries2: "
-             f"{res['client_retries2']}.", "",
+             f"{res['client_retries2']}; the routers' failure detection: {res['failure_ms']} ms (a replica "
+             "cut's stall is measured against it).", "",
              "| fault | count | stall at the fault p50 / p90 / p99 / max (ms) | stall while healing p50 / max (ms) | recovery p50 / max (ms) | faults with a client failure |",
              "|---|---|---|---|---|---|"]
         for k, v in res["by_kind"].items():

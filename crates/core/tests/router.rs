@@ -6839,17 +6839,28 @@ fn a_followed_replicas_lone_fin_waits_for_a_verdict_when_its_followers_are_detac
         FollowersClose,
         Nothing,
     }
-    let fin_to_client =
-        |out: &[Out]| out.iter().any(|o| o.dst == CLIENT && o.r.flags & flags::FIN != 0);
-    let rst_to_client =
-        |out: &[Out]| out.iter().any(|o| o.dst == CLIENT && o.r.flags & flags::RST != 0);
+    let fin_to_client = |out: &[Out]| {
+        out.iter()
+            .any(|o| o.dst == CLIENT && o.r.flags & flags::FIN != 0)
+    };
+    let rst_to_client = |out: &[Out]| {
+        out.iter()
+            .any(|o| o.dst == CLIENT && o.r.flags & flags::RST != 0)
+    };
     for then in [Then::Crash, Then::FollowersClose, Then::Nothing] {
         let mut r = router(3);
         let (risn, isns) = handshake(&mut r, 3);
         client_bytes(&mut r, t(1), risn, 0, b"INFO\r\n");
         from_replica(&mut r, t(2), &isns, 1, (1, 7, 7000), b"$6\r\nused:1\r\n");
         from_replica(&mut r, t(2), &isns, 2, (1, 7, 7000), b"$9\r\nused:2222\r\n");
-        from_replica(&mut r, t(2), &isns, 3, (1, 7, 7000), b"$10\r\nused:33333\r\n");
+        from_replica(
+            &mut r,
+            t(2),
+            &isns,
+            3,
+            (1, 7, 7000),
+            b"$10\r\nused:33333\r\n",
+        );
         drain(&mut r);
         client_acks(&mut r, t(3), risn, 13);
         drain(&mut r);
@@ -6886,7 +6897,11 @@ fn a_followed_replicas_lone_fin_waits_for_a_verdict_when_its_followers_are_detac
                     .iter()
                     .find(|o| o.dst == CLIENT && o.r.flags & flags::FIN != 0)
                     .unwrap();
-                assert_eq!(f.r.seq, SeqNum(risn).add(13), "at the end of the client's stream");
+                assert_eq!(
+                    f.r.seq,
+                    SeqNum(risn).add(13),
+                    "at the end of the client's stream"
+                );
             }
             Then::Nothing => {
                 // The time the router next needs, not later than the end
@@ -6898,7 +6913,10 @@ fn a_followed_replicas_lone_fin_waits_for_a_verdict_when_its_followers_are_detac
                 assert!(!fin_to_client(&drain(&mut r)), "within the detection time");
                 r.handle_timeout(t(110));
                 let out = drain(&mut r);
-                assert!(fin_to_client(&out), "no verdict came: its FIN goes: {out:?}");
+                assert!(
+                    fin_to_client(&out),
+                    "no verdict came: its FIN goes: {out:?}"
+                );
                 assert!(!rst_to_client(&out));
             }
         }

@@ -59,19 +59,23 @@ pub(crate) const AHEAD_TOTAL: u64 = 64 * 1024 * 1024;
 const OOO_SEGS: usize = 16;
 const OOO_BYTES: usize = 64 * 1024;
 
-/// A streaming 64-bit hash: four independent lanes of 8 bytes per step
-/// (32 bytes per round, so that the multiplications overlap); its value can
-/// be taken at any byte without ending it. Not cryptographic: it catches
-/// replicas that differ by accident (a server run nondeterministically),
-/// not an attacker (the replicas are the operator's own).
+/// A streaming 64-bit hash: eight independent lanes of 8 bytes per step
+/// (64 bytes per round, so that the multiplications overlap: each lane's
+/// chain is a rotate, a xor and a multiply, and eight keep the multiplier
+/// busy); its value can be taken at any byte without ending it. Not
+/// cryptographic: it catches replicas that differ by accident (a server
+/// run nondeterministically), not an attacker (the replicas are the
+/// operator's own).
 #[derive(Debug, Clone, Copy)]
 pub(super) struct StreamHash {
-    lanes: [u64; 4],
+    lanes: [u64; LANES],
     /// Bytes not yet a whole round.
-    buf: [u8; 32],
+    buf: [u8; ROUND],
     nbuf: u32,
 }
 
+const LANES: usize = 8;
+const ROUND: usize = 8 * LANES;
 const K: u64 = 0x517c_c1b7_2722_0a95;
 
 impl Default for StreamHash {
@@ -83,8 +87,12 @@ impl Default for StreamHash {
                 0x1319_8a2e_0370_7344,
                 0xa409_3822_299f_31d0,
                 0x082e_fa98_ec4e_6c89,
+                0x4528_21e6_38d0_1377,
+                0xbe54_66cf_34e9_0c6c,
+                0xc0ac_29b7_c97c_50dd,
+                0x3f84_d5b5_b547_0917,
             ],
-            buf: [0; 32],
+            buf: [0; ROUND],
             nbuf: 0,
         }
     }
@@ -104,31 +112,36 @@ impl StreamHash {
         u64::from_le_bytes(a)
     }
 
-    fn round(&mut self, r: &[u8]) {
-        for (i, lane) in self.lanes.iter_mut().enumerate() {
+    /// One round over `lanes`, a copy of the state kept in registers by
+    /// the caller (written back through `self` every round, each lane's
+    /// chain went through memory: a store and its forwarded load).
+    fn round(lanes: &mut [u64; LANES], r: &[u8]) {
+        for (i, lane) in lanes.iter_mut().enumerate() {
             *lane = Self::step(*lane, Self::word(&r[8 * i..]));
         }
     }
 
     pub(super) fn update(&mut self, mut b: &[u8]) {
+        let mut lanes = self.lanes;
         if self.nbuf > 0 {
             let at = self.nbuf as usize;
-            let take = b.len().min(32 - at);
+            let take = b.len().min(ROUND - at);
             self.buf[at..at + take].copy_from_slice(&b[..take]);
             self.nbuf += u32::try_from(take).unwrap_or(0);
             b = &b[take..];
-            if self.nbuf < 32 {
+            if (self.nbuf as usize) < ROUND {
                 // All of it went into the buffer, which is still short.
                 return;
             }
             let r = self.buf;
-            self.round(&r);
+            Self::round(&mut lanes, &r);
             self.nbuf = 0;
         }
-        let mut rounds = b.chunks_exact(32);
+        let mut rounds = b.chunks_exact(ROUND);
         for r in &mut rounds {
-            self.round(r);
+            Self::round(&mut lanes, r);
         }
+        self.lanes = lanes;
         let rest = rounds.remainder();
         self.buf[..rest.len()].copy_from_slice(rest);
         self.nbuf = u32::try_from(rest.len()).unwrap_or(0);
@@ -142,7 +155,7 @@ impl StreamHash {
         }
         // The buffered bytes, zero-padded, and their count: "a" and "a\0"
         // differ.
-        let mut pad = [0u8; 32];
+        let mut pad = [0u8; ROUND];
         let n = self.nbuf as usize;
         pad[..n].copy_from_slice(&self.buf[..n]);
         for w in pad[..n.div_ceil(8) * 8].chunks_exact(8) {

@@ -829,7 +829,12 @@ impl<O: Os> Shim<O> {
         match head.and_then(|e| Some((e, e.kind.stream_base()?))) {
             Some((e @ Ev { seq, key, .. }, base)) if key.vport == port => {
                 let cfd = match s.take_pending(&key) {
-                    Some(cfd) => cfd,
+                    Some(cfd) => {
+                        // This accept's own connection: one of its key
+                        // stood in for before is in the past.
+                        s.stood_in.remove(&key);
+                        cfd
+                    }
                     None if s.stands_in(os, &e) => {
                         let Some(cfd) = os.stand_in() else {
                             return AcceptPlan::WouldBlock;

@@ -16,7 +16,7 @@ pub const HOLD: Duration = Duration::from_secs(3);
 
 /// A connection taken from the kernel with no accept event is handed out
 /// unordered after this long (rather than never).
-const STALE: Duration = Duration::from_secs(2);
+pub(crate) const STALE: Duration = Duration::from_secs(2);
 
 /// The head of the order is an accept (or a join) whose connection the
 /// kernel has not given the shim: after this long it never will (the
@@ -228,8 +228,9 @@ pub(crate) struct State {
     pub(crate) granted: HashMap<Key, u64>,
     /// Connections the client reset before the kernel here gave them (see
     /// [`State::stands_in`]) that were given to the server as stand-ins:
-    /// should the kernel give one after all (reset while queued), it is
-    /// closed, not handed out a second time.
+    /// should the kernel give one after all (reset while queued) and no
+    /// later accept event of its key take it, it is closed, not handed out
+    /// a second time. A later accept of the key forgets it.
     pub(crate) stood_in: HashSet<Key>,
     /// When the client's last reset of each connection key came in the
     /// order (see [`STAND_IN_AFTER`]).
@@ -532,13 +533,13 @@ impl State {
                             cport,
                             vport,
                         };
-                        if self.stood_in.contains(&key) && os.peer_closed(fd) {
-                            // Reset while queued, and its server was given
-                            // a stand-in for it already.
-                            self.stood_in.remove(&key);
-                            os.close(fd);
-                            continue;
-                        }
+                        // (One of a key whose server was given a stand-in
+                        // may be a later connection of the key, the
+                        // client's port used again, whose accept event
+                        // has not come yet: it waits like any other, and
+                        // only if no accept event takes it is it dropped
+                        // as the stood-in connection's late copy,
+                        // `Shim::accept_plan`.)
                         self.pending
                             .entry(key)
                             .or_default()

@@ -841,7 +841,11 @@ fn a_stand_ins_key_used_again_gets_its_own_connection() {
     s.os().reset(13);
     assert_eq!(accept(&s), Err(libc::EAGAIN));
     s.os().advance(state::STALE + Duration::from_millis(100));
-    assert_eq!(accept(&s), Err(libc::EAGAIN), "the late copy is not handed out");
+    assert_eq!(
+        accept(&s),
+        Err(libc::EAGAIN),
+        "the late copy is not handed out"
+    );
     assert!(s.os().closed.borrow().contains(&13), "it is closed");
     // Later, the same port again: the kernel queues the connection, its
     // input and the client's reset before the router's records come.
@@ -853,7 +857,11 @@ fn a_stand_ins_key_used_again_gets_its_own_connection() {
     s.os()
         .order(&[acc_isn(3, A, 90_000), data(4, A, 3), rst(5, A)]);
     assert_eq!(wait(&s, 0), vec![LISTENER]);
-    assert_eq!(accept(&s), Ok(12), "the kernel's connection of the later accept");
+    assert_eq!(
+        accept(&s),
+        Ok(12),
+        "the kernel's connection of the later accept"
+    );
     assert_eq!(s.os().stand_ins.get(), 1);
     let start = s.os().now();
     while s.os().now() < start + ACCEPT_WAIT + Duration::from_secs(1) {

@@ -446,10 +446,14 @@ impl Router {
             if last == 0 || last >= top || !self.health[svc][ri].in_group() {
                 continue;
             }
-            let (replays, lost) = match o.replay(replica, last.saturating_add(1), top) {
+            let (replays, mut lost) = match o.replay(replica, last.saturating_add(1), top) {
                 Ok(v) => (v, Vec::new()),
                 Err(n) => (Vec::new(), vec![(replica, n)]),
             };
+            if s.stateless {
+                // See `order_lost`.
+                lost.clear();
+            }
             let replayed = replays.len();
             let service = s.name.clone();
             self.order_lost(ServiceId(svc), &lost);
@@ -475,7 +479,11 @@ impl Router {
     pub(super) fn resume_order(&mut self, svc: ServiceId) {
         let o = &mut self.order[svc.0];
         let reported = o.reported();
-        let r = o.resume();
+        let mut r = o.resume();
+        if self.config.services[svc.0].stateless {
+            // See `order_lost`.
+            r.lost.clear();
+        }
         let mut front: Vec<AgentMsg> = r.replays;
         let held: Vec<Unnumbered> = o.held.drain(..).collect();
         for input in &held {
@@ -512,8 +520,18 @@ impl Router {
     /// Replicas that missed input events nobody can replay to them: their
     /// shims cannot keep the order, so they leave the group (fail safe:
     /// never serve on in the kernel's order). Applied with the next input
-    /// or timer, like every other way out.
+    /// or timer, like every other way out. Not in a stateless service
+    /// (its callers clear `lost` there): its servers keep no state the
+    /// order keeps equal, as input left out of one does not take it out
+    /// (`left_out`), and a shim that finds a hole in its order still gives
+    /// the order up itself. (A router cut interrupts the agents' streams,
+    /// and the one taking over found two healthy replicas of a stateless
+    /// service behind: they left the group, their records were refused,
+    /// and a connection only they served was lost.)
     pub(super) fn order_lost(&mut self, svc: ServiceId, lost: &[(Ipv4Addr, u64)]) {
+        if self.config.services[svc.0].stateless {
+            return;
+        }
         for (addr, _) in lost {
             if let Some(i) = self.config.services[svc.0]
                 .replicas
